@@ -1,0 +1,30 @@
+"""autocurricula: league training of LoRA players of one base model, in MLX.
+
+The engine (``autocurricula.engine``) serves many LoRA players in one continuously batched
+decode loop; ``autocurricula.server`` exposes it over an OpenAI-compatible HTTP API.
+"""
+
+from autocurricula import _blas
+
+_blas.preload()  # must run before anything imports mlx.core
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "build_tiny_model": "autocurricula.tiny",
+    "Engine": "autocurricula.engine",
+    "EngineConfig": "autocurricula.engine",
+    "SamplingParams": "autocurricula.engine",
+    "LoraSpec": "autocurricula.engine",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name):
+    # Lazy so that `import autocurricula` stays cheap (no mlx/torch import until needed).
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'autocurricula' has no attribute {name!r}")

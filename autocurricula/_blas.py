@@ -1,0 +1,82 @@
+"""Use a fast BLAS for MLX's CPU backend on Linux.
+
+The Linux ``mlx[cpu]`` wheel links a bundled reference BLAS (~6 GFLOP/s on a 2-core x86 box).
+Loading an OpenBLAS with ``RTLD_GLOBAL`` *before* ``mlx.core`` is imported makes the dynamic
+linker resolve MLX's ``cblas_*`` symbols to it (~15-30x faster GEMM). This module must be
+imported before anything imports ``mlx.core``; ``autocurricula/__init__.py`` does that.
+
+Control with ``AUTOCURRICULA_BLAS``: unset/"auto" searches the usual places, "none" keeps the
+bundled BLAS, a path loads that library. Note: the preload also serves torch's BLAS calls in
+the same process (torch then runs roughly 2x slower on CPU); set "none" where torch matters.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import sysconfig
+
+_CANDIDATES = (
+    # Debian/Ubuntu: apt-get install libopenblas0-pthread
+    "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
+    # Fedora/RHEL/Arch
+    "/usr/lib64/libopenblasp.so.0",
+    "/usr/lib64/libopenblas.so.0",
+    "/usr/lib/libopenblas.so.0",
+)
+
+# What was loaded (path) or why not; read by `autocurricula env` and the benches.
+ACTIVE: dict = {"library": None, "reason": "not attempted"}
+
+
+def _pip_candidates() -> list[str]:
+    # cmeel-openblas (PyPI) installs under <prefix>/cmeel.prefix/lib
+    out = []
+    for base in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], sys.prefix}:
+        out += glob.glob(os.path.join(base, "cmeel.prefix", "lib", "libopenblas.so*"))
+    return sorted(out)
+
+
+def preload() -> dict:
+    """Load a fast BLAS globally if possible; returns ``ACTIVE`` describing the outcome."""
+    if ACTIVE["reason"] != "not attempted":
+        return ACTIVE
+    if not sys.platform.startswith("linux"):
+        ACTIVE.update(reason="not needed (macOS uses Accelerate)" if sys.platform == "darwin" else "unsupported platform")
+        return ACTIVE
+    choice = os.environ.get("AUTOCURRICULA_BLAS", "auto").strip()
+    if choice.lower() == "none":
+        ACTIVE.update(reason="disabled by AUTOCURRICULA_BLAS=none")
+        return ACTIVE
+    if "mlx.core" in sys.modules:
+        ACTIVE.update(reason="mlx.core was imported before autocurricula; bundled BLAS in use")
+        return ACTIVE
+    paths = [choice] if choice.lower() != "auto" else list(_CANDIDATES) + _pip_candidates()
+    errors = []
+    for path in paths:
+        if not os.path.exists(path):
+            continue
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:  # e.g. cmeel's build without libgfortran.so.5 on the system
+            errors.append(f"{path}: {exc}")
+            continue
+        ACTIVE.update(library=os.path.realpath(path), reason="preloaded")
+        return ACTIVE
+    ACTIVE.update(reason="no OpenBLAS found; install libopenblas0-pthread (Debian) or run scripts/setup.sh"
+                  + (f" ({'; '.join(errors)})" if errors else ""))
+    return ACTIVE
+
+
+def describe() -> str:
+    """One line naming the BLAS MLX's CPU backend uses."""
+    if ACTIVE["library"]:
+        return f"OpenBLAS ({ACTIVE['library']})"
+    if sys.platform == "darwin":
+        return "Accelerate"
+    return f"bundled reference BLAS ({ACTIVE['reason']})"

@@ -1,0 +1,292 @@
+"""LoRA adapter weights: parse peft / mlx-lm folders and safetensors bytes, validate, version.
+
+An ``AdapterWeights`` is host-side and framework-neutral: for each adapted module path (MLX path,
+e.g. ``model.layers.0.self_attn.q_proj``) an ``a: (in, r)`` and ``b: (r, out)`` pair in mlx-lm's
+orientation plus one ``scale`` (mlx-lm's plain multiplier; peft's ``lora_alpha / r``, or
+``lora_alpha / sqrt(r)`` with rsLoRA).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+PEFT_PREFIX = "base_model.model."
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,127}$")
+
+
+class AdapterError(ValueError):
+    """An adapter that cannot be used; the message names the problem and the fix."""
+
+
+def check_name(name: str) -> str:
+    """Player/adapter names become URL parts and folder names: no separators, no ``..``."""
+    if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
+        raise AdapterError(
+            f"invalid adapter name {name!r}: use 1-128 characters from letters, digits and _.:@+=- "
+            "starting with a letter or digit, without '/' '\\' or '..'"
+        )
+    return name
+
+
+@dataclass
+class LoraSpec:
+    """Rank and targets of an adapter, named as in ``peft.LoraConfig``.
+
+    ``target_modules`` holds module-name suffixes (``"q_proj"``, ``"self_attn.v_proj"``) or
+    ``"all-linear"`` (every linear except the output head).
+    """
+
+    r: int = 8
+    lora_alpha: float = 16.0
+    target_modules: list[str] | str = field(default_factory=lambda: ["q_proj", "v_proj"])
+    use_rslora: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.r, int) or self.r <= 0:
+            raise ValueError(f"LoraSpec.r must be a positive int, got {self.r!r}")
+        if isinstance(self.target_modules, str) and self.target_modules != "all-linear":
+            self.target_modules = [self.target_modules]
+
+    @property
+    def scale(self) -> float:
+        return self.lora_alpha / (math.sqrt(self.r) if self.use_rslora else self.r)
+
+    @classmethod
+    def from_peft(cls, cfg) -> "LoraSpec":
+        """From a ``peft.LoraConfig`` (or any object/dict with the same field names)."""
+        get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
+        targets = get("target_modules") or ["q_proj", "v_proj"]
+        if not isinstance(targets, str):
+            targets = sorted(targets)
+        return cls(r=int(get("r", 8)), lora_alpha=float(get("lora_alpha", 8)),
+                   target_modules=targets, use_rslora=bool(get("use_rslora", False)))
+
+    def resolve(self, linear_paths) -> list[str]:
+        """The module paths of ``linear_paths`` this spec targets."""
+        paths = [p for p in linear_paths if not p.endswith("lm_head")]
+        if self.target_modules == "all-linear":
+            return paths
+        out = [p for p in paths if any(p == t or p.endswith("." + t) for t in self.target_modules)]
+        if not out:
+            raise AdapterError(f"target_modules {self.target_modules} match no linear layer of the model; "
+                               f"available names end with: {sorted({p.rsplit('.', 1)[-1] for p in paths})}")
+        return out
+
+
+@dataclass
+class AdapterWeights:
+    """One adapter's weights (host side): ``modules[path] = (a (in, r), b (r, out))`` and ``scale``."""
+
+    modules: dict[str, tuple[np.ndarray, np.ndarray]]
+    scale: float
+    rank: int = 0
+
+    def __post_init__(self):
+        if not self.modules:
+            raise AdapterError("adapter has no LoRA weights")
+        ranks = {a.shape[1] for a, _ in self.modules.values()}
+        self.rank = max(ranks)
+
+    @classmethod
+    def random(cls, paths_dims: dict[str, tuple[int, int]], spec: LoraSpec, seed: int = 0,
+               b_std: float = 0.02) -> "AdapterWeights":
+        """Random adapter (non-zero ``b``, unlike peft's init) for tests and benchmarks."""
+        rng = np.random.default_rng(seed)
+        mods = {}
+        for path, (din, dout) in paths_dims.items():
+            a = rng.normal(0, 1 / math.sqrt(din), (din, spec.r)).astype(np.float32)
+            b = rng.normal(0, b_std, (spec.r, dout)).astype(np.float32)
+            mods[path] = (a, b)
+        return cls(mods, spec.scale)
+
+    def validate(self, dims: dict[str, tuple[int, int]]) -> None:
+        """Check every module exists as a linear of the model with matching shapes."""
+        errors = []
+        for path, (a, b) in self.modules.items():
+            if path not in dims:
+                errors.append(f"{path}: not a linear layer of the base model")
+                continue
+            din, dout = dims[path]
+            if a.ndim != 2 or b.ndim != 2 or a.shape[0] != din or b.shape[1] != dout or a.shape[1] != b.shape[0]:
+                errors.append(f"{path}: lora_a {tuple(a.shape)} / lora_b {tuple(b.shape)} do not fit "
+                              f"a ({din}, r) / (r, {dout}) layer")
+            if not np.isfinite(a).all() or not np.isfinite(b).all():
+                errors.append(f"{path}: weights contain NaN or inf")
+        if errors:
+            raise AdapterError("adapter does not fit the base model:\n  " + "\n  ".join(errors[:20]))
+
+
+def _module_of(key: str, suffixes: tuple[str, ...]) -> tuple[str, str] | None:
+    for s in suffixes:
+        if key.endswith(s):
+            return key[: -len(s)], s
+    return None
+
+
+def from_tensors(tensors: dict[str, np.ndarray], scale: float | None = None,
+                 config: dict | None = None) -> AdapterWeights:
+    """Build weights from a flat tensor dict in peft or mlx-lm key format (auto-detected).
+
+    peft: ``base_model.model.<path>.lora_A.weight (r, in)`` / ``lora_B.weight (out, r)``;
+    mlx-lm: ``<path>.lora_a (in, r)`` / ``<path>.lora_b (r, out)``. ``scale`` overrides the
+    config; otherwise peft's ``lora_alpha / r`` or mlx-lm's ``lora_parameters.scale`` is used.
+    """
+    config = config or {}
+    pairs: dict[str, dict[str, np.ndarray]] = {}
+    unknown = []
+    peft_style = any(".lora_A." in k or ".lora_B." in k for k in tensors)
+    for key, arr in tensors.items():
+        hit = _module_of(key, (".lora_A.weight", ".lora_B.weight", ".lora_A.default.weight",
+                               ".lora_B.default.weight", ".lora_a", ".lora_b"))
+        if hit is None:
+            unknown.append(key)
+            continue
+        path, kind = hit
+        if path.startswith(PEFT_PREFIX):
+            path = path[len(PEFT_PREFIX):]
+        which = "a" if kind.lower().startswith(".lora_a") else "b"
+        if ".lora_A." in kind or ".lora_B." in kind:
+            arr = arr.T  # peft stores (r, in) / (out, r)
+        if arr.dtype.kind != "f":
+            raise AdapterError(f"tensor {key} has dtype {arr.dtype}; LoRA weights must be float32, float16 or bfloat16")
+        pairs.setdefault(path, {})[which] = np.ascontiguousarray(arr, dtype=np.float32)
+    if unknown:
+        hint = ("DoRA magnitude vectors are not supported; export a plain LoRA" if any("magnitude" in k for k in unknown)
+                else "expected peft '...lora_A.weight'/'...lora_B.weight' or mlx-lm '...lora_a'/'...lora_b' keys")
+        raise AdapterError(f"unsupported tensors in adapter: {unknown[:5]}{' ...' if len(unknown) > 5 else ''} ({hint})")
+    incomplete = [p for p, d in pairs.items() if set(d) != {"a", "b"}]
+    if incomplete:
+        raise AdapterError(f"modules with only one of lora_A/lora_B: {incomplete[:5]}; every module needs both")
+    mods = {p: (d["a"], d["b"]) for p, d in pairs.items()}
+    if scale is None:
+        if peft_style or "lora_alpha" in config:
+            r = next(iter(mods.values()))[0].shape[1]
+            alpha = float(config.get("lora_alpha", r))
+            scale = alpha / (math.sqrt(r) if config.get("use_rslora") else r)
+        else:
+            scale = float(config.get("lora_parameters", {}).get("scale", 1.0))
+    return AdapterWeights(mods, float(scale))
+
+
+def _check_peft_config(cfg: dict, where: str) -> None:
+    kind = str(cfg.get("peft_type", "LORA")).upper()
+    problems = []
+    if kind != "LORA":
+        problems.append(f"peft_type {kind} (only LORA is supported)")
+    if cfg.get("use_dora"):
+        problems.append("use_dora=True (DoRA is not supported)")
+    if cfg.get("modules_to_save"):
+        problems.append(f"modules_to_save={cfg['modules_to_save']} (only LoRA deltas can be served)")
+    if cfg.get("rank_pattern") or cfg.get("alpha_pattern"):
+        problems.append("rank_pattern/alpha_pattern (per-module ranks are not supported)")
+    if cfg.get("bias", "none") != "none":
+        problems.append(f"bias={cfg['bias']!r} (only bias='none' is supported)")
+    if problems:
+        raise AdapterError(f"unsupported peft adapter in {where}: " + "; ".join(problems))
+
+
+def load_folder(path: str | Path) -> AdapterWeights:
+    """Load a peft (``adapter_model.safetensors``) or mlx-lm (``adapters.safetensors``) folder."""
+    path = Path(path)
+    cfg_file = path / "adapter_config.json"
+    if not cfg_file.is_file():
+        raise AdapterError(f"{path} has no adapter_config.json; expected a peft or mlx-lm adapter folder")
+    config = json.loads(cfg_file.read_text())
+    if (path / "adapter_model.safetensors").is_file():
+        _check_peft_config(config, str(path))
+        tensors = read_safetensors((path / "adapter_model.safetensors").read_bytes())
+    elif (path / "adapters.safetensors").is_file():
+        if config.get("fine_tune_type", "lora") != "lora":
+            raise AdapterError(f"{path}: fine_tune_type {config.get('fine_tune_type')!r} is not supported (only 'lora')")
+        tensors = read_safetensors((path / "adapters.safetensors").read_bytes())
+    elif (path / "adapter_model.bin").exists():
+        raise AdapterError(f"{path} holds a pickle adapter_model.bin; re-save it with safetensors "
+                           "(peft: save_pretrained(..., safe_serialization=True))")
+    else:
+        raise AdapterError(f"{path} has no adapter_model.safetensors (peft) or adapters.safetensors (mlx-lm)")
+    return from_tensors(tensors, config=config)
+
+
+_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bf16", "F64": np.float64,
+           "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def read_safetensors(data: bytes) -> dict[str, np.ndarray]:
+    """Parse safetensors bytes into numpy (bfloat16 widened to float32).
+
+    Our own reader rather than ``mx.load`` so that parsing can run on any thread (MLX work must
+    stay on the engine thread) and so that malformed input yields one clear error.
+    """
+    bad = "body is not a valid safetensors file; send the bytes of a .safetensors file"
+    if len(data) < 8:
+        raise AdapterError(bad + " (too short)")
+    n = int.from_bytes(data[:8], "little")
+    if n <= 0 or 8 + n > len(data):
+        raise AdapterError(bad + " (bad header length)")
+    try:
+        header = json.loads(data[8 : 8 + n])
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise AdapterError(bad + " (header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise AdapterError(bad + " (header is not an object)")
+    body = memoryview(data)[8 + n :]
+    out = {}
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            dtype = _DTYPES[info["dtype"]]
+            shape = [int(s) for s in info["shape"]]
+            lo, hi = (int(o) for o in info["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise AdapterError(f"{bad} (tensor {key!r}: unsupported dtype or malformed entry)") from None
+        count = int(np.prod(shape)) if shape else 1
+        width = 2 if dtype == "bf16" else np.dtype(dtype).itemsize
+        if not 0 <= lo <= hi <= len(body) or hi - lo != count * width:
+            raise AdapterError(f"{bad} (tensor {key!r}: offsets do not match its shape)")
+        raw = body[lo:hi]
+        if dtype == "bf16":  # bfloat16 is the top half of a float32
+            arr = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            arr = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<"))
+        out[key] = arr.reshape(shape)
+    return out
+
+
+def safetensors_metadata(data: bytes) -> dict:
+    n = int.from_bytes(data[:8], "little")
+    return (json.loads(data[8 : 8 + n]).get("__metadata__") or {}) if len(data) >= 8 + n else {}
+
+
+def from_safetensors_bytes(data: bytes, scale: float | None = None) -> AdapterWeights:
+    """Parse uploaded safetensors bytes (peft or mlx-lm keys). Metadata may carry ``scale``, or
+    ``lora_alpha`` (and ``use_rslora``), as strings; an explicit ``scale`` argument wins."""
+    tensors = read_safetensors(data)
+    meta = safetensors_metadata(data)
+    config = {}
+    try:
+        if "lora_alpha" in meta:
+            config["lora_alpha"] = float(meta["lora_alpha"])
+            config["use_rslora"] = str(meta.get("use_rslora", "false")).lower() == "true"
+        if scale is None and "scale" in meta:
+            scale = float(meta["scale"])
+    except ValueError:
+        raise AdapterError("safetensors metadata 'scale'/'lora_alpha' must be numbers") from None
+    return from_tensors(tensors, scale=scale, config=config)
+
+
+def to_safetensors_bytes(weights: AdapterWeights) -> bytes:
+    """Serialise in mlx-lm key format with the scale in metadata (what the client uploads)."""
+    from safetensors.numpy import save
+
+    tensors = {}
+    for path, (a, b) in weights.modules.items():
+        tensors[f"{path}.lora_a"] = np.ascontiguousarray(a, dtype=np.float32)
+        tensors[f"{path}.lora_b"] = np.ascontiguousarray(b, dtype=np.float32)
+    return save(tensors, metadata={"scale": repr(weights.scale)})

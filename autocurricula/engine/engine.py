@@ -1,0 +1,515 @@
+"""The engine: one thread owns every MLX operation of the process.
+
+Callers on any thread submit generation requests, adapter loads/updates/unloads and arbitrary
+jobs (e.g. training steps) to the thread's queue and get ``concurrent.futures.Future``s (await
+them with ``asyncio.wrap_future``). Between two decode steps the thread runs queued jobs, admits
+new requests (prefilled together, then joined to the running batch) and drops finished rows, so
+rows of many players share every step (continuous batching) and adapters swap in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from autocurricula.engine.adapters import AdapterError, AdapterWeights, LoraSpec, check_name, load_folder
+from autocurricula.engine.sampling import SamplingParams
+from autocurricula.engine.slots import SlotTable
+
+log = logging.getLogger(__name__)
+
+
+class EngineDeadError(RuntimeError):
+    """The engine thread has stopped; create a new engine."""
+
+
+class UnknownPlayerError(KeyError):
+    """No adapter is loaded under this name."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else "unknown player"
+
+
+@dataclass
+class EngineConfig:
+    """Capacity and limits of one engine."""
+
+    max_slots: int = field(default=16, metadata={"help": "adapters resident at once; more players than this are LRU-evicted to host memory"})
+    max_batch: int = field(default=64, metadata={"help": "rows decoded together in one step"})
+    initial_rank: int = field(default=8, metadata={"help": "LoRA rank the stacks start with; grows to the largest adapter loaded (smaller ranks are zero-padded)"})
+    max_context: int | None = field(default=None, metadata={"help": "prompt + completion token limit; default: the model's max_position_embeddings (or 4096)"})
+    prefill_chunk: int = field(default=512, metadata={"help": "prompt tokens per prefill forward pass (bounds activation memory)"})
+    stuck_after_s: float = field(default=120.0, metadata={"help": "health reports the engine stuck when one step or job runs longer than this"})
+
+    def __post_init__(self):
+        for name in ("max_slots", "max_batch", "initial_rank", "prefill_chunk"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"EngineConfig.{name} must be a positive integer, got {v!r}")
+        if self.max_context is not None and self.max_context <= 1:
+            raise ValueError("EngineConfig.max_context must be > 1 (or None for the model's limit)")
+
+
+@dataclass
+class Completion:
+    """One finished generation. ``version_spans`` lists ``(start, end, version)`` over completion
+    token indices: more than one span means the adapter was hot-swapped mid-completion."""
+
+    request_id: str
+    player: str | None
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str  # "stop" | "length" | "cancelled"
+    adapter_version: int | None
+    version_spans: list[tuple[int, int, int | None]]
+
+    @property
+    def swapped(self) -> bool:
+        return len(self.version_spans) > 1
+
+
+@dataclass
+class TokenEvent:
+    """Streamed to ``on_token`` (on the engine thread: keep the callback cheap)."""
+
+    request_id: str
+    token_id: int
+    logprob: float
+    text: str  # new text since the previous event (may be "" while a character is incomplete)
+    version: int | None
+    finish_reason: str | None = None
+
+
+@dataclass
+class _Request:
+    id: str
+    prompt_ids: list[int]
+    player: str | None
+    params: SamplingParams
+    future: Future
+    on_token: Callable[[TokenEvent], None] | None
+    seed32: int
+    cancelled: bool = False
+
+
+@dataclass
+class _Row:
+    req: _Request
+    slot: int
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int | None] = field(default_factory=list)
+    emitted: int = 0  # characters of text already streamed
+    text: str = ""
+    finish: str | None = None
+
+
+class Engine:
+    """Multi-LoRA continuous-batching generator on one MLX thread.
+
+    ``model`` is a Hub id or local folder (loaded with ``mlx_lm.load`` on the engine thread) or an
+    already loaded mlx-lm model (then pass ``tokenizer``).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any = None, config: EngineConfig | None = None,
+                 name: str | None = None):
+        self.config = config or EngineConfig()
+        self.name = name or (str(model) if isinstance(model, (str, Path)) else "base")
+        self._queue: queue.Queue = queue.Queue()
+        self._pending: list[_Request] = []
+        self._rows: list[_Row] = []
+        self._cache = None
+        self._ids = itertools.count(1)
+        self._seed_rng = np.random.default_rng()
+        self._stop = False
+        self._error: BaseException | None = None
+        self._busy_since: float | None = None
+        self.slots = SlotTable(self.config.max_slots)
+        self.stats = {"steps": 0, "rows_stepped": 0, "tokens": 0, "prefill_tokens": 0, "completions": 0,
+                      "swaps_mid_request": 0, "failed": 0}
+        ready: Future = Future()
+        self._thread = threading.Thread(target=self._main, args=(model, tokenizer, ready),
+                                        name="autocurricula-engine", daemon=True)
+        self._thread.start()
+        ready.result()  # re-raises a load error in the caller
+
+    # ------------------------------------------------------------------ public API (any thread)
+    def submit(self, prompt: str | list[int], player: str | None = None, params: SamplingParams | None = None,
+               on_token: Callable[[TokenEvent], None] | None = None, request_id: str | None = None) -> Future:
+        """Queue one completion; returns a Future of :class:`Completion`.
+
+        Raises ``ValueError`` for a prompt that does not fit the context and ``UnknownPlayerError``
+        for a player that is not loaded (``player=None`` or the engine's name means the base model).
+        """
+        self._check_alive()
+        params = params or SamplingParams()
+        ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("prompt is empty; give at least one token")
+        if any(t < 0 or t >= self.vocab_size for t in ids):
+            raise ValueError(f"prompt token ids must be in [0, {self.vocab_size})")
+        if len(ids) + params.max_tokens > self.max_context:
+            raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the context "
+                             f"limit of {self.max_context} tokens; shorten the prompt or lower max_tokens")
+        if player == self.name:
+            player = None
+        if player is not None and player not in self.slots.records:
+            raise UnknownPlayerError(f"unknown player {player!r}; load its adapter first (loaded: {self.players()})")
+        seed = params.seed if params.seed is not None else int(self._seed_rng.integers(2**63))
+        req = _Request(request_id or f"cmpl-{next(self._ids)}", ids, player, params, Future(), on_token,
+                       (seed ^ (seed >> 32)) & 0xFFFFFFFF)
+        self._queue.put(("submit", req))
+        return req.future
+
+    def generate(self, prompt, player=None, params=None, **sampling) -> Completion:
+        """Blocking :meth:`submit`; keyword sampling args build :class:`SamplingParams`."""
+        return self.submit(prompt, player, params or SamplingParams(**sampling)).result()
+
+    async def agenerate(self, prompt, player=None, params=None, **sampling) -> Completion:
+        """Awaitable :meth:`submit` for asyncio code."""
+        return await asyncio.wrap_future(self.submit(prompt, player, params or SamplingParams(**sampling)))
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a queued or running request; its future resolves with ``finish_reason="cancelled"``."""
+        self._queue.put(("cancel", request_id))
+
+    def call(self, fn: Callable[..., Any], *args, **kwargs) -> Future:
+        """Run ``fn(*args, **kwargs)`` on the engine thread between two decode steps."""
+        self._check_alive()
+        fut: Future = Future()
+        self._queue.put(("job", (fn, args, kwargs), fut))
+        return fut
+
+    def load_adapter(self, name: str, source: str | Path | AdapterWeights | dict) -> int:
+        """Load or replace (hot-swap) a player's adapter; returns its new version.
+
+        ``source``: a peft or mlx-lm adapter folder, :class:`AdapterWeights`, or a dict of tensors
+        in peft or mlx-lm key format (with ``scale`` given as ``{"scale": s, "tensors": {...}}``).
+        """
+        check_name(name)
+        if name == self.name:
+            raise AdapterError(f"{name!r} is the base model's name; choose another player name")
+        if isinstance(source, (str, Path)):
+            weights = load_folder(source)
+        elif isinstance(source, AdapterWeights):
+            weights = source
+        else:
+            from autocurricula.engine.adapters import from_tensors
+
+            weights = from_tensors({k: np.asarray(v) for k, v in source["tensors"].items()}, scale=source.get("scale"))
+        weights.validate(self.linear_dims)
+        return self.call(self._install, name, weights).result()
+
+    update_adapter = load_adapter
+
+    def unload_adapter(self, name: str) -> None:
+        """Remove a player; rows already running finish with its weights first."""
+        if name not in self.slots.records:
+            raise UnknownPlayerError(f"unknown player {name!r}")
+        self.call(self._unload, name).result()
+
+    def players(self) -> list[str]:
+        return sorted(self.slots.records)
+
+    def adapter_info(self, name: str) -> dict:
+        rec = self.slots.records.get(name)
+        if rec is None:
+            raise UnknownPlayerError(f"unknown player {name!r}")
+        return {"name": name, "version": rec.version, "rank": rec.weights.rank, "scale": rec.weights.scale,
+                "resident": rec.slot is not None, "modules": len(rec.weights.modules)}
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text))
+
+    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+
+    def health(self) -> dict:
+        """``ok`` is False when the thread died or one step/job has run past ``stuck_after_s``."""
+        alive = self._thread.is_alive() and self._error is None
+        busy = self._busy_since
+        stuck = busy is not None and time.monotonic() - busy > self.config.stuck_after_s
+        return {"ok": alive and not stuck, "alive": alive, "stuck": stuck,
+                "error": repr(self._error) if self._error else None,
+                "running": len(self._rows), "queued": len(self._pending) + self._queue.qsize()}
+
+    @property
+    def occupancy(self) -> float:
+        """Mean rows per decode step over ``max_batch`` since start."""
+        return self.stats["rows_stepped"] / max(1, self.stats["steps"]) / self.config.max_batch
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._stop = True
+        self._queue.put(("wake",))
+        self._thread.join(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check_alive(self):
+        if self._error is not None or not self._thread.is_alive():
+            raise EngineDeadError(f"the engine thread is not running ({self._error!r})")
+
+    # ------------------------------------------------------------------ engine thread
+    def _main(self, model, tokenizer, ready: Future) -> None:
+        try:
+            self._setup(model, tokenizer)
+        except BaseException as exc:  # surfaced to the constructor
+            self._error = exc
+            ready.set_exception(exc)
+            return
+        ready.set_result(True)
+        try:
+            while not self._stop:
+                self._drain(block=not self._rows and not self._pending)
+                self._busy_since = time.monotonic()
+                self._admit()
+                if self._rows:
+                    self._step()
+                self._busy_since = None
+        except BaseException as exc:  # noqa: BLE001 - a dead engine must fail every waiter
+            log.exception("engine thread died")
+            self._error = exc
+            for row in self._rows:
+                row.req.future.set_exception(EngineDeadError(f"engine thread died: {exc!r}"))
+            for req in self._pending:
+                req.future.set_exception(EngineDeadError(f"engine thread died: {exc!r}"))
+            self._rows, self._pending = [], []
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                fut = item[1].future if item[0] == "submit" else (item[2] if item[0] == "job" else None)
+                if fut is not None:
+                    fut.set_exception(EngineDeadError(f"engine thread died: {exc!r}"))
+
+    def _setup(self, model, tokenizer) -> None:
+        import mlx.core as mx
+
+        from autocurricula.engine.lora import MultiLoRAModel, linear_dims
+        from autocurricula.engine.runner import make_batch_cache
+
+        if isinstance(model, (str, Path)):
+            from mlx_lm import load
+
+            model, tokenizer = load(str(model))
+        if tokenizer is None:
+            raise ValueError("pass the tokenizer together with an already loaded model")
+        self.model, self.tokenizer = model, tokenizer
+        make_batch_cache(model, [0])  # fails early for unsupported cache types
+        self.lora = MultiLoRAModel(model, self.config.max_slots + 1, self.config.initial_rank)
+        self.linear_dims = {p: linear_dims(m) for p, m in self.lora.linear_paths().items()}
+        args = getattr(model, "args", None)
+        limit = getattr(args, "max_position_embeddings", None) or 4096
+        self.max_context = self.config.max_context or int(limit)
+        self.vocab_size = int(getattr(args, "vocab_size", 0) or model(mx.zeros((1, 1), dtype=mx.int32)).shape[-1])
+        eos = getattr(tokenizer, "eos_token_ids", None) or {tokenizer.eos_token_id}
+        self.eos_ids = {int(e) for e in eos if e is not None}
+
+    def _drain(self, block: bool) -> None:
+        while True:
+            try:
+                item = self._queue.get(timeout=0.25) if block else self._queue.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            kind = item[0]
+            if kind == "submit":
+                self._pending.append(item[1])
+            elif kind == "cancel":
+                self._cancel(item[1])
+            elif kind == "job":
+                (fn, args, kwargs), fut = item[1], item[2]
+                if fut.set_running_or_notify_cancel():
+                    self._busy_since = time.monotonic()
+                    try:
+                        fut.set_result(fn(*args, **kwargs))
+                    except Exception as exc:  # the job's error belongs to its caller
+                        fut.set_exception(exc)
+                    finally:
+                        self._busy_since = None
+
+    def _cancel(self, request_id: str) -> None:
+        for req in list(self._pending):
+            if req.id == request_id:
+                self._pending.remove(req)
+                req.future.set_result(Completion(req.id, req.player, req.prompt_ids, [], [], "", "cancelled", None, []))
+        for row in self._rows:
+            if row.req.id == request_id:
+                row.req.cancelled = True
+
+    # adapters ----------------------------------------------------------
+    def _install(self, name: str, weights: AdapterWeights) -> int:
+        self.lora.ensure(list(weights.modules), weights.rank)
+        rec = self.slots.add(name, weights)
+        rec.deleted = False
+        if rec.slot is not None:
+            self._write_slot(rec)
+        return rec.version
+
+    def _unload(self, name: str) -> None:
+        rec = self.slots.records.get(name)
+        if rec is None:
+            return
+        rec.deleted = True
+        if rec.pins == 0:
+            self._drop(rec)
+
+    def _drop(self, rec) -> None:
+        slot = rec.slot
+        self.slots.remove(rec.name)
+        if slot is not None:
+            for layer in self.lora.layers.values():
+                layer.write_slot(slot, None, None, 0.0)
+
+    def _write_slot(self, rec) -> None:
+        import mlx.core as mx
+
+        w = rec.weights
+        for path, layer in self.lora.layers.items():
+            pair = w.modules.get(path)
+            if pair is None:
+                layer.write_slot(rec.slot, None, None, 0.0)
+            else:
+                layer.write_slot(rec.slot, mx.array(pair[0]), mx.array(pair[1]), w.scale)
+        mx.eval([(layer.lora_a, layer.lora_b) for layer in self.lora.layers.values()])
+        rec.loads += 1
+
+    # batching ----------------------------------------------------------
+    def _admit(self) -> None:
+        from autocurricula.engine.runner import prefill
+
+        room = self.config.max_batch - len(self._rows)
+        if room <= 0 or not self._pending:
+            return
+        admitted, waiting = [], []
+        for req in self._pending:
+            if len(admitted) >= room:
+                waiting.append(req)
+                continue
+            slot = 0
+            if req.player is not None:
+                rec = self.slots.records.get(req.player)
+                if rec is None or rec.deleted:
+                    req.future.set_exception(UnknownPlayerError(f"unknown player {req.player!r}"))
+                    continue
+                got = self.slots.acquire(req.player)
+                if got is None:  # every slot pinned by running rows: wait for one to finish
+                    waiting.append(req)
+                    continue
+                rec, needs_write = got
+                if needs_write:
+                    self._write_slot(rec)
+                slot = rec.slot
+            admitted.append(_Row(req, slot))
+        self._pending = waiting
+        if not admitted:
+            return
+        tokens, logprobs, cache = prefill(self, admitted)
+        self.stats["prefill_tokens"] += sum(len(r.req.prompt_ids) for r in admitted)
+        if self._cache is None:
+            self._cache = cache
+        else:
+            for mine, new in zip(self._cache, cache):
+                mine.extend(new)
+        self._rows.extend(admitted)
+        self._accept(admitted, tokens, logprobs)
+
+    def _step(self) -> None:
+        from autocurricula.engine.runner import decode_step
+
+        rows = self._rows
+        tokens, logprobs = decode_step(self, rows)
+        self.stats["steps"] += 1
+        self.stats["rows_stepped"] += len(rows)
+        self._accept(rows, tokens, logprobs)
+
+    def _accept(self, rows: list[_Row], tokens: np.ndarray, logprobs: np.ndarray) -> None:
+        """Append one sampled token per row, stream it, and retire rows that are done."""
+        for row, tok, lp in zip(rows, tokens.tolist(), logprobs.tolist()):
+            req, p = row.req, row.req.params
+            rec = self.slots.records.get(req.player) if req.player else None
+            row.tokens.append(tok)
+            row.logprobs.append(lp)
+            row.versions.append(rec.version if rec else None)
+            if rec and len(row.versions) > 1 and row.versions[-2] != row.versions[-1]:
+                self.stats["swaps_mid_request"] += 1
+            self.stats["tokens"] += 1
+            if req.cancelled:
+                row.finish = "cancelled"
+            elif tok in self.eos_ids and not p.ignore_eos:
+                row.finish = "stop"
+            elif len(row.tokens) >= p.max_tokens or len(req.prompt_ids) + len(row.tokens) >= self.max_context:
+                row.finish = "length"
+            if p.stop or req.on_token is not None:
+                row.text = self._decode(row.tokens)
+                for s in p.stop:
+                    cut = row.text.find(s, max(0, row.emitted - len(s)))
+                    if cut >= 0:
+                        row.text, row.finish = row.text[:cut], "stop"
+            if req.on_token is not None:
+                # hold back a trailing partial UTF-8 character (and a possible stop-string prefix)
+                safe = len(row.text) if row.finish else len(row.text.rstrip("\ufffd"))
+                if p.stop and not row.finish:
+                    safe = max(row.emitted, safe - max(len(s) for s in p.stop) + 1)
+                delta, row.emitted = row.text[row.emitted:safe], max(row.emitted, safe)
+                try:
+                    req.on_token(TokenEvent(req.id, tok, lp, delta, row.versions[-1], row.finish))
+                except Exception:  # a broken stream consumer must not kill the engine
+                    log.exception("on_token callback failed; cancelling %s", req.id)
+                    req.cancelled = True
+        done = [i for i, r in enumerate(self._rows) if r.finish]
+        if done:
+            self._retire(done)
+
+    def _decode(self, ids: list[int]) -> str:
+        ids = [t for t in ids if t not in self.eos_ids]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _retire(self, done: list[int]) -> None:
+        import mlx.core as mx
+
+        done_set = set(done)
+        keep = [i for i in range(len(self._rows)) if i not in done_set]
+        for i in done:
+            row = self._rows[i]
+            req = row.req
+            if not row.text or not (req.params.stop or req.on_token):
+                row.text = self._decode(row.tokens)
+            spans, start = [], 0
+            for j in range(1, len(row.versions) + 1):
+                if j == len(row.versions) or row.versions[j] != row.versions[start]:
+                    spans.append((start, j, row.versions[start]))
+                    start = j
+            req.future.set_result(Completion(req.id, req.player, req.prompt_ids, row.tokens, row.logprobs, row.text,
+                                             row.finish, row.versions[-1] if row.versions else None, spans))
+            self.stats["completions"] += 1
+            if req.player is not None:
+                self.slots.release(req.player)
+                rec = self.slots.records.get(req.player)
+                if rec is not None and rec.deleted and rec.pins == 0:
+                    self._drop(rec)
+        self._rows = [self._rows[i] for i in keep]
+        if not self._rows:
+            self._cache = None
+        else:
+            idx = mx.array(keep)
+            for c in self._cache:
+                c.filter(idx)

@@ -1,0 +1,69 @@
+"""The model maths of one engine step: batched prefill and decode over a left-padded KV cache.
+
+Runs only on the engine thread. Rows of different players share each forward pass; the
+multi-LoRA layers read each row's slot from the shared ``LoraContext``.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+from autocurricula.engine.sampling import sample
+
+
+def make_batch_cache(model, left_padding: list[int]) -> list:
+    """One ``BatchKVCache`` per layer; only plain attention caches can be batched this way."""
+    if hasattr(model, "make_cache"):
+        kinds = {type(c) for c in model.make_cache()}
+        if kinds - {KVCache}:
+            raise NotImplementedError(
+                f"the batched engine supports models whose layers use a plain KV cache; this model uses "
+                f"{sorted(k.__name__ for k in kinds)} (sliding-window / recurrent layers are not supported yet)")
+    return [BatchKVCache(list(left_padding)) for _ in model.layers]
+
+
+def _set_slots(engine, rows) -> None:
+    slots = [r.slot for r in rows]
+    engine.lora.ctx.slots = mx.array(slots, dtype=mx.uint32) if any(slots) else None
+
+
+def _sample_rows(engine, rows, logits: mx.array) -> tuple[np.ndarray, np.ndarray]:
+    params = [r.req.params for r in rows]
+    tokens, logprobs = sample(
+        logits,
+        temps=np.array([p.temperature for p in params], dtype=np.float32),
+        top_ps=np.array([p.top_p for p in params], dtype=np.float32),
+        top_ks=np.array([p.top_k for p in params], dtype=np.int32),
+        seeds=np.array([r.req.seed32 for r in rows], dtype=np.uint32),
+        positions=np.array([len(r.req.prompt_ids) + len(r.tokens) for r in rows], dtype=np.uint32),
+    )
+    mx.eval(tokens, logprobs)
+    return np.array(tokens), np.array(logprobs)
+
+
+def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, list]:
+    """Run the prompts of ``rows`` (left-padded) and sample each row's first token."""
+    prompts = [r.req.prompt_ids for r in rows]
+    width = max(len(p) for p in prompts)
+    pads = [width - len(p) for p in prompts]
+    tokens = mx.array(np.array([[0] * pad + p for pad, p in zip(pads, prompts)], dtype=np.int32))
+    cache = make_batch_cache(engine.model, pads)
+    _set_slots(engine, rows)
+    chunk = engine.config.prefill_chunk
+    for start in range(0, width - 1, chunk):  # all but the last token: only the cache is needed
+        stop = min(start + chunk, width - 1)
+        engine.model(tokens[:, start:stop], cache=cache)
+        mx.eval([c.state for c in cache])
+    logits = engine.model(tokens[:, width - 1 :], cache=cache)[:, -1, :]
+    out = _sample_rows(engine, rows, logits)
+    return out[0], out[1], cache
+
+
+def decode_step(engine, rows) -> tuple[np.ndarray, np.ndarray]:
+    """One token for every running row."""
+    last = mx.array(np.array([[r.tokens[-1]] for r in rows], dtype=np.int32))
+    _set_slots(engine, rows)
+    logits = engine.model(last, cache=engine._cache)[:, -1, :]
+    return _sample_rows(engine, rows, logits)

@@ -1,0 +1,104 @@
+"""Per-request sampling parameters and a vectorised per-row sampler.
+
+Seeded sampling must not depend on which other rows share the batch, so the random numbers of a
+row come from a counter-based hash of (request seed, token position, vocab index) instead of a
+shared generator: the same seed and prompt give the same completion alone or in a batch of 64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import numpy as np
+
+
+@dataclass
+class SamplingParams:
+    """How to sample one completion (OpenAI / vLLM names)."""
+
+    max_tokens: int = 64
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1 = off
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    ignore_eos: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = list(self.stop or [])
+        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens <= 0:
+            raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
+                and 0 <= self.temperature <= 100):
+            raise ValueError(f"temperature must be in [0, 100], got {self.temperature!r}")
+        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.top_k == -1:
+            self.top_k = 0
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be a non-negative integer (0 or -1 = off), got {self.top_k!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**63):
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if any(not isinstance(s, str) or not s for s in self.stop) or len(self.stop) > 16:
+            raise ValueError("stop must be up to 16 non-empty strings")
+
+
+def _fmix32(x: mx.array) -> mx.array:
+    # murmur3 finaliser: a cheap, well-mixed integer hash on uint32 lanes.
+    x = x ^ (x >> 16)
+    x = x * 0x85EBCA6B
+    x = x ^ (x >> 13)
+    x = x * 0xC2B2AE35
+    return x ^ (x >> 16)
+
+
+def row_uniforms(seeds: mx.array, positions: mx.array, vocab: int) -> mx.array:
+    """Uniforms in (0, 1) of shape (B, vocab), a pure function of (seed, position, index)."""
+    v = mx.arange(vocab, dtype=mx.uint32)[None, :]
+    h = _fmix32(seeds[:, None] ^ _fmix32(positions[:, None] * 0x9E3779B1 + 0x7F4A7C15))
+    x = _fmix32(h + v * 0x27D4EB2F)
+    return ((x >> 8).astype(mx.float32) + 0.5) * (1.0 / (1 << 24))
+
+
+def sample(logits: mx.array, temps: np.ndarray, top_ps: np.ndarray, top_ks: np.ndarray,
+           seeds: np.ndarray, positions: np.ndarray) -> tuple[mx.array, mx.array]:
+    """Sample one token per row; returns (tokens (B,), logprobs (B,)).
+
+    ``logprobs`` are log-softmax(logits / T) of the chosen token (T = 1 for greedy rows) before any
+    top-k/top-p truncation -- the same quantity trl computes for the policy, so importance ratios
+    against it are meaningful.
+    """
+    logits = logits.astype(mx.float32)
+    greedy = temps <= 0
+    t = mx.array(np.where(greedy, 1.0, temps).astype(np.float32))[:, None]
+    scaled = logits / t
+    logp = scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
+    if greedy.all():
+        tokens = mx.argmax(logits, axis=-1)
+    else:
+        masked = logp
+        vocab = logits.shape[-1]
+        if (top_ks > 0).any() or (top_ps < 1).any():
+            order = mx.argsort(-logp, axis=-1)
+            sorted_lp = mx.take_along_axis(logp, order, axis=-1)
+            keep = mx.ones(sorted_lp.shape, dtype=mx.bool_)
+            if (top_ks > 0).any():
+                k = mx.array(np.where(top_ks > 0, top_ks, vocab).astype(np.int32))[:, None]
+                keep = keep & (mx.arange(vocab)[None, :] < k)
+            if (top_ps < 1).any():
+                cum = mx.cumsum(mx.exp(sorted_lp), axis=-1)
+                # keep the smallest prefix whose mass reaches top_p (always at least one token)
+                keep = keep & ((cum - mx.exp(sorted_lp)) < mx.array(top_ps.astype(np.float32))[:, None])
+            inv = mx.argsort(order, axis=-1)
+            keep = mx.take_along_axis(keep, inv, axis=-1)
+            masked = mx.where(keep, logp, -mx.inf)
+        u = row_uniforms(mx.array(seeds.astype(np.uint32)), mx.array(positions.astype(np.uint32)), vocab)
+        gumbel = -mx.log(-mx.log(u))
+        drawn = mx.argmax(masked + gumbel, axis=-1)
+        tokens = mx.where(mx.array(greedy), mx.argmax(logits, axis=-1), drawn)
+    chosen = mx.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+    return tokens, chosen

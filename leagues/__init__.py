@@ -1,0 +1,1 @@
+"""League schedules for autocurricula: one module per schedule (entry/match rules)."""
