@@ -365,6 +365,7 @@ class Engine:
         return rec.version
 
     def _unload(self, name: str) -> None:
+        self._admit()  # requests queued before the unload still get the weights they asked for
         rec = self.slots.records.get(name)
         if rec is None:
             return
