@@ -9,6 +9,7 @@ The folder that ``build_tiny_model`` writes loads through the same code paths as
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -18,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 MARKER = "autocurricula_tiny.json"
-_FORMAT = 1  # bump whenever the bytes written change, so that cached models get rebuilt
+_ROPE_THETA = 10000.0
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
@@ -31,14 +32,14 @@ _SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_WORDS = (
+_WORDS = (  # plus random syllable words and numbers: enough merges for vocabularies up to ~64k
     "the of and to a in is it you that he was for on are with as I his they be at one have this "
     "from or had by word but what some we can out other were all there when up use your how said "
     "an each she which do their time if will way about many then them write would like so these "
     "her long make thing see him two has look more day could go come did number no most people my "
     "over know than call first who may down side been now find game player move plays wins loses "
     "draw board turn score round match league win lose yes again answer question think because "
-    "user assistant system hello world rock paper scissors left right up down red blue green X O"
+    "user assistant system hello world rock paper scissors left right red blue green X O"
 ).split()
 _SYLLABLES = "ka lo mi ra tu sen dor el ish an vor qu th ing er pla ce mo ve zi pe gu ny ox".split()
 
@@ -78,7 +79,8 @@ def build_tiny_model(
     """
     path = Path(path)
     spec = {
-        "format": _FORMAT,
+        # Any edit of this file invalidates cached models (a rebuild takes about a second).
+        "builder": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16],
         "model_type": model_type,
         "hidden_size": int(hidden_size),
         "num_layers": int(num_layers),
@@ -91,9 +93,10 @@ def build_tiny_model(
         "quantize_bits": int(quantize_bits) if quantize_bits else None,
     }
     _validate(spec)
-    if not overwrite and _read_marker(path) == spec:
+    if not overwrite and _is_complete(path, spec):
         return path
-    if path.exists() and not overwrite and _read_marker(path) is None and any(path.iterdir()):
+    foreign = path.exists() and (not path.is_dir() or any(path.iterdir()))
+    if foreign and not overwrite and _read_marker(path) is None:
         raise FileExistsError(f"{path} exists and is not a tiny model; pass overwrite=True")
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,6 +126,11 @@ def _validate(spec):
         raise ValueError("quantizing with group size 64 needs hidden/intermediate sizes % 64 == 0")
 
 
+def _is_complete(path, spec):
+    files = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+    return _read_marker(path) == spec and all((path / f).is_file() for f in files)
+
+
 def _read_marker(path):
     try:
         return json.loads((path / MARKER).read_text())
@@ -144,7 +152,9 @@ def _move_into_place(src, dst, spec):
     try:
         os.rename(src, dst)
     except OSError:
-        if _read_marker(dst) != spec:  # else a concurrent build of the same model won the race
+        if not _is_complete(dst, spec):  # else a concurrent build of the same model won
+            if old is not None and not dst.exists():
+                os.replace(old / "model", dst)
             raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
@@ -186,22 +196,16 @@ def _write_tokenizer(out, vocab_size, max_length):
     # (NFC, the split regex, ByteLevel without regex) keeps AutoTokenizer and tokenizer.json
     # in agreement. All 256 bytes are in the alphabet, so any text encodes (no unk token).
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(_SPLIT), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
+    split = pre_tokenizers.Split(Regex(_SPLIT), behavior="isolated")
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([split, byte_level])
     # A bare ByteLevel decoder makes mlx-lm pick its BPEStreamingDetokenizer, which drops the
     # leading space of the first token (" X" streams as "X"). Wrapped in a Sequence, mlx-lm uses
     # NaiveStreamingDetokenizer, which re-decodes with tokenizer.decode and so matches it exactly.
     tok.decoder = decoders.Sequence([decoders.ByteLevel()])
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=alphabet, show_progress=False)
     tok.train_from_iterator(_corpus(max(2000, 3 * vocab_size)), trainer)
     if tok.get_vocab_size() != vocab_size:
         raise ValueError(f"the built-in corpus only yields {tok.get_vocab_size()} tokens")
@@ -213,10 +217,7 @@ def _write_tokenizer(out, vocab_size, max_length):
     # "TokenizersBackend", which transformers 4 does not know.
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": None,
-        "unk_token": None,
-        **special,
-        **extra,
+        **{"bos_token": None, "unk_token": None, **special, **extra},
         "add_bos_token": False,
         "add_eos_token": False,
         # Keeps " ," intact, so decode() is an exact inverse of encode().
@@ -232,27 +233,18 @@ def _write_configs(out, spec):
 
     eos, pad = SPECIAL_TOKENS.index("<|im_end|>"), SPECIAL_TOKENS.index("<|endoftext|>")
     AutoConfig.for_model(
-        spec["model_type"],
-        hidden_size=spec["hidden_size"],
-        num_hidden_layers=spec["num_layers"],
-        num_attention_heads=spec["num_heads"],
-        num_key_value_heads=spec["num_kv_heads"],
-        intermediate_size=spec["intermediate_size"],
-        vocab_size=spec["vocab_size"],
-        max_position_embeddings=spec["max_position_embeddings"],
-        rope_theta=10000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
-        bos_token_id=None,
-        eos_token_id=eos,
-        pad_token_id=pad,
-        dtype="float32",
+        spec["model_type"], hidden_size=spec["hidden_size"], num_hidden_layers=spec["num_layers"],
+        num_attention_heads=spec["num_heads"], num_key_value_heads=spec["num_kv_heads"],
+        intermediate_size=spec["intermediate_size"], vocab_size=spec["vocab_size"],
+        max_position_embeddings=spec["max_position_embeddings"], rope_theta=_ROPE_THETA,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=None, eos_token_id=eos,
+        pad_token_id=pad, dtype="float32",
     ).save_pretrained(out)
     GenerationConfig(eos_token_id=[eos, pad], pad_token_id=pad).save_pretrained(out)
     config = json.loads((out / "config.json").read_text())
     # transformers 5 keeps rope_theta only inside rope_parameters; mlx-lm reads the top-level
     # key and silently falls back to its own default otherwise (1e6 for qwen2).
-    config["rope_theta"] = config.get("rope_parameters", {}).get("rope_theta", 10000.0)
+    config["rope_theta"] = _ROPE_THETA
     # mlx-lm's qwen2 defaults to tied embeddings, so never leave this implicit.
     config["tie_word_embeddings"] = False
     _write_json(out / "config.json", config)
@@ -267,7 +259,7 @@ def _init_weights(spec):
     q_dim, kv_dim = spec["num_heads"] * hd, spec["num_kv_heads"] * hd
 
     def normal(shape, std):
-        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
 
     def linear(n_out, n_in):
         # Fan-in scaling rather than HF's flat 0.02: at these widths 0.02 gives near-uniform

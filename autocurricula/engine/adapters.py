@@ -290,3 +290,34 @@ def to_safetensors_bytes(weights: AdapterWeights) -> bytes:
         tensors[f"{path}.lora_a"] = np.ascontiguousarray(a, dtype=np.float32)
         tensors[f"{path}.lora_b"] = np.ascontiguousarray(b, dtype=np.float32)
     return save(tensors, metadata={"scale": repr(weights.scale)})
+
+
+def write_mlx_folder(weights: AdapterWeights, path: str | Path, num_model_layers: int) -> Path:
+    """Write ``adapters.safetensors`` + ``adapter_config.json`` that ``mlx_lm.load(adapter_path=...)``
+    accepts. mlx-lm adapts the same modules (``keys``) in the last ``num_layers`` blocks, so the
+    adapter must cover such a tail with one rank."""
+    from safetensors.numpy import save_file
+
+    per_layer: dict[int, set[str]] = {}
+    for p in weights.modules:
+        m = re.match(r"^(?:.*\.)?layers\.(\d+)\.(.+)$", p)
+        if not m:
+            raise AdapterError(f"{p}: mlx-lm adapters can only adapt modules inside transformer blocks")
+        per_layer.setdefault(int(m.group(1)), set()).add(m.group(2))
+    keys = per_layer[max(per_layer)]
+    first = num_model_layers - len(per_layer)
+    if sorted(per_layer) != list(range(first, num_model_layers)) or any(v != keys for v in per_layer.values()):
+        raise AdapterError("mlx-lm format needs the same modules in each of the last N blocks; use the peft format")
+    if len({a.shape[1] for a, _ in weights.modules.values()}) != 1:
+        raise AdapterError("mlx-lm format needs one rank for all modules; use the peft format")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for p, (a, b) in weights.modules.items():
+        tensors[f"{p}.lora_a"] = np.ascontiguousarray(a, dtype=np.float32)
+        tensors[f"{p}.lora_b"] = np.ascontiguousarray(b, dtype=np.float32)
+    save_file(tensors, str(path / "adapters.safetensors"))
+    config = {"fine_tune_type": "lora", "num_layers": len(per_layer),
+              "lora_parameters": {"rank": weights.rank, "scale": weights.scale, "dropout": 0.0, "keys": sorted(keys)}}
+    (path / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    return path
