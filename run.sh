@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Linux or macOS machine:
+#   bash run.sh example   set up .venv, then run the main example offline on the built-in tiny model
+#   bash run.sh test      set up .venv, then run the test suite
+#   bash run.sh setup     only set up
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV="${AUTOCURRICULA_VENV:-.venv}"
+PY="$VENV/bin/python"
+
+setup() {
+  local python="${PYTHON:-python3}"
+  if [ ! -x "$PY" ]; then
+    "$python" -c 'import sys; assert sys.version_info >= (3, 10), "Python >= 3.10 needed"'
+    "$python" -m venv "$VENV"
+  fi
+  if [ ! -x "$VENV/bin/uv" ]; then
+    "$PY" -m pip install -q --disable-pip-version-check uv
+  fi
+  # uv does not read pip.conf: pass on its find-links (e.g. a local torch CPU wheel directory).
+  local extra=()
+  local links
+  links="$("$PY" -m pip config get global.find-links 2>/dev/null || true)"
+  for l in $links; do extra+=(--find-links "$l"); done
+  # constraints.txt pins torch to 2.13.0 so peft/trl never pull CUDA wheels on a CPU machine.
+  "$VENV/bin/uv" pip install -q --python "$PY" --compile-bytecode "${extra[@]}" \
+      -c constraints.txt -e ".[dev,hf,hub]"
+  if [ "$(uname -s)" = "Linux" ]; then fast_blas; fi
+  "$PY" -m autocurricula.cli env | grep -E '^(blas|gemm_gflops|device)'
+}
+
+# MLX's Linux CPU wheel ships a slow reference BLAS; autocurricula preloads OpenBLAS when present.
+fast_blas() {
+  if "$PY" -c 'import autocurricula._blas as b, sys; sys.exit(0 if b.preload()["library"] else 1)'; then return; fi
+  if command -v apt-get >/dev/null 2>&1; then
+    local sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo -n"; fi
+    if $sudo true 2>/dev/null; then
+      ($sudo apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1 \
+        || { $sudo apt-get update -qq >/dev/null 2>&1 && $sudo apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1; }) || true
+    fi
+  fi
+  if ! "$PY" -c 'import autocurricula._blas as b, sys; sys.exit(0 if b.preload()["library"] else 1)'; then
+    # PyPI route (needs the system's libgfortran.so.5)
+    "$VENV/bin/uv" pip install -q --python "$PY" cmeel-openblas || true
+  fi
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  example) setup; shift; "$PY" examples/engine_demo.py "$@" ;;
+  test) setup; shift; "$PY" -m pytest -q "$@" ;;
+  *) echo "usage: bash run.sh example|test|setup" >&2; exit 2 ;;
+esac
