@@ -10,11 +10,13 @@ rows of many players share every step (continuous batching) and adapters swap in
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import logging
 import queue
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,19 @@ from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.slots import SlotTable
 
 log = logging.getLogger(__name__)
+_LIVE: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown() -> None:
+    # MLX needs each thread's streams cleared before the interpreter finalises, or the process
+    # aborts at exit ("terminate called without an active exception"; mlx#4327).
+    for engine in list(_LIVE):
+        engine.close()
+    import sys
+
+    if "mlx.core" in sys.modules:
+        sys.modules["mlx.core"].clear_streams()
 
 
 class EngineDeadError(RuntimeError):
@@ -144,6 +159,7 @@ class Engine:
                                         name="autocurricula-engine", daemon=True)
         self._thread.start()
         ready.result()  # re-raises a load error in the caller
+        _LIVE.add(self)
 
     # ------------------------------------------------------------------ public API (any thread)
     def submit(self, prompt: str | list[int], player: str | None = None, params: SamplingParams | None = None,
@@ -268,6 +284,14 @@ class Engine:
 
     # ------------------------------------------------------------------ engine thread
     def _main(self, model, tokenizer, ready: Future) -> None:
+        try:
+            self._serve(model, tokenizer, ready)
+        finally:
+            import mlx.core as mx
+
+            mx.clear_streams()  # this thread's streams; see _shutdown
+
+    def _serve(self, model, tokenizer, ready: Future) -> None:
         try:
             self._setup(model, tokenizer)
         except BaseException as exc:  # surfaced to the constructor
