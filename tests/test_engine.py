@@ -245,3 +245,21 @@ def test_dead_engine_thread_is_reported(tiny_model_path):
     assert eng.health()["ok"] is False
     with pytest.raises(Exception, match="not running"):
         eng.submit("x")
+
+
+def test_numpy_and_mlx_samplers_agree():
+    from autocurricula.engine.sampling import sample, sample_np
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(6, 300)).astype(np.float32) * 3
+    args = dict(temps=np.array([0, 1, 0.7, 1.3, 1, 0.5], dtype=np.float32),
+                top_ps=np.array([1, 1, 0.9, 1, 0.5, 0.95], dtype=np.float32),
+                top_ks=np.array([0, 0, 0, 5, 0, 20], dtype=np.int32),
+                seeds=np.arange(6, dtype=np.uint32) * 7919, positions=np.arange(6, dtype=np.uint32) + 30)
+    t_mx, lp_mx = sample(mx.array(logits), **args)
+    t_np, lp_np = sample_np(logits, **args)
+    assert np.array(t_mx).tolist() == t_np.tolist()
+    np.testing.assert_allclose(np.array(lp_mx), lp_np, atol=1e-5)
+    # top-k restricts the draw: row 3 only ever picks from its 5 most likely tokens
+    picks = {int(sample_np(logits, **{**args, "positions": args["positions"] + i})[0][3]) for i in range(200)}
+    assert picks <= set(np.argsort(-logits[3])[:5].tolist()) and len(picks) > 1

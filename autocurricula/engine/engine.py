@@ -344,6 +344,7 @@ class Engine:
         limit = getattr(args, "max_position_embeddings", None) or 4096
         self.max_context = self.config.max_context or int(limit)
         self.vocab_size = int(getattr(args, "vocab_size", 0) or model(mx.zeros((1, 1), dtype=mx.int32)).shape[-1])
+        self.host_sampling = mx.default_device().type == mx.DeviceType.cpu
         eos = getattr(tokenizer, "eos_token_ids", None) or {tokenizer.eos_token_id}
         self.eos_ids = {int(e) for e in eos if e is not None}
 

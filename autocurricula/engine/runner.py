@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from autocurricula.engine.sampling import sample
+from autocurricula.engine.sampling import sample, sample_np
 
 
 def make_batch_cache(model, left_padding: list[int]) -> list:
@@ -31,14 +31,16 @@ def _set_slots(engine, rows) -> None:
 
 def _sample_rows(engine, rows, logits: mx.array) -> tuple[np.ndarray, np.ndarray]:
     params = [r.req.params for r in rows]
-    tokens, logprobs = sample(
-        logits,
+    args = dict(
         temps=np.array([p.temperature for p in params], dtype=np.float32),
         top_ps=np.array([p.top_p for p in params], dtype=np.float32),
         top_ks=np.array([p.top_k for p in params], dtype=np.int32),
         seeds=np.array([r.req.seed32 for r in rows], dtype=np.uint32),
         positions=np.array([len(r.req.prompt_ids) + len(r.tokens) for r in rows], dtype=np.uint32),
     )
+    if engine.host_sampling:  # CPU backend: logits already live in host memory
+        return sample_np(np.array(logits.astype(mx.float32)), **args)
+    tokens, logprobs = sample(logits, **args)
     mx.eval(tokens, logprobs)
     return np.array(tokens), np.array(logprobs)
 
