@@ -39,7 +39,7 @@ def _serve(args) -> None:
     from autocurricula.server import serve
 
     serve(args.model, host=args.host, port=args.port, api_key=args.api_key, max_slots=args.max_slots,
-          adapter_root=args.adapter_root)
+          adapter_root=args.adapter_root, served_model_name=args.served_model_name, max_batch=args.max_batch)
 
 
 def _bench(args) -> None:
@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every route but /health")
     s.add_argument("--max-slots", type=int, default=16, help="adapters resident at once (LRU beyond)")
     s.add_argument("--adapter-root", default=None, help="folder that /v1/load_lora_adapter paths must lie under")
+    s.add_argument("--served-model-name", default=None, help="the base model's name in the API (default: --model)")
+    s.add_argument("--max-batch", type=int, default=64, help="rows decoded together in one step")
     s.set_defaults(func=_serve)
 
     t = sub.add_parser("tiny-model", help="write the built-in tiny model (no download)")

@@ -410,13 +410,16 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
 
 
 def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, max_slots: int = 16,
-          adapter_root: str | None = None, max_tokens_limit: int | None = None) -> None:
-    """Load ``model`` (Hub id or folder) into an :class:`Engine` and serve it with uvicorn until stopped."""
+          adapter_root: str | None = None, max_tokens_limit: int | None = None,
+          served_model_name: str | None = None, max_batch: int = 64) -> None:
+    """Load ``model`` (Hub id or folder) into an :class:`Engine` and serve it with uvicorn until stopped.
+
+    ``served_model_name`` is the base model's name in the API (default: ``model`` as given)."""
     import uvicorn
 
     if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who can reach it can load adapters", host)
-    engine = Engine(model, config=EngineConfig(max_slots=max_slots))
+    engine = Engine(model, config=EngineConfig(max_slots=max_slots, max_batch=max_batch), name=served_model_name)
     try:
         app = create_app(engine, api_key=api_key, adapter_root=adapter_root, max_tokens_limit=max_tokens_limit)
         uvicorn.run(app, host=host, port=port)
