@@ -66,8 +66,10 @@ class MultiLoRALinear(nn.Module):
         if slots is None:
             return y
         # x: (B, L, in); slots: (B,) -> per-row (L, in) @ (in, R) @ (R, out)
-        h = mx.gather_mm(x.astype(self.lora_a.dtype), self.lora_a, rhs_indices=slots)
-        return y + mx.gather_mm(h, self.lora_b, rhs_indices=slots).astype(y.dtype)
+        if x.dtype != self.lora_a.dtype:
+            x = x.astype(self.lora_a.dtype)
+        delta = mx.gather_mm(mx.gather_mm(x, self.lora_a, rhs_indices=slots), self.lora_b, rhs_indices=slots)
+        return y + (delta if delta.dtype == y.dtype else delta.astype(y.dtype))
 
     def resize(self, slots: int, rank: int) -> None:
         """Grow (never shrink below content) the stacks, zero-padding new slots and rank columns."""
