@@ -4,26 +4,16 @@ import json
 
 import numpy as np
 import pytest
-from safetensors.numpy import save, save_file
+from safetensors.numpy import save
 
 import autocurricula  # noqa: F401
 from autocurricula.engine import AdapterError, AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams
+from helpers import write_peft
 from autocurricula.engine.adapters import (check_name, from_safetensors_bytes, load_folder, read_safetensors,
                                            to_safetensors_bytes, write_mlx_folder)
 
 DIMS = {f"model.layers.{i}.self_attn.{m}": (256, 256) for i in range(4) for m in ("q_proj", "v_proj")}
 
-
-def write_peft(path, weights: AdapterWeights, alpha, r, **extra):
-    path.mkdir(parents=True, exist_ok=True)
-    tensors = {}
-    for p, (a, b) in weights.modules.items():
-        tensors[f"base_model.model.{p}.lora_A.weight"] = np.ascontiguousarray(a.T)
-        tensors[f"base_model.model.{p}.lora_B.weight"] = np.ascontiguousarray(b.T)
-    save_file(tensors, str(path / "adapter_model.safetensors"))
-    cfg = {"peft_type": "LORA", "r": r, "lora_alpha": alpha, "target_modules": ["q_proj", "v_proj"], **extra}
-    (path / "adapter_config.json").write_text(json.dumps(cfg))
-    return path
 
 
 def test_peft_and_mlx_folders_load_to_the_same_weights(tmp_path):

@@ -1,10 +1,7 @@
 """HTTP client: retries with backoff, error classes, SSE parsing, and a round trip to a real server."""
 
 import asyncio
-import contextlib
 import json
-import socket
-import threading
 import time
 
 import httpx
@@ -16,6 +13,7 @@ from autocurricula.client import (AsyncClient, AuthError, BadRequestError, Clien
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
 from autocurricula.engine.adapters import to_safetensors_bytes
 from autocurricula.server import create_app
+from helpers import running_server
 
 KEY = "client-key"
 
@@ -127,25 +125,6 @@ def test_async_client_retries_and_raises():
 
 
 # ------------------------------------------------------------------ against a real server
-@contextlib.contextmanager
-def running_server(app):
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
 
 @pytest.fixture(scope="module")
 def served(tiny_model_path, tmp_path_factory):

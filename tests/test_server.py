@@ -1,11 +1,7 @@
 """HTTP server: OpenAI/vLLM compatibility, adapter routes, input errors, auth, health, cancellation."""
 
-import contextlib
 import json
 import re
-import socket
-import threading
-import time
 
 import httpx
 import numpy as np
@@ -17,6 +13,7 @@ import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
 from autocurricula.engine.adapters import to_safetensors_bytes
 from autocurricula.server import create_app
+from helpers import running_server, write_peft
 
 KEY = "test-key"
 GREEDY = {"temperature": 0, "ignore_eos": True}
@@ -40,26 +37,6 @@ def client(engine, root):
     with TestClient(create_app(engine, adapter_root=str(root), max_tokens_limit=256)) as c:
         yield c
 
-
-@contextlib.contextmanager
-def running_server(app):
-    """A real uvicorn server on a free 127.0.0.1 port, in a background thread."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @pytest.fixture(scope="module")
@@ -271,16 +248,6 @@ def test_bad_uploads(client, engine):
     error_of(put(client, "bob", good, scale="huge"), 400, "scale")
     assert "bob" not in [m["id"] for m in client.get("/v1/models").json()["data"]]
 
-
-def write_peft(folder, w: AdapterWeights, r=8, alpha=16):
-    folder.mkdir(parents=True, exist_ok=True)
-    tensors = {}
-    for path, (a, b) in w.modules.items():
-        tensors[f"base_model.model.{path}.lora_A.weight"] = np.ascontiguousarray(a.T)
-        tensors[f"base_model.model.{path}.lora_B.weight"] = np.ascontiguousarray(b.T)
-    save_file(tensors, str(folder / "adapter_model.safetensors"))
-    (folder / "adapter_config.json").write_text(json.dumps(
-        {"peft_type": "LORA", "r": r, "lora_alpha": alpha, "target_modules": ["q_proj", "v_proj"]}))
 
 
 def write_mlx(folder, w: AdapterWeights):

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autocurricula.engine.adapters import AdapterError, AdapterWeights, LoraSpec, check_name, load_folder
+from autocurricula.engine.adapters import AdapterError, AdapterWeights, check_name, load_folder
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.slots import SlotTable
 

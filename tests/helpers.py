@@ -1,0 +1,44 @@
+"""Shared test helpers (plain functions; fixtures live in conftest.py)."""
+
+import contextlib
+import json
+import socket
+import threading
+import time
+
+import numpy as np
+from safetensors.numpy import save_file
+
+
+@contextlib.contextmanager
+def running_server(app):
+    """A real uvicorn server on a free 127.0.0.1 port, in a background thread."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def write_peft(folder, weights, r=8, alpha=16, **config):
+    """Write ``weights`` (AdapterWeights) as a peft adapter folder with extra config fields."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for path, (a, b) in weights.modules.items():
+        tensors[f"base_model.model.{path}.lora_A.weight"] = np.ascontiguousarray(a.T)
+        tensors[f"base_model.model.{path}.lora_B.weight"] = np.ascontiguousarray(b.T)
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    cfg = {"peft_type": "LORA", "r": r, "lora_alpha": alpha, "target_modules": ["q_proj", "v_proj"], **config}
+    (folder / "adapter_config.json").write_text(json.dumps(cfg))
+    return folder
