@@ -1,0 +1,114 @@
+"""Configuration dataclasses. Field names follow trl's ``GRPOConfig`` and peft's ``LoraConfig`` so
+users can pass those objects directly (``coerce_grpo_config`` / ``LoraSpec.from_peft``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from autocurricula.engine.adapters import LoraSpec
+
+__all__ = ["GRPOConfig", "LoraSpec", "coerce_grpo_config", "coerce_lora_spec"]
+
+_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def _help(text: str, default):
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass
+class GRPOConfig:
+    """Policy-update settings, named as in ``trl.GRPOConfig`` (our own copy so trl is optional)."""
+
+    learning_rate: float = _help("AdamW learning rate of every player (per-player overrides via "
+                                 "Updater.step(lr={player: lr})). trl's 1e-6 targets full fine-tuning; "
+                                 "LoRA players usually want 1e-5..5e-4", 1e-4)
+    loss_type: str = _help("'grpo' (mean over tokens per sequence, then over sequences), 'bnpo' (mean over "
+                           "the tokens of the batch), 'dr_grpo' (sum / (sequences * max_completion_length)), "
+                           "'dapo' (sum / tokens of the whole generation batch; trl's default)", "dapo")
+    epsilon: float = _help("lower clip range: ratio >= 1 - epsilon", 0.2)
+    epsilon_high: float | None = _help("upper clip range: ratio <= 1 + epsilon_high (DAPO's clip-higher); "
+                                       "None = epsilon", None)
+    beta: float = _help("KL coefficient to the base model (the same weights with the adapter off); 0 = no KL "
+                        "term and no extra forward pass", 0.0)
+    importance_sampling_level: str = _help("'token' (PPO/GRPO ratio per token) or 'sequence' (GSPO: one "
+                                           "length-normalised ratio per sequence)", "token")
+    scale_rewards: str = _help("GRPO advantage scaling: 'group', 'batch' or 'none'", "group")
+    num_generations: int = _help("completions per group (used by leagues to size GRPO groups)", 8)
+    max_completion_length: int = _help("completion token limit; also dr_grpo's normaliser", 512)
+    mask_truncated_completions: bool = _help("drop completions cut by the token limit from the loss "
+                                             "(their reward is not about their text)", False)
+    temperature: float = _help("sampling temperature; logprobs are computed at this temperature", 1.0)
+    max_grad_norm: float | None = _help("clip each player's gradient to this global norm (None/0 = off)", 1.0)
+    weight_decay: float = _help("AdamW decoupled weight decay", 0.0)
+    adam_beta1: float = _help("AdamW beta1", 0.9)
+    adam_beta2: float = _help("AdamW beta2", 0.999)
+    adam_epsilon: float = _help("AdamW epsilon", 1e-8)
+    gradient_accumulation_steps: int = _help("kept for trl compatibility: micro-batches are formed by "
+                                             "max_tokens_per_microbatch and always accumulated into one step", 1)
+    max_tokens_per_microbatch: int = _help("padded tokens (rows x length) per forward/backward pass; bounds "
+                                           "activation memory whatever the number of players", 8192)
+    drop_zero_advantage: bool = _help("skip turns whose advantage is exactly 0 (no gradient signal)", True)
+    seed: int = _help("random seed", 42)
+
+    def __post_init__(self):
+        if self.loss_type not in _LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {_LOSS_TYPES}, got {self.loss_type!r}")
+        if self.importance_sampling_level not in ("token", "sequence"):
+            raise ValueError("importance_sampling_level must be 'token' or 'sequence'")
+        if self.scale_rewards not in ("group", "batch", "none"):
+            raise ValueError("scale_rewards must be 'group', 'batch' or 'none'")
+        if self.learning_rate < 0 or not self.epsilon > 0:
+            raise ValueError("learning_rate must be >= 0 and epsilon > 0")
+        if self.epsilon_high is not None and self.epsilon_high <= 0:
+            raise ValueError("epsilon_high must be > 0 (or None to use epsilon)")
+        if self.temperature <= 0:
+            raise ValueError("temperature must be > 0 for training (logprobs divide by it)")
+        if self.max_tokens_per_microbatch <= 0 or self.max_completion_length <= 0:
+            raise ValueError("max_tokens_per_microbatch and max_completion_length must be positive")
+
+    @property
+    def clip_high(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+
+def coerce_grpo_config(cfg) -> GRPOConfig:
+    """Our ``GRPOConfig`` from ``None``, ours, a ``trl.GRPOConfig`` or a dict with the same names."""
+    if cfg is None:
+        return GRPOConfig()
+    if isinstance(cfg, GRPOConfig):
+        return cfg
+    names = {f.name for f in fields(GRPOConfig)}
+    if isinstance(cfg, dict):
+        unknown = set(cfg) - names
+        if unknown:
+            raise ValueError(f"unknown GRPO settings {sorted(unknown)}; known: {sorted(names)}")
+        return GRPOConfig(**cfg)
+    values = {n: getattr(cfg, n) for n in names if hasattr(cfg, n)}
+    if isinstance(values.get("scale_rewards"), bool):  # older trl used a bool
+        values["scale_rewards"] = "group" if values["scale_rewards"] else "none"
+    if values.get("loss_type") not in _LOSS_TYPES:
+        raise ValueError(f"loss_type {values.get('loss_type')!r} from {type(cfg).__name__} is not supported here; "
+                         f"use one of {_LOSS_TYPES}")
+    return GRPOConfig(**values)
+
+
+def coerce_lora_spec(cfg) -> LoraSpec:
+    """``LoraSpec`` from ``None``, a ``LoraSpec``, a ``peft.LoraConfig`` or a dict with its names."""
+    if cfg is None:
+        return LoraSpec()
+    if isinstance(cfg, LoraSpec):
+        return cfg
+    unsupported = []
+    get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
+    if get("use_dora"):
+        unsupported.append("use_dora")
+    if get("modules_to_save"):
+        unsupported.append("modules_to_save")
+    if get("bias", "none") != "none":
+        unsupported.append(f"bias={get('bias')!r}")
+    if get("rank_pattern") or get("alpha_pattern"):
+        unsupported.append("rank_pattern/alpha_pattern")
+    if unsupported:
+        raise ValueError(f"unsupported LoraConfig settings: {', '.join(unsupported)} (plain LoRA only)")
+    return LoraSpec.from_peft(cfg)

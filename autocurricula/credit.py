@@ -1,0 +1,160 @@
+"""Turns and credit: from game outcomes to per-turn advantages. Pure Python, no MLX.
+
+Assigners:
+- GRPO (Shao et al., arXiv 2402.03300, as trl implements it): within a group, ``A = R - mean``,
+  divided by ``std + 1e-4`` (Bessel-corrected) when ``scale_rewards`` is "group" (std of the group)
+  or "batch" (std of all turns); "none" only centres. Differences from trl: a group is any set of
+  turns with the same key (not ``num_generations`` consecutive rows), a group of one gets A = 0
+  instead of NaN, and keys are hierarchical: a turn is only compared with turns of its own
+  ``level`` and ``parent`` (nested games, as in the Legos / Self-Play Engine designs).
+- RAE (SPIRAL, arXiv 2506.24119): one EMA baseline per (game, role): ``A = R - b`` with ``b`` read
+  before the update ``b <- alpha * b + (1 - alpha) * R``, alpha = 0.95, b0 = 0. SPIRAL updates per
+  trajectory; so do we (once per (game instance, role, player) episode, in first-seen order, all
+  turns of that episode share its advantage). Option: one baseline per player as well.
+- constant: ``A = R``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+
+@dataclass
+class Turn:
+    """One generation a trainable player made in a game, plus (once the game ends) its reward."""
+
+    player: str
+    game_id: str
+    role: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]  # the sampler's, one per completion token
+    version: int | None = None  # adapter version that produced it
+    game: str = "game"  # the game's name (RAE baselines are per game and role)
+    reward: float | None = None
+    group: str | None = None  # GRPO group key, e.g. same prompt / same game seed
+    level: int = 0  # nesting depth of the (sub-)game that produced the turn
+    parent: str | None = None  # id of the enclosing game for nested games
+    truncated: bool = False  # cut by max_tokens (no eos) or unparseable
+    advantage: float | None = None
+
+    def __post_init__(self):
+        if len(self.logprobs) != len(self.completion_ids):
+            raise ValueError(f"turn of {self.player}: {len(self.logprobs)} logprobs for "
+                             f"{len(self.completion_ids)} completion tokens; they must match one to one")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _key(turn: Turn) -> tuple:
+    # hierarchical: compare only within the same level and parent; the group key (or the role when
+    # no group is given) splits further
+    return (turn.level, turn.parent, turn.group if turn.group is not None else f"role:{turn.role}")
+
+
+def _std(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def _rewards(turns: list[Turn]) -> list[float]:
+    missing = [t for t in turns if t.reward is None]
+    if missing:
+        raise ValueError(f"{len(missing)} turns have no reward (e.g. {missing[0].player} in game "
+                         f"{missing[0].game_id}); assign rewards when the game ends")
+    bad = [t for t in turns if not math.isfinite(t.reward)]
+    if bad:
+        raise ValueError(f"non-finite reward {bad[0].reward} for {bad[0].player} in game {bad[0].game_id}")
+    return [float(t.reward) for t in turns]
+
+
+def grpo_advantages(turns: list[Turn], scale_rewards: str = "group", eps: float = 1e-4) -> list[float]:
+    """GRPO advantages, one per turn (see module docstring)."""
+    if scale_rewards not in ("group", "batch", "none"):
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+    rewards = _rewards(turns)
+    groups: dict[tuple, list[int]] = {}
+    for i, t in enumerate(turns):
+        groups.setdefault(_key(t), []).append(i)
+    batch_std = _std(rewards)
+    out = [0.0] * len(turns)
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue  # nothing to compare with
+        vals = [rewards[i] for i in idx]
+        mean = sum(vals) / len(vals)
+        std = _std(vals) if scale_rewards == "group" else batch_std
+        for i in idx:
+            a = rewards[i] - mean
+            out[i] = a / (std + eps) if scale_rewards != "none" else a
+    return out
+
+
+def constant_advantages(turns: list[Turn]) -> list[float]:
+    return _rewards(turns)
+
+
+@dataclass
+class RAE:
+    """Role-conditioned advantage estimation with EMA baselines; ``state_dict`` is JSON-able."""
+
+    alpha: float = 0.95
+    per_player: bool = False
+    baselines: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not 0 <= self.alpha < 1:
+            raise ValueError(f"RAE alpha must be in [0, 1), got {self.alpha}")
+
+    def key(self, turn: Turn) -> str:
+        parts = [turn.game, turn.role] + ([turn.player] if self.per_player else [])
+        return "|".join(parts)
+
+    def advantages(self, turns: list[Turn]) -> list[float]:
+        """Advantages for ``turns`` and the baseline updates they imply, episode by episode."""
+        rewards = _rewards(turns)
+        episodes: dict[tuple, list[int]] = {}
+        for i, t in enumerate(turns):
+            episodes.setdefault((t.game_id, t.level, t.parent, t.role, t.player), []).append(i)
+        out = [0.0] * len(turns)
+        for idx in episodes.values():
+            first = turns[idx[0]]
+            r = rewards[idx[0]]
+            k = self.key(first)
+            b = self.baselines.get(k, 0.0)  # read before the update
+            for i in idx:
+                out[i] = rewards[i] - b
+            self.baselines[k] = self.alpha * b + (1 - self.alpha) * r
+        return out
+
+    def state_dict(self) -> dict:
+        return {"alpha": self.alpha, "per_player": self.per_player, "baselines": dict(self.baselines)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.alpha = float(state["alpha"])
+        self.per_player = bool(state["per_player"])
+        self.baselines = {str(k): float(v) for k, v in state["baselines"].items()}
+
+
+def assign_credit(turns: Iterable[Turn], method: str = "grpo", *, scale_rewards: str = "group",
+                  rae: RAE | None = None) -> list[Turn]:
+    """Set ``turn.advantage`` for every turn; ``method`` is "grpo", "rae" or "constant"."""
+    turns = list(turns)
+    if method == "grpo":
+        adv = grpo_advantages(turns, scale_rewards)
+    elif method == "rae":
+        if rae is None:
+            raise ValueError("method='rae' needs the RAE state (rae=RAE()) so baselines persist across calls")
+        adv = rae.advantages(turns)
+    elif method == "constant":
+        adv = constant_advantages(turns)
+    else:
+        raise ValueError(f"unknown credit method {method!r}; use 'grpo', 'rae' or 'constant'")
+    for t, a in zip(turns, adv):
+        t.advantage = float(a)
+    return turns

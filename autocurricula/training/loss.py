@@ -1,0 +1,88 @@
+"""The clipped policy-gradient loss of GRPO and its variants, as trl computes it, in MLX.
+
+Per token: ``ratio = exp(logp - old_logp)`` (or, with ``importance_sampling_level="sequence"``,
+GSPO's length-normalised sequence ratio, arXiv 2507.18071), ``loss = -min(ratio * A,
+clip(ratio, 1 - eps, 1 + eps_high) * A)`` plus ``beta * KL`` with trl's k3 estimator
+``exp(ref - logp) - (ref - logp) - 1``. The loss-type normalisations (grpo, bnpo, dr_grpo, dapo)
+are folded into per-token weights (``token_weights``) computed once per player over its whole
+batch, so splitting a batch into micro-batches, or many players into one fused pass, gives the
+same gradients as one pass per player.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+
+def token_weights(lengths: list[int], masked: list[bool], loss_type: str, max_completion_length: int) -> list[float]:
+    """Weight of each token of each sequence (one value per sequence: all its tokens share it).
+
+    ``masked`` sequences (e.g. truncated ones under ``mask_truncated_completions``) get 0 but still
+    count where trl counts them (grpo and dr_grpo average over all rows).
+    """
+    n_seq = len(lengths)
+    live_tokens = sum(n for n, m in zip(lengths, masked) if not m)
+    out = []
+    for n, m in zip(lengths, masked):
+        if m or n == 0:
+            out.append(0.0)
+        elif loss_type == "grpo":
+            out.append(1.0 / (n_seq * n))
+        elif loss_type in ("bnpo", "dapo"):
+            out.append(1.0 / max(1, live_tokens))
+        elif loss_type == "dr_grpo":
+            out.append(1.0 / (n_seq * max_completion_length))
+        else:
+            raise ValueError(f"unknown loss_type {loss_type!r}")
+    return out
+
+
+def policy_loss(logp: mx.array, old_logp: mx.array, adv: mx.array, weights: mx.array, mask: mx.array,
+                epsilon: float, epsilon_high: float, beta: float = 0.0, ref_logp: mx.array | None = None,
+                sequence_level: bool = False) -> tuple[mx.array, dict]:
+    """Weighted clipped loss over (rows, T) token arrays; ``adv`` is (rows,), ``weights`` (rows, T)
+    already include the mask and the loss-type normalisation. Returns (loss, metrics)."""
+    log_ratio = logp - old_logp
+    if sequence_level:
+        n = mx.maximum(mask.sum(axis=-1, keepdims=True), 1.0)
+        log_ratio = (log_ratio * mask).sum(axis=-1, keepdims=True) / n
+    coef_1 = mx.exp(log_ratio)
+    coef_2 = mx.clip(coef_1, 1 - epsilon, 1 + epsilon_high)
+    a = adv[:, None]
+    per_token = -mx.minimum(coef_1 * a, coef_2 * a)
+    kl = None
+    if beta:
+        d = ref_logp - logp
+        kl = mx.exp(d) - d - 1
+        per_token = per_token + beta * kl
+    loss = (per_token * weights).sum()
+    clipped = ((coef_1 < 1 - epsilon) & (a < 0)) | ((coef_1 > 1 + epsilon_high) & (a > 0))
+    metrics = {"clip_ratio": (clipped * mask).sum(), "tokens": mask.sum()}
+    if kl is not None:
+        metrics["kl_sum"] = (kl * mask).sum()
+    return loss, metrics
+
+
+def policy_loss_reference(logp, old_logp, adv, mask, lengths_mask_type, epsilon, epsilon_high, beta=0.0,
+                          ref_logp=None, sequence_level=False, max_completion_length=None) -> float:
+    """NumPy transcription of trl's ``compute_loss`` for one player's batch (tests compare to it)."""
+    logp, old_logp, mask = np.asarray(logp, np.float64), np.asarray(old_logp, np.float64), np.asarray(mask, np.float64)
+    adv = np.asarray(adv, np.float64)[:, None]
+    log_ratio = logp - old_logp
+    if sequence_level:
+        log_ratio = ((log_ratio * mask).sum(-1) / np.maximum(mask.sum(-1), 1.0))[:, None]
+    coef_1 = np.exp(log_ratio)
+    coef_2 = np.clip(coef_1, 1 - epsilon, 1 + epsilon_high)
+    ptl = -np.minimum(coef_1 * adv, coef_2 * adv)
+    if beta:
+        d = np.asarray(ref_logp, np.float64) - logp
+        ptl = ptl + beta * (np.exp(d) - d - 1)
+    ptl = np.broadcast_to(ptl, mask.shape)
+    if lengths_mask_type == "grpo":
+        return float(((ptl * mask).sum(-1) / np.maximum(mask.sum(-1), 1.0)).mean())
+    if lengths_mask_type in ("bnpo", "dapo"):
+        return float((ptl * mask).sum() / max(mask.sum(), 1.0))
+    if lengths_mask_type == "dr_grpo":
+        return float((ptl * mask).sum() / (mask.shape[0] * max_completion_length))
+    raise ValueError(lengths_mask_type)

@@ -1,0 +1,66 @@
+"""AdamW per player, matching ``torch.optim.AdamW`` (decoupled weight decay, bias correction).
+
+MLX's ``optim.Adam`` defaults to ``bias_correction=False``, unlike torch, so we keep our own: each
+player has its own moments and step count, and only players present in a step are touched, so an
+absent or frozen player's weights and moments stay bit-identical.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+
+@dataclass
+class AdamWState:
+    """One player's moments (host copies, ``path -> (m_a, v_a, m_b, v_b)``) and step count."""
+
+    step: int = 0
+    moments: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def save(self, folder: str | Path) -> None:
+        """``optimizer.safetensors`` + ``optimizer.json`` (no pickle)."""
+        from safetensors.numpy import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {}
+        for path, (ma, va, mb, vb) in self.moments.items():
+            tensors.update({f"{path}.m_a": ma, f"{path}.v_a": va, f"{path}.m_b": mb, f"{path}.v_b": vb})
+        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(folder / "optimizer.safetensors"))
+        (folder / "optimizer.json").write_text(json.dumps({"step": self.step, "type": "adamw"}))
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "AdamWState":
+        from safetensors.numpy import load_file
+
+        folder = Path(folder)
+        meta = json.loads((folder / "optimizer.json").read_text())
+        flat = load_file(str(folder / "optimizer.safetensors"))
+        moments = {}
+        for key in flat:
+            path, kind = key.rsplit(".", 1)
+            if kind == "m_a":
+                moments[path] = (flat[key], flat[f"{path}.v_a"], flat[f"{path}.m_b"], flat[f"{path}.v_b"])
+        return cls(step=int(meta["step"]), moments=moments)
+
+
+def adamw(p: mx.array, g: mx.array, m: mx.array, v: mx.array, lr, step, beta1: float, beta2: float,
+          eps: float, weight_decay: float) -> tuple[mx.array, mx.array, mx.array]:
+    """One torch-AdamW update of stacked parameters; ``lr`` and ``step`` hold one value per stack
+    entry (axis 0). Scalar factors are computed in float64 on the host, as torch does in Python."""
+    lr = np.asarray(lr, np.float64)
+    t = np.asarray(step, np.float64)
+    shape = (-1,) + (1,) * (p.ndim - 1)
+    decay = mx.array((1 - lr * weight_decay).astype(np.float32)).reshape(shape)
+    step_size = mx.array((lr / (1 - beta1**t)).astype(np.float32)).reshape(shape)
+    bc2_sqrt = mx.array(np.sqrt(1 - beta2**t).astype(np.float32)).reshape(shape)
+    p = p * decay
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * mx.square(g)
+    denom = mx.sqrt(v) / bc2_sqrt + eps
+    return p - step_size * (m / denom), m, v

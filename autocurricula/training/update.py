@@ -1,0 +1,270 @@
+"""The fused multi-player update: one forward/backward over rows of many players.
+
+Each step stacks the participating players' adapters (``A: (P, in, R)``, ``B: (P, R, out)``,
+zero-padded to the largest rank) into the engine's multi-LoRA layers, routes every row to its
+player's entry, and differentiates the weighted loss with respect to the stacks only (the base
+weights are shared with inference and never copied). A player's gradient comes only from its own
+rows, per-player clipping and AdamW follow, so the result equals one step per player; players
+not in the step are not touched at all. The step runs as a job on the engine's MLX thread and the
+new adapter versions are live for the next decode step; remote servers get them by upload.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from autocurricula.config import GRPOConfig, coerce_grpo_config
+from autocurricula.credit import Turn
+from autocurricula.engine.adapters import AdapterWeights
+from autocurricula.training.loss import policy_loss, token_weights
+from autocurricula.training.optim import AdamWState, adamw
+
+
+@dataclass
+class _Row:
+    player: int
+    ids: list[int]
+    start: int  # index of the first completion token in ids
+    n: int
+    adv: float
+    old: list[float]
+    weight: float
+
+
+def _body_and_head(model):
+    """(hidden-state function, LM head) for mlx-lm models, so logits are computed only at
+    completion positions; ``None`` falls back to the full forward."""
+    inner = getattr(model, "model", None)
+    if inner is None or not callable(inner):
+        return None
+    if getattr(model, "lm_head", None) is not None:
+        return inner, model.lm_head
+    embed = getattr(inner, "embed_tokens", None)
+    if embed is not None and hasattr(embed, "as_linear"):
+        return inner, embed.as_linear
+    return None
+
+
+def completion_logprobs(model, ids: mx.array, pos: mx.array, tgt: mx.array, temperature: float) -> mx.array:
+    """Log-probabilities (rows, T) of tokens ``tgt`` predicted from positions ``pos`` of ``ids``."""
+    split = _body_and_head(model)
+    if split is None:
+        logits = mx.take_along_axis(model(ids), pos[..., None], axis=1)
+    else:
+        body, head = split
+        hidden = mx.take_along_axis(body(ids), pos[..., None], axis=1)
+        logits = head(hidden)
+    logits = logits.astype(mx.float32) / temperature
+    picked = mx.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0]
+    return picked - mx.logsumexp(logits, axis=-1)
+
+
+class Updater:
+    """Policy updates of the players loaded in ``engine`` from their :class:`~autocurricula.credit.Turn`s.
+
+    ``remotes``: :class:`~autocurricula.client.Client`s of servers that also serve these players;
+    every step uploads the new weights to them (hot-swap there too).
+    """
+
+    def __init__(self, engine, config: GRPOConfig | None = None, remotes=()):
+        self.engine = engine
+        self.config = coerce_grpo_config(config)
+        self.remotes = list(remotes)
+        self.optim: dict[str, AdamWState] = {}
+        self.steps = 0
+
+    # -------------------------------------------------------------- public (any thread but the engine's)
+    def step(self, turns: list[Turn], lr: dict[str, float] | None = None, skip=()) -> dict:
+        """One update of every player with turns (except those in ``skip``, e.g. frozen snapshots).
+        ``lr`` overrides the learning rate per player. Returns metrics."""
+        metrics, new = self.engine.call(self._step, list(turns), dict(lr or {}), set(skip)).result()
+        for client in self.remotes:
+            for name, weights in new.items():
+                client.upload_adapter(name, weights)
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"steps": self.steps}
+
+    # -------------------------------------------------------------- engine thread
+    def _rows(self, turns: list[Turn], names: list[str]) -> list[_Row]:
+        cfg = self.config
+        index = {n: i for i, n in enumerate(names)}
+        rows = []
+        for name in names:
+            mine = [t for t in turns if t.player == name]
+            masked = [cfg.mask_truncated_completions and t.truncated for t in mine]
+            weights = token_weights([len(t.completion_ids) for t in mine], masked, cfg.loss_type,
+                                    cfg.max_completion_length)
+            for t, w in zip(mine, weights):
+                if t.advantage is None:
+                    raise ValueError(f"turn of {name} in game {t.game_id} has no advantage; run assign_credit first")
+                # zero weight, or zero advantage without a KL term, contributes nothing: skip the compute
+                if w == 0 or (cfg.drop_zero_advantage and cfg.beta == 0 and t.advantage == 0):
+                    continue
+                rows.append(_Row(index[name], list(t.prompt_ids) + list(t.completion_ids), len(t.prompt_ids),
+                                 len(t.completion_ids), float(t.advantage), list(t.logprobs), w))
+        return rows
+
+    def _microbatches(self, rows: list[_Row]) -> list[list[_Row]]:
+        budget = self.config.max_tokens_per_microbatch
+        batches, cur, width = [], [], 0
+        for row in sorted(rows, key=lambda r: -len(r.ids)):
+            w = max(width, len(row.ids) - 1)
+            if cur and w * (len(cur) + 1) > budget:
+                batches.append(cur)
+                cur, w = [], len(row.ids) - 1
+            cur.append(row)
+            width = w
+        if cur:
+            batches.append(cur)
+        return batches
+
+    def _arrays(self, batch: list[_Row]) -> dict:
+        width = max(len(r.ids) for r in batch) - 1
+        t_max = max(r.n for r in batch)
+        ids = np.zeros((len(batch), width), np.int32)
+        pos = np.zeros((len(batch), t_max), np.int32)
+        tgt = np.zeros((len(batch), t_max), np.int32)
+        mask = np.zeros((len(batch), t_max), np.float32)
+        old = np.zeros((len(batch), t_max), np.float32)
+        for i, r in enumerate(batch):
+            ids[i, : len(r.ids) - 1] = r.ids[:-1]
+            pos[i, : r.n] = np.arange(r.start - 1, r.start - 1 + r.n)
+            tgt[i, : r.n] = r.ids[r.start :]
+            mask[i, : r.n] = 1
+            old[i, : r.n] = r.old
+        return {"ids": mx.array(ids), "pos": mx.array(pos), "tgt": mx.array(tgt), "mask": mx.array(mask),
+                "old": mx.array(old), "adv": mx.array([r.adv for r in batch], dtype=mx.float32),
+                "w": mx.array(mask * np.array([[r.weight] for r in batch], np.float32)),
+                "slots": mx.array([r.player for r in batch], dtype=mx.uint32)}
+
+    def _step(self, turns: list[Turn], lr: dict, skip: set) -> tuple[dict, dict]:
+        cfg, engine = self.config, self.engine
+        turns = [t for t in turns if t.player not in skip]
+        names = sorted({t.player for t in turns})
+        unknown = [n for n in names if n not in engine.slots.records]
+        if unknown:
+            raise ValueError(f"turns of players with no adapter loaded: {unknown}")
+        if not names:
+            return {"players": 0, "rows": 0}, {}
+        weights = {n: engine.slots.records[n].weights for n in names}
+        paths = sorted({p for w in weights.values() for p in w.modules})
+        rank = max(w.rank for w in weights.values())
+        engine.lora.ensure(paths, rank)
+        params = self._stack_params(names, weights, paths, rank)
+        scales = mx.array([weights[n].scale for n in names], dtype=mx.float32)[:, None, None]
+        rows = self._rows(turns, names)
+        layers = engine.lora.layers
+        saved = {p: (layer.lora_a, layer.lora_b) for p, layer in layers.items()}
+        grads, totals = None, {"loss": 0.0, "tokens": 0.0, "clip": 0.0, "kl": 0.0}
+
+        def loss_fn(params, batch):
+            for p, layer in layers.items():
+                if p in params:
+                    layer.lora_a, layer.lora_b = params[p]["a"], params[p]["b"] * scales
+                else:  # a module none of these players adapts: all-zero entries
+                    layer.lora_a = mx.zeros((len(names), layer.in_dims, 1), layer.lora_a.dtype)
+                    layer.lora_b = mx.zeros((len(names), 1, layer.out_dims), layer.lora_b.dtype)
+            engine.lora.ctx.slots = batch["slots"]
+            logp = completion_logprobs(engine.model, batch["ids"], batch["pos"], batch["tgt"], cfg.temperature)
+            return policy_loss(logp, batch["old"], batch["adv"], batch["w"], batch["mask"], cfg.epsilon,
+                               cfg.clip_high, cfg.beta, batch.get("ref"), cfg.importance_sampling_level == "sequence")
+
+        grad_fn = mx.value_and_grad(loss_fn)
+        try:
+            for mb in self._microbatches(rows):
+                batch = self._arrays(mb)
+                if cfg.beta:
+                    engine.lora.ctx.slots = None  # the base model: same weights, adapter off
+                    batch["ref"] = mx.stop_gradient(completion_logprobs(
+                        engine.model, batch["ids"], batch["pos"], batch["tgt"], cfg.temperature))
+                (loss, m), g = grad_fn(params, batch)
+                grads = g if grads is None else {p: {k: grads[p][k] + g[p][k] for k in ("a", "b")} for p in g}
+                mx.eval(loss, m, grads)
+                totals["loss"] += loss.item()
+                totals["tokens"] += m["tokens"].item()
+                totals["clip"] += m["clip_ratio"].item()
+                totals["kl"] += m.get("kl_sum", mx.array(0.0)).item()
+        finally:
+            for p, (a, b) in saved.items():
+                layers[p].lora_a, layers[p].lora_b = a, b
+            engine.lora.ctx.slots = None
+        metrics = {"players": len(names), "rows": len(rows), "loss": totals["loss"], "tokens": int(totals["tokens"]),
+                   "clip_ratio": totals["clip"] / max(1.0, totals["tokens"]),
+                   "kl": totals["kl"] / max(1.0, totals["tokens"]) if cfg.beta else 0.0}
+        if grads is None:
+            return metrics, {}
+        norms = self._clip(grads)
+        new = self._apply(names, weights, paths, params, grads, lr)
+        for n in names:
+            metrics[f"grad_norm/{n}"] = float(norms[names.index(n)])
+            metrics[f"version/{n}"] = engine._install(n, new[n])
+        self.steps += 1
+        return metrics, new
+
+    def _stack_params(self, names, weights, paths, rank) -> dict:
+        params = {}
+        for p in paths:
+            din, dout = self.engine.linear_dims[p]
+            a = np.zeros((len(names), din, rank), np.float32)
+            b = np.zeros((len(names), rank, dout), np.float32)
+            for i, n in enumerate(names):
+                pair = weights[n].modules.get(p)
+                if pair is not None:
+                    r = pair[0].shape[1]
+                    a[i, :, :r], b[i, :r, :] = pair
+            params[p] = {"a": mx.array(a), "b": mx.array(b)}
+        return params
+
+    def _clip(self, grads: dict) -> np.ndarray:
+        """Per-player global-norm clipping (torch's clip_grad_norm_ per player)."""
+        sq = sum(mx.sum(mx.square(g[k]), axis=(1, 2)) for g in grads.values() for k in ("a", "b"))
+        norms = mx.sqrt(sq)
+        max_norm = self.config.max_grad_norm
+        if max_norm:
+            coef = mx.minimum(max_norm / (norms + 1e-6), 1.0)[:, None, None]
+            for g in grads.values():
+                g["a"], g["b"] = g["a"] * coef, g["b"] * coef
+        return np.array(norms)
+
+    def _apply(self, names, weights, paths, params, grads, lr) -> dict[str, AdapterWeights]:
+        cfg = self.config
+        for n in names:
+            self.optim.setdefault(n, AdamWState())
+        lrs = [lr.get(n, cfg.learning_rate) for n in names]
+        steps = [self.optim[n].step + 1 for n in names]
+        new_modules = {n: {} for n in names}
+        for p in paths:
+            for k, idx in (("a", 0), ("b", 2)):
+                m = np.zeros(params[p][k].shape, np.float32)
+                v = np.zeros(params[p][k].shape, np.float32)
+                for i, n in enumerate(names):
+                    st = self.optim[n].moments.get(p)
+                    if st is not None:
+                        sl = (i, slice(None), slice(0, st[idx].shape[1])) if k == "a" else (i, slice(0, st[idx].shape[0]))
+                        m[sl], v[sl] = st[idx], st[idx + 1]
+                p_new, m_new, v_new = adamw(params[p][k], grads[p][k], mx.array(m), mx.array(v), lrs, steps,
+                                            cfg.adam_beta1, cfg.adam_beta2, cfg.adam_epsilon, cfg.weight_decay)
+                mx.eval(p_new, m_new, v_new)
+                p_np, m_np, v_np = np.array(p_new), np.array(m_new), np.array(v_new)
+                for i, n in enumerate(names):
+                    if p not in weights[n].modules:
+                        continue
+                    r = weights[n].modules[p][0].shape[1]
+                    sl = (i, slice(None), slice(0, r)) if k == "a" else (i, slice(0, r))
+                    new_modules[n].setdefault(p, [None] * 4)
+                    new_modules[n][p][idx], new_modules[n][p][idx + 1] = m_np[sl].copy(), v_np[sl].copy()
+                    new_modules[n].setdefault(("w", p), [None, None])[idx // 2] = p_np[sl].copy()
+        out = {}
+        for n in names:
+            st = self.optim[n]
+            st.step += 1
+            st.moments = {p: tuple(v) for p, v in new_modules[n].items() if not isinstance(p, tuple)}
+            mods = {p[1]: tuple(v) for p, v in new_modules[n].items() if isinstance(p, tuple)}
+            out[n] = AdapterWeights(mods, weights[n].scale)
+        return out

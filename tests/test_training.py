@@ -1,0 +1,191 @@
+"""GRPO-family losses and the fused multi-player update."""
+
+import numpy as np
+import pytest
+
+import autocurricula  # noqa: F401
+import mlx.core as mx
+
+from autocurricula.config import GRPOConfig, coerce_grpo_config
+from autocurricula.credit import Turn, assign_credit
+from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams
+from autocurricula.training import AdamWState, Updater
+from autocurricula.training.loss import policy_loss, policy_loss_reference, token_weights
+from autocurricula.training.optim import adamw
+from autocurricula.training.update import completion_logprobs
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("level,beta", [("token", 0.0), ("token", 0.1), ("sequence", 0.0)])
+def test_loss_matches_numpy_reference(loss_type, level, beta):
+    rng = np.random.default_rng(0)
+    lengths = [5, 3, 4]
+    mask = np.zeros((3, 5), np.float32)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    old = rng.normal(-2, 0.5, (3, 5)).astype(np.float32)
+    logp = (old + rng.normal(0, 0.3, (3, 5))).astype(np.float32)  # some ratios beyond the clip range
+    ref = (old + rng.normal(0, 0.2, (3, 5))).astype(np.float32)
+    adv = np.array([1.0, -0.5, 2.0], np.float32)
+    w = token_weights(lengths, [False] * 3, loss_type, max_completion_length=8)
+    weights = mask * np.array(w, np.float32)[:, None]
+    loss, _ = policy_loss(mx.array(logp), mx.array(old), mx.array(adv), mx.array(weights), mx.array(mask), 0.2, 0.28,
+                          beta, mx.array(ref), level == "sequence")
+    want = policy_loss_reference(logp, old, adv, mask, loss_type, 0.2, 0.28, beta, ref, level == "sequence", 8)
+    assert loss.item() == pytest.approx(want, rel=1e-5, abs=1e-6)
+
+
+def test_adamw_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    p0 = rng.normal(size=(2, 6, 3)).astype(np.float32)
+    grads = [rng.normal(size=p0.shape).astype(np.float32) for _ in range(10)]
+    tp = torch.nn.Parameter(torch.tensor(p0))
+    opt = torch.optim.AdamW([tp], lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    p, m, v = mx.array(p0), mx.zeros(p0.shape), mx.zeros(p0.shape)
+    for step, g in enumerate(grads, 1):
+        tp.grad = torch.tensor(g)
+        opt.step()
+        p, m, v = adamw(p, mx.array(g), m, v, [1e-2, 1e-2], [step, step], 0.9, 0.999, 1e-8, 0.01)
+    assert np.abs(np.array(p) - tp.detach().numpy()).max() < 4e-7
+
+
+def test_trl_config_is_accepted():
+    trl = pytest.importorskip("trl")
+    cfg = coerce_grpo_config(trl.GRPOConfig(output_dir="/tmp/ac-trl", use_cpu=True, bf16=False, loss_type="dr_grpo",
+                                            epsilon_high=0.28, beta=0.04))
+    assert (cfg.loss_type, cfg.clip_high, cfg.beta) == ("dr_grpo", 0.28, 0.04)
+    with pytest.raises(ValueError, match="loss_type"):
+        GRPOConfig(loss_type="ppo")
+
+
+# ----------------------------------------------------------------- on the tiny model
+SPEC = LoraSpec(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
+GREEDY_OFF = dict(temperature=1.0, ignore_eos=True)
+
+
+def load_players(engine, names, seed=0):
+    dims = {p: engine.linear_dims[p] for p in SPEC.resolve(engine.linear_dims)}
+    for i, n in enumerate(names):
+        engine.load_adapter(n, AdapterWeights.random(dims, SPEC, seed=seed + i, b_std=0.05))
+
+
+def play_turns(engine, names, per_player=4, seed=0):
+    turns = []
+    for n in names:
+        for j in range(per_player):
+            c = engine.generate(f"Game {j}: your move", n, SamplingParams(max_tokens=6, seed=seed + j, **GREEDY_OFF))
+            turns.append(Turn(n, f"g{j}", "X", c.prompt_ids, c.token_ids, c.logprobs, reward=float(j % 2),
+                              group=f"prompt{j // 2}"))
+    return assign_credit(turns, "grpo")
+
+
+@pytest.fixture()
+def engine(tiny_model_path):
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=8))
+    yield eng
+    eng.close()
+
+
+def logprob_of(engine, player, turn):
+    def job():
+        slot = engine.slots.acquire(player)[0]
+        try:
+            engine._write_slot(slot)
+            engine.lora.ctx.slots = mx.array([slot.slot], dtype=mx.uint32)
+            ids = mx.array([turn.prompt_ids + turn.completion_ids[:-1]])
+            n = len(turn.completion_ids)
+            pos = mx.array([list(range(len(turn.prompt_ids) - 1, len(turn.prompt_ids) - 1 + n))])
+            out = completion_logprobs(engine.model, ids, pos, mx.array([turn.completion_ids]), 1.0)
+            return float(out.sum().item())
+        finally:
+            engine.lora.ctx.slots = None
+            engine.slots.release(player)
+    return engine.call(job).result()
+
+
+def test_sampler_logprobs_equal_training_logprobs(engine):
+    load_players(engine, ["a"])
+    t = play_turns(engine, ["a"], per_player=1)[0]
+    assert logprob_of(engine, "a", t) == pytest.approx(sum(t.logprobs), abs=1e-4)
+
+
+def test_step_moves_logprobs_in_the_direction_of_the_advantage(engine):
+    load_players(engine, ["a"])
+    turns = play_turns(engine, ["a"], per_player=4)
+    before = [logprob_of(engine, "a", t) for t in turns]
+    up = Updater(engine, GRPOConfig(learning_rate=5e-3, loss_type="grpo"))
+    metrics = up.step(turns)
+    after = [logprob_of(engine, "a", t) for t in turns]
+    assert metrics["version/a"] == 2 and engine.adapter_info("a")["version"] == 2
+    for t, b, a in zip(turns, before, after):
+        assert (a - b) * t.advantage > 0, (t.advantage, b, a)
+
+
+def test_fused_step_equals_sequential_steps(tiny_model_path, engine):
+    names = ["a", "b", "c"]
+    load_players(engine, names)
+    turns = play_turns(engine, names)
+    other = Engine(str(tiny_model_path), config=EngineConfig(max_slots=8))
+    try:
+        load_players(other, names)
+        cfg = GRPOConfig(learning_rate=1e-2, max_tokens_per_microbatch=64)  # forces several micro-batches
+        fused, seq = Updater(engine, cfg), Updater(other, cfg)
+        for _ in range(2):
+            fused.step(turns)
+            for n in names:
+                seq.step([t for t in turns if t.player == n])
+        for n in names:
+            wf, ws = engine.slots.records[n].weights, other.slots.records[n].weights
+            for p in wf.modules:
+                for x, y in zip(wf.modules[p], ws.modules[p]):
+                    np.testing.assert_allclose(x, y, atol=2e-6, rtol=1e-4)
+    finally:
+        other.close()
+
+
+def test_absent_and_frozen_players_are_bit_identical(engine):
+    load_players(engine, ["a", "b", "frozen", "absent"])
+    turns = play_turns(engine, ["a", "b", "frozen"], per_player=2)
+    snap = {n: {p: tuple(x.copy() for x in ab) for p, ab in engine.slots.records[n].weights.modules.items()}
+            for n in ("frozen", "absent")}
+    versions = {n: engine.adapter_info(n)["version"] for n in snap}
+    up = Updater(engine, GRPOConfig(learning_rate=1e-2, weight_decay=0.1))
+    for _ in range(5):
+        up.step(turns, skip={"frozen"})
+    for n, mods in snap.items():
+        assert engine.adapter_info(n)["version"] == versions[n] and n not in up.optim
+        for p, (a, b) in mods.items():
+            assert np.array_equal(engine.slots.records[n].weights.modules[p][0], a)
+            assert np.array_equal(engine.slots.records[n].weights.modules[p][1], b)
+    assert up.optim["a"].step == 5
+
+
+def test_optimizer_state_round_trip_gives_identical_next_step(tiny_model_path, engine, tmp_path):
+    load_players(engine, ["a"])
+    turns = play_turns(engine, ["a"])
+    cfg = GRPOConfig(learning_rate=1e-2)
+    up = Updater(engine, cfg)
+    up.step(turns)
+    up.optim["a"].save(tmp_path / "opt")
+    saved = engine.slots.records["a"].weights
+    other = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2))
+    try:
+        other.load_adapter("a", saved)
+        up2 = Updater(other, cfg)
+        up2.optim["a"] = AdamWState.load(tmp_path / "opt")
+        up.step(turns)
+        up2.step(turns)
+        for p, (a, b) in engine.slots.records["a"].weights.modules.items():
+            assert np.array_equal(a, other.slots.records["a"].weights.modules[p][0])
+            assert np.array_equal(b, other.slots.records["a"].weights.modules[p][1])
+    finally:
+        other.close()
+
+
+def test_kl_and_truncation_options_run(engine):
+    load_players(engine, ["a"])
+    turns = play_turns(engine, ["a"])
+    turns[0].truncated = True
+    m = Updater(engine, GRPOConfig(beta=0.1, mask_truncated_completions=True, importance_sampling_level="sequence")).step(turns)
+    assert m["kl"] >= 0 and m["rows"] == len(turns) - 1  # the truncated turn is masked; with beta > 0 zero-advantage turns stay
