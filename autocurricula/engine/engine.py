@@ -246,6 +246,41 @@ class Engine:
         return {"name": name, "version": rec.version, "rank": rec.weights.rank, "scale": rec.weights.scale,
                 "resident": rec.slot is not None, "modules": len(rec.weights.modules)}
 
+    def adapter_weights(self, name: str) -> AdapterWeights:
+        """The host copy of a player's current weights (what export and checkpoints write)."""
+        rec = self.slots.records.get(name)
+        if rec is None:
+            raise UnknownPlayerError(f"unknown player {name!r}")
+        return rec.weights
+
+    def logits(self, ids: list[int], player: str | None = None):
+        """Full-sequence logits (numpy, (len(ids), vocab)) under a player's adapter, for tests and
+        evaluation; runs as a job between decode steps."""
+        if player is not None and player not in self.slots.records:
+            raise UnknownPlayerError(f"unknown player {player!r}")
+        return self.call(self._logits, list(ids), player).result()
+
+    def _logits(self, ids, player):
+        import mlx.core as mx
+
+        rec = None
+        if player is not None:
+            got = self.slots.acquire(player)
+            if got is None:
+                raise RuntimeError("every adapter slot is pinned by running rows; retry when they finish")
+            rec, needs_write = got
+            if needs_write:
+                self._write_slot(rec)
+        try:
+            self.lora.ctx.slots = mx.array([rec.slot], dtype=mx.uint32) if rec else None
+            out = self.model(mx.array([ids], dtype=mx.int32))[0].astype(mx.float32)
+            mx.eval(out)
+            return np.array(out)
+        finally:
+            self.lora.ctx.slots = None
+            if rec is not None:
+                self.slots.release(player)
+
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text))
 

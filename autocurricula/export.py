@@ -1,0 +1,147 @@
+"""Players out of and into MLX: peft checkpoints and mlx-lm adapter folders.
+
+Mapping (mlx-lm orientation on our side): peft ``lora_A.weight = lora_a.T`` ``(r, in)``,
+``lora_B.weight = lora_b.T`` ``(out, r)``, keys ``base_model.model.<MLX module path>.lora_X.weight``,
+``lora_alpha = scale * r`` (mlx-lm's scale is a plain multiplier) or ``scale * sqrt(r)`` with rsLoRA.
+The peft checkpoint loads with ``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), dir)``
+and gives the same logits as the engine (tested to 1e-4 in float32).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from autocurricula.engine.adapters import PEFT_PREFIX, AdapterError, AdapterWeights, load_folder, write_mlx_folder
+
+_LAYER = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(.+)$")
+
+
+def _atomic_folder(dest: Path):
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+
+
+def _replace(tmp: Path, dest: Path) -> None:
+    # swap in the finished folder; an old export is removed only after the new one is complete
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dest, old)
+        os.replace(tmp, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, dest)
+
+
+def _targets(paths: list[str]) -> list[str]:
+    """peft ``target_modules``: short names when every block has the same set, else full paths
+    (peft matches a target by exact name or ``.name`` suffix, so full paths are exact)."""
+    per_layer: dict[int, set[str]] = {}
+    other = []
+    for p in paths:
+        m = _LAYER.match(p)
+        if m:
+            per_layer.setdefault(int(m.group(1)), set()).add(m.group(2))
+        else:
+            other.append(p)
+    sets = list(per_layer.values())
+    if not other and sets and all(s == sets[0] for s in sets):
+        names = {s.rsplit(".", 1)[-1] for s in sets[0]}
+        if len(names) == len(sets[0]):
+            return sorted(names)
+    return sorted(paths)
+
+
+def peft_config(weights: AdapterWeights, base_model_name_or_path: str, use_rslora: bool = False,
+                num_model_layers: int | None = None) -> dict:
+    """The ``adapter_config.json`` content for ``weights``."""
+    ranks = {a.shape[1] for a, _ in weights.modules.values()}
+    if len(ranks) != 1:
+        raise AdapterError(f"modules have different ranks {sorted(ranks)}; peft export needs one rank")
+    r = ranks.pop()
+    alpha = weights.scale * (math.sqrt(r) if use_rslora else r)
+    targets = _targets(list(weights.modules))
+    if num_model_layers is not None and targets != sorted(weights.modules):
+        covered = {int(_LAYER.match(p).group(1)) for p in weights.modules}
+        if covered != set(range(num_model_layers)):  # short names would adapt blocks we have no weights for
+            targets = sorted(weights.modules)
+    cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": str(base_model_name_or_path),
+           "r": r, "lora_alpha": alpha, "lora_dropout": 0.0, "target_modules": targets, "bias": "none",
+           "fan_in_fan_out": False, "use_rslora": use_rslora, "use_dora": False, "modules_to_save": None,
+           "init_lora_weights": True, "inference_mode": True, "rank_pattern": {}, "alpha_pattern": {}}
+    try:  # let peft fill in the fields of the installed version, so it loads without warnings
+        from peft import LoraConfig
+
+        full = LoraConfig(**{k: v for k, v in cfg.items() if k != "peft_type"}).to_dict()
+        full["target_modules"] = targets
+        full["peft_type"] = "LORA"
+        full["task_type"] = "CAUSAL_LM"
+        cfg = {k: (sorted(v) if isinstance(v, set) else v) for k, v in full.items()}
+    except ImportError:
+        pass
+    return cfg
+
+
+def export_peft(weights: AdapterWeights, folder: str | Path, base_model_name_or_path: str, *,
+                use_rslora: bool = False, num_model_layers: int | None = None, readme: str | None = None) -> Path:
+    """Write a peft LoRA checkpoint (``adapter_config.json`` + ``adapter_model.safetensors``), atomically.
+
+    ``base_model_name_or_path`` is the id or path the user gave for the base model.
+    ``num_model_layers`` lets short target names be used only when every block is adapted.
+    """
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    cfg = peft_config(weights, base_model_name_or_path, use_rslora, num_model_layers)
+    tmp = _atomic_folder(folder)
+    try:
+        tensors = {}
+        for path, (a, b) in weights.modules.items():
+            tensors[f"{PEFT_PREFIX}{path}.lora_A.weight"] = np.ascontiguousarray(a.T, dtype=np.float32)
+            tensors[f"{PEFT_PREFIX}{path}.lora_B.weight"] = np.ascontiguousarray(b.T, dtype=np.float32)
+        save_file(tensors, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
+        (tmp / "adapter_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+        if readme:
+            (tmp / "README.md").write_text(readme)
+        _replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def export_mlx(weights: AdapterWeights, folder: str | Path, num_model_layers: int) -> Path:
+    """Write an mlx-lm adapter folder (``mlx_lm.load(model, adapter_path=folder)``,
+    ``mlx_lm.generate --adapter-path folder``), atomically."""
+    folder = Path(folder)
+    tmp = _atomic_folder(folder)
+    try:
+        write_mlx_folder(weights, tmp, num_model_layers)
+        _replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def import_peft(source: str | Path, *, revision: str | None = None, token: str | None = None) -> AdapterWeights:
+    """A peft (or mlx-lm) adapter folder, or a Hub repo id (downloaded with ``snapshot_download``),
+    as ``AdapterWeights``; unsupported variants (DoRA, embeddings, ``modules_to_save``...) raise
+    ``AdapterError`` naming them."""
+    path = Path(source)
+    if not path.exists():
+        if str(source).count("/") != 1 or str(source).startswith((".", "/")):
+            raise AdapterError(f"{source} is neither an adapter folder nor a Hub repo id ('owner/name')")
+        from huggingface_hub import snapshot_download
+
+        path = Path(snapshot_download(str(source), revision=revision, token=token,
+                                      allow_patterns=["adapter_config.json", "*.safetensors"]))
+    return load_folder(path)

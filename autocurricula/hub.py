@@ -1,0 +1,57 @@
+"""Publishing players to the Hugging Face Hub as peft adapters with model cards.
+
+Uses ``huggingface_hub`` (``create_repo`` + ``upload_folder``; its own retries apply). Cards carry
+the metadata the Hub indexes (``library_name: peft``, ``base_model``, tags) and, when a league
+provides them, the player's role, parent, Elo and games played.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from autocurricula.engine.adapters import AdapterWeights
+from autocurricula.export import export_peft
+
+
+def model_card(name: str, base_model: str, *, role: str | None = None, parent: str | None = None,
+               elo: float | None = None, games: int | None = None, epoch: int | None = None,
+               extra_tags: list[str] | None = None) -> str:
+    """README.md text with YAML metadata that ``huggingface_hub.ModelCard.load`` parses."""
+    tags = ["autocurricula", "lora", "peft", "mlx", "self-play"] + list(extra_tags or [])
+    meta = [f"library_name: peft", f"base_model: {base_model}", "pipeline_tag: text-generation", "tags:"]
+    meta += [f"- {t}" for t in tags]
+    facts = {"role": role, "parent": parent, "elo": None if elo is None else round(float(elo), 1), "games played": games,
+             "epoch": epoch}
+    rows = "\n".join(f"| {k} | {v} |" for k, v in facts.items() if v is not None)
+    table = f"\n| | |\n|---|---|\n{rows}\n" if rows else ""
+    return (f"---\n" + "\n".join(meta) + "\n---\n\n"
+            f"# {name}\n\nA LoRA player trained with [autocurricula](https://pypi.org/project/autocurricula/) "
+            f"on top of `{base_model}`.\n{table}\n"
+            "## Use it\n\n```python\nfrom transformers import AutoModelForCausalLM\nfrom peft import PeftModel\n\n"
+            f"base = AutoModelForCausalLM.from_pretrained(\"{base_model}\")\n"
+            f"model = PeftModel.from_pretrained(base, \"<this repo>\")\n```\n")
+
+
+def push_to_hub(weights: AdapterWeights, repo_id: str, base_model: str, *, name: str | None = None,
+                role: str | None = None, parent: str | None = None, elo: float | None = None,
+                games: int | None = None, epoch: int | None = None, path_in_repo: str | None = None,
+                private: bool = False, token: str | None = None, revision: str | None = None,
+                commit_message: str | None = None, use_rslora: bool = False, num_model_layers: int | None = None,
+                endpoint: str | None = None) -> str:
+    """Export ``weights`` as a peft adapter with its model card and upload it; returns the commit URL.
+
+    ``path_in_repo`` puts the player in a folder (one repo, a folder per player)."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint, token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True, token=token)
+    card = model_card(name or repo_id.split("/")[-1], base_model, role=role, parent=parent, elo=elo, games=games,
+                      epoch=epoch)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = export_peft(weights, Path(tmp) / "adapter", base_model, use_rslora=use_rslora,
+                             num_model_layers=num_model_layers, readme=card)
+        info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), path_in_repo=path_in_repo,
+                                 revision=revision, token=token,
+                                 commit_message=commit_message or f"Upload {name or repo_id} (autocurricula)")
+    return str(info)

@@ -1,0 +1,113 @@
+"""peft / mlx-lm export and import: numeric parity with transformers + peft, exact round trips."""
+
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import autocurricula  # noqa: F401
+from autocurricula.engine import AdapterError, AdapterWeights, Engine, EngineConfig, LoraSpec
+from autocurricula.export import export_mlx, export_peft, import_peft
+
+torch = pytest.importorskip("torch")
+peft = pytest.importorskip("peft")
+transformers = pytest.importorskip("transformers")
+
+IDS = [5, 77, 301, 12, 900, 44, 3, 250, 18, 640, 7, 99]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path):
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=4))
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def hf_base(tiny_model_path):
+    return transformers.AutoModelForCausalLM.from_pretrained(str(tiny_model_path), dtype=torch.float32).eval()
+
+
+def torch_logits(model):
+    with torch.no_grad():
+        return model(torch.tensor([IDS])).logits[0].float().numpy()
+
+
+@pytest.mark.parametrize("name,spec", [
+    ("qv", LoraSpec(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])),
+    ("all-linear", LoraSpec(r=4, lora_alpha=32, target_modules="all-linear")),
+    ("rank16-rslora", LoraSpec(r=16, lora_alpha=8, target_modules=["k_proj", "o_proj", "up_proj"], use_rslora=True)),
+])
+def test_peft_logits_match_mlx(engine, hf_base, tiny_model_path, tmp_path, name, spec):
+    dims = {p: engine.linear_dims[p] for p in spec.resolve(engine.linear_dims)}
+    # b_std 0.05 moves the logits by up to ~10 (a wrong mapping shows as O(1) errors); much larger
+    # perturbations amplify float32 rounding past 1e-4 through the 4 layers
+    w = AdapterWeights.random(dims, spec, seed=3, b_std=0.05)
+    folder = export_peft(w, tmp_path / name, str(tiny_model_path), use_rslora=spec.use_rslora, num_model_layers=4)
+    engine.load_adapter(name, w)
+    mlx_logits = engine.logits(IDS, name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = peft.PeftModel.from_pretrained(hf_base, str(folder))
+    relevant = [str(c.message) for c in caught if "peft" in str(c.filename) or "key" in str(c.message).lower()]
+    assert not relevant, relevant
+    try:
+        diff = np.abs(torch_logits(model) - mlx_logits).max()
+    finally:
+        model.unload()  # give the shared base model back without LoRA layers
+    assert diff <= 1e-4, diff
+    assert np.abs(mlx_logits - engine.logits(IDS)).max() > 1.0  # the adapter really changes the logits
+
+
+def test_exported_mlx_adapter_loads_in_mlx_lm(engine, tiny_model_path, tmp_path):
+    spec = LoraSpec(r=8, lora_alpha=16)
+    dims = {p: engine.linear_dims[p] for p in spec.resolve(engine.linear_dims)}
+    folder = export_mlx(AdapterWeights.random(dims, spec, seed=1), tmp_path / "mlx", num_model_layers=4)
+    out = subprocess.run([sys.executable, "-m", "mlx_lm", "generate", "--model", str(tiny_model_path),
+                          "--adapter-path", str(folder), "--prompt", "hello", "--max-tokens", "4"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert import_peft(folder).rank == 8  # and it reads back
+
+
+def test_peft_to_player_to_peft_round_trip_is_exact(hf_base, tiny_model_path, tmp_path):
+    cfg = peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False,
+                          task_type="CAUSAL_LM")
+    torch.manual_seed(0)
+    made = peft.get_peft_model(hf_base, cfg)
+    made.save_pretrained(str(tmp_path / "src"))
+    made.unload()
+    w = import_peft(tmp_path / "src")
+    export_peft(w, tmp_path / "dst", str(tiny_model_path), num_model_layers=4)
+    from safetensors.numpy import load_file
+
+    a, b = load_file(str(tmp_path / "src" / "adapter_model.safetensors")), load_file(str(tmp_path / "dst" / "adapter_model.safetensors"))
+    assert set(a) == set(b)
+    for k in a:
+        assert np.array_equal(a[k], b[k]), k
+    ca, cb = (json.loads((tmp_path / d / "adapter_config.json").read_text()) for d in ("src", "dst"))
+    assert (ca["r"], ca["lora_alpha"], sorted(ca["target_modules"])) == (cb["r"], cb["lora_alpha"], cb["target_modules"])
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(use_dora=True), "DoRA"),
+    (dict(target_modules=["embed_tokens"]), "lora_embedding"),
+])
+def test_rejected_imports_name_what_is_unsupported(hf_base, tmp_path, kwargs, message):
+    cfg = peft.LoraConfig(**{"r": 4, "lora_alpha": 8, "target_modules": ["q_proj"], "task_type": "CAUSAL_LM", **kwargs})
+    made = peft.get_peft_model(hf_base, cfg)
+    made.save_pretrained(str(tmp_path / "bad"))
+    made.unload()
+    with pytest.raises(AdapterError, match=message):
+        import_peft(tmp_path / "bad")
+
+
+def test_partial_layer_coverage_uses_full_paths(engine, tmp_path, tiny_model_path):
+    w = AdapterWeights.random({"model.layers.3.self_attn.q_proj": (256, 256)}, LoraSpec(r=2), seed=0)
+    folder = export_peft(w, tmp_path / "part", str(tiny_model_path), num_model_layers=4)
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    assert cfg["target_modules"] == ["model.layers.3.self_attn.q_proj"]
+    assert cfg["lora_alpha"] == pytest.approx(w.scale * 2)
