@@ -45,8 +45,9 @@ def _serve(args) -> None:
 def _bench(args) -> None:
     if args.what == "engine":
         from autocurricula.bench.engine import main
-
-        main(args)
+    else:
+        from autocurricula.bench.train import main
+    main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_env)
 
     b = sub.add_parser("bench", help="benchmarks (ratios measured side by side)")
-    b.add_argument("what", choices=["engine"])
+    b.add_argument("what", choices=["engine", "train"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--model", default=None, help="model id/folder instead of the tiny bench model")
     b.add_argument("--hidden", type=int, default=256)
