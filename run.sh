@@ -14,19 +14,32 @@ setup() {
     "$python" -c 'import sys; assert sys.version_info >= (3, 10), "Python >= 3.10 needed"'
     "$python" -m venv "$VENV"
   fi
-  if [ ! -x "$VENV/bin/uv" ]; then
-    "$PY" -m pip install -q --disable-pip-version-check uv
+  UV="$VENV/bin/uv"
+  if [ ! -x "$UV" ]; then
+    if "$PY" -m pip --version >/dev/null 2>&1; then
+      "$PY" -m pip install -q --disable-pip-version-check uv
+    elif command -v uv >/dev/null 2>&1; then
+      UV="$(command -v uv)"
+    else
+      "$python" -m pip install -q --user uv && UV="$("$python" -c 'import sysconfig; print(sysconfig.get_path("scripts", "posix_user"))')/uv"
+    fi
   fi
-  # uv does not read pip.conf: pass on its find-links (e.g. a local torch CPU wheel directory).
-  local extra=()
-  local links
-  links="$("$PY" -m pip config get global.find-links 2>/dev/null || true)"
-  for l in $links; do extra+=(--find-links "$l"); done
+  # uv does not read pip.conf: pass on its find-links and extra index URLs (e.g. a local torch
+  # CPU wheel directory or a mirror).
+  local extra=() v
+  for v in $(pip_conf find-links) ${PIP_FIND_LINKS:-}; do extra+=(--find-links "$v"); done
+  for v in $(pip_conf extra-index-url) ${PIP_EXTRA_INDEX_URL:-}; do extra+=(--extra-index-url "$v"); done
+  for v in $(pip_conf index-url) ${PIP_INDEX_URL:-}; do extra+=(--index-url "$v"); done
   # constraints.txt pins torch to 2.13.0 so peft/trl never pull CUDA wheels on a CPU machine.
-  "$VENV/bin/uv" pip install -q --python "$PY" --compile-bytecode "${extra[@]}" \
+  # ${extra[@]+...}: bash 3.2 (macOS) treats an empty array as unset under `set -u`.
+  "$UV" pip install -q --python "$PY" --compile-bytecode ${extra[@]+"${extra[@]}"} \
       -c constraints.txt -e ".[dev,hf,hub]"
   if [ "$(uname -s)" = "Linux" ]; then fast_blas; fi
   "$PY" -m autocurricula.cli env | grep -E '^(blas|gemm_gflops|device)'
+}
+
+pip_conf() {
+  { "$PY" -m pip config get "global.$1" 2>/dev/null || "${PYTHON:-python3}" -m pip config get "global.$1" 2>/dev/null; } || true
 }
 
 # MLX's Linux CPU wheel ships a slow reference BLAS; autocurricula preloads OpenBLAS when present.
@@ -42,7 +55,7 @@ fast_blas() {
   fi
   if ! "$PY" -c 'import autocurricula._blas as b, sys; sys.exit(0 if b.preload()["library"] else 1)'; then
     # PyPI route (needs the system's libgfortran.so.5)
-    "$VENV/bin/uv" pip install -q --python "$PY" cmeel-openblas || true
+    "$UV" pip install -q --python "$PY" cmeel-openblas || true
   fi
 }
 

@@ -19,13 +19,13 @@ def model_card(name: str, base_model: str, *, role: str | None = None, parent: s
                extra_tags: list[str] | None = None) -> str:
     """README.md text with YAML metadata that ``huggingface_hub.ModelCard.load`` parses."""
     tags = ["autocurricula", "lora", "peft", "mlx", "self-play"] + list(extra_tags or [])
-    meta = [f"library_name: peft", f"base_model: {base_model}", "pipeline_tag: text-generation", "tags:"]
+    meta = ["library_name: peft", f"base_model: {base_model}", "pipeline_tag: text-generation", "tags:"]
     meta += [f"- {t}" for t in tags]
     facts = {"role": role, "parent": parent, "elo": None if elo is None else round(float(elo), 1), "games played": games,
              "epoch": epoch}
     rows = "\n".join(f"| {k} | {v} |" for k, v in facts.items() if v is not None)
     table = f"\n| | |\n|---|---|\n{rows}\n" if rows else ""
-    return (f"---\n" + "\n".join(meta) + "\n---\n\n"
+    return ("---\n" + "\n".join(meta) + "\n---\n\n"
             f"# {name}\n\nA LoRA player trained with [autocurricula](https://pypi.org/project/autocurricula/) "
             f"on top of `{base_model}`.\n{table}\n"
             "## Use it\n\n```python\nfrom transformers import AutoModelForCausalLM\nfrom peft import PeftModel\n\n"

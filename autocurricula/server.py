@@ -50,7 +50,8 @@ from autocurricula.engine.adapters import AdapterError, check_name, from_safeten
 
 log = logging.getLogger(__name__)
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-          404: "not_found_error", 415: "invalid_request_error", 503: "service_unavailable"}
+          404: "not_found_error", 413: "invalid_request_error", 415: "invalid_request_error",
+          503: "service_unavailable"}
 # Fields we do not implement: accepted only at their neutral value, so nobody gets silently ignored.
 _NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "repetition_penalty": 1, "best_of": 1,
             "logit_bias": None, "suffix": None, "tools": None, "min_tokens": 0}
@@ -130,7 +131,7 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str | None = None,
-               max_tokens_limit: int | None = None) -> FastAPI:
+               max_tokens_limit: int | None = None, max_upload_bytes: int = 2 << 30) -> FastAPI:
     """Build the FastAPI app serving ``engine``.
 
     ``api_key``: require ``Authorization: Bearer <key>`` everywhere but ``/health``.
@@ -376,7 +377,15 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
                                 "as application/octet-stream")
         if scale is not None and not math.isfinite(scale):
             raise APIError(400, "scale must be a finite number", "scale")
-        weights = await run_in_threadpool(from_safetensors_bytes, await request.body(), scale)
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > max_upload_bytes:
+            raise APIError(413, f"adapter upload of {declared} bytes exceeds the limit of {max_upload_bytes} bytes")
+        body = bytearray()
+        async for chunk in request.stream():  # enforce the limit without trusting content-length
+            body += chunk
+            if len(body) > max_upload_bytes:
+                raise APIError(413, f"adapter upload exceeds the limit of {max_upload_bytes} bytes")
+        weights = await run_in_threadpool(from_safetensors_bytes, bytes(body), scale)
         version = await install(name, weights)
         folders.pop(name, None)
         return {"name": name, "version": version}

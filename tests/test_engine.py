@@ -237,7 +237,7 @@ def test_dead_engine_thread_is_reported(tiny_model_path):
     def boom(*a, **k):
         raise RuntimeError("simulated engine crash")
 
-    eng._step = boom  # the next decode step crashes the loop
+    eng.scheduler.step = boom  # the next decode step crashes the loop
     fut = eng.submit("x", None, SamplingParams(max_tokens=5))
     with pytest.raises(Exception, match="simulated"):
         fut.result(60)
@@ -263,3 +263,94 @@ def test_numpy_and_mlx_samplers_agree():
     # top-k restricts the draw: row 3 only ever picks from its 5 most likely tokens
     picks = {int(sample_np(logits, **{**args, "positions": args["positions"] + i})[0][3]) for i in range(200)}
     assert picks <= set(np.argsort(-logits[3])[:5].tolist()) and len(picks) > 1
+
+
+def test_uniforms_stay_strictly_inside_zero_one():
+    from autocurricula.engine.sampling import unit, unit_np
+
+    extremes = np.array([0, 1, 2**31, 2**32 - 2, 2**32 - 1], dtype=np.uint32)
+    for u in (unit_np(extremes), np.array(unit(mx.array(extremes)))):
+        assert (u > 0).all() and (u < 1).all()
+        assert np.isfinite(-np.log(-np.log(u))).all()
+
+
+def test_cancelling_the_future_stops_the_request_and_keeps_the_engine(engine):
+    import asyncio
+
+    async def impatient():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(engine.agenerate("cancel me", None, max_tokens=300, **GREEDY), timeout=0.01)
+
+    asyncio.run(impatient())
+    others = [engine.submit("still served", p, SamplingParams(max_tokens=5, **GREEDY)) for p in (None, "p0", "p1")]
+    assert [f.result(60).finish_reason for f in others] == ["length"] * 3
+    assert engine.health()["ok"]
+
+
+def test_stop_string_at_the_very_start(engine):
+    full = engine.generate("stop test", "p0", SamplingParams(max_tokens=12, **GREEDY))
+    first = full.text[:2]
+    events = []
+    cut = engine.submit("stop test", "p0", SamplingParams(max_tokens=12, stop=[first], **GREEDY),
+                        on_token=events.append).result(60)
+    assert cut.finish_reason == "stop" and cut.text == ""
+    assert "".join(e.text for e in events) == ""
+
+
+def test_streamed_deltas_add_up_to_the_text(engine):
+    for seed in range(5):
+        events = []
+        c = engine.submit("stream", "p2", SamplingParams(max_tokens=30, seed=seed), on_token=events.append).result(60)
+        assert "".join(e.text for e in events) == c.text
+        assert events[-1].finish_reason == c.finish_reason
+
+
+def test_close_settles_queued_and_running_requests(tiny_model_path):
+    from autocurricula.engine import EngineDeadError
+
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=1, max_batch=1))
+    running = eng.submit("long", None, SamplingParams(max_tokens=1000, **GREEDY))
+    queued = eng.submit("waiting", None, SamplingParams(max_tokens=5, **GREEDY))
+    eng.close()
+    for fut in (running, queued):
+        with pytest.raises(EngineDeadError):
+            fut.result(10)
+    with pytest.raises(EngineDeadError):
+        eng.submit("after close")
+
+
+def test_a_busy_player_cannot_starve_another_when_slots_are_short(tiny_model_path):
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=1, max_batch=4))
+    try:
+        eng.load_adapter("a", random_adapter(eng, seed=1))
+        eng.load_adapter("b", random_adapter(eng, seed=2))
+        first = [eng.submit("a", "a", SamplingParams(max_tokens=20, **GREEDY)) for _ in range(2)]
+        b = eng.submit("b", "b", SamplingParams(max_tokens=3, **GREEDY))
+        later = [eng.submit("a", "a", SamplingParams(max_tokens=20, **GREEDY)) for _ in range(6)]
+        b.result(60)
+        # b waited only for the a-rows admitted before it, not for the a-requests queued after it
+        assert sum(f.done() for f in later) < len(later)
+        [f.result(60) for f in first + later]
+    finally:
+        eng.close()
+
+
+def test_unload_serves_requests_queued_before_it(tiny_model_path):
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2, max_batch=1))
+    try:
+        eng.load_adapter("a", random_adapter(eng, seed=1))
+        busy = eng.submit("busy", None, SamplingParams(max_tokens=40, **GREEDY))
+        queued = eng.submit("queued", "a", SamplingParams(max_tokens=3, **GREEDY))  # no batch room yet
+        eng.unload_adapter("a")
+        assert queued.result(60).finish_reason == "length" and busy.result(60)
+        assert "a" not in eng.players()
+        eng.load_adapter("a", random_adapter(eng, seed=3))
+        assert eng.adapter_info("a")["version"] == 2  # versions never repeat for a name
+    finally:
+        eng.close()
+
+
+def test_engine_calls_from_the_engine_thread_run_inline(engine):
+    assert engine.call(lambda: engine.call(lambda: 41).result() + 1).result(10) == 42
+    with pytest.raises(RuntimeError, match="engine thread"):
+        engine.call(lambda: engine.generate("x")).result(10)

@@ -322,7 +322,7 @@ def test_dead_engine_gives_503(tiny_model_path):
     def crash(*args, **kwargs):
         raise RuntimeError("simulated engine crash")
 
-    eng._step = crash  # the next decode step kills the engine thread
+    eng.scheduler.step = crash  # the next decode step kills the engine thread
     with TestClient(create_app(eng)) as c:
         assert c.get("/health").status_code == 200
         error_of(c.post("/v1/completions", json={"prompt": "x", "max_tokens": 4}), 503, "engine thread died")
@@ -402,3 +402,11 @@ def test_non_stream_disconnect_cancels_generation(base_url, engine, monkeypatch)
         httpx.post(f"{base_url}/v1/completions", json=LONG, headers={"Authorization": f"Bearer {KEY}"}, timeout=0.5)
     done = futures[0].result(timeout=20)
     assert done.finish_reason == "cancelled" and len(done.token_ids) < LONG["max_tokens"]
+
+
+def test_oversized_upload_is_refused(engine):
+    with TestClient(create_app(engine, max_upload_bytes=1000)) as small:
+        data = to_safetensors_bytes(weights(engine, 30))
+        assert len(data) > 1000
+        error_of(put(small, "big", data), 413, "limit")
+        assert "big" not in engine.players()

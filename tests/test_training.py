@@ -189,3 +189,23 @@ def test_kl_and_truncation_options_run(engine):
     turns[0].truncated = True
     m = Updater(engine, GRPOConfig(beta=0.1, mask_truncated_completions=True, importance_sampling_level="sequence")).step(turns)
     assert m["kl"] >= 0 and m["rows"] == len(turns) - 1  # the truncated turn is masked; with beta > 0 zero-advantage turns stay
+
+
+def test_remote_servers_receive_the_new_weights(tiny_model_path, engine):
+    from helpers import running_server
+
+    from autocurricula.client import Client
+    from autocurricula.server import create_app
+
+    remote = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2))
+    try:
+        load_players(engine, ["a"])
+        load_players(remote, ["a"])
+        turns = play_turns(engine, ["a"], per_player=2)
+        with running_server(create_app(remote)) as url, Client(url) as client:
+            Updater(engine, GRPOConfig(learning_rate=1e-2), remotes=[client]).step(turns)
+            assert remote.adapter_info("a")["version"] == engine.adapter_info("a")["version"] == 2
+            ids = turns[0].prompt_ids
+            np.testing.assert_allclose(remote.logits(ids, "a"), engine.logits(ids, "a"), atol=1e-5)
+    finally:
+        remote.close()

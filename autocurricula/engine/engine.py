@@ -26,7 +26,10 @@ import numpy as np
 
 from autocurricula.engine.adapters import AdapterError, AdapterWeights, check_name, load_folder
 from autocurricula.engine.sampling import SamplingParams
+from autocurricula.engine.scheduler import Completion, Request, Scheduler, TokenEvent, resolve
 from autocurricula.engine.slots import SlotTable
+
+__all__ = ["Completion", "Engine", "EngineConfig", "EngineDeadError", "TokenEvent", "UnknownPlayerError"]
 
 log = logging.getLogger(__name__)
 _LIVE: "weakref.WeakSet[Engine]" = weakref.WeakSet()
@@ -64,71 +67,16 @@ class EngineConfig:
     initial_rank: int = field(default=8, metadata={"help": "LoRA rank the stacks start with; grows to the largest adapter loaded (smaller ranks are zero-padded)"})
     max_context: int | None = field(default=None, metadata={"help": "prompt + completion token limit; default: the model's max_position_embeddings (or 4096)"})
     prefill_chunk: int = field(default=512, metadata={"help": "prompt tokens per prefill forward pass (bounds activation memory)"})
+    max_prefill_tokens: int = field(default=8192, metadata={"help": "padded prompt tokens admitted per prefill (bounds memory and the pause of running rows)"})
     stuck_after_s: float = field(default=120.0, metadata={"help": "health reports the engine stuck when one step or job runs longer than this"})
 
     def __post_init__(self):
-        for name in ("max_slots", "max_batch", "initial_rank", "prefill_chunk"):
+        for name in ("max_slots", "max_batch", "initial_rank", "prefill_chunk", "max_prefill_tokens"):
             v = getattr(self, name)
             if not isinstance(v, int) or v <= 0:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {v!r}")
         if self.max_context is not None and self.max_context <= 1:
             raise ValueError("EngineConfig.max_context must be > 1 (or None for the model's limit)")
-
-
-@dataclass
-class Completion:
-    """One finished generation. ``version_spans`` lists ``(start, end, version)`` over completion
-    token indices: more than one span means the adapter was hot-swapped mid-completion."""
-
-    request_id: str
-    player: str | None
-    prompt_ids: list[int]
-    token_ids: list[int]
-    logprobs: list[float]
-    text: str
-    finish_reason: str  # "stop" | "length" | "cancelled"
-    adapter_version: int | None
-    version_spans: list[tuple[int, int, int | None]]
-
-    @property
-    def swapped(self) -> bool:
-        return len(self.version_spans) > 1
-
-
-@dataclass
-class TokenEvent:
-    """Streamed to ``on_token`` (on the engine thread: keep the callback cheap)."""
-
-    request_id: str
-    token_id: int
-    logprob: float
-    text: str  # new text since the previous event (may be "" while a character is incomplete)
-    version: int | None
-    finish_reason: str | None = None
-
-
-@dataclass
-class _Request:
-    id: str
-    prompt_ids: list[int]
-    player: str | None
-    params: SamplingParams
-    future: Future
-    on_token: Callable[[TokenEvent], None] | None
-    seed32: int
-    cancelled: bool = False
-
-
-@dataclass
-class _Row:
-    req: _Request
-    slot: int
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int | None] = field(default_factory=list)
-    emitted: int = 0  # characters of text already streamed
-    text: str = ""
-    finish: str | None = None
 
 
 class Engine:
@@ -143,9 +91,9 @@ class Engine:
         self.config = config or EngineConfig()
         self.name = name or (str(model) if isinstance(model, (str, Path)) else "base")
         self._queue: queue.Queue = queue.Queue()
-        self._pending: list[_Request] = []
-        self._rows: list[_Row] = []
-        self._cache = None
+        self._lock = threading.Lock()  # orders "closed" against new submissions
+        self._closed = False
+        self.scheduler = Scheduler(self)
         self._ids = itertools.count(1)
         self._seed_rng = np.random.default_rng()
         self._stop = False
@@ -181,16 +129,22 @@ class Engine:
                              f"limit of {self.max_context} tokens; shorten the prompt or lower max_tokens")
         if player == self.name:
             player = None
-        if player is not None and player not in self.slots.records:
+        rec = self.slots.records.get(player) if player is not None else None
+        if player is not None and (rec is None or rec.deleted):
             raise UnknownPlayerError(f"unknown player {player!r}; load its adapter first (loaded: {self.players()})")
         seed = params.seed if params.seed is not None else int(self._seed_rng.integers(2**63))
-        req = _Request(request_id or f"cmpl-{next(self._ids)}", ids, player, params, Future(), on_token,
-                       (seed ^ (seed >> 32)) & 0xFFFFFFFF)
-        self._queue.put(("submit", req))
+        req = Request(request_id or f"cmpl-{next(self._ids)}", ids, player, params, Future(), on_token,
+                      (seed ^ (seed >> 32)) & 0xFFFFFFFF)
+        # a caller cancelling the future (e.g. asyncio.wait_for timing out) stops the generation
+        req.future.add_done_callback(lambda f: f.cancelled() and self.cancel(req.id))
+        self._put(("submit", req))
         return req.future
 
     def generate(self, prompt, player=None, params=None, **sampling) -> Completion:
         """Blocking :meth:`submit`; keyword sampling args build :class:`SamplingParams`."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("generate() would wait for the engine thread on itself; use submit() without "
+                               "waiting (or call from another thread)")
         return self.submit(prompt, player, params or SamplingParams(**sampling)).result()
 
     async def agenerate(self, prompt, player=None, params=None, **sampling) -> Completion:
@@ -202,11 +156,24 @@ class Engine:
         self._queue.put(("cancel", request_id))
 
     def call(self, fn: Callable[..., Any], *args, **kwargs) -> Future:
-        """Run ``fn(*args, **kwargs)`` on the engine thread between two decode steps."""
-        self._check_alive()
+        """Run ``fn(*args, **kwargs)`` on the engine thread between two decode steps.
+        Called from the engine thread itself (a job or an ``on_token`` callback), it runs inline."""
         fut: Future = Future()
-        self._queue.put(("job", (fn, args, kwargs), fut))
+        if threading.current_thread() is self._thread:
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except Exception as exc:
+                fut.set_exception(exc)
+            return fut
+        self._check_alive()
+        self._put(("job", (fn, args, kwargs), fut))
         return fut
+
+    def _put(self, item) -> None:
+        with self._lock:
+            if self._closed:
+                raise EngineDeadError(f"the engine thread is not running ({self._error!r})")
+            self._queue.put(item)
 
     def load_adapter(self, name: str, source: str | Path | AdapterWeights | dict) -> int:
         """Load or replace (hot-swap) a player's adapter; returns its new version.
@@ -221,10 +188,12 @@ class Engine:
             weights = load_folder(source)
         elif isinstance(source, AdapterWeights):
             weights = source
-        else:
+        elif isinstance(source, dict) and isinstance(source.get("tensors"), dict):
             from autocurricula.engine.adapters import from_tensors
 
             weights = from_tensors({k: np.asarray(v) for k, v in source["tensors"].items()}, scale=source.get("scale"))
+        else:
+            raise AdapterError("source must be an adapter folder, AdapterWeights, or {'tensors': {...}, 'scale': s}")
         weights.validate(self.linear_dims)
         return self.call(self._install, name, weights).result()
 
@@ -232,12 +201,13 @@ class Engine:
 
     def unload_adapter(self, name: str) -> None:
         """Remove a player; rows already running finish with its weights first."""
-        if name not in self.slots.records:
+        rec = self.slots.records.get(name)
+        if rec is None or rec.deleted:
             raise UnknownPlayerError(f"unknown player {name!r}")
         self.call(self._unload, name).result()
 
     def players(self) -> list[str]:
-        return sorted(self.slots.records)
+        return sorted(n for n, r in list(self.slots.records.items()) if not r.deleted)
 
     def adapter_info(self, name: str) -> dict:
         rec = self.slots.records.get(name)
@@ -256,6 +226,8 @@ class Engine:
     def logits(self, ids: list[int], player: str | None = None):
         """Full-sequence logits (numpy, (len(ids), vocab)) under a player's adapter, for tests and
         evaluation; runs as a job between decode steps."""
+        if player == self.name:
+            player = None
         if player is not None and player not in self.slots.records:
             raise UnknownPlayerError(f"unknown player {player!r}")
         return self.call(self._logits, list(ids), player).result()
@@ -295,7 +267,7 @@ class Engine:
         stuck = busy is not None and time.monotonic() - busy > self.config.stuck_after_s
         return {"ok": alive and not stuck, "alive": alive, "stuck": stuck,
                 "error": repr(self._error) if self._error else None,
-                "running": len(self._rows), "queued": len(self._pending) + self._queue.qsize()}
+                "running": len(self.scheduler.rows), "queued": len(self.scheduler.pending) + self._queue.qsize()}
 
     @property
     def occupancy(self) -> float:
@@ -303,9 +275,11 @@ class Engine:
         return self.stats["rows_stepped"] / max(1, self.stats["steps"]) / self.config.max_batch
 
     def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread; requests still queued or running fail with :class:`EngineDeadError`."""
         self._stop = True
         self._queue.put(("wake",))
-        self._thread.join(timeout)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
 
     def __enter__(self):
         return self
@@ -331,33 +305,35 @@ class Engine:
             self._setup(model, tokenizer)
         except BaseException as exc:  # surfaced to the constructor
             self._error = exc
+            self._closed = True
             ready.set_exception(exc)
             return
         ready.set_result(True)
         try:
             while not self._stop:
-                self._drain(block=not self._rows and not self._pending)
+                self._drain(block=self.scheduler.idle)
                 self._busy_since = time.monotonic()
-                self._admit()
-                if self._rows:
-                    self._step()
+                self.scheduler.admit()
+                if self.scheduler.rows:
+                    self.scheduler.step()
                 self._busy_since = None
         except BaseException as exc:  # noqa: BLE001 - a dead engine must fail every waiter
             log.exception("engine thread died")
             self._error = exc
-            for row in self._rows:
-                row.req.future.set_exception(EngineDeadError(f"engine thread died: {exc!r}"))
-            for req in self._pending:
-                req.future.set_exception(EngineDeadError(f"engine thread died: {exc!r}"))
-            self._rows, self._pending = [], []
-            while True:
+        finally:
+            reason = EngineDeadError(f"engine thread died: {self._error!r}" if self._error else "engine closed")
+            with self._lock:
+                self._closed = True
+            self.scheduler.fail_all(reason)
+            while True:  # nothing can be queued after _closed: settle what is there
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                fut = item[1].future if item[0] == "submit" else (item[2] if item[0] == "job" else None)
-                if fut is not None:
-                    fut.set_exception(EngineDeadError(f"engine thread died: {exc!r}"))
+                if item[0] == "submit":
+                    resolve(item[1].future, exc=reason)
+                elif item[0] == "job":
+                    resolve(item[2], exc=reason)
 
     def _setup(self, model, tokenizer) -> None:
         import mlx.core as mx
@@ -392,9 +368,10 @@ class Engine:
             block = False
             kind = item[0]
             if kind == "submit":
-                self._pending.append(item[1])
+                if not item[1].future.done():  # not cancelled by its caller meanwhile
+                    self.scheduler.pending.append(item[1])
             elif kind == "cancel":
-                self._cancel(item[1])
+                self.scheduler.cancel(item[1])
             elif kind == "job":
                 (fn, args, kwargs), fut = item[1], item[2]
                 if fut.set_running_or_notify_cancel():
@@ -403,35 +380,29 @@ class Engine:
                         fut.set_result(fn(*args, **kwargs))
                     except Exception as exc:  # the job's error belongs to its caller
                         fut.set_exception(exc)
+                    except BaseException as exc:  # SystemExit & co. end the engine; settle the job first
+                        fut.set_exception(exc)
+                        raise
                     finally:
                         self._busy_since = None
-
-    def _cancel(self, request_id: str) -> None:
-        for req in list(self._pending):
-            if req.id == request_id:
-                self._pending.remove(req)
-                req.future.set_result(Completion(req.id, req.player, req.prompt_ids, [], [], "", "cancelled", None, []))
-        for row in self._rows:
-            if row.req.id == request_id:
-                row.req.cancelled = True
 
     # adapters ----------------------------------------------------------
     def _install(self, name: str, weights: AdapterWeights) -> int:
         self.lora.ensure(list(weights.modules), weights.rank)
         rec = self.slots.add(name, weights)
-        rec.deleted = False
         if rec.slot is not None:
             self._write_slot(rec)
         return rec.version
 
     def _unload(self, name: str) -> None:
-        self._admit()  # requests queued before the unload still get the weights they asked for
         rec = self.slots.records.get(name)
         if rec is None:
             return
         rec.deleted = True
-        if rec.pins == 0:
-            self._drop(rec)
+        for req in self.scheduler.pending:  # queued before the unload: still served with these weights
+            if req.player == name:
+                req.keep = True
+        self.scheduler.maybe_drop(name)
 
     def _drop(self, rec) -> None:
         slot = rec.slot
@@ -453,124 +424,5 @@ class Engine:
         mx.eval([(layer.lora_a, layer.lora_b) for layer in self.lora.layers.values()])
         rec.loads += 1
 
-    # batching ----------------------------------------------------------
-    def _admit(self) -> None:
-        from autocurricula.engine.runner import prefill
-
-        room = self.config.max_batch - len(self._rows)
-        if room <= 0 or not self._pending:
-            return
-        admitted, waiting = [], []
-        for req in self._pending:
-            if len(admitted) >= room:
-                waiting.append(req)
-                continue
-            slot = 0
-            if req.player is not None:
-                rec = self.slots.records.get(req.player)
-                if rec is None or rec.deleted:
-                    req.future.set_exception(UnknownPlayerError(f"unknown player {req.player!r}"))
-                    continue
-                got = self.slots.acquire(req.player)
-                if got is None:  # every slot pinned by running rows: wait for one to finish
-                    waiting.append(req)
-                    continue
-                rec, needs_write = got
-                if needs_write:
-                    self._write_slot(rec)
-                slot = rec.slot
-            admitted.append(_Row(req, slot))
-        self._pending = waiting
-        if not admitted:
-            return
-        tokens, logprobs, cache = prefill(self, admitted)
-        self.stats["prefill_tokens"] += sum(len(r.req.prompt_ids) for r in admitted)
-        if self._cache is None:
-            self._cache = cache
-        else:
-            for mine, new in zip(self._cache, cache):
-                mine.extend(new)
-        self._rows.extend(admitted)
-        self._accept(admitted, tokens, logprobs)
-
-    def _step(self) -> None:
-        from autocurricula.engine.runner import decode_step
-
-        rows = self._rows
-        tokens, logprobs = decode_step(self, rows)
-        self.stats["steps"] += 1
-        self.stats["rows_stepped"] += len(rows)
-        self._accept(rows, tokens, logprobs)
-
-    def _accept(self, rows: list[_Row], tokens: np.ndarray, logprobs: np.ndarray) -> None:
-        """Append one sampled token per row, stream it, and retire rows that are done."""
-        for row, tok, lp in zip(rows, tokens.tolist(), logprobs.tolist()):
-            req, p = row.req, row.req.params
-            rec = self.slots.records.get(req.player) if req.player else None
-            row.tokens.append(tok)
-            row.logprobs.append(lp)
-            row.versions.append(rec.version if rec else None)
-            if rec and len(row.versions) > 1 and row.versions[-2] != row.versions[-1]:
-                self.stats["swaps_mid_request"] += 1
-            self.stats["tokens"] += 1
-            if req.cancelled:
-                row.finish = "cancelled"
-            elif tok in self.eos_ids and not p.ignore_eos:
-                row.finish = "stop"
-            elif len(row.tokens) >= p.max_tokens or len(req.prompt_ids) + len(row.tokens) >= self.max_context:
-                row.finish = "length"
-            if p.stop or req.on_token is not None:
-                row.text = self._decode(row.tokens)
-                for s in p.stop:
-                    cut = row.text.find(s, max(0, row.emitted - len(s)))
-                    if cut >= 0:
-                        row.text, row.finish = row.text[:cut], "stop"
-            if req.on_token is not None:
-                # hold back a trailing partial UTF-8 character (and a possible stop-string prefix)
-                safe = len(row.text) if row.finish else len(row.text.rstrip("\ufffd"))
-                if p.stop and not row.finish:
-                    safe = max(row.emitted, safe - max(len(s) for s in p.stop) + 1)
-                delta, row.emitted = row.text[row.emitted:safe], max(row.emitted, safe)
-                try:
-                    req.on_token(TokenEvent(req.id, tok, lp, delta, row.versions[-1], row.finish))
-                except Exception:  # a broken stream consumer must not kill the engine
-                    log.exception("on_token callback failed; cancelling %s", req.id)
-                    req.cancelled = True
-        done = [i for i, r in enumerate(self._rows) if r.finish]
-        if done:
-            self._retire(done)
-
     def _decode(self, ids: list[int]) -> str:
-        ids = [t for t in ids if t not in self.eos_ids]
         return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def _retire(self, done: list[int]) -> None:
-        import mlx.core as mx
-
-        done_set = set(done)
-        keep = [i for i in range(len(self._rows)) if i not in done_set]
-        for i in done:
-            row = self._rows[i]
-            req = row.req
-            if not row.text or not (req.params.stop or req.on_token):
-                row.text = self._decode(row.tokens)
-            spans, start = [], 0
-            for j in range(1, len(row.versions) + 1):
-                if j == len(row.versions) or row.versions[j] != row.versions[start]:
-                    spans.append((start, j, row.versions[start]))
-                    start = j
-            req.future.set_result(Completion(req.id, req.player, req.prompt_ids, row.tokens, row.logprobs, row.text,
-                                             row.finish, row.versions[-1] if row.versions else None, spans))
-            self.stats["completions"] += 1
-            if req.player is not None:
-                self.slots.release(req.player)
-                rec = self.slots.records.get(req.player)
-                if rec is not None and rec.deleted and rec.pins == 0:
-                    self._drop(rec)
-        self._rows = [self._rows[i] for i in keep]
-        if not self._rows:
-            self._cache = None
-        else:
-            idx = mx.array(keep)
-            for c in self._cache:
-                c.filter(idx)

@@ -67,5 +67,5 @@ def decode_step(engine, rows) -> tuple[np.ndarray, np.ndarray]:
     """One token for every running row."""
     last = mx.array(np.array([[r.tokens[-1]] for r in rows], dtype=np.int32))
     _set_slots(engine, rows)
-    logits = engine.model(last, cache=engine._cache)[:, -1, :]
+    logits = engine.model(last, cache=engine.scheduler.cache)[:, -1, :]
     return _sample_rows(engine, rows, logits)

@@ -60,8 +60,14 @@ def row_uniforms(seeds: mx.array, positions: mx.array, vocab: int) -> mx.array:
     """Uniforms in (0, 1) of shape (B, vocab), a pure function of (seed, position, index)."""
     v = mx.arange(vocab, dtype=mx.uint32)[None, :]
     h = _fmix32(seeds[:, None] ^ _fmix32(positions[:, None] * 0x9E3779B1 + 0x7F4A7C15))
-    x = _fmix32(h + v * 0x27D4EB2F)
-    return ((x >> 8).astype(mx.float32) + 0.5) * (1.0 / (1 << 24))
+    return unit(_fmix32(h + v * 0x27D4EB2F))
+
+
+def unit(x: mx.array) -> mx.array:
+    """uint32 -> float32 strictly inside (0, 1). 23 bits: (k + 0.5) / 2**23 is exact in float32;
+    24 bits would round the top value to 1.0, and -log(-log(1)) = inf picks that token whatever
+    its probability."""
+    return ((x >> 9).astype(mx.float32) + 0.5) * (1.0 / (1 << 23))
 
 
 def _fmix32_np(x: np.ndarray) -> np.ndarray:
@@ -78,8 +84,12 @@ def row_uniforms_np(seeds: np.ndarray, positions: np.ndarray, vocab: int) -> np.
     v = np.arange(vocab, dtype=u32)[None, :]
     pos = positions.astype(u32)[:, None]
     h = _fmix32_np(seeds.astype(u32)[:, None] ^ _fmix32_np(pos * u32(0x9E3779B1) + u32(0x7F4A7C15)))
-    x = _fmix32_np(h + v * u32(0x27D4EB2F))
-    return ((x >> u32(8)).astype(np.float32) + np.float32(0.5)) * np.float32(1.0 / (1 << 24))
+    return unit_np(_fmix32_np(h + v * u32(0x27D4EB2F)))
+
+
+def unit_np(x: np.ndarray) -> np.ndarray:
+    """NumPy twin of :func:`unit`."""
+    return ((x >> np.uint32(9)).astype(np.float32) + np.float32(0.5)) * np.float32(1.0 / (1 << 23))
 
 
 def sample_np(logits: np.ndarray, temps: np.ndarray, top_ps: np.ndarray, top_ks: np.ndarray,

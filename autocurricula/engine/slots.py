@@ -31,6 +31,7 @@ class SlotTable:
     records: dict[str, AdapterRecord] = field(default_factory=dict)
     owner: dict[int, str] = field(default_factory=dict)
     evictions: int = 0
+    last_version: dict[str, int] = field(default_factory=dict)  # survives unload, so versions never repeat
     _clock: itertools.count = field(default_factory=itertools.count)
 
     def touch(self, rec: AdapterRecord) -> None:
@@ -38,11 +39,12 @@ class SlotTable:
 
     def add(self, name: str, weights: AdapterWeights) -> AdapterRecord:
         rec = self.records.get(name)
+        version = self.last_version.get(name, 0) + 1
         if rec is None:
-            rec = self.records[name] = AdapterRecord(name, weights)
+            rec = self.records[name] = AdapterRecord(name, weights, version=version)
         else:
-            rec.weights = weights
-            rec.version += 1
+            rec.weights, rec.version, rec.deleted = weights, version, False
+        self.last_version[name] = version
         self.touch(rec)
         return rec
 

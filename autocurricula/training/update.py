@@ -11,7 +11,6 @@ new adapter versions are live for the next decode step; remote servers get them 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import mlx.core as mx

@@ -1,0 +1,285 @@
+"""Continuous batching: admit queued requests, step the running rows, stream, retire.
+
+Owned by the engine thread. Admission is FIFO with two budgets (batch rows and padded prefill
+tokens); once a request waits for an adapter slot, later requests that need a slot wait behind
+it, so a busy player cannot starve another one when players outnumber slots.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from autocurricula.engine.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from autocurricula.engine.engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+def resolve(fut: Future, result: Any = None, exc: BaseException | None = None) -> None:
+    """Set a future's outcome unless it is already settled (e.g. cancelled by its caller)."""
+    if fut.done():
+        return
+    try:
+        fut.set_exception(exc) if exc is not None else fut.set_result(result)
+    except InvalidStateError:  # settled between the check and the set
+        pass
+
+
+@dataclass
+class Completion:
+    """One finished generation. ``version_spans`` lists ``(start, end, version)`` over completion
+    token indices: more than one span means the adapter was hot-swapped mid-completion."""
+
+    request_id: str
+    player: str | None
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str  # "stop" | "length" | "cancelled"
+    adapter_version: int | None
+    version_spans: list[tuple[int, int, int | None]]
+
+    @property
+    def swapped(self) -> bool:
+        return len(self.version_spans) > 1
+
+
+@dataclass
+class TokenEvent:
+    """Streamed to ``on_token`` (on the engine thread: keep the callback cheap)."""
+
+    request_id: str
+    token_id: int | None  # None on a final event that carries no new token (cancellation)
+    logprob: float | None
+    text: str  # new text since the previous event (held back while a character or stop string is incomplete)
+    version: int | None
+    finish_reason: str | None = None
+
+
+@dataclass
+class Request:
+    id: str
+    prompt_ids: list[int]
+    player: str | None
+    params: SamplingParams
+    future: Future
+    on_token: Callable[[TokenEvent], None] | None
+    seed32: int
+    cancelled: bool = False
+    keep: bool = False  # queued before its player was unloaded: still served with those weights
+
+
+@dataclass
+class Row:
+    req: Request
+    slot: int
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int | None] = field(default_factory=list)
+    text: str = ""  # decoded so far (incrementally), cut at a stop string
+    prefix: int = 0  # incremental detokenizer offsets (as in TGI / vLLM)
+    read: int = 0
+    checked: int = 0  # characters already searched for stop strings
+    emitted: int = 0  # characters already streamed
+    finish: str | None = None
+    cut: bool = False  # text was cut at a stop string
+
+
+class Scheduler:
+    def __init__(self, engine: "Engine"):
+        self.e = engine
+        self.pending: list[Request] = []
+        self.rows: list[Row] = []
+        self.cache = None
+
+    @property
+    def idle(self) -> bool:
+        return not self.rows and not self.pending
+
+    # ------------------------------------------------------------------ queue side
+    def cancel(self, request_id: str) -> None:
+        for req in list(self.pending):
+            if req.id == request_id:
+                self.pending.remove(req)
+                resolve(req.future, Completion(req.id, req.player, req.prompt_ids, [], [], "", "cancelled", None, []))
+                self.maybe_drop(req.player)
+        for row in self.rows:
+            if row.req.id == request_id:
+                row.req.cancelled = True
+
+    def fail_all(self, exc: BaseException) -> None:
+        for req in [r.req for r in self.rows] + self.pending:
+            resolve(req.future, exc=exc)
+        self.rows, self.pending, self.cache = [], [], None
+
+    def maybe_drop(self, player: str | None) -> None:
+        """Remove an unloaded player once no running row and no queued request needs it."""
+        rec = self.e.slots.records.get(player) if player else None
+        if rec is not None and rec.deleted and rec.pins == 0 and not any(r.player == player for r in self.pending):
+            self.e._drop(rec)
+
+    # ------------------------------------------------------------------ admission
+    def admit(self) -> None:
+        from autocurricula.engine.runner import prefill
+
+        e, cfg = self.e, self.e.config
+        room = cfg.max_batch - len(self.rows)
+        if room <= 0 or not self.pending:
+            return
+        admitted: list[Row] = []
+        waiting: list[Request] = []
+        width, blocked = 0, False
+        for req in self.pending:
+            grown = max(width, len(req.prompt_ids))
+            if len(admitted) >= room or (admitted and grown * (len(admitted) + 1) > cfg.max_prefill_tokens):
+                waiting.append(req)
+                continue
+            slot = 0
+            if req.player is not None:
+                rec = e.slots.records.get(req.player)
+                if rec is None or (rec.deleted and not req.keep):
+                    from autocurricula.engine.engine import UnknownPlayerError
+
+                    resolve(req.future, exc=UnknownPlayerError(f"unknown player {req.player!r} (unloaded)"))
+                    continue
+                got = None if blocked else e.slots.acquire(req.player)
+                if got is None:  # every slot is pinned by running rows: wait, and keep FIFO order
+                    blocked = True
+                    waiting.append(req)
+                    continue
+                rec, needs_write = got
+                if needs_write:
+                    e._write_slot(rec)
+                slot = rec.slot
+            admitted.append(Row(req, slot))
+            width = grown
+        self.pending = waiting
+        if not admitted:
+            return
+        try:
+            tokens, logprobs, cache = prefill(e, admitted)
+        except BaseException:
+            for row in admitted:  # give the pins back and requeue, so nothing is lost or leaked
+                if row.req.player is not None:
+                    e.slots.release(row.req.player)
+            self.pending = [r.req for r in admitted] + self.pending
+            raise
+        e.stats["prefill_tokens"] += sum(len(r.req.prompt_ids) for r in admitted)
+        if self.cache is None:
+            self.cache = cache
+        else:
+            for mine, new in zip(self.cache, cache):
+                mine.extend(new)
+        self.rows.extend(admitted)
+        self.accept(admitted, tokens, logprobs)
+
+    def step(self) -> None:
+        from autocurricula.engine.runner import decode_step
+
+        tokens, logprobs = decode_step(self.e, self.rows)
+        self.e.stats["steps"] += 1
+        self.e.stats["rows_stepped"] += len(self.rows)
+        self.accept(self.rows, tokens, logprobs)
+
+    # ------------------------------------------------------------------ per-token bookkeeping
+    def accept(self, rows: list[Row], tokens: np.ndarray, logprobs: np.ndarray) -> None:
+        """Append one sampled token per row, stream it, and retire rows that are done."""
+        e = self.e
+        for row, tok, lp in zip(rows, tokens.tolist(), logprobs.tolist()):
+            req, p = row.req, row.req.params
+            if req.cancelled:  # the token sampled after the cancel is dropped
+                row.finish = "cancelled"
+                self._emit(row, None, None)
+                continue
+            rec = e.slots.records.get(req.player) if req.player else None
+            row.tokens.append(tok)
+            row.logprobs.append(lp)
+            row.versions.append(rec.version if rec else None)
+            if rec and len(row.versions) > 1 and row.versions[-2] != row.versions[-1]:
+                e.stats["swaps_mid_request"] += 1
+            e.stats["tokens"] += 1
+            if tok in e.eos_ids and not p.ignore_eos:
+                row.finish = "stop"
+            elif len(row.tokens) >= p.max_tokens or len(req.prompt_ids) + len(row.tokens) >= e.max_context:
+                row.finish = "length"
+            if p.stop or req.on_token is not None:
+                self._advance_text(row)
+                for s in p.stop:
+                    at = row.text.find(s, max(0, row.checked - len(s) + 1))
+                    if at >= 0:
+                        row.text, row.finish, row.cut = row.text[:at], "stop", True
+                        break
+                row.checked = len(row.text)
+            self._emit(row, tok, lp)
+        done = [i for i, r in enumerate(self.rows) if r.finish]
+        if done:
+            self.retire(done)
+
+    def _advance_text(self, row: Row) -> None:
+        # decode only a short suffix each token: text grows when the new suffix decodes cleanly
+        if row.cut:
+            return
+        ids = [t for t in row.tokens if t not in self.e.eos_ids]
+        prefix = self.e._decode(ids[row.prefix : row.read])
+        full = self.e._decode(ids[row.prefix :])
+        if len(full) > len(prefix) and not full.endswith("\ufffd"):
+            row.text += full[len(prefix) :]
+            row.prefix, row.read = row.read, len(ids)
+
+    def _final_text(self, row: Row) -> str:
+        return row.text if row.cut else self.e._decode([t for t in row.tokens if t not in self.e.eos_ids])
+
+    def _emit(self, row: Row, tok, lp) -> None:
+        req = row.req
+        if req.on_token is None:
+            return
+        if row.finish:
+            text = self._final_text(row)
+            safe = len(text)
+        else:
+            text, safe = row.text, len(row.text)
+            if req.params.stop:  # a stop string may still be forming at the end
+                safe = max(row.emitted, safe - max(len(s) for s in req.params.stop) + 1)
+        delta, row.emitted = text[row.emitted : safe], max(row.emitted, safe)
+        try:
+            req.on_token(TokenEvent(req.id, tok, lp, delta, row.versions[-1] if row.versions else None, row.finish))
+        except Exception:  # a broken stream consumer must not kill the engine
+            log.exception("on_token callback failed; cancelling %s", req.id)
+            req.cancelled = True
+
+    def retire(self, done: list[int]) -> None:
+        import mlx.core as mx
+
+        e = self.e
+        done_set = set(done)
+        for i in done:
+            row = self.rows[i]
+            req = row.req
+            spans, start = [], 0
+            for j in range(1, len(row.versions) + 1):
+                if j == len(row.versions) or row.versions[j] != row.versions[start]:
+                    spans.append((start, j, row.versions[start]))
+                    start = j
+            resolve(req.future, Completion(req.id, req.player, req.prompt_ids, row.tokens, row.logprobs,
+                                           self._final_text(row), row.finish,
+                                           row.versions[-1] if row.versions else None, spans))
+            e.stats["completions"] += 1
+            if req.player is not None:
+                e.slots.release(req.player)
+                self.maybe_drop(req.player)
+        keep = [i for i in range(len(self.rows)) if i not in done_set]
+        self.rows = [self.rows[i] for i in keep]
+        if not self.rows:
+            self.cache = None
+        else:
+            idx = mx.array(keep)
+            for c in self.cache:
+                c.filter(idx)
