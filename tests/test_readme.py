@@ -48,7 +48,12 @@ def server():
 
 
 def test_readme_has_snippets():
-    assert len(BLOCKS) >= 3
+    assert len(BLOCKS) >= 5
+
+
+@pytest.mark.parametrize("index", [i for i, (kind, _) in enumerate(BLOCKS) if kind == "skip"])
+def test_skipped_snippet_compiles(index):
+    compile(BLOCKS[index][1], "README.md", "exec")  # needs the network to run; syntax checked here
 
 
 @pytest.mark.parametrize("index", [i for i, (kind, _) in enumerate(BLOCKS) if kind == "plain"])
