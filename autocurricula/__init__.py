@@ -11,6 +11,15 @@ _blas.preload()  # must run before anything imports mlx.core
 __version__ = "0.1.0"
 
 _LAZY = {
+    "AutocurriculumTrainer": "autocurricula.trainer",
+    "AutocurriculumConfig": "autocurricula.config",
+    "GRPOConfig": "autocurricula.config",
+    "SelfPlayTrainer": "autocurricula.leagues",
+    "SelfPlayConfig": "autocurricula.leagues",
+    "LeagueTrainer": "autocurricula.leagues",
+    "LeagueConfig": "autocurricula.leagues",
+    "FictitiousPlayTrainer": "autocurricula.leagues",
+    "set_player": "autocurricula.arena",
     "build_tiny_model": "autocurricula.tiny",
     "Engine": "autocurricula.engine",
     "EngineConfig": "autocurricula.engine",

@@ -113,3 +113,57 @@ def coerce_lora_spec(cfg) -> LoraSpec:
     if unsupported:
         raise ValueError(f"unsupported LoraConfig settings: {', '.join(unsupported)} (plain LoRA only)")
     return LoraSpec.from_peft(cfg)
+
+
+@dataclass
+class AutocurriculumConfig:
+    """The league loop's settings. ``epochs``, ``rounds`` and ``matches`` keep the original
+    autocurricula meaning; the rest use ``transformers.TrainingArguments`` names where they overlap."""
+
+    epochs: int = _help("epochs; entry() adds players at the start of each", 4)
+    rounds: int = _help("rounds per epoch; each round plays match()'s games, then updates every learner once", 2)
+    matches: int = _help("games played per tuple that match() returns, per round", 1)
+    output_dir: str = _help("checkpoints, plots, match history and logs go here", "autocurricula-output")
+    seed: int = _help("seed of schedules, seats, sampling and adapter init", 42)
+    logging_steps: int = _help("log metrics every this many rounds", 1)
+    save_strategy: str = _help("'epoch' (a checkpoint after every epoch) or 'no'", "epoch")
+    save_total_limit: int | None = _help("keep at most this many checkpoints (oldest deleted); None = all", 2)
+    report_to: list[str] | str = _help("'none', 'wandb', 'trackio' or a list of them", "none")
+    run_name: str | None = _help("run name for trackers", None)
+    push_to_hub: bool = _help("push every player and the league card at the end of train()", False)
+    hub_model_id: str | None = _help("repo id for push_to_hub", None)
+    hub_private_repo: bool = _help("create the Hub repo as private", False)
+    credit: str = _help("'rae' (SPIRAL role baselines), 'grpo' (group-normalised) or 'constant'", "rae")
+    rae_alpha: float = _help("RAE baseline EMA factor", 0.95)
+    rae_per_player: bool = _help("one RAE baseline per (game, role, player) instead of per (game, role)", False)
+    game_name: str | None = _help("name of the game in turns and cards (default: play's module name)", None)
+    max_concurrent_games: int = _help("games in flight at once (their calls share the engine's batches)", 64)
+    lockstep: bool = _help("batch the calls of all running games in a fixed order: full batches and "
+                           "bit-identical reruns (async play); off = pure continuous batching", True)
+    max_tokens: int = _help("default completion limit of model.generate in play (sampling temperature: "
+                            "grpo_config.temperature, which the update uses too)", 64)
+    max_slots: int = _help("adapter slots in the engine (more players are LRU-evicted)", 64)
+    max_batch: int = _help("rows per decode step", 64)
+    elo_k: float = _help("Elo K factor", 20.0)
+    elo_scale: float = _help("Elo scale", 400.0)
+    elo_initial: float = _help("Elo of a new player", 1000.0)
+    payoff_decay: float = _help("payoff-matrix decay per update (AlphaStar: 0.99)", 0.99)
+    bt_bootstrap: int = _help("bootstrap rounds of the Bradley-Terry confidence intervals (0 = off)", 100)
+    progress: bool = _help("show progress bars", True)
+
+    def __post_init__(self):
+        for name in ("epochs", "rounds", "matches", "logging_steps", "max_concurrent_games", "max_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"{type(self).__name__}.{name} must be a positive integer, got {v!r}")
+        if self.save_strategy not in ("epoch", "no"):
+            raise ValueError("save_strategy must be 'epoch' or 'no'")
+        if self.credit not in ("rae", "grpo", "constant"):
+            raise ValueError("credit must be 'rae', 'grpo' or 'constant'")
+        targets = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
+        unknown = set(targets) - {"none", "wandb", "trackio"}
+        if unknown:
+            raise ValueError(f"report_to {sorted(unknown)} not supported; use 'none', 'wandb' or 'trackio'")
+        self.report_to = [t for t in targets if t != "none"]
+        if self.push_to_hub and not self.hub_model_id:
+            raise ValueError("push_to_hub=True needs hub_model_id='owner/name'")

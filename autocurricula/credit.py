@@ -38,6 +38,7 @@ class Turn:
     level: int = 0  # nesting depth of the (sub-)game that produced the turn
     parent: str | None = None  # id of the enclosing game for nested games
     truncated: bool = False  # cut by max_tokens (no eos) or unparseable
+    seat: int = -1  # the player's position in the game (its reward is rewards[seat])
     advantage: float | None = None
 
     def __post_init__(self):

@@ -55,3 +55,61 @@ def push_to_hub(weights: AdapterWeights, repo_id: str, base_model: str, *, name:
                                  revision=revision, token=token,
                                  commit_message=commit_message or f"Upload {name or repo_id} (autocurricula)")
     return str(info)
+
+
+def league_card(trainer) -> str:
+    """README.md of a league repo: leaderboard, payoff matrix, lineage and config."""
+    import json
+
+    rows = trainer.leaderboard.rows
+    ids = [p["id"] for p in trainer.players]
+    matrix = trainer.payoff.matrix(ids)
+    lines = ["---", "library_name: peft", f"base_model: {trainer.model_name}", "tags:", "- autocurricula", "- lora",
+             "- peft", "- self-play", "- league", "---", "", f"# League: {trainer.game_name}", "",
+             f"{len(ids)} players of `{trainer.model_name}`, trained with autocurricula "
+             f"(`{type(trainer).__name__}`, {trainer.current_epoch + 1} epochs). Each player is a peft LoRA adapter "
+             "in the folder named after it.", "", "## Leaderboard", "",
+             "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        bt = "-" if r.get("bt") is None else f"{r['bt']:.0f} ({r['bt_low']:.0f}-{r['bt_high']:.0f})"
+        lines.append(f"| {r['rank']} | {r['id']} | {r.get('role')} | {r.get('epoch')} | {r.get('frozen')} | "
+                     f"{r['elo']:.1f} | {bt} | {r.get('games')} |")
+    lines += ["", "## Payoff matrix (win rate of row vs column)", "", "| | " + " | ".join(ids) + " |",
+              "|---" * (len(ids) + 1) + "|"]
+    lines += [f"| {a} | " + " | ".join(f"{v:.2f}" for v in row) + " |" for a, row in zip(ids, matrix)]
+    lines += ["", "## Lineage", ""]
+    lines += [f"- `{p['id']}` ← `{p.get('parent') or 'base'}`" + (" (frozen)" if p.get("frozen") else "")
+              for p in trainer.players]
+    lines += ["", "## Config", "", "```json", json.dumps(trainer.config_dict(), indent=1), "```", ""]
+    return "\n".join(lines)
+
+
+def push_league(trainer, repo_id: str, *, private: bool = False, token: str | None = None,
+                revision: str | None = None, endpoint: str | None = None) -> str:
+    """Stage every player (peft folder + card), the league card, match history and plots, and
+    upload them in one commit; returns the commit URL."""
+    import shutil
+
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint, token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True, token=token)
+    elo = {r["id"]: r for r in trainer.leaderboard.rows}
+    with tempfile.TemporaryDirectory() as tmp:
+        stage = Path(tmp)
+        for p in trainer.players:
+            if "policy" in p:
+                continue
+            row = elo.get(p["id"], {})
+            card = model_card(p["id"], trainer.model_name, role=p.get("role"), parent=p.get("parent") or "base",
+                              elo=row.get("elo"), games=row.get("games"), epoch=p.get("epoch"))
+            export_peft(trainer.engine.adapter_weights(p["id"]), stage / p["id"], trainer.model_name,
+                        use_rslora=trainer.lora_spec.use_rslora, readme=card)
+        (stage / "README.md").write_text(league_card(trainer))
+        out = Path(trainer.config.output_dir)
+        for name in ("match_history.jsonl", "elo.png", "payoff.png"):
+            if (out / name).is_file():
+                shutil.copyfile(out / name, stage / name)
+        info = api.upload_folder(repo_id=repo_id, folder_path=str(stage), revision=revision, token=token,
+                                 commit_message=f"League of {len(trainer.players)} players (autocurricula)")
+    return str(info)

@@ -1,1 +1,8 @@
-"""League schedules for autocurricula: one module per schedule (entry/match rules)."""
+"""League schedules (installed as ``autocurricula.leagues``): one module per schedule."""
+
+from autocurricula.leagues.fictitious import FictitiousConfig, FictitiousPlayTrainer
+from autocurricula.leagues.league import LeagueConfig, LeagueTrainer, pfsp
+from autocurricula.leagues.selfplay import SelfPlayConfig, SelfPlayTrainer
+
+__all__ = ["FictitiousConfig", "FictitiousPlayTrainer", "LeagueConfig", "LeagueTrainer", "SelfPlayConfig",
+           "SelfPlayTrainer", "pfsp"]

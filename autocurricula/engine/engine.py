@@ -175,7 +175,7 @@ class Engine:
                 raise EngineDeadError(f"the engine thread is not running ({self._error!r})")
             self._queue.put(item)
 
-    def load_adapter(self, name: str, source: str | Path | AdapterWeights | dict) -> int:
+    def load_adapter(self, name: str, source: str | Path | AdapterWeights | dict, version: int | None = None) -> int:
         """Load or replace (hot-swap) a player's adapter; returns its new version.
 
         ``source``: a peft or mlx-lm adapter folder, :class:`AdapterWeights`, or a dict of tensors
@@ -195,7 +195,7 @@ class Engine:
         else:
             raise AdapterError("source must be an adapter folder, AdapterWeights, or {'tensors': {...}, 'scale': s}")
         weights.validate(self.linear_dims)
-        return self.call(self._install, name, weights).result()
+        return self.call(self._install, name, weights, version).result()
 
     update_adapter = load_adapter
 
@@ -387,9 +387,9 @@ class Engine:
                         self._busy_since = None
 
     # adapters ----------------------------------------------------------
-    def _install(self, name: str, weights: AdapterWeights) -> int:
+    def _install(self, name: str, weights: AdapterWeights, version: int | None = None) -> int:
         self.lora.ensure(list(weights.modules), weights.rank)
-        rec = self.slots.add(name, weights)
+        rec = self.slots.add(name, weights, version)
         if rec.slot is not None:
             self._write_slot(rec)
         return rec.version

@@ -37,9 +37,12 @@ class SlotTable:
     def touch(self, rec: AdapterRecord) -> None:
         rec.last_used = next(self._clock)
 
-    def add(self, name: str, weights: AdapterWeights) -> AdapterRecord:
+    def add(self, name: str, weights: AdapterWeights, version: int | None = None) -> AdapterRecord:
+        """Add or replace; ``version`` (e.g. restoring a checkpoint) must exceed every earlier one."""
         rec = self.records.get(name)
-        version = self.last_version.get(name, 0) + 1
+        if version is not None and version <= self.last_version.get(name, 0):
+            raise ValueError(f"version {version} of {name!r} is not newer than {self.last_version[name]}")
+        version = version or self.last_version.get(name, 0) + 1
         if rec is None:
             rec = self.records[name] = AdapterRecord(name, weights, version=version)
         else:

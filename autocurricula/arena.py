@@ -1,0 +1,325 @@
+"""The ``model`` handed to ``play``: generation for players, turn recording, nested games.
+
+Two styles of ``play(players, model, tokenizer)`` are supported:
+
+- recommended (async): ``await model.generate(player, prompt_or_messages, **sampling)`` returns a
+  :class:`Generation` (text, token ids, logprobs). Every call for a trainable player is recorded
+  as that player's turn in this game; ``play`` returns one reward per player.
+- seed style (sync, transformers-like): ``set_player(model, player)`` then
+  ``model.generate(**tokenizer(prompt, return_tensors="pt"), max_new_tokens=..., do_sample=True)``
+  returns prompt + completion ids; ``play`` returns ``(rewards, experiences)`` as in the original
+  autocurricula README. Calls are recorded the same way.
+
+Calls with ``trainable=False`` (judges, evaluation) never become turns. ``await model.play(sub, players)``
+runs a nested game whose turns carry ``level + 1`` and this game as ``parent`` (credit compares a
+turn only with turns of its own level and parent).
+
+In lockstep mode (the default for training) the arena collects the pending calls of all running
+games and submits them to the engine together, in a fixed order, once every game is waiting: the
+batch is full and its composition, hence every float, is the same on every run with the same seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from autocurricula.credit import Turn
+from autocurricula.engine import SamplingParams
+
+
+@dataclass
+class Generation:
+    """One completion handed back to a game."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    prompt_ids: list[int]
+    finish_reason: str
+    adapter_version: int | None
+    player_id: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def set_player(model, player: dict) -> None:
+    """Seed-style API: make ``player``'s adapter the one ``model.generate(**inputs)`` uses."""
+    model.current_player = player
+
+
+def derive_seed(*parts) -> int:
+    """A stable 63-bit seed from any printable parts (independent of PYTHONHASHSEED)."""
+    digest = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class PlayTokenizer:
+    """The ``tokenizer`` handed to ``play``: the model's Hugging Face tokenizer, with
+    ``return_tensors="pt"`` falling back to NumPy when torch is not installed."""
+
+    def __init__(self, tokenizer):
+        self._tok = getattr(tokenizer, "_tokenizer", tokenizer)
+
+    def __call__(self, text, return_tensors=None, **kwargs):
+        if return_tensors == "pt":
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                return_tensors = "np"
+        return self._tok(text, return_tensors=return_tensors, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+
+@dataclass
+class GameRecord:
+    """What one game produced."""
+
+    game_id: str
+    players: list[dict]
+    rewards: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    experiences: Any = None
+    error: str | None = None
+
+
+class GameHandle:
+    """The ``model`` argument of one ``play`` call (one per game, so ``set_player`` state and turn
+    recording never mix between concurrent games)."""
+
+    def __init__(self, arena: "Arena", record: GameRecord, game: str, level: int = 0, parent: str | None = None,
+                 seats: list[dict] | None = None):
+        self.arena, self.record, self.game = arena, record, game
+        self.level, self.parent = level, parent
+        self.seats = seats if seats is not None else record.players
+        self.current_player: dict | None = None
+        self._calls = 0
+        self._subgames = 0
+
+    # ------------------------------------------------------------------ both styles
+    def generate(self, *args, **kwargs):
+        """``await model.generate(player, prompt, **sampling)`` (async style) or
+        ``model.generate(input_ids=..., max_new_tokens=...)`` after ``set_player`` (seed style)."""
+        if args and isinstance(args[0], dict):
+            return self._agenerate(*args, **kwargs)
+        return self._hf_generate(*args, **kwargs)
+
+    async def _agenerate(self, player: dict, prompt, *, trainable: bool = True, max_tokens: int | None = None,
+                         temperature: float | None = None, top_p: float = 1.0, top_k: int = 0, stop=None,
+                         seed: int | None = None, group: str | None = None, role: str | None = None) -> Generation:
+        seat = self._seat(player)
+        call = self._calls
+        self._calls += 1
+        if seed is None:
+            seed = derive_seed(self.arena.seed, self.record.game_id, self.level, self.parent, call)
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+            ids = self.arena.engine.apply_chat_template(prompt)
+        elif isinstance(prompt, str):
+            ids = self.arena.engine.encode(prompt)
+        else:
+            ids = [int(t) for t in prompt]
+        if "policy" in player:  # scripted player: a Python callable, never trained
+            text = self.arena.scripted(player, self.arena.engine._decode(ids), seed)
+            return Generation(text, [], [], ids, "stop", None, player["id"])
+        params = SamplingParams(max_tokens=max_tokens or self.arena.max_tokens,
+                                temperature=self.arena.temperature if temperature is None else temperature,
+                                top_p=top_p, top_k=top_k, stop=list(stop or []), seed=seed)
+        c = await self.arena.complete(self.record.game_id, (self.level, self.parent or "", call), ids, player, params)
+        gen = Generation(c.text, c.token_ids, c.logprobs, c.prompt_ids, c.finish_reason, c.adapter_version, player["id"])
+        if trainable and self.arena.is_trainable(player) and c.token_ids:
+            self.record.turns.append(Turn(
+                player=player["id"], game_id=self.record.game_id, role=role or player.get("seat_role", f"seat{seat}"),
+                prompt_ids=list(ids), completion_ids=list(c.token_ids), logprobs=list(c.logprobs),
+                version=c.adapter_version, game=self.game, group=group, level=self.level, parent=self.parent,
+                truncated=c.finish_reason == "length", seat=seat))
+        return gen
+
+    def _hf_generate(self, input_ids=None, attention_mask=None, max_new_tokens: int = 20, do_sample: bool = True,
+                     temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, **_ignored):
+        if self.current_player is None:
+            raise RuntimeError("call set_player(model, player) before model.generate(...) in a seed-style play")
+        rows = np.asarray(input_ids.tolist() if hasattr(input_ids, "tolist") else input_ids)
+        rows = rows.reshape(1, -1) if rows.ndim == 1 else rows
+        outs = []
+        for row in rows:
+            coro = self._agenerate(self.current_player, [int(t) for t in row], max_tokens=max_new_tokens,
+                                   temperature=temperature if do_sample else 0.0, top_p=top_p, top_k=top_k or 0)
+            gen = asyncio.run_coroutine_threadsafe(coro, self.arena.loop).result()
+            outs.append(list(row) + list(gen.token_ids or self.arena.engine.encode(gen.text)))
+        width = max(len(o) for o in outs)
+        pad = getattr(self.arena.engine.tokenizer, "pad_token_id", None) or 0
+        out = np.array([o + [pad] * (width - len(o)) for o in outs])
+        if type(input_ids).__module__.startswith("torch"):
+            import torch
+
+            return torch.tensor(out)
+        return out
+
+    # ------------------------------------------------------------------ nested games
+    async def play(self, sub_play: Callable, players: list[dict], **kwargs):
+        """Run a nested game; its turns are recorded in this game with ``level + 1`` and this game
+        (plus a sub-game index) as ``parent``. Returns the sub-game's rewards."""
+        self._subgames += 1
+        child = GameHandle(self.arena, self.record, self.game, self.level + 1,
+                           f"{self.record.game_id}/{self.level}.{self._subgames}", seats=self.seats)
+        out = sub_play(players, child, self.arena.tokenizer, **kwargs)
+        return await out if inspect.isawaitable(out) else out
+
+    def _seat(self, player: dict) -> int:
+        for i, p in enumerate(self.seats):
+            if p is player:
+                return i
+        for i, p in enumerate(self.seats):
+            if p.get("id") == player.get("id"):
+                return i
+        return -1  # a judge or another non-seated model call
+
+
+class Arena:
+    """Runs games against one engine. ``lockstep=True`` batches the calls of all running games
+    together in a fixed order (full batches, run-to-run determinism)."""
+
+    def __init__(self, engine, *, seed: int = 0, temperature: float = 1.0, max_tokens: int = 64,
+                 lockstep: bool = True, frozen: Callable[[dict], bool] | None = None):
+        self.engine, self.seed = engine, seed
+        self.temperature, self.max_tokens, self.lockstep = temperature, max_tokens, lockstep
+        self.tokenizer = PlayTokenizer(engine.tokenizer)
+        self._frozen = frozen or (lambda p: bool(p.get("frozen")))
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: list[tuple] = []  # calls not yet submitted
+        self._queued: dict[str, int] = {}  # per game: calls in _waiting
+        self._inflight = 0  # submitted calls whose results have not reached their game yet
+        self._live: set[str] = set()
+        self._wake: asyncio.Event | None = None
+
+    def is_trainable(self, player: dict) -> bool:
+        return "policy" not in player and not self._frozen(player)
+
+    def adapter_of(self, player: dict) -> str | None:
+        return player.get("adapter", player["id"])
+
+    def scripted(self, player: dict, prompt: str, seed: int) -> str:
+        fn = player["policy"]
+        try:
+            takes_rng = len(inspect.signature(fn).parameters) >= 2
+        except (TypeError, ValueError):
+            takes_rng = False
+        out = fn(prompt, np.random.default_rng(seed)) if takes_rng else fn(prompt)
+        return str(out)
+
+    async def complete(self, game_id: str, order: tuple, ids: list[int], player: dict, params: SamplingParams):
+        if not self.lockstep:
+            return await asyncio.wrap_future(self.engine.submit(ids, self.adapter_of(player), params))
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting.append(((game_id, *order), ids, self.adapter_of(player), params, fut))
+        self._queued[game_id] = self._queued.get(game_id, 0) + 1
+        self._wake.set()
+        return await fut
+
+    def _ready(self) -> bool:
+        return bool(self._waiting) and not self._inflight and all(self._queued.get(g, 0) > 0 for g in self._live)
+
+    async def _coordinator(self, grace_s: float = 1.0) -> None:
+        # One tick: wait until every live game has its next call queued (or finished), submit all of
+        # them in a fixed order while the engine is held, let the results flow back, repeat. A game
+        # busy with something other than generate delays a tick by at most grace_s.
+        import threading
+        import time
+
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._waiting or self._inflight:
+                continue
+            deadline = time.monotonic() + grace_s
+            while not self._ready() and time.monotonic() < deadline and self._waiting and not self._inflight:
+                await asyncio.sleep(0.001)
+            if not self._waiting or self._inflight:
+                continue
+            batch, self._waiting = sorted(self._waiting, key=lambda w: w[0]), []
+            for (key, *_rest) in batch:
+                self._queued[key[0]] -= 1
+            self._inflight += len(batch)
+            go = threading.Event()
+            self.engine.call(go.wait, 60)  # hold the engine so the whole batch is admitted together
+            try:
+                futs = [self.engine.submit(ids, adapter, params) for _, ids, adapter, params, _ in batch]
+            except BaseException as exc:
+                self._inflight -= len(batch)
+                for *_x, waiter in batch:
+                    waiter.set_exception(exc)
+                continue
+            finally:
+                go.set()
+            for (_, _, _, _, waiter), f in zip(batch, futs):
+                f.add_done_callback(lambda cf, w=waiter: self.loop.call_soon_threadsafe(self._settle, w, cf))
+
+    def _settle(self, waiter: asyncio.Future, cf) -> None:
+        self._inflight -= 1
+        self._wake.set()
+        if waiter.done():
+            return
+        exc = cf.exception()
+        waiter.set_exception(exc) if exc else waiter.set_result(cf.result())
+
+    async def run(self, games: list[tuple[Callable, list[dict], GameRecord, str]], max_concurrent: int = 64,
+                  sync_workers: int = 16) -> list[GameRecord]:
+        """Play ``games`` ((play, players, record, game name) tuples) concurrently; returns records
+        with rewards and turns (a game that raised keeps its error and no turns)."""
+        self.loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        coordinator = asyncio.create_task(self._coordinator()) if self.lockstep else None
+        sem = asyncio.Semaphore(max_concurrent)
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=sync_workers, thread_name_prefix="play")
+
+        async def one(play, players, record, game):
+            async with sem:
+                self._live.add(record.game_id)
+                handle = GameHandle(self, record, game)
+                try:
+                    if inspect.iscoroutinefunction(play) or inspect.iscoroutinefunction(getattr(play, "__call__", None)):
+                        out = await play(players, handle, self.tokenizer)
+                    else:
+                        out = await self.loop.run_in_executor(pool, play, players, handle, self.tokenizer)
+                    record.rewards, record.experiences = normalise_rewards(out, len(players))
+                except Exception as exc:  # noqa: BLE001 - one broken game must not end the round
+                    record.error = f"{type(exc).__name__}: {exc}"
+                    record.turns = []
+                finally:
+                    self._live.discard(record.game_id)
+                    if self._wake is not None:
+                        self._wake.set()
+                return record
+
+        try:
+            return list(await asyncio.gather(*(one(*g) for g in games)))
+        finally:
+            if coordinator:
+                coordinator.cancel()
+            pool.shutdown(wait=False)
+
+
+def normalise_rewards(out, n_players: int) -> tuple[list[float], Any]:
+    """Accept ``rewards`` (one per player), or the seed's ``([rewards], [experiences])``."""
+    experiences = None
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], (list, tuple)) and out[0] \
+            and isinstance(out[0][0], (list, tuple)):
+        (rewards,), experiences = out[0][:1], out[1]
+    else:
+        rewards = out
+    rewards = [float(r) for r in rewards]
+    if len(rewards) != n_players:
+        raise ValueError(f"play returned {len(rewards)} rewards for {n_players} players; return one per player")
+    if not all(np.isfinite(rewards)):
+        raise ValueError(f"play returned non-finite rewards {rewards}; give finite numbers (e.g. a penalty of -1.5)")
+    return rewards, experiences

@@ -1,0 +1,75 @@
+"""Experiment trackers behind one tiny interface: ``report_to`` = "wandb" | "trackio" | "none".
+
+A tracker that fails to start or to log is disabled with a warning: tracking never blocks or
+ends training. wandb runs offline unless ``WANDB_MODE`` or an API key says otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+log = logging.getLogger(__name__)
+
+METRICS = {
+    "train/loss": "policy loss of the round's update (sum over players)",
+    "train/kl": "mean per-token KL to the base model (beta > 0)",
+    "train/clip_ratio": "share of tokens whose ratio was clipped",
+    "train/tokens": "completion tokens trained on",
+    "rollout/reward_mean": "mean reward of trainable players' seats",
+    "rollout/games": "games played this round",
+    "rollout/errors": "games whose play raised (no turns kept)",
+    "rollout/turns": "turns recorded for training",
+    "rating/elo/<player>": "online Elo of each player",
+    "pool/size": "players in the pool",
+    "pool/learners": "trainable players",
+    "engine/occupancy": "mean rows per decode step / max_batch since start",
+    "time/round_s": "wall time of the round",
+}
+
+
+class _Tracker:
+    name = "none"
+
+    def __init__(self, module):
+        self.module = module
+
+    def log(self, metrics: dict, step: int) -> None:
+        try:
+            self.module.log(metrics, step=step)
+        except Exception as exc:  # noqa: BLE001 - never let a tracker stop training
+            warnings.warn(f"{self.name} logging failed ({exc}); disabling it")
+            self.module = None
+
+    def finish(self) -> None:
+        try:
+            if self.module is not None:
+                self.module.finish()
+        except Exception as exc:  # noqa: BLE001
+            warnings.warn(f"{self.name} finish failed: {exc}")
+
+
+def make_trackers(report_to: list[str], project: str, run_name: str | None, config: dict, output_dir: str) -> list:
+    trackers = []
+    for name in report_to:
+        try:
+            if name == "wandb":
+                import wandb
+
+                if "WANDB_MODE" not in os.environ and not os.environ.get("WANDB_API_KEY"):
+                    os.environ["WANDB_MODE"] = "offline"  # no key: log locally, never prompt or wait
+                wandb.init(project=project, name=run_name, config=config, dir=output_dir)
+                t = _Tracker(wandb)
+            elif name == "trackio":
+                import trackio
+
+                trackio.init(project=project, name=run_name, config=config)
+                t = _Tracker(trackio)
+            else:
+                continue
+            t.name = name
+            trackers.append(t)
+        except Exception as exc:  # noqa: BLE001 - ImportError or a failed init
+            warnings.warn(f"report_to={name!r} disabled: {exc}")
+    return trackers

@@ -1,0 +1,357 @@
+"""AutocurriculumTrainer: the league loop, readable top to bottom.
+
+for each epoch:   entry() adds players (new ones inherit their parent's adapter)
+  for each round: match() says who plays whom; every game runs concurrently through the arena;
+                  ratings and the payoff matrix take the results; credit turns rewards into
+                  advantages; one fused update trains every learner; on_round_end() (snapshots)
+  checkpoint
+
+Subclasses override ``entry(self)`` and ``match(self)`` (and optionally ``play``), reading
+``self.players`` and ``self.current_epoch`` -- the API of the original autocurricula.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import signal
+import threading
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from autocurricula.arena import Arena, GameRecord
+from autocurricula.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
+from autocurricula.credit import RAE, assign_credit
+from autocurricula.rating import Elo, Payoff, bradley_terry_bootstrap, format_leaderboard, leaderboard_rows
+
+log = logging.getLogger(__name__)
+
+
+class Leaderboard:
+    """Printable Elo table, best first; ``rows`` / ``to_dicts()`` for programs."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = rows
+
+    def to_dicts(self) -> list[dict]:
+        return [dict(r) for r in self.rows]
+
+    def __str__(self) -> str:
+        return format_leaderboard(self.rows)
+
+    __repr__ = __str__
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+    def __len__(self):
+        return len(self.rows)
+
+
+def run_async(coro):
+    """``asyncio.run`` that also works when the caller already runs an event loop (Jupyter)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict = {}
+
+    def target():
+        try:
+            box["out"] = asyncio.run(coro)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            box["exc"] = exc
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if "exc" in box:
+        raise box["exc"]
+    return box["out"]
+
+
+class AutocurriculumTrainer:
+    """Base trainer: override :meth:`entry` and :meth:`match` (see module docstring)."""
+
+    config_class = AutocurriculumConfig
+
+    def __init__(self, ac_config: AutocurriculumConfig | None = None, **overrides):
+        config = ac_config if ac_config is not None else self.config_class()
+        self.config = replace(config, **overrides) if overrides else config
+        self.ac_config = self.config  # the original attribute name
+        self.current_epoch = 0
+        self.current_round = 0
+        self.engine = None
+        self._pool = None
+        self._stop_requested = False
+        self.metrics_log: list[dict] = []
+        self.rng = np.random.default_rng(self.config.seed)
+        self.py_rng = random.Random(self.config.seed)
+
+    # ------------------------------------------------------------------ the user's API
+    @property
+    def players(self) -> list[dict]:
+        return list(self._pool.players) if self._pool is not None else []
+
+    def entry(self) -> list[dict]:
+        """New player dicts for ``self.current_epoch`` (default: one learner at epoch 0)."""
+        return [{"role": "player"}] if self.current_epoch == 0 else []
+
+    def match(self) -> list[tuple]:
+        """Tuples of players to play this round (each played ``config.matches`` times)."""
+        raise NotImplementedError("override match(self) to return a list of tuples of players")
+
+    def on_round_end(self, records: list[GameRecord]) -> None:
+        """Hook after each round's update (leagues take snapshots here)."""
+
+    @property
+    def leaderboard(self) -> Leaderboard:
+        bt = None
+        if self.bt_records and self.config.bt_bootstrap:
+            bt = bradley_terry_bootstrap(self.bt_records, rounds=self.config.bt_bootstrap, seed=self.config.seed)
+        return Leaderboard(leaderboard_rows(self.players, self.elo, bt))
+
+    @property
+    def match_history(self):
+        """Every game played: a ``datasets.Dataset`` (players, roles, rewards, epoch, versions)."""
+        rows = [json.loads(line) for line in self.history_path.read_text().splitlines()] if self.history_path.exists() else []
+        try:
+            from datasets import Dataset
+        except ImportError:
+            return rows
+        return Dataset.from_list(rows)
+
+    def train(self, model, play: Callable | None = None, *, lora_config=None, grpo_config=None,
+              resume_from_checkpoint: bool | str | None = None, policies: dict | None = None,
+              callbacks: list[Callable] | None = None):
+        """Train the league. ``model``: Hub id, local folder, or an :class:`~autocurricula.engine.Engine`.
+        ``play`` defaults to ``self.play``. ``lora_config``: a ``peft.LoraConfig`` (or ours);
+        ``grpo_config``: a ``trl.GRPOConfig`` (or ours). ``resume_from_checkpoint``: True (latest
+        complete checkpoint in ``output_dir``) or a path. ``callbacks``: ``fn(trainer) -> dict``
+        called after every epoch; returned metrics are logged."""
+        play = play or getattr(self, "play", None)
+        if play is None:
+            raise ValueError("train(model, play) needs a play function (or override play in the trainer)")
+        self._setup(model, lora_config, grpo_config, play)
+        start = 0
+        if resume_from_checkpoint:
+            from autocurricula.checkpoint import latest_checkpoint, load_checkpoint
+
+            path = latest_checkpoint(self.config.output_dir) if resume_from_checkpoint is True else resume_from_checkpoint
+            if path is not None:
+                load_checkpoint(self, path, policies)
+                start = self.current_epoch + 1
+                log.info("resumed from %s at epoch %d", path, start)
+        elif self.history_path.exists():
+            self.history_path.unlink()  # a fresh run does not append to an old history
+        previous = self._install_sigterm()
+        try:
+            self._loop(play, start, callbacks or [])
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            for t in self.trackers:
+                t.finish()
+        if self.config.push_to_hub:
+            self.push_to_hub(self.config.hub_model_id, private=self.config.hub_private_repo)
+        return self
+
+    # ------------------------------------------------------------------ the loop
+    def _loop(self, play, start: int, callbacks) -> None:
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        epochs = tqdm(range(start, cfg.epochs), desc="epochs", disable=not cfg.progress)
+        for epoch in epochs:
+            self.current_epoch = epoch
+            for spec in self.entry() or []:
+                self._pool.add(spec, epoch)
+            for rnd in range(cfg.rounds):
+                self.current_round = rnd
+                self._round(play)
+                if self._stop_requested:
+                    break
+            metrics = {}
+            for cb in callbacks:
+                metrics.update(cb(self) or {})
+            if metrics:
+                self._log(metrics)
+            self._plots()
+            if cfg.save_strategy == "epoch" or self._stop_requested:
+                from autocurricula.checkpoint import save_checkpoint
+
+                save_checkpoint(self, epoch)
+            if self._stop_requested:
+                log.warning("SIGTERM: saved checkpoint-%d and stopped", epoch)
+                break
+
+    def _round(self, play) -> None:
+        cfg = self.config
+        t0 = time.perf_counter()
+        games = []
+        for mi, tup in enumerate(self.match() or []):
+            for k in range(cfg.matches):
+                seats = [dict(p, seat=i) for i, p in enumerate(tup)]
+                gid = f"e{self.current_epoch}-r{self.current_round}-m{mi}-{k}"
+                games.append((play, seats, GameRecord(gid, seats), self.game_name))
+        records = run_async(self.arena.run(games, cfg.max_concurrent_games))
+        self._record(records)
+        turns = []
+        for r in records:
+            for t in r.turns:
+                if 0 <= t.seat < len(r.rewards):
+                    t.reward = r.rewards[t.seat]
+                    turns.append(t)
+        metrics = {"rollout/games": len(records), "rollout/errors": sum(r.error is not None for r in records),
+                   "rollout/turns": len(turns), "pool/size": len(self.players),
+                   "pool/learners": sum(not p["frozen"] for p in self.players)}
+        learners = [(r, i) for r in records if not r.error for i, p in enumerate(r.players) if self.arena.is_trainable(p)]
+        if learners:
+            metrics["rollout/reward_mean"] = float(np.mean([r.rewards[i] for r, i in learners]))
+        if turns:
+            assign_credit(turns, cfg.credit, scale_rewards=self.grpo.scale_rewards, rae=self.rae)
+            frozen = {p["id"] for p in self.players if p["frozen"]}
+            out = self.updater.step(turns, skip=frozen)
+            metrics.update({"train/loss": out.get("loss", 0.0), "train/kl": out.get("kl", 0.0),
+                            "train/clip_ratio": out.get("clip_ratio", 0.0), "train/tokens": out.get("tokens", 0)})
+            self._pool.refresh_versions()
+        errors = [r.error for r in records if r.error]
+        if errors:
+            log.warning("%d games raised; first: %s", len(errors), errors[0])
+        metrics["engine/occupancy"] = self.engine.occupancy
+        metrics["time/round_s"] = time.perf_counter() - t0
+        for p in self.players:
+            metrics[f"rating/elo/{p['id']}"] = self.elo.rating(p["id"])
+        self.on_round_end(records)
+        self.step += 1
+        if self.step % cfg.logging_steps == 0:
+            self._log(metrics)
+
+    def _record(self, records: list[GameRecord]) -> None:
+        with self.history_path.open("a") as fh:
+            for r in records:
+                if r.error:
+                    continue
+                ids = [p["id"] for p in r.players]
+                if len(set(ids)) > 1:
+                    self.elo.update(ids, r.rewards, step=self.step)
+                    self.payoff.update_match(ids, r.rewards)
+                    if len(ids) == 2:
+                        a, b = r.rewards
+                        self.bt_records.append((ids[0], ids[1], 1.0 if a > b else 0.0 if a < b else 0.5))
+                fh.write(json.dumps({"game_id": r.game_id, "epoch": self.current_epoch, "round": self.current_round,
+                                     "players": ids, "roles": [p.get("role") for p in r.players],
+                                     "rewards": r.rewards, "versions": [p.get("version") for p in r.players]}) + "\n")
+
+    def _log(self, metrics: dict) -> None:
+        row = {"step": self.step, "epoch": self.current_epoch, **metrics}
+        self.metrics_log.append(row)
+        for t in self.trackers:
+            t.log(metrics, self.step)
+        with (Path(self.config.output_dir) / "metrics.jsonl").open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+    def _plots(self) -> None:
+        from autocurricula.plots import plot_elo, plot_payoff
+
+        out = Path(self.config.output_dir)
+        try:
+            plot_elo(self.elo.history, out / "elo.png")
+            ids = [p["id"] for p in self.players]
+            plot_payoff(ids, self.payoff.matrix(ids), out / "payoff.png")
+        except Exception as exc:  # noqa: BLE001 - a plot must never end training
+            log.warning("plotting failed: %s", exc)
+
+    # ------------------------------------------------------------------ setup and state
+    def _setup(self, model, lora_config, grpo_config, play) -> None:
+        from autocurricula.engine import Engine, EngineConfig
+        from autocurricula.pool import Pool
+        from autocurricula.tracking import make_trackers
+        from autocurricula.training import Updater
+
+        cfg = self.config
+        self.lora_spec = coerce_lora_spec(lora_config)
+        self.grpo = coerce_grpo_config(grpo_config)
+        if isinstance(model, Engine):
+            self.engine, self.model_name = model, model.name
+        else:
+            self.model_name = str(model)
+            self.engine = Engine(self.model_name, config=EngineConfig(max_slots=cfg.max_slots, max_batch=cfg.max_batch,
+                                                                      initial_rank=self.lora_spec.r))
+        self.game_name = cfg.game_name or getattr(play, "__module__", "game").rsplit(".", 1)[-1]
+        self._pool = Pool(self.engine, self.lora_spec, self.rng)
+        self.updater = Updater(self.engine, self.grpo)
+        self.rae = RAE(cfg.rae_alpha, cfg.rae_per_player)
+        self.elo = Elo(k=cfg.elo_k, scale=cfg.elo_scale, initial=cfg.elo_initial)
+        self.payoff = Payoff(cfg.payoff_decay)
+        self.bt_records: list[tuple] = []
+        self.step = 0
+        self.arena = Arena(self.engine, seed=cfg.seed, temperature=self.grpo.temperature, max_tokens=cfg.max_tokens,
+                           lockstep=cfg.lockstep)
+        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+        self.history_path = Path(cfg.output_dir) / "match_history.jsonl"
+        self.trackers = make_trackers(cfg.report_to, "autocurricula", cfg.run_name, self.config_dict(), cfg.output_dir)
+
+    def config_dict(self) -> dict:
+        out = {"trainer": type(self).__name__, "model": self.model_name,
+               "config": asdict(self.config), "grpo": asdict(self.grpo), "lora": asdict(self.lora_spec)}
+        return json.loads(json.dumps(out, default=str))
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.current_epoch, "round": self.current_round, "step": self.step,
+                "updater_steps": self.updater.steps, "elo": self.elo.state_dict(), "payoff": self.payoff.state_dict(),
+                "bt_records": [list(r) for r in self.bt_records], "rae": self.rae.state_dict(),
+                "extra": self.extra_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.current_epoch, self.current_round, self.step = state["epoch"], state["round"], state["step"]
+        self.updater.steps = state["updater_steps"]
+        self.elo.load_state_dict(state["elo"])
+        self.payoff.load_state_dict(state["payoff"])
+        self.bt_records = [tuple(r) for r in state["bt_records"]]
+        self.rae.load_state_dict(state["rae"])
+        self.load_extra_state(state.get("extra") or {})
+
+    def extra_state(self) -> dict:
+        """Subclass state to checkpoint (JSON-able)."""
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        pass
+
+    def _install_sigterm(self):
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def handler(signum, frame):
+            self._stop_requested = True  # finish the round, save, stop
+
+        return signal.signal(signal.SIGTERM, handler)
+
+    # ------------------------------------------------------------------ pool helpers for leagues
+    def add_player(self, spec: dict) -> dict:
+        return self._pool.add(spec, self.current_epoch)
+
+    def snapshot(self, player: dict, **extra) -> dict:
+        """Add a frozen copy of ``player`` to the pool."""
+        return self._pool.snapshot(player, self.current_epoch, **extra)
+
+    def reset_player(self, player: dict) -> None:
+        """Back to the base model; its optimizer state is dropped."""
+        self._pool.reset(player)
+        self.updater.optim.pop(player["id"], None)
+
+    # ------------------------------------------------------------------ publishing
+    def push_to_hub(self, repo_id: str, *, private: bool = False, token: str | None = None,
+                    revision: str | None = None, endpoint: str | None = None) -> str:
+        """Every player as a peft adapter (a folder each, with its card) plus the league card,
+        match history and plots, in one commit."""
+        from autocurricula.hub import push_league
+
+        return push_league(self, repo_id, private=private, token=token, revision=revision, endpoint=endpoint)

@@ -1,0 +1,205 @@
+"""Kuhn poker (H. W. Kuhn, "A simplified two-person poker", 1950), one hand; SPIRAL trains on it.
+
+Rules: a deck of three cards J < Q < K; each player antes 1 chip and gets one card (the third is
+unseen). ``players[0]`` acts first: "check" or "bet" (1 chip). After a check, ``players[1]`` checks
+(showdown for the pot of 2) or bets, and then ``players[0]`` calls (showdown for 4) or folds. After a
+bet, ``players[1]`` calls (showdown for 4) or folds. At a showdown the higher card takes the pot; a
+fold gives the pot to the other player. Rewards are the chips won or lost (+-1 or +-2, zero-sum).
+
+A reply's action is the first of the words check / bet / call / fold in it (case-insensitive); no
+such word, or a word that is not legal at that point, is an invalid move: the offender gets
+``invalid_penalty[0]`` (default -1.5), the other player ``invalid_penalty[1]`` (default +0.5).
+
+Prompt::
+
+    kuhn poker, cards J<Q<K, ante 1.
+    you are player 2, your card: Q
+    history: check bet
+    your action (call/fold):
+
+Known equilibrium (Kuhn 1950): ``equilibrium_strategy(alpha)`` for alpha in [0, 1/3]; player 1's
+expected value is -1/18 per hand (``exact_value``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Sequence
+
+from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, check_penalty, check_players, choice,
+                                         drive, drive_sync, make_rng, uniform)
+
+__all__ = ["ACTIONS", "CARDS", "NUM_PLAYERS", "ZERO_SUM", "KuhnPoker", "deal", "equilibrium_strategy",
+           "exact_value", "is_terminal", "legal_actions", "parse_action", "parse_prompt", "payoff", "play",
+           "play_out", "random_policy", "render_prompt", "strategy_policy"]
+
+NUM_PLAYERS = 2
+ZERO_SUM = True
+CARDS = "JQK"
+ACTIONS = ("check", "bet", "call", "fold")
+TERMINAL = {("check", "check"), ("bet", "call"), ("bet", "fold"), ("check", "bet", "call"), ("check", "bet", "fold")}
+_ACTION_RE = re.compile(r"\b(check|bet|call|fold)", re.IGNORECASE)
+_PROMPT_RE = re.compile(r"you are player ([12]), your card: ([JQK])\nhistory: ([a-z ]*)\n")
+
+
+def legal_actions(history: Sequence[str]) -> tuple[str, ...]:
+    h = tuple(history)
+    if h in TERMINAL:
+        return ()
+    if h in ((), ("check",)):
+        return ("check", "bet")
+    if h in (("bet",), ("check", "bet")):
+        return ("call", "fold")
+    raise ValueError(f"not a Kuhn poker history: {h!r}")
+
+
+def is_terminal(history: Sequence[str]) -> bool:
+    return tuple(history) in TERMINAL
+
+
+def payoff(cards: Sequence[str], history: Sequence[str]) -> tuple[float, float]:
+    """Chips won by (player 1, player 2) at a terminal history; ``cards`` as e.g. "KQ"."""
+    h = tuple(history)
+    if h not in TERMINAL:
+        raise ValueError(f"history {h!r} is not terminal")
+    if h[-1] == "fold":
+        folder = (len(h) - 1) % 2
+        won = 1.0 if folder == 1 else -1.0  # the folder loses its ante only
+    else:
+        stake = 2.0 if h[-1] == "call" else 1.0
+        won = stake if CARDS.index(cards[0]) > CARDS.index(cards[1]) else -stake
+    return won, -won
+
+
+def deal(rng) -> str:
+    """Two distinct cards, player 1's first, e.g. "QJ"."""
+    first = choice(rng, CARDS)
+    return first + choice(rng, [c for c in CARDS if c != first])
+
+
+def render_prompt(card: str, history: Sequence[str], seat: int) -> str:
+    legal = legal_actions(history)
+    return (f"kuhn poker, cards J<Q<K, ante 1.\nyou are player {seat + 1}, your card: {card}\n"
+            f"history: {' '.join(history) or 'none'}\nyour action ({'/'.join(legal)}):")
+
+
+def parse_prompt(prompt: str) -> tuple[str, tuple[str, ...], int]:
+    """(card, history, seat) back from a prompt made by ``render_prompt``."""
+    found = _PROMPT_RE.findall(prompt)
+    if not found:
+        raise ValueError("not a Kuhn poker prompt")
+    seat, card, hist = found[-1]
+    history = tuple(w for w in hist.split() if w != "none")
+    return card, history, int(seat) - 1
+
+
+def parse_action(text: str, legal: Sequence[str] = ACTIONS) -> str | None:
+    """The first action word in ``text`` if it is legal, else None."""
+    m = _ACTION_RE.search(text)
+    if m is None:
+        return None
+    action = m.group(1).lower()
+    return action if action in legal else None
+
+
+def random_policy(prompt: str, rng: Any = None) -> str:
+    """Scripted player: a uniformly random legal action."""
+    _, history, _ = parse_prompt(prompt)
+    return choice(rng, legal_actions(history))
+
+
+def infoset(card: str, history: Sequence[str]) -> str:
+    """Key of an information set, e.g. "Q:check bet" (the card and the public history)."""
+    return f"{card}:{' '.join(history)}"
+
+
+def equilibrium_strategy(alpha: float = 1 / 3) -> dict[str, float]:
+    """Kuhn's equilibrium family: information set -> probability of the aggressive action (bet or
+    call). Player 1 bluffs J with alpha, bets K with 3 alpha, calls with Q with alpha + 1/3;
+    player 2 bets J after a check with 1/3, calls with Q with 1/3, always bets/calls with K."""
+    if not 0 <= alpha <= 1 / 3 + 1e-12:
+        raise ValueError(f"alpha must be in [0, 1/3], got {alpha}")
+    return {
+        "J:": alpha, "Q:": 0.0, "K:": 3 * alpha,  # player 1 opens
+        "J:check bet": 0.0, "Q:check bet": alpha + 1 / 3, "K:check bet": 1.0,  # player 1 facing a bet
+        "J:check": 1 / 3, "Q:check": 0.0, "K:check": 1.0,  # player 2 after a check
+        "J:bet": 0.0, "Q:bet": 1 / 3, "K:bet": 1.0,  # player 2 facing a bet
+    }
+
+
+def _aggressive(history: Sequence[str]) -> str:
+    return "bet" if "bet" in legal_actions(history) else "call"
+
+
+def _passive(history: Sequence[str]) -> str:
+    return "check" if "check" in legal_actions(history) else "fold"
+
+
+def exact_value(strategy1: dict[str, float], strategy2: dict[str, float]) -> float:
+    """Player 1's expected chips per hand over the six deals, both playing behaviour strategies
+    (information set -> probability of betting/calling)."""
+    def value(cards: str, history: tuple[str, ...]) -> float:
+        if is_terminal(history):
+            return payoff(cards, history)[0]
+        seat = len(history) % 2
+        p = (strategy1, strategy2)[seat][infoset(cards[seat], history)]
+        return (p * value(cards, history + (_aggressive(history),))
+                + (1 - p) * value(cards, history + (_passive(history),)))
+
+    deals = [a + b for a in CARDS for b in CARDS if a != b]
+    return sum(value(d, ()) for d in deals) / len(deals)
+
+
+def strategy_policy(strategy: dict[str, float]) -> Callable[[str, Any], str]:
+    """Scripted player sampling a behaviour strategy (as ``equilibrium_strategy`` returns)."""
+    def policy(prompt: str, rng: Any = None) -> str:
+        card, history, _ = parse_prompt(prompt)
+        p = strategy[infoset(card, history)]
+        return _aggressive(history) if uniform(rng) < p else _passive(history)
+
+    return policy
+
+
+class KuhnPoker(TurnGame):
+    def __init__(self, cards: str):
+        super().__init__()
+        if len(cards) != 2 or cards[0] == cards[1] or set(cards) - set(CARDS):
+            raise ValueError(f"cards must be two distinct of J, Q, K (player 1's first), got {cards!r}")
+        self.cards = cards
+        self.history: tuple[str, ...] = ()
+
+    def prompt(self) -> str:
+        return render_prompt(self.cards[self.to_move], self.history, self.to_move)
+
+    def step(self, reply: str) -> None:
+        action = parse_action(reply, legal_actions(self.history))
+        if action is None:
+            return self.mark_invalid()
+        self.history += (action,)
+        if is_terminal(self.history):
+            self.done = True
+        else:
+            self.to_move = 1 - self.to_move
+
+    def outcome(self) -> list[float]:
+        return list(payoff(self.cards, self.history))
+
+
+def play_out(policy1: Callable, policy2: Callable, rng: Any = None, *, cards: str | None = None,
+             invalid_penalty=DEFAULT_INVALID_PENALTY) -> list[float]:
+    """One scripted hand without a model; returns the two rewards."""
+    rng = make_rng(rng=rng) if rng is not None else make_rng()
+    game = KuhnPoker(cards or deal(rng))
+    return drive_sync(game, [policy1, policy2], rng).rewards(invalid_penalty)
+
+
+async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DEFAULT_INVALID_PENALTY,
+               max_tokens: int = 3, temperature: float | None = None, seed: int | None = None, rng: Any = None,
+               cards: str | None = None, stop=None) -> list[float]:
+    """One hand; ``players[0]`` acts first. Cards are dealt from ``rng`` / ``seed`` unless ``cards``
+    (e.g. "KJ": player 1 holds K) fixes them. Returns the chips won by each player."""
+    check_players(players, 2, "Kuhn poker")
+    check_penalty(invalid_penalty)
+    game = KuhnPoker(cards or deal(make_rng(seed, rng)))
+    await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop)
+    return game.rewards(invalid_penalty)

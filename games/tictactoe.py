@@ -1,0 +1,221 @@
+"""Tic-tac-toe between two players, as in SPIRAL (Liu et al., arXiv 2506.24119), with a compact prompt.
+
+Rules: the standard 3x3 game. ``players[0]`` is X and moves first, ``players[1]`` is O. Cells are
+numbered 1-9 row-major; a reply's move is its first digit 1-9. Three in a row wins (+1 / -1), a full
+board without a line is a draw (0 / 0). A reply without a digit 1-9 or naming an occupied cell is an
+invalid move: the offender gets ``invalid_penalty[0]`` (default -1.5), the other player
+``invalid_penalty[1]`` (default +0.5), and the game ends.
+
+Boards are 9-character strings, ``"."`` for an empty cell, e.g. ``"X.O.X...O"``. Prompt::
+
+    tic-tac-toe board:
+    X.O
+    .X.
+    ..O
+    you are O, move (1-9):
+
+The perfect-play helpers (``minimax_values``, ``optimal_moves``) are memoised over all positions.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any, Callable
+
+from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, check_penalty, check_players, choice,
+                                         drive, drive_sync, make_rng)
+
+__all__ = ["EMPTY_BOARD", "NUM_PLAYERS", "ZERO_SUM", "TicTacToe", "apply_move", "legal_moves", "minimax_policy",
+           "minimax_value", "minimax_values", "optimal_moves", "parse_move", "parse_prompt", "play", "play_out",
+           "random_policy", "reachable_positions", "render_prompt", "to_move", "winner"]
+
+NUM_PLAYERS = 2
+ZERO_SUM = True
+EMPTY_BOARD = "." * 9
+MARKS = ("X", "O")
+LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+_PROMPT_RE = re.compile(r"board:\s*\n([XO.]{3})\n([XO.]{3})\n([XO.]{3})\nyou are ([XO])")
+
+
+def _check_board(board: str) -> str:
+    if len(board) != 9 or set(board) - {"X", "O", "."}:
+        raise ValueError(f"a board is 9 characters of 'X', 'O' and '.', got {board!r}")
+    return board
+
+
+def other(mark: str) -> str:
+    return "O" if mark == "X" else "X"
+
+
+def legal_moves(board: str) -> list[int]:
+    """Empty cells, numbered 1-9 (empty once the game is over)."""
+    _check_board(board)
+    if winner(board) is not None:
+        return []
+    return [i + 1 for i, c in enumerate(board) if c == "."]
+
+
+def winner(board: str) -> str | None:
+    """"X" or "O" for three in a row, "draw" for a full board without one, None while in play."""
+    for a, b, c in LINES:
+        if board[a] != "." and board[a] == board[b] == board[c]:
+            return board[a]
+    return "draw" if "." not in board else None
+
+
+def to_move(board: str) -> str:
+    """The mark to move in a position reached by alternating play with X first."""
+    return "X" if board.count("X") == board.count("O") else "O"
+
+
+def apply_move(board: str, move: int, mark: str) -> str:
+    if not 1 <= move <= 9 or board[move - 1] != ".":
+        raise ValueError(f"cell {move} is not free on {board!r}")
+    return board[:move - 1] + mark + board[move:]
+
+
+def render_prompt(board: str, mark: str) -> str:
+    _check_board(board)
+    return f"tic-tac-toe board:\n{board[0:3]}\n{board[3:6]}\n{board[6:9]}\nyou are {mark}, move (1-9):"
+
+
+def parse_prompt(prompt: str) -> tuple[str, str]:
+    """(board, mark) back from a prompt made by ``render_prompt`` (the last one in the text)."""
+    found = _PROMPT_RE.findall(prompt)
+    if not found:
+        raise ValueError("not a tic-tac-toe prompt (no board found)")
+    *rows, mark = found[-1]
+    return "".join(rows), mark
+
+
+def parse_move(text: str) -> int | None:
+    """The first digit 1-9 in the reply, or None."""
+    m = re.search(r"[1-9]", text)
+    return int(m.group()) if m else None
+
+
+@lru_cache(maxsize=None)
+def minimax_value(board: str, mark: str) -> int:
+    """Perfect-play value of ``board`` for ``mark`` to move: +1 win, 0 draw, -1 loss."""
+    w = winner(board)
+    if w == "draw":
+        return 0
+    if w is not None:
+        return 1 if w == mark else -1
+    return max(-minimax_value(apply_move(board, m, mark), other(mark)) for m in legal_moves(board))
+
+
+def minimax_values(board: str, mark: str) -> dict[int, int]:
+    """Perfect-play value for ``mark`` of each legal move."""
+    return {m: -minimax_value(apply_move(board, m, mark), other(mark)) for m in legal_moves(board)}
+
+
+@lru_cache(maxsize=None)
+def _optimal(board: str, mark: str) -> frozenset[int]:
+    values = minimax_values(board, mark)
+    best = max(values.values())
+    return frozenset(m for m, v in values.items() if v == best)
+
+
+def optimal_moves(board: str, mark: str) -> set[int]:
+    """Moves that keep the best perfect-play value (empty for a finished board)."""
+    _check_board(board)
+    return set(_optimal(board, mark)) if legal_moves(board) else set()
+
+
+def reachable_positions() -> list[tuple[str, str]]:
+    """Every non-terminal (board, mark to move) reachable from the empty board, X first (4,520)."""
+    seen: set[str] = set()
+    stack = [EMPTY_BOARD]
+    while stack:
+        board = stack.pop()
+        if board in seen or winner(board) is not None:
+            continue
+        seen.add(board)
+        mark = to_move(board)
+        stack.extend(apply_move(board, m, mark) for m in legal_moves(board))
+    return sorted((b, to_move(b)) for b in seen)
+
+
+def random_policy(prompt: str, rng: Any = None) -> str:
+    """Scripted player: a uniformly random legal move."""
+    board, _ = parse_prompt(prompt)
+    return str(choice(rng, legal_moves(board)))
+
+
+def minimax_policy(prompt: str, rng: Any = None) -> str:
+    """Scripted player: perfect play, uniform among the optimal moves."""
+    board, mark = parse_prompt(prompt)
+    return str(choice(rng, sorted(optimal_moves(board, mark))))
+
+
+class TicTacToe(TurnGame):
+    def __init__(self, board: str = EMPTY_BOARD):
+        super().__init__()
+        self.board = _check_board(board)
+        self.moves: list[int] = []
+        self.to_move = MARKS.index(to_move(board))
+        self.done = winner(board) is not None
+
+    @property
+    def mark(self) -> str:
+        return MARKS[self.to_move]
+
+    def prompt(self) -> str:
+        return render_prompt(self.board, self.mark)
+
+    def step(self, reply: str) -> None:
+        move = parse_move(reply)
+        if move is None or self.board[move - 1] != ".":
+            return self.mark_invalid()
+        self.board = apply_move(self.board, move, self.mark)
+        self.moves.append(move)
+        if winner(self.board) is not None:
+            self.done = True
+        else:
+            self.to_move = 1 - self.to_move
+
+    @property
+    def result(self) -> str:
+        """"X", "O" or "draw"; an invalid move loses."""
+        if self.invalid_by is not None:
+            return MARKS[1 - self.invalid_by]
+        return winner(self.board)
+
+    def outcome(self) -> list[float]:
+        w = winner(self.board)
+        return [0.0, 0.0] if w == "draw" else ([1.0, -1.0] if w == "X" else [-1.0, 1.0])
+
+
+def random_opening(n: int, rng) -> str:
+    """``n`` uniformly random alternating moves from the empty board, never ending the game."""
+    if not 0 <= n <= 8:
+        raise ValueError(f"opening_moves must be in [0, 8], got {n}")
+    board = EMPTY_BOARD
+    for _ in range(n):
+        mark = to_move(board)
+        safe = [m for m in legal_moves(board) if winner(apply_move(board, m, mark)) is None]
+        if not safe:
+            break
+        board = apply_move(board, choice(rng, safe), mark)
+    return board
+
+
+def play_out(policy_x: Callable, policy_o: Callable, rng: Any = None, *, opening_moves: int = 0) -> str:
+    """Scripted game without a model; returns "X", "O" or "draw" (an invalid move loses)."""
+    rng = make_rng(rng=rng) if rng is not None else make_rng()
+    game = TicTacToe(random_opening(opening_moves, rng))
+    return drive_sync(game, [policy_x, policy_o], rng).result
+
+
+async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DEFAULT_INVALID_PENALTY,
+               max_tokens: int = 2, temperature: float | None = None, opening_moves: int = 0,
+               seed: int | None = None, rng: Any = None, stop=None) -> list[float]:
+    """One game; ``players[0]`` is X (moves first). ``opening_moves`` random moves are played for
+    them first (from ``rng`` / ``seed``) to diversify positions. Returns [reward X, reward O]."""
+    check_players(players, 2, "tic-tac-toe")
+    check_penalty(invalid_penalty)
+    game = TicTacToe(random_opening(opening_moves, make_rng(seed, rng)))
+    await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop)
+    return game.rewards(invalid_penalty)

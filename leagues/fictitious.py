@@ -1,0 +1,53 @@
+"""Fictitious play with PFSP: one learner plays frozen snapshots of its past, chosen by
+prioritised fictitious self-play (``weighting="uniform"`` is classic fictitious self-play,
+Heinrich et al. 2015); a snapshot is taken every epoch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autocurricula.config import AutocurriculumConfig
+from autocurricula.trainer import AutocurriculumTrainer
+from autocurricula.leagues.league import WEIGHTINGS, pfsp
+
+
+@dataclass
+class FictitiousConfig(AutocurriculumConfig):
+    games_per_round: int = field(default=32, metadata={"help": "games the learner plays per round"})
+    weighting: str = field(default="squared", metadata={"help": f"PFSP weighting: one of {sorted(WEIGHTINGS)}"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"unknown weighting {self.weighting!r}; use one of {sorted(WEIGHTINGS)}")
+
+
+class FictitiousPlayTrainer(AutocurriculumTrainer):
+    """PFSP-only schedule; ``opponents`` adds fixed (e.g. scripted) players to the past pool."""
+
+    config_class = FictitiousConfig
+
+    def __init__(self, ac_config: FictitiousConfig | None = None, opponents: list[dict] | None = None, **overrides):
+        super().__init__(ac_config, **overrides)
+        self.opponents = list(opponents or [])
+
+    def learner(self) -> dict:
+        return next(p for p in self.players if not p["frozen"])
+
+    def entry(self) -> list[dict]:
+        if self.current_epoch == 0:
+            me = self.add_player({"role": "learner"})
+            self.snapshot(me, snapshot_of=me["id"])
+            return [dict(o) for o in self.opponents]
+        me = self.learner()
+        return [{"role": "learner", "frozen": True, "parent": me["id"], "snapshot_of": me["id"]}]
+
+    def match(self) -> list[tuple]:
+        me = self.learner()
+        past = [p for p in self.players if p["frozen"]]
+        games = []
+        for _ in range(self.config.games_per_round):
+            probs = pfsp(self.payoff.win_rates(me["id"], [p["id"] for p in past]), self.config.weighting)
+            opponent = past[int(self.rng.choice(len(past), p=probs))]
+            games.append((me, opponent) if self.rng.random() < 0.5 else (opponent, me))
+        return games

@@ -1,0 +1,209 @@
+"""AlphaStar-style league (Vinyals et al., Nature 2019, and its published pseudocode).
+
+Roles: main agents (35% self-play, 50% PFSP over all past players, 15% against exploiters they
+fail to beat or past selves they forget, falling back to self-play), main exploiters (play the
+current main agents; reset to the base adapter at each snapshot) and league exploiters (PFSP
+over everyone with ``linear_capped`` weighting; reset with probability 0.25). A frozen snapshot
+joins when a learner's win rate against its opponents exceeds 0.7, or after a step budget.
+Differences from AlphaStar: budgets are counted in rounds (one update each), not agent steps;
+new players inherit their parent's adapter instead of the supervised initial weights, except
+where the rules reset; scripted players (e.g. a minimax bot) count as historical opponents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autocurricula.config import AutocurriculumConfig
+from autocurricula.trainer import AutocurriculumTrainer
+
+WEIGHTINGS = {
+    "squared": lambda x: (1 - x) ** 2,
+    "variance": lambda x: x * (1 - x),
+    "linear": lambda x: 1 - x,
+    "linear_capped": lambda x: np.minimum(0.5, 1 - x),
+    "uniform": lambda x: np.ones_like(x),
+}
+
+
+def pfsp(win_rates, weighting: str = "squared") -> np.ndarray:
+    """Prioritised fictitious self-play probabilities from win rates against each candidate,
+    normalised after weighting; uniform when every weight is 0 (DI-engine returns NaN there)."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"unknown PFSP weighting {weighting!r}; use one of {sorted(WEIGHTINGS)}")
+    x = np.asarray(win_rates, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("pfsp needs at least one candidate")
+    w = WEIGHTINGS[weighting](x)
+    total = w.sum()
+    return np.full(x.size, 1.0 / x.size) if total < 1e-10 else w / total
+
+
+@dataclass
+class LeagueConfig(AutocurriculumConfig):
+    main_agents: int = field(default=1, metadata={"help": "main agents (AlphaStar: 1 per race)"})
+    main_exploiters: int = field(default=1, metadata={"help": "main exploiters"})
+    league_exploiters: int = field(default=2, metadata={"help": "league exploiters"})
+    games_per_learner: int = field(default=16, metadata={"help": "games each learner plays per round"})
+    selfplay_share: float = field(default=0.35, metadata={"help": "main agents: share of self-play"})
+    pfsp_share: float = field(default=0.5, metadata={"help": "main agents: share of PFSP over past players"})
+    main_pfsp_weighting: str = field(default="squared", metadata={"help": "main agents' PFSP weighting"})
+    exploiter_weighting: str = field(default="variance", metadata={"help": "main exploiters vs past main agents"})
+    league_exploiter_weighting: str = field(default="linear_capped", metadata={"help": "league exploiters' PFSP"})
+    selfplay_min_win_rate: float = field(default=0.3, metadata={"help": "below this vs a main agent, play its past instead"})
+    exploiter_min_win_rate: float = field(default=0.1, metadata={"help": "main exploiter: below this vs the main agent, play its past"})
+    verification_win_rate: float = field(default=0.3, metadata={"help": "main agents play exploiters they beat less than this"})
+    forgetting_win_rate: float = field(default=0.7, metadata={"help": "main agents replay past selves they beat less than this"})
+    snapshot_win_rate: float = field(default=0.7, metadata={"help": "snapshot when the min win rate vs opponents exceeds this"})
+    snapshot_min_rounds: int = field(default=2, metadata={"help": "rounds between snapshots at least (AlphaStar: 2e9 steps)"})
+    snapshot_max_rounds: int = field(default=4, metadata={"help": "snapshot anyway after this many rounds (AlphaStar: 4e9)"})
+    league_exploiter_reset_prob: float = field(default=0.25, metadata={"help": "league exploiters reset to base at a snapshot with this probability"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.main_agents < 1:
+            raise ValueError("a league needs at least one main agent (main_agents >= 1)")
+        if self.selfplay_share + self.pfsp_share > 1:
+            raise ValueError("selfplay_share + pfsp_share must be <= 1 (the rest is verification)")
+        for w in (self.main_pfsp_weighting, self.exploiter_weighting, self.league_exploiter_weighting):
+            if w not in WEIGHTINGS:
+                raise ValueError(f"unknown PFSP weighting {w!r}; use one of {sorted(WEIGHTINGS)}")
+
+
+class LeagueTrainer(AutocurriculumTrainer):
+    """AlphaStar league over one game; ``opponents`` adds fixed (e.g. scripted) historical players."""
+
+    config_class = LeagueConfig
+
+    def __init__(self, ac_config: LeagueConfig | None = None, opponents: list[dict] | None = None, **overrides):
+        super().__init__(ac_config, **overrides)
+        self.opponents = list(opponents or [])
+        self._last_snapshot: dict[str, int] = {}
+
+    # who is who ----------------------------------------------------------
+    def learners(self, role: str | None = None) -> list[dict]:
+        return [p for p in self.players if not p["frozen"] and (role is None or p.get("role") == role)]
+
+    def historical(self) -> list[dict]:
+        return [p for p in self.players if p["frozen"]]
+
+    def _win_rates(self, player: dict, others: list[dict]) -> np.ndarray:
+        return np.array(self.payoff.win_rates(player["id"], [o["id"] for o in others]), dtype=np.float64)
+
+    def _choose(self, player: dict, candidates: list[dict], weighting: str) -> dict:
+        probs = pfsp(self._win_rates(player, candidates), weighting)
+        return candidates[int(self.rng.choice(len(candidates), p=probs))]
+
+    # entry ----------------------------------------------------------------
+    def entry(self) -> list[dict]:
+        if self.current_epoch != 0:
+            return []
+        cfg = self.config
+        for _ in range(cfg.main_agents):
+            main = self.add_player({"role": "main_agent"})
+            self.snapshot(main, snapshot_of=main["id"])  # AlphaStar seeds the league with the initial agent
+            self._last_snapshot[main["id"]] = 0
+        for role, n in (("main_exploiter", cfg.main_exploiters), ("league_exploiter", cfg.league_exploiters)):
+            for _ in range(n):
+                p = self.add_player({"role": role, "init": "base"})
+                self._last_snapshot[p["id"]] = 0
+        for o in self.opponents:
+            self.add_player(dict(o))
+        return []
+
+    # match -----------------------------------------------------------------
+    def match(self) -> list[tuple]:
+        games = []
+        for learner in self.learners():
+            for _ in range(self.config.games_per_learner):
+                opponent = self.opponent_for(learner)
+                games.append((learner, opponent) if self.rng.random() < 0.5 else (opponent, learner))
+        return games
+
+    def opponent_for(self, player: dict) -> dict:
+        role = player.get("role")
+        if role == "main_exploiter":
+            return self._main_exploiter_match(player)
+        if role == "league_exploiter":
+            return self._league_exploiter_match(player)
+        return self._main_agent_match(player)
+
+    def _main_agent_match(self, player: dict) -> dict:
+        cfg = self.config
+        coin = self.rng.random()
+        historical = self.historical()
+        if coin < cfg.pfsp_share and historical:
+            return self._choose(player, historical, cfg.main_pfsp_weighting)
+        mains = self.learners("main_agent")
+        opponent = mains[int(self.rng.integers(len(mains)))]
+        if coin < 1 - cfg.selfplay_share:
+            found = self._verification(player, opponent)
+            if found is not None:
+                return found
+        return self._selfplay(player, opponent)
+
+    def _selfplay(self, player: dict, opponent: dict) -> dict:
+        if opponent is player or self.payoff.win_rate(player["id"], opponent["id"]) > self.config.selfplay_min_win_rate:
+            return opponent
+        past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
+        return self._choose(player, past, "variance") if past else opponent
+
+    def _verification(self, player: dict, opponent: dict) -> dict | None:
+        cfg = self.config
+        exploiters = {p["id"] for p in self.players if p.get("role") == "main_exploiter"}
+        exp_past = [p for p in self.historical() if p.get("snapshot_of") in exploiters]
+        if exp_past and self._win_rates(player, exp_past).min() < cfg.verification_win_rate:
+            return self._choose(player, exp_past, "squared")
+        past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
+        if past and self._win_rates(player, past).min() < cfg.forgetting_win_rate:
+            return self._choose(player, past, "squared")
+        return None
+
+    def _main_exploiter_match(self, player: dict) -> dict:
+        mains = self.learners("main_agent")
+        opponent = mains[int(self.rng.integers(len(mains)))]
+        if self.payoff.win_rate(player["id"], opponent["id"]) > self.config.exploiter_min_win_rate:
+            return opponent
+        past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
+        return self._choose(player, past, self.config.exploiter_weighting) if past else opponent
+
+    def _league_exploiter_match(self, player: dict) -> dict:
+        historical = self.historical()
+        if not historical:
+            return self.learners("main_agent")[0]
+        return self._choose(player, historical, self.config.league_exploiter_weighting)
+
+    # snapshots ---------------------------------------------------------------
+    def on_round_end(self, records) -> None:
+        for player in self.learners():
+            if self.ready_to_snapshot(player):
+                self.take_snapshot(player)
+
+    def ready_to_snapshot(self, player: dict) -> bool:
+        cfg = self.config
+        passed = self.step + 1 - self._last_snapshot.get(player["id"], 0)
+        if passed < cfg.snapshot_min_rounds:
+            return False
+        if player.get("role") == "main_exploiter":
+            opponents = self.learners("main_agent")
+        else:
+            opponents = self.historical()
+        rates = self._win_rates(player, opponents) if opponents else np.array([0.0])
+        return bool(rates.min() > cfg.snapshot_win_rate or passed >= cfg.snapshot_max_rounds)
+
+    def take_snapshot(self, player: dict) -> dict:
+        snap = self.snapshot(player, snapshot_of=player["id"])
+        self._last_snapshot[player["id"]] = self.step + 1
+        role = player.get("role")
+        if role == "main_exploiter" or (role == "league_exploiter"
+                                        and self.rng.random() < self.config.league_exploiter_reset_prob):
+            self.reset_player(player)
+        return snap
+
+    def extra_state(self) -> dict:
+        return {"last_snapshot": dict(self._last_snapshot)}
+
+    def load_extra_state(self, state: dict) -> None:
+        self._last_snapshot = {k: int(v) for k, v in state.get("last_snapshot", {}).items()}

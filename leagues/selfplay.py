@@ -1,0 +1,56 @@
+"""Self-play: one main player against itself and its frozen past snapshots (fictitious self-play
+when ``past_share`` > 0, as in the original autocurricula's SelfPlayTrainer plus snapshots)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autocurricula.config import AutocurriculumConfig
+from autocurricula.trainer import AutocurriculumTrainer
+
+
+@dataclass
+class SelfPlayConfig(AutocurriculumConfig):
+    games_per_round: int = field(default=32, metadata={"help": "games the main player plays per round"})
+    past_share: float = field(default=0.2, metadata={"help": "share of games against frozen past snapshots "
+                                                             "(and scripted opponents); the rest is mirror self-play"})
+    snapshot_every: int = field(default=1, metadata={"help": "epochs between frozen snapshots of the main player"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0 <= self.past_share <= 1:
+            raise ValueError("past_share must be in [0, 1]")
+        if self.games_per_round <= 0 or self.snapshot_every <= 0:
+            raise ValueError("games_per_round and snapshot_every must be positive")
+
+
+class SelfPlayTrainer(AutocurriculumTrainer):
+    """One learner (``role="main"``) versus itself and its past; ``opponents`` adds fixed players
+    (e.g. scripted ``{"role": "minimax", "policy": fn}``) to the pool of past opponents."""
+
+    config_class = SelfPlayConfig
+
+    def __init__(self, ac_config: SelfPlayConfig | None = None, opponents: list[dict] | None = None, **overrides):
+        super().__init__(ac_config, **overrides)
+        self.opponents = list(opponents or [])
+
+    def main_player(self) -> dict:
+        return next(p for p in self.players if p.get("role") == "main" and not p["frozen"])
+
+    def entry(self) -> list[dict]:
+        if self.current_epoch == 0:
+            return [{"role": "main"}] + [dict(o) for o in self.opponents]
+        if self.current_epoch % self.config.snapshot_every == 0:
+            main = self.main_player()
+            return [{"role": "main", "frozen": True, "parent": main["id"], "snapshot_of": main["id"]}]
+        return []
+
+    def match(self) -> list[tuple]:
+        main = self.main_player()
+        past = [p for p in self.players if p["frozen"]]
+        games = []
+        for _ in range(self.config.games_per_round):
+            use_past = past and self.rng.random() < self.config.past_share
+            opponent = past[int(self.rng.integers(len(past)))] if use_past else main
+            games.append((main, opponent) if self.rng.random() < 0.5 else (opponent, main))
+        return games

@@ -1,0 +1,124 @@
+"""League schedules on a fake pool: PFSP, AlphaStar match shares, snapshot rules."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from autocurricula.leagues import LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer, pfsp
+from autocurricula.rating import Payoff
+
+
+def test_pfsp_weightings_by_hand():
+    x = [0.1, 0.5, 0.9]
+    np.testing.assert_allclose(pfsp(x, "squared"), np.array([0.81, 0.25, 0.01]) / 1.07)
+    np.testing.assert_allclose(pfsp(x, "variance"), np.array([0.09, 0.25, 0.09]) / 0.43)
+    np.testing.assert_allclose(pfsp(x, "linear"), np.array([0.9, 0.5, 0.1]) / 1.5)
+    np.testing.assert_allclose(pfsp(x, "linear_capped"), np.array([0.5, 0.5, 0.1]) / 1.1)
+
+
+def test_pfsp_all_zero_weights_is_uniform_not_nan():
+    p = pfsp([1.0, 1.0, 1.0, 1.0], "squared")  # DI-engine divides 0 by 0 here
+    np.testing.assert_allclose(p, [0.25] * 4)
+    np.testing.assert_allclose(pfsp([0.0, 1.0], "variance"), [0.5, 0.5])
+    with pytest.raises(ValueError, match="weighting"):
+        pfsp([0.5], "cubic")
+
+
+class FakePool:
+    def __init__(self, players):
+        self.players = players
+
+
+def league(players, payoff=None, **cfg):
+    t = LeagueTrainer(LeagueConfig(progress=False, **cfg))
+    t._pool = FakePool(players)
+    t.payoff = payoff or Payoff()
+    t.step = 0
+    return t
+
+
+def p(pid, role, frozen=False, **kw):
+    return {"id": pid, "role": role, "frozen": frozen, **kw}
+
+
+def test_main_agent_shares_follow_alphastar():
+    main = p("main", "main_agent")
+    past = [p("main-old", "main_agent", True, snapshot_of="main"), p("other-old", "main_agent", True, snapshot_of="x")]
+    t = league([main, *past])
+    counts = Counter(t.opponent_for(main)["id"] for _ in range(20000))
+    # 50% PFSP over past (win rates 0.5 -> equal weights), otherwise self-play except forgetting checks:
+    # against main-old the win rate 0.5 < 0.7 triggers the forgetting branch (15%)
+    assert counts["main"] / 20000 == pytest.approx(0.35, abs=0.02)
+    assert (counts["main-old"] + counts["other-old"]) / 20000 == pytest.approx(0.65, abs=0.02)
+    assert counts["main-old"] > counts["other-old"]  # the verification branch only replays main's own past
+
+
+def test_main_agent_plays_exploiters_it_cannot_beat():
+    main, exp = p("main", "main_agent"), p("exp", "main_exploiter")
+    exp_old = p("exp-old", "main_exploiter", True, snapshot_of="exp")
+    payoff = Payoff()
+    for _ in range(20):
+        payoff.update("main", "exp-old", "loss")
+    t = league([main, exp, exp_old], payoff)
+    counts = Counter(t.opponent_for(main)["id"] for _ in range(10000))
+    assert counts["exp-old"] / 10000 == pytest.approx(0.65, abs=0.03)  # PFSP (only past) + verification
+
+
+def test_main_exploiter_targets_main_or_its_past():
+    main, expl = p("main", "main_agent"), p("expl", "main_exploiter")
+    old = p("main-old", "main_agent", True, snapshot_of="main")
+    payoff = Payoff()
+    t = league([main, expl, old], payoff)
+    assert t.opponent_for(expl)["id"] == "main"  # 0.5 > 0.1
+    for _ in range(30):
+        payoff.update("expl", "main", "loss")
+    assert {t.opponent_for(expl)["id"] for _ in range(50)} == {"main-old"}  # hopeless: curriculum via past
+
+
+def test_league_exploiter_uses_linear_capped_pfsp():
+    le = p("le", "league_exploiter")
+    a, b = p("a", "main_agent", True), p("b", "main_agent", True)
+    payoff = Payoff()
+    for _ in range(50):
+        payoff.update("le", "a", "win")  # win rate ~1 -> weight ~0
+    t = league([p("main", "main_agent"), le, a, b], payoff)
+    counts = Counter(t.opponent_for(le)["id"] for _ in range(2000))
+    assert counts["b"] > 0.95 * 2000
+
+
+def test_snapshot_readiness_uses_win_rate_or_budget():
+    main = p("main", "main_agent")
+    old = p("old", "main_agent", True, snapshot_of="main")
+    payoff = Payoff()
+    t = league([main, old], payoff, snapshot_min_rounds=2, snapshot_max_rounds=5)
+    t._last_snapshot = {"main": 0}
+    t.step = 0
+    assert not t.ready_to_snapshot(main)  # too early
+    t.step = 2
+    assert not t.ready_to_snapshot(main)  # 0.5 win rate, budget not reached
+    for _ in range(40):
+        payoff.update("main", "old", "win")
+    assert t.ready_to_snapshot(main)  # beats every past player
+    payoff2 = Payoff()
+    t.payoff = payoff2
+    t.step = 4
+    assert t.ready_to_snapshot(main)  # budget reached
+
+
+def test_selfplay_share_of_past_opponents():
+    t = SelfPlayTrainer(SelfPlayConfig(games_per_round=4000, past_share=0.25, progress=False))
+    main = p("main", "main")
+    t._pool = FakePool([main, p("main-old", "main", True)])
+    games = t.match()
+    past = sum(any(q["id"] == "main-old" for q in g) for g in games)
+    assert past / len(games) == pytest.approx(0.25, abs=0.03)
+    vs_past = [g for g in games if any(q["id"] == "main-old" for q in g)]
+    assert sum(g[0]["id"] == "main" for g in vs_past) / len(vs_past) == pytest.approx(0.5, abs=0.06)  # seats alternate
+
+
+def test_config_errors_name_the_fix():
+    with pytest.raises(ValueError, match="main_agents"):
+        LeagueConfig(main_agents=0)
+    with pytest.raises(ValueError, match="selfplay_share"):
+        LeagueConfig(selfplay_share=0.8, pfsp_share=0.5)
