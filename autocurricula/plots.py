@@ -24,7 +24,7 @@ def plot_elo(history: dict[str, list[tuple[int, float]]], path: str | Path) -> P
     ax.set_xlabel("rating update")
     ax.set_ylabel("Elo")
     ax.set_title("Elo over time")
-    if len(history) <= 16:
+    if 0 < len(history) <= 16 and any(history.values()):
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

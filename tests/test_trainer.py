@@ -1,0 +1,186 @@
+"""The league loop end to end on the tiny model: turns, updates, snapshots, checkpoints, resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autocurricula  # noqa: F401
+from autocurricula import AutocurriculumConfig, AutocurriculumTrainer, LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer
+from autocurricula.checkpoint import latest_checkpoint, list_checkpoints
+
+from toy_games import digits, first_digit_policy, seed_style
+
+FAST = dict(progress=False, bt_bootstrap=10, max_tokens=4)
+
+
+def weights_of(trainer, pid):
+    return {k: (a.copy(), b.copy()) for k, (a, b) in trainer.engine.adapter_weights(pid).modules.items()}
+
+
+def same(w1, w2):
+    return all(np.array_equal(w1[k][0], w2[k][0]) and np.array_equal(w1[k][1], w2[k][1]) for k in w1)
+
+
+class Capture(SelfPlayTrainer):
+    """Self-play that records what reaches the update."""
+
+    def _setup(self, *a, **k):
+        super()._setup(*a, **k)
+        step = self.updater.step
+        self.seen = []
+
+        def spy(turns, **kw):
+            self.seen.append(list(turns))
+            return step(turns, **kw)
+
+        self.updater.step = spy
+
+
+def test_async_play_records_trainable_calls_only(tiny_model_path, tmp_path):
+    t = Capture(SelfPlayConfig(epochs=1, rounds=1, games_per_round=6, output_dir=str(tmp_path), **FAST))
+    t.train(str(tiny_model_path), digits)
+    turns = t.seen[0]
+    assert len(turns) == 6 * 2  # two trainable calls per game; the judge call is not a turn
+    assert all("judge" not in t.engine._decode(x.prompt_ids) for x in turns)
+    assert {x.seat for x in turns} == {0, 1} and all(x.advantage is not None for x in turns)
+    assert t.players[0]["version"] > 1  # updated and live in the engine
+    t.engine.close()
+
+
+def test_seed_style_sync_play_trains(tiny_model_path, tmp_path):
+    t = Capture(SelfPlayConfig(epochs=1, rounds=2, games_per_round=4, output_dir=str(tmp_path), **FAST))
+    t.train(str(tiny_model_path), seed_style)
+    assert len(t.seen) == 2 and all(len(ts) == 8 for ts in t.seen)
+    assert t.players[0]["version"] == 3
+    history = t.match_history
+    assert len(history) == 8 and set(history.column_names) >= {"players", "roles", "rewards", "epoch", "versions"}
+    t.engine.close()
+
+
+def test_league_trains_learners_not_frozen_and_scripted_rank(tiny_model_path, tmp_path):
+    scripted = {"id": "random-digit", "role": "random", "policy": first_digit_policy}
+    t = LeagueTrainer(LeagueConfig(epochs=2, rounds=2, games_per_learner=4, snapshot_min_rounds=1,
+                                   snapshot_max_rounds=2, output_dir=str(tmp_path), **FAST), opponents=[scripted])
+    before = {}
+
+    def remember(trainer):
+        for p in trainer.players:
+            if "policy" not in p and p["id"] not in before:
+                before[p["id"]] = weights_of(trainer, p["id"])
+        return {}
+
+    t.train(str(tiny_model_path), digits, callbacks=[remember])
+    roles = {p["id"]: p for p in t.players}
+    assert any(p["frozen"] and p.get("snapshot_of") for p in t.players)  # snapshots joined
+    main = next(p for p in t.players if p["role"] == "main_agent" and not p["frozen"])
+    assert main["version"] > 2
+    for pid, w in before.items():
+        if roles[pid]["frozen"]:
+            assert same(w, weights_of(t, pid)), pid  # frozen players never change
+    board = t.leaderboard
+    assert "random-digit" in str(board) and len(board.rows) == len(t.players)
+    assert {"elo", "bt", "games", "role", "epoch", "frozen"} <= set(board.rows[0])
+    out = Path(tmp_path)
+    assert (out / "elo.png").is_file() and (out / "payoff.png").is_file() and (out / "metrics.jsonl").is_file()
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {"train/loss", "rollout/reward_mean", "pool/size", "engine/occupancy"} <= set(metrics[0])
+    t.engine.close()
+
+
+def test_checkpoints_are_complete_pickle_free_and_limited(tiny_model_path, tmp_path):
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=3, rounds=1, games_per_round=2, save_total_limit=2,
+                                       output_dir=str(tmp_path), **FAST))
+    t.train(str(tiny_model_path), digits)
+    t.engine.close()
+    cps = list_checkpoints(tmp_path)
+    assert [c.name for c in cps] == ["checkpoint-1", "checkpoint-2"]
+    files = [f for f in cps[-1].rglob("*") if f.is_file()]
+    assert {f.suffix for f in files} <= {".json", ".safetensors", ".jsonl", ""}
+    for f in files:
+        assert not f.read_bytes().startswith(b"\x80")  # no pickle protocol header anywhere
+    names = {f.relative_to(cps[-1]).as_posix() for f in files}
+    assert {"players.json", "state.json", "rng.json", "config.json", "COMPLETE"} <= names
+    assert any(n.startswith("adapters/main-0/") for n in names) and any(n.startswith("optimizer/main-0/") for n in names)
+    state = json.loads((cps[-1] / "state.json").read_text())
+    assert {"elo", "payoff", "rae", "bt_records", "updater_steps"} <= set(state)
+    (tmp_path / "checkpoint-9").mkdir()  # a half-written checkpoint without its marker is never picked
+    assert latest_checkpoint(tmp_path).name == "checkpoint-2"
+
+
+RUN = """
+import sys, json
+sys.path.insert(0, {tests!r})
+from autocurricula import SelfPlayTrainer, SelfPlayConfig
+from toy_games import digits
+cfg = SelfPlayConfig(epochs=4, rounds=2, games_per_round=6, output_dir={out!r}, progress=False, bt_bootstrap=0,
+                     max_tokens=4, save_total_limit=None, seed=7)
+t = SelfPlayTrainer(cfg)
+t.train({model!r}, digits, resume_from_checkpoint={resume!r})
+state = {{"players": t._pool.registry(), "elo": t.elo.ratings,
+          "weights": {{p["id"]: {{k: [a.tolist(), b.tolist()] for k, (a, b) in t.engine.adapter_weights(p["id"]).modules.items()}}
+                      for p in t.players}}}}
+open({out!r} + "/final.json", "w").write(json.dumps(state))
+"""
+
+
+def run_trainer(model, out, resume=False, kill_after=None):
+    code = RUN.format(tests=str(Path(__file__).parent), out=str(out), model=str(model), resume=resume)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if kill_after is None:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err.decode()[-3000:]
+        return json.loads((Path(out) / "final.json").read_text())
+    deadline = time.time() + 300
+    while time.time() < deadline and not (Path(out) / kill_after / "COMPLETE").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_sigkill_and_resume_equals_uninterrupted_run(tiny_model_path, tmp_path):
+    straight = run_trainer(tiny_model_path, tmp_path / "a")
+    run_trainer(tiny_model_path, tmp_path / "b", kill_after="checkpoint-1")
+    assert not (tmp_path / "b" / "final.json").exists()
+    resumed = run_trainer(tiny_model_path, tmp_path / "b", resume=True)
+    assert resumed["players"] == straight["players"]
+    assert resumed["elo"] == straight["elo"]
+    assert resumed["weights"] == straight["weights"]
+
+
+def test_sigterm_saves_and_stops(tiny_model_path, tmp_path):
+    code = RUN.format(tests=str(Path(__file__).parent), out=str(tmp_path), model=str(tiny_model_path), resume=False)
+    code = code.replace("epochs=4", "epochs=50").replace("save_total_limit=None", "save_total_limit=None, save_strategy='no'")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (tmp_path / "metrics.jsonl").exists():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    cps = list_checkpoints(tmp_path)
+    assert len(cps) == 1 and int(cps[0].name.split("-")[1]) < 49
+
+
+def test_custom_trainer_with_seed_api(tiny_model_path, tmp_path):
+    class Duel(AutocurriculumTrainer):
+        def entry(self):
+            return [{"role": "a"}, {"role": "b"}] if self.current_epoch == 0 else []
+
+        def match(self):
+            a = [x for x in self.players if x["role"] == "a"][0]
+            b = [x for x in self.players if x["role"] == "b"][0]
+            return [(a, b), (b, a)]
+
+    t = Duel(AutocurriculumConfig(epochs=1, rounds=1, matches=3, output_dir=str(tmp_path), **FAST))
+    t.train(str(tiny_model_path), digits)
+    assert len(t.match_history) == 6 and t.current_epoch == 0
+    assert [p["id"] for p in t.players] == ["a-0", "b-0"] and t.players[1]["parent"] == "a-0"  # inherits
+    t.engine.close()
