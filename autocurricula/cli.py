@@ -1,4 +1,4 @@
-"""``autocurricula`` command line: serve | tiny-model | env | bench."""
+"""``autocurricula`` command line: train | serve | tiny-model | env | bench."""
 
 from __future__ import annotations
 
@@ -42,6 +42,48 @@ def _serve(args) -> None:
           adapter_root=args.adapter_root, served_model_name=args.served_model_name, max_batch=args.max_batch)
 
 
+LEAGUES = {"selfplay": ("SelfPlayTrainer", "SelfPlayConfig"), "league": ("LeagueTrainer", "LeagueConfig"),
+           "fictitious": ("FictitiousPlayTrainer", "FictitiousConfig")}
+
+
+def _train(args) -> None:
+    import dataclasses
+    import importlib
+
+    import yaml
+
+    import autocurricula.leagues as leagues
+
+    settings = {}
+    if args.config:
+        with open(args.config) as fh:
+            settings = yaml.safe_load(fh) or {}
+        if not isinstance(settings, dict):
+            raise SystemExit(f"{args.config}: expected a mapping of settings")
+    grpo = settings.pop("grpo", None)
+    lora = settings.pop("lora", None)
+    for key in ("epochs", "rounds", "output_dir", "seed"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
+    trainer_name, config_name = LEAGUES[args.league]
+    config_cls = getattr(leagues, config_name)
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = set(settings) - known
+    if unknown:
+        raise SystemExit(f"unknown {config_name} settings {sorted(unknown)}; known: {sorted(known)} "
+                         "(plus 'grpo:' and 'lora:' sections)")
+    module, _, fn = args.game.partition(":")
+    name = module if ("." in module or fn) else f"autocurricula.games.{module}"
+    try:
+        play = getattr(importlib.import_module(name), fn or "play")
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"--game {args.game}: {exc}. Use a module of autocurricula.games (e.g. tictactoe) or "
+                         "an importable 'module.path:function'") from None
+    trainer = getattr(leagues, trainer_name)(config_cls(**settings))
+    trainer.train(args.model, play, lora_config=lora, grpo_config=grpo, resume_from_checkpoint=args.resume or None)
+    print(trainer.leaderboard)
+
+
 def _bench(args) -> None:
     if args.what == "engine":
         from autocurricula.bench.engine import main
@@ -74,6 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--quantize-bits", type=int, default=None, help="also convert with mlx-lm (e.g. 4)")
     t.add_argument("--overwrite", action="store_true")
     t.set_defaults(func=_tiny)
+
+    tr = sub.add_parser("train", help="train a league on a game")
+    tr.add_argument("--model", required=True, help="Hugging Face id or local folder")
+    tr.add_argument("--game", default="tictactoe", help="a module of autocurricula.games, or module.path:function")
+    tr.add_argument("--league", default="league", choices=sorted(LEAGUES))
+    tr.add_argument("--config", default=None, help="YAML with config fields, plus optional 'grpo:' and 'lora:' sections")
+    tr.add_argument("--epochs", type=int, default=None)
+    tr.add_argument("--rounds", type=int, default=None)
+    tr.add_argument("--seed", type=int, default=None)
+    tr.add_argument("--output-dir", dest="output_dir", default=None)
+    tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    tr.set_defaults(func=_train)
 
     e = sub.add_parser("env", help="versions, device, active BLAS and matmul speed")
     e.add_argument("--json", action="store_true")

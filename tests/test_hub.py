@@ -6,42 +6,11 @@ import json
 import pytest
 
 huggingface_hub = pytest.importorskip("huggingface_hub")
-from huggingface_hub.utils import _http  # noqa: E402
 
 from autocurricula.engine import AdapterWeights, LoraSpec  # noqa: E402
 from autocurricula.hub import push_to_hub  # noqa: E402
 
 DIMS = {f"model.layers.{i}.self_attn.{m}": (256, 256) for i in range(4) for m in ("q_proj", "v_proj")}
-
-
-@pytest.fixture()
-def hub():
-    """Route huggingface_hub's HTTP client through a recording mock transport."""
-    httpx_mod = type(_http.get_session()).__module__.split(".")[0]
-    httpx = __import__(httpx_mod)
-    calls, commits = [], []
-
-    def handler(request):
-        calls.append((request.method, request.url.path, dict(request.url.params)))
-        path = request.url.path
-        if path.endswith("/api/repos/create"):
-            return httpx.Response(200, json={"url": "https://hub.test/me/league", "name": "me/league", "id": "1"})
-        if "/preupload/" in path:
-            files = json.loads(request.content)["files"]
-            return httpx.Response(200, json={"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
-                                                       for f in files]})
-        if "/commit/" in path:
-            commits.append([json.loads(line) for line in request.content.decode().splitlines() if line.strip()])
-            return httpx.Response(200, json={"commitUrl": "https://hub.test/me/league/commit/" + "a" * 40,
-                                             "commitOid": "a" * 40, "success": True})
-        return httpx.Response(200, json={})
-
-    old = _http._GLOBAL_CLIENT_FACTORY
-    huggingface_hub.set_client_factory(lambda: httpx.Client(transport=httpx.MockTransport(handler)))
-    huggingface_hub.close_session()
-    yield calls, commits
-    huggingface_hub.set_client_factory(old)
-    huggingface_hub.close_session()
 
 
 def test_push_player_records_calls_and_valid_card(hub, tmp_path):

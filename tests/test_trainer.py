@@ -184,3 +184,50 @@ def test_custom_trainer_with_seed_api(tiny_model_path, tmp_path):
     assert len(t.match_history) == 6 and t.current_epoch == 0
     assert [p["id"] for p in t.players] == ["a-0", "b-0"] and t.players[1]["parent"] == "a-0"  # inherits
     t.engine.close()
+
+
+def test_push_league_and_trackers(tiny_model_path, tmp_path, hub, monkeypatch):
+    import base64
+    import types
+
+    logged = []
+    fake = types.SimpleNamespace(init=lambda **kw: logged.append(("init", kw)),
+                                 log=lambda metrics, step: logged.append(("log", step, dict(metrics))),
+                                 finish=lambda: logged.append(("finish",)))
+    broken = types.SimpleNamespace(init=lambda **kw: None, log=lambda *a, **k: 1 / 0, finish=lambda: None)
+    monkeypatch.setitem(sys.modules, "trackio", fake)
+    monkeypatch.setitem(sys.modules, "wandb", broken)  # a failing tracker is disabled, never fatal
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=2, rounds=1, games_per_round=2, output_dir=str(tmp_path),
+                                       report_to=["trackio", "wandb"], **FAST))
+    with pytest.warns(UserWarning, match="wandb logging failed"):
+        t.train(str(tiny_model_path), digits)
+    steps = [x for x in logged if x[0] == "log"]
+    assert logged[0][0] == "init" and logged[-1] == ("finish",) and len(steps) >= 2
+    assert "rating/elo/main-0" in steps[0][2] and "train/loss" in steps[0][2]
+
+    calls, commits = hub
+    t.push_to_hub("me/league", private=True, endpoint="https://hub.test", token="hf_test")
+    t.engine.close()
+    files = {op["value"]["path"]: op["value"] for op in commits[-1] if op.get("key") == "file"}
+    assert {"README.md", "match_history.jsonl", "elo.png", "payoff.png",
+            "main-0/adapter_config.json", "main-0/adapter_model.safetensors", "main-0/README.md",
+            "main-1/adapter_model.safetensors"} <= set(files)
+    card = base64.b64decode(files["README.md"]["content"]).decode()
+    assert "## Leaderboard" in card and "## Payoff matrix" in card and "`main-1` ← `main-0`" in card
+    player_card = base64.b64decode(files["main-1/README.md"]["content"]).decode()
+    assert "library_name: peft" in player_card and "| parent | main-0 |" in player_card
+
+
+def test_cli_train_with_yaml(tiny_model_path, tmp_path):
+    cfg = tmp_path / "league.yaml"
+    cfg.write_text("rounds: 1\ngames_per_learner: 2\nmain_exploiters: 0\nleague_exploiters: 1\nprogress: false\n"
+                   "bt_bootstrap: 0\nmax_tokens: 4\ngrpo:\n  learning_rate: 0.0005\nlora:\n  r: 4\n  lora_alpha: 8\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    out = subprocess.run([sys.executable, "-m", "autocurricula.cli", "train", "--model", str(tiny_model_path),
+                          "--game", "toy_games:digits", "--league", "league", "--config", str(cfg), "--epochs", "1",
+                          "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "main_agent-0" in out.stdout and (tmp_path / "out" / "checkpoint-0" / "COMPLETE").is_file()
+    bad = subprocess.run([sys.executable, "-m", "autocurricula.cli", "train", "--model", str(tiny_model_path),
+                          "--game", "nope"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "autocurricula.games" in bad.stderr
