@@ -9,7 +9,8 @@ import inspect
 import math
 import os
 import random
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 DEFAULT_INVALID_PENALTY = (-1.5, 0.5)  # (offender, every other player), as in SPIRAL
 
@@ -49,7 +50,8 @@ def check_penalty(invalid_penalty) -> tuple[float, float]:
     try:
         off, other = (float(x) for x in invalid_penalty)
     except (TypeError, ValueError):
-        raise ValueError(f"invalid_penalty must be a pair (offender, others) of numbers, got {invalid_penalty!r}")
+        raise ValueError(f"invalid_penalty must be a pair (offender, others) of numbers, got {invalid_penalty!r}") \
+            from None
     if not (math.isfinite(off) and math.isfinite(other)):
         raise ValueError(f"invalid_penalty must be finite, got {invalid_penalty!r}")
     return off, other

@@ -24,7 +24,8 @@ expected value is -1/18 per hand (``exact_value``).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, check_penalty, check_players, choice,
                                          drive, drive_sync, make_rng, uniform)
@@ -188,7 +189,7 @@ class KuhnPoker(TurnGame):
 def play_out(policy1: Callable, policy2: Callable, rng: Any = None, *, cards: str | None = None,
              invalid_penalty=DEFAULT_INVALID_PENALTY) -> list[float]:
     """One scripted hand without a model; returns the two rewards."""
-    rng = make_rng(rng=rng) if rng is not None else make_rng()
+    rng = make_rng(rng=rng)
     game = KuhnPoker(cards or deal(rng))
     return drive_sync(game, [policy1, policy2], rng).rewards(invalid_penalty)
 

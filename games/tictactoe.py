@@ -20,15 +20,16 @@ The perfect-play helpers (``minimax_values``, ``optimal_moves``) are memoised ov
 from __future__ import annotations
 
 import re
-from functools import lru_cache
-from typing import Any, Callable
+from functools import cache
+from collections.abc import Callable
+from typing import Any
 
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, check_penalty, check_players, choice,
                                          drive, drive_sync, make_rng)
 
 __all__ = ["EMPTY_BOARD", "NUM_PLAYERS", "ZERO_SUM", "TicTacToe", "apply_move", "legal_moves", "minimax_policy",
            "minimax_value", "minimax_values", "optimal_moves", "parse_move", "parse_prompt", "play", "play_out",
-           "random_policy", "reachable_positions", "render_prompt", "to_move", "winner"]
+           "random_opening", "random_policy", "reachable_positions", "render_prompt", "to_move", "winner"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True
@@ -95,7 +96,7 @@ def parse_move(text: str) -> int | None:
     return int(m.group()) if m else None
 
 
-@lru_cache(maxsize=None)
+@cache
 def minimax_value(board: str, mark: str) -> int:
     """Perfect-play value of ``board`` for ``mark`` to move: +1 win, 0 draw, -1 loss."""
     w = winner(board)
@@ -111,7 +112,7 @@ def minimax_values(board: str, mark: str) -> dict[int, int]:
     return {m: -minimax_value(apply_move(board, m, mark), other(mark)) for m in legal_moves(board)}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _optimal(board: str, mark: str) -> frozenset[int]:
     values = minimax_values(board, mark)
     best = max(values.values())
@@ -204,7 +205,7 @@ def random_opening(n: int, rng) -> str:
 
 def play_out(policy_x: Callable, policy_o: Callable, rng: Any = None, *, opening_moves: int = 0) -> str:
     """Scripted game without a model; returns "X", "O" or "draw" (an invalid move loses)."""
-    rng = make_rng(rng=rng) if rng is not None else make_rng()
+    rng = make_rng(rng=rng)
     game = TicTacToe(random_opening(opening_moves, rng))
     return drive_sync(game, [policy_x, policy_o], rng).result
 
