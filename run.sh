@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Linux or macOS machine:
-#   bash run.sh example   set up .venv, then run the main example offline on the built-in tiny model
+#   bash run.sh example   set up .venv, then train the tic-tac-toe league offline on the built-in tiny model
 #   bash run.sh test      set up .venv, then run the test suite
 #   bash run.sh setup     only set up
 set -euo pipefail
@@ -33,7 +33,7 @@ setup() {
   # constraints.txt pins torch to 2.13.0 so peft/trl never pull CUDA wheels on a CPU machine.
   # ${extra[@]+...}: bash 3.2 (macOS) treats an empty array as unset under `set -u`.
   "$UV" pip install -q --python "$PY" --compile-bytecode ${extra[@]+"${extra[@]}"} \
-      -c constraints.txt -e ".[dev,hf,hub]"
+      -c constraints.txt -e ".[dev,hf,hub,games]"
   if [ "$(uname -s)" = "Linux" ]; then fast_blas; fi
   "$PY" -m autocurricula.cli env | grep -E '^(blas|gemm_gflops|device)'
 }
@@ -61,7 +61,7 @@ fast_blas() {
 
 case "${1:-}" in
   setup) setup ;;
-  example) setup; shift; "$PY" examples/engine_demo.py "$@" ;;
+  example) setup; shift; "$PY" examples/tictactoe_league.py "$@" ;;
   test) setup; shift; "$PY" -m pytest -q "$@" ;;
   *) echo "usage: bash run.sh example|test|setup" >&2; exit 2 ;;
 esac

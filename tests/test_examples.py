@@ -25,3 +25,34 @@ def test_fictitious_gan_example_runs():
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "generator-3" in out.stdout and "discriminator-3" in out.stdout
+
+
+def test_warmup_teaches_the_format_and_is_cached(tmp_path):
+    from autocurricula.engine import Engine
+    from autocurricula.games import tictactoe
+    from autocurricula.tiny import build_tiny_model
+    from autocurricula.warmup import sft_warmup
+
+    base = build_tiny_model(tmp_path / "base", hidden_size=64, num_layers=1, num_heads=2, intermediate_size=128)
+    examples = tictactoe.warmup_examples(2000, seed=0)
+    out = sft_warmup(base, tmp_path / "warm", examples, steps=120, batch_size=32, learning_rate=3e-3)
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert sft_warmup(base, tmp_path / "warm", examples, steps=120, batch_size=32, learning_rate=3e-3) == out
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp  # cached, not retrained
+
+    def legal(path):
+        with Engine(str(path)) as engine:
+            return tictactoe.evaluate_table(tictactoe.greedy_table(engine, None), games=50)["legal_move_rate"]
+
+    assert legal(base) < 0.2 < 0.9 < legal(out)
+
+
+def test_league_example_smoke(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "tictactoe_league.py"), "--epochs", "1", "--rounds", "1",
+                          "--games-per-learner", "4", "--output-dir", str(tmp_path)], capture_output=True, text=True,
+                         timeout=900, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    import json
+
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate", "epochs", "minutes"} <= set(summary)

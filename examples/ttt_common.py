@@ -1,0 +1,55 @@
+"""Shared set-up of the tic-tac-toe examples: tiny base, supervised warm-up, per-epoch evaluation."""
+
+import json
+import time
+from pathlib import Path
+
+from autocurricula import build_tiny_model
+from autocurricula.games import tictactoe
+from autocurricula.warmup import sft_warmup
+
+CACHE = Path.home() / ".cache" / "autocurricula"
+
+
+def warm_base(hidden: int = 128, layers: int = 2, steps: int = 400, seed: int = 0) -> Path:
+    """The tiny model (no download) after a supervised warm-up on random *legal* moves: it learns the
+    prompt format and legality, not strategy. Both steps are cached by their arguments."""
+    base = build_tiny_model(CACHE / f"tiny-h{hidden}-l{layers}", hidden_size=hidden, num_layers=layers,
+                            intermediate_size=2 * hidden, seed=seed)
+    return sft_warmup(base, CACHE / f"tiny-h{hidden}-l{layers}-ttt-warm{steps}", tictactoe.warmup_examples(20000, seed),
+                      steps=steps, batch_size=64, learning_rate=1e-3, seed=seed)
+
+
+class Evaluator:
+    """Callback: after every epoch, the greedy policy of the best learner (highest Elo) is played
+    against uniform random and minimax, and scored on all 4,520 reachable positions."""
+
+    def __init__(self, games: int = 2000):
+        self.games, self.start, self.rows = games, time.time(), []
+
+    def best(self, trainer) -> dict:
+        learners = [p for p in trainer.players if "policy" not in p]
+        return max(learners, key=lambda p: (not p["frozen"] and p.get("role") in ("main_agent", "main"),
+                                            trainer.elo.rating(p["id"])))
+
+    def __call__(self, trainer) -> dict:
+        player = self.best(trainer)
+        figures = tictactoe.evaluate_table(tictactoe.greedy_table(trainer.engine, player["id"]), games=self.games)
+        row = {"epoch": trainer.current_epoch, "minutes": round((time.time() - self.start) / 60, 2),
+               "player": player["id"], **{k: round(v, 3) for k, v in figures.items()}}
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+        return {f"eval/{k}": v for k, v in figures.items()}
+
+    def summary(self, trainer, base_figures: dict) -> dict:
+        last = self.rows[-1]
+        peak = max(self.rows, key=lambda r: r["vs_random"])
+        return {**{k: last[k] for k in ("vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate")},
+                "epochs": trainer.config.epochs, "minutes": round((time.time() - self.start) / 60, 2),
+                "best_player": last["player"], "warm_base": base_figures,
+                "peak_vs_random": peak["vs_random"], "peak_epoch": peak["epoch"]}
+
+
+def base_figures(engine, games: int = 2000) -> dict:
+    figures = tictactoe.evaluate_table(tictactoe.greedy_table(engine, None), games=games)
+    return {k: round(v, 3) for k, v in figures.items()}
