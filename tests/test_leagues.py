@@ -122,3 +122,19 @@ def test_config_errors_name_the_fix():
         LeagueConfig(main_agents=0)
     with pytest.raises(ValueError, match="selfplay_share"):
         LeagueConfig(selfplay_share=0.8, pfsp_share=0.5)
+
+
+def test_fictitious_play_samples_past_by_pfsp():
+    from autocurricula.leagues import FictitiousConfig, FictitiousPlayTrainer
+
+    t = FictitiousPlayTrainer(FictitiousConfig(games_per_round=3000, weighting="squared", progress=False))
+    me = p("me", "learner")
+    weak, strong = p("weak", "learner", True), p("strong", "learner", True)
+    payoff = Payoff()
+    for _ in range(50):
+        payoff.update("me", "weak", "win")
+    t._pool, t.payoff = FakePool([me, weak, strong]), payoff
+    opponents = Counter(next(q["id"] for q in g if q["id"] != "me") for g in t.match())
+    assert opponents["strong"] > 0.95 * 3000  # PFSP "squared": beaten opponents are rarely replayed
+    with pytest.raises(ValueError, match="weighting"):
+        FictitiousConfig(weighting="cubic")

@@ -231,3 +231,34 @@ def test_cli_train_with_yaml(tiny_model_path, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "autocurricula.cli", "train", "--model", str(tiny_model_path),
                           "--game", "nope"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "autocurricula.games" in bad.stderr
+
+
+def test_nested_games_tag_turns_with_level_and_parent(tiny_model_path, tmp_path):
+    from toy_games import nested
+
+    t = Capture(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), credit="grpo", **FAST))
+    t.train(str(tiny_model_path), nested)
+    turns = t.seen[0]
+    assert len(turns) == 2 * 2 * 2 and {x.level for x in turns} == {1}
+    parents = {x.parent for x in turns}
+    assert len(parents) == 4 and all(p.count("/") == 1 for p in parents)  # 2 games x 2 sub-games
+    t.engine.close()
+
+
+def test_play_as_a_method_and_a_loaded_model(tiny_model_path, tmp_path):
+    from mlx_lm import load
+
+    class Mine(SelfPlayTrainer):
+        async def play(self, players, model, tokenizer):
+            return await digits(players, model, tokenizer)
+
+    t = Mine(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), **FAST))
+    from autocurricula.engine import Engine
+
+    def loaded():  # an already loaded mlx-lm model, handed over with its tokenizer
+        return load(str(tiny_model_path))
+
+    engine = Engine(*loaded(), name="tiny")
+    t.train(engine)
+    assert len(t.match_history) == 2 and t.model_name == "tiny"
+    engine.close()

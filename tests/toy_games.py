@@ -32,3 +32,11 @@ def seed_style(players, model, tokenizer):
 
 def first_digit_policy(prompt, rng):
     return str(int(rng.integers(0, 10)))
+
+
+async def nested(players, model, tokenizer):
+    """A game of two sub-games (nested play): their turns carry level 1 and a parent."""
+    a = await model.play(digits, players)
+    b = await model.play(digits, players[::-1])
+    total = a[0] + b[1]
+    return [total, -total]
