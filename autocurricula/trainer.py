@@ -130,7 +130,8 @@ class AutocurriculumTrainer:
     def train(self, model, play: Callable | None = None, *, lora_config=None, grpo_config=None,
               resume_from_checkpoint: bool | str | None = None, policies: dict | None = None,
               callbacks: list[Callable] | None = None):
-        """Train the league. ``model``: Hub id, local folder, or an :class:`~autocurricula.engine.Engine`.
+        """Train the league. ``model``: Hub id, local folder, an :class:`~autocurricula.engine.Engine`, or
+        an already loaded ``(model, tokenizer)`` pair from ``mlx_lm.load``.
         ``play`` defaults to ``self.play``. ``lora_config``: a ``peft.LoraConfig`` (or ours);
         ``grpo_config``: a ``trl.GRPOConfig`` (or ours). ``resume_from_checkpoint``: True (latest
         complete checkpoint in ``output_dir``) or a path. ``callbacks``: ``fn(trainer) -> dict``
@@ -280,6 +281,10 @@ class AutocurriculumTrainer:
         self.grpo = coerce_grpo_config(grpo_config)
         if isinstance(model, Engine):
             self.engine, self.model_name = model, model.name
+        elif isinstance(model, tuple) and len(model) == 2:  # (model, tokenizer) from mlx_lm.load
+            self.model_name = getattr(getattr(model[0], "args", None), "model_type", "model")
+            self.engine = Engine(model[0], model[1], config=EngineConfig(
+                max_slots=cfg.max_slots, max_batch=cfg.max_batch, initial_rank=self.lora_spec.r), name=self.model_name)
         else:
             self.model_name = str(model)
             self.engine = Engine(self.model_name, config=EngineConfig(max_slots=cfg.max_slots, max_batch=cfg.max_batch,

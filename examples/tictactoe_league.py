@@ -9,14 +9,12 @@ against uniform random and perfect play. The last line is one JSON object with t
 """
 
 import argparse
-import json
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
-from autocurricula import GRPOConfig, LeagueConfig, LeagueTrainer
-from autocurricula.engine import Engine, LoraSpec
+from autocurricula import LeagueConfig, LeagueTrainer
 from autocurricula.games import tictactoe
 
-from ttt_common import Evaluator, base_figures, warm_base
+from ttt_common import Evaluator, finish, scripted_players, start, update_settings
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--epochs", type=int, default=12)
@@ -26,10 +24,7 @@ parser.add_argument("--output-dir", default="runs/tictactoe-league")
 parser.add_argument("--seed", type=int, default=0)
 args = parser.parse_args()
 
-base = warm_base(seed=args.seed)
-engine = Engine(str(base), name=str(base))
-start = base_figures(engine)
-print("warm-up base:", json.dumps(start), flush=True)
+engine, figures = start(args.seed)
 
 config = LeagueConfig(
     epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,
@@ -37,14 +32,8 @@ config = LeagueConfig(
     output_dir=args.output_dir, seed=args.seed, max_tokens=2, credit="rae",
     max_concurrent_games=128, bt_bootstrap=50, progress=False,
 )
-scripted = [{"id": "random", "role": "random", "policy": tictactoe.random_policy},
-            {"id": "minimax", "role": "minimax", "policy": tictactoe.minimax_policy}]
-trainer = LeagueTrainer(config, opponents=scripted)
+trainer = LeagueTrainer(config, opponents=scripted_players())
 evaluator = Evaluator()
-trainer.train(engine, tictactoe.play,
-              lora_config=LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
-              grpo_config=GRPOConfig(learning_rate=5e-4, beta=0.1, loss_type="grpo", temperature=1.0),
-              callbacks=[evaluator])
-print(trainer.leaderboard)
-engine.close()
-print(json.dumps(evaluator.summary(trainer, start)))
+lora, grpo = update_settings()
+trainer.train(engine, tictactoe.play, lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
+finish(trainer, evaluator, engine, figures)

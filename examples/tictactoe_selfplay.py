@@ -8,14 +8,12 @@ which count as past opponents). The number of games per round matches the league
 """
 
 import argparse
-import json
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
-from autocurricula import GRPOConfig, SelfPlayConfig, SelfPlayTrainer
-from autocurricula.engine import Engine, LoraSpec
+from autocurricula import SelfPlayConfig, SelfPlayTrainer
 from autocurricula.games import tictactoe
 
-from ttt_common import Evaluator, base_figures, warm_base
+from ttt_common import Evaluator, finish, scripted_players, start, update_settings
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--epochs", type=int, default=12)
@@ -25,22 +23,13 @@ parser.add_argument("--output-dir", default="runs/tictactoe-selfplay")
 parser.add_argument("--seed", type=int, default=0)
 args = parser.parse_args()
 
-base = warm_base(seed=args.seed)
-engine = Engine(str(base), name=str(base))
-start = base_figures(engine)
-print("warm-up base:", json.dumps(start), flush=True)
+engine, figures = start(args.seed)
 
 config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round, past_share=0.5,
                         output_dir=args.output_dir, seed=args.seed, max_tokens=2, credit="rae",
                         max_concurrent_games=128, bt_bootstrap=50, progress=False)
-scripted = [{"id": "random", "role": "random", "policy": tictactoe.random_policy},
-            {"id": "minimax", "role": "minimax", "policy": tictactoe.minimax_policy}]
-trainer = SelfPlayTrainer(config, opponents=scripted)
+trainer = SelfPlayTrainer(config, opponents=scripted_players())
 evaluator = Evaluator()
-trainer.train(engine, tictactoe.play,
-              lora_config=LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
-              grpo_config=GRPOConfig(learning_rate=5e-4, beta=0.1, loss_type="grpo", temperature=1.0),
-              callbacks=[evaluator])
-print(trainer.leaderboard)
-engine.close()
-print(json.dumps(evaluator.summary(trainer, start)))
+lora, grpo = update_settings()
+trainer.train(engine, tictactoe.play, lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
+finish(trainer, evaluator, engine, figures)

@@ -53,3 +53,34 @@ class Evaluator:
 def base_figures(engine, games: int = 2000) -> dict:
     figures = tictactoe.evaluate_table(tictactoe.greedy_table(engine, None), games=games)
     return {k: round(v, 3) for k, v in figures.items()}
+
+
+def start(seed: int = 0):
+    """The warm base in an engine, and its figures before any league training."""
+    from autocurricula.engine import Engine
+
+    base = warm_base(seed=seed)
+    engine = Engine(str(base), name=str(base))
+    figures = base_figures(engine)
+    print("warm-up base:", json.dumps(figures), flush=True)
+    return engine, figures
+
+
+def scripted_players() -> list[dict]:
+    return [{"id": "random", "role": "random", "policy": tictactoe.random_policy},
+            {"id": "minimax", "role": "minimax", "policy": tictactoe.minimax_policy}]
+
+
+def update_settings():
+    """LoRA and GRPO settings shared by both examples, so they compare on the same budget."""
+    from autocurricula import GRPOConfig
+    from autocurricula.engine import LoraSpec
+
+    return (LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
+            GRPOConfig(learning_rate=5e-4, beta=0.1, loss_type="grpo", temperature=1.0))
+
+
+def finish(trainer, evaluator, engine, figures) -> None:
+    print(trainer.leaderboard)
+    engine.close()
+    print(json.dumps(evaluator.summary(trainer, figures)))

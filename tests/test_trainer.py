@@ -262,3 +262,17 @@ def test_play_as_a_method_and_a_loaded_model(tiny_model_path, tmp_path):
     t.train(engine)
     assert len(t.match_history) == 2 and t.model_name == "tiny"
     engine.close()
+
+
+def test_default_league_trains_tictactoe_as_in_the_seed(tiny_model_path, tmp_path, monkeypatch):
+    from autocurricula.games.tictactoe import play
+
+    monkeypatch.chdir(tmp_path)  # the default output_dir is relative
+    trainer = LeagueTrainer()
+    trainer.config.progress = False
+    trainer.train(str(tiny_model_path), play)
+    print(trainer.leaderboard)
+    assert trainer.current_epoch == trainer.config.epochs - 1
+    assert (tmp_path / "autocurricula-output" / f"checkpoint-{trainer.current_epoch}" / "COMPLETE").is_file()
+    assert {p["role"] for p in trainer.players} >= {"main_agent", "main_exploiter", "league_exploiter"}
+    trainer.engine.close()
