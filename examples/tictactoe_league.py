@@ -22,9 +22,11 @@ parser.add_argument("--rounds", type=int, default=8)
 parser.add_argument("--games-per-learner", type=int, default=64)
 parser.add_argument("--output-dir", default="runs/tictactoe-league")
 parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--hidden", type=int, default=128, help="tiny model width (the package default is 256)")
+parser.add_argument("--layers", type=int, default=2, help="tiny model depth (the package default is 4)")
 args = parser.parse_args()
 
-engine, figures = start(args.seed)
+engine, figures = start(args.seed, hidden=args.hidden, layers=args.layers)
 
 config = LeagueConfig(
     epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,

@@ -55,11 +55,11 @@ def base_figures(engine, games: int = 2000) -> dict:
     return {k: round(v, 3) for k, v in figures.items()}
 
 
-def start(seed: int = 0):
+def start(seed: int = 0, hidden: int = 128, layers: int = 2):
     """The warm base in an engine, and its figures before any league training."""
     from autocurricula.engine import Engine
 
-    base = warm_base(seed=seed)
+    base = warm_base(hidden=hidden, layers=layers, seed=seed)
     engine = Engine(str(base), name=str(base))
     figures = base_figures(engine)
     print("warm-up base:", json.dumps(figures), flush=True)
