@@ -44,6 +44,8 @@ class GRPOConfig:
     adam_beta1: float = _help("AdamW beta1", 0.9)
     adam_beta2: float = _help("AdamW beta2", 0.999)
     adam_epsilon: float = _help("AdamW epsilon", 1e-8)
+    num_iterations: int = _help("optimizer steps over the same turns per update (trl's num_iterations, GRPO's "
+                                "mu); after the first, the clipped ratio against the sampler keeps them on-policy", 1)
     gradient_accumulation_steps: int = _help("kept for trl compatibility: micro-batches are formed by "
                                              "max_tokens_per_microbatch and always accumulated into one step", 1)
     max_tokens_per_microbatch: int = _help("padded tokens (rows x length) per forward/backward pass; bounds "
@@ -67,6 +69,8 @@ class GRPOConfig:
             raise ValueError("temperature must be > 0 for training (logprobs divide by it)")
         if self.max_tokens_per_microbatch <= 0 or self.max_completion_length <= 0:
             raise ValueError("max_tokens_per_microbatch and max_completion_length must be positive")
+        if not isinstance(self.num_iterations, int) or self.num_iterations < 1:
+            raise ValueError("num_iterations must be an integer >= 1")
 
     @property
     def clip_high(self) -> float:

@@ -209,3 +209,12 @@ def test_remote_servers_receive_the_new_weights(tiny_model_path, engine):
             np.testing.assert_allclose(remote.logits(ids, "a"), engine.logits(ids, "a"), atol=1e-5)
     finally:
         remote.close()
+
+
+def test_num_iterations_reuses_turns_with_clipping(engine):
+    load_players(engine, ["a"])
+    turns = play_turns(engine, ["a"])
+    up = Updater(engine, GRPOConfig(learning_rate=2e-2, num_iterations=3, epsilon=0.05))
+    m = up.step(turns)
+    assert up.optim["a"].step == 3 and engine.adapter_info("a")["version"] == 4
+    assert m["clip_ratio"] > 0  # by the last pass the policy has moved past the clip range

@@ -80,7 +80,11 @@ class Updater:
     def step(self, turns: list[Turn], lr: dict[str, float] | None = None, skip=()) -> dict:
         """One update of every player with turns (except those in ``skip``, e.g. frozen snapshots).
         ``lr`` overrides the learning rate per player. Returns metrics."""
-        metrics, new = self.engine.call(self._step, list(turns), dict(lr or {}), set(skip)).result()
+        turns, lr, skip = list(turns), dict(lr or {}), set(skip)
+        new: dict = {}
+        for _ in range(self.config.num_iterations):  # later passes see the ratio move away from 1 and clip
+            metrics, latest = self.engine.call(self._step, turns, lr, skip).result()
+            new.update(latest)
         for client in self.remotes:
             for name, weights in new.items():
                 client.upload_adapter(name, weights)
