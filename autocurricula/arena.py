@@ -24,6 +24,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -127,7 +130,7 @@ class GameHandle:
         else:
             ids = [int(t) for t in prompt]
         if "policy" in player:  # scripted player: a Python callable, never trained
-            text = self.arena.scripted(player, self.arena.engine._decode(ids), seed)
+            text = self.arena.scripted(player, self.arena.engine.decode(ids), seed)
             return Generation(text, [], [], ids, "stop", None, player["id"])
         params = SamplingParams(max_tokens=max_tokens or self.arena.max_tokens,
                                 temperature=self.arena.temperature if temperature is None else temperature,
@@ -231,9 +234,6 @@ class Arena:
         # One tick: wait until every live game has its next call queued (or finished), submit all of
         # them in a fixed order while the engine is held, let the results flow back, repeat. A game
         # busy with something other than generate delays a tick by at most grace_s.
-        import threading
-        import time
-
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -278,8 +278,6 @@ class Arena:
         self._wake = asyncio.Event()
         coordinator = asyncio.create_task(self._coordinator()) if self.lockstep else None
         sem = asyncio.Semaphore(max_concurrent)
-        from concurrent.futures import ThreadPoolExecutor
-
         pool = ThreadPoolExecutor(max_workers=sync_workers, thread_name_prefix="play")
 
         async def one(play, players, record, game):

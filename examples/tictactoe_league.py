@@ -8,23 +8,13 @@ the pool), prints the leaderboard, and after every epoch evaluates the best play
 against uniform random and perfect play. The last line is one JSON object with the figures.
 """
 
-import argparse
-
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import LeagueConfig, LeagueTrainer
 from autocurricula.games import tictactoe
 
-from ttt_common import Evaluator, finish, scripted_players, start, update_settings
+from ttt_common import Evaluator, finish, parse_args, scripted_players, start, update_settings
 
-parser = argparse.ArgumentParser(description=__doc__)
-parser.add_argument("--epochs", type=int, default=12)
-parser.add_argument("--rounds", type=int, default=8)
-parser.add_argument("--games-per-learner", type=int, default=64)
-parser.add_argument("--output-dir", default="runs/tictactoe-league")
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--hidden", type=int, default=128, help="tiny model width (the package default is 256)")
-parser.add_argument("--layers", type=int, default=2, help="tiny model depth (the package default is 4)")
-args = parser.parse_args()
+args = parse_args(__doc__, "--games-per-learner", 64, "runs/tictactoe-league")
 
 engine, figures = start(args.seed, hidden=args.hidden, layers=args.layers)
 

@@ -7,23 +7,13 @@ one main player plays itself and its past snapshots (and the scripted random and
 which count as past opponents). The number of games per round matches the league's three learners.
 """
 
-import argparse
-
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import SelfPlayConfig, SelfPlayTrainer
 from autocurricula.games import tictactoe
 
-from ttt_common import Evaluator, finish, scripted_players, start, update_settings
+from ttt_common import Evaluator, finish, parse_args, scripted_players, start, update_settings
 
-parser = argparse.ArgumentParser(description=__doc__)
-parser.add_argument("--epochs", type=int, default=12)
-parser.add_argument("--rounds", type=int, default=8)
-parser.add_argument("--games-per-round", type=int, default=192)
-parser.add_argument("--output-dir", default="runs/tictactoe-selfplay")
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--hidden", type=int, default=128, help="tiny model width (the package default is 256)")
-parser.add_argument("--layers", type=int, default=2, help="tiny model depth (the package default is 4)")
-args = parser.parse_args()
+args = parse_args(__doc__, "--games-per-round", 192, "runs/tictactoe-selfplay")
 
 engine, figures = start(args.seed, hidden=args.hidden, layers=args.layers)
 

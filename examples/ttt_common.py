@@ -55,6 +55,21 @@ def base_figures(engine, games: int = 2000) -> dict:
     return {k: round(v, 3) for k, v in figures.items()}
 
 
+def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str):
+    """Command line shared by both examples (same defaults = same budget)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument(games_flag, type=int, default=games_default)
+    parser.add_argument("--output-dir", default=output_dir)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hidden", type=int, default=128, help="tiny model width (the package default is 256)")
+    parser.add_argument("--layers", type=int, default=2, help="tiny model depth (the package default is 4)")
+    return parser.parse_args()
+
+
 def start(seed: int = 0, hidden: int = 128, layers: int = 2):
     """The warm base in an engine, and its figures before any league training."""
     from autocurricula.engine import Engine

@@ -48,7 +48,7 @@ def test_async_play_records_trainable_calls_only(tiny_model_path, tmp_path):
     t.train(str(tiny_model_path), digits)
     turns = t.seen[0]
     assert len(turns) == 6 * 2  # two trainable calls per game; the judge call is not a turn
-    assert all("judge" not in t.engine._decode(x.prompt_ids) for x in turns)
+    assert all("judge" not in t.engine.decode(x.prompt_ids) for x in turns)
     assert {x.seat for x in turns} == {0, 1} and all(x.advantage is not None for x in turns)
     assert t.players[0]["version"] > 1  # updated and live in the engine
     t.engine.close()

@@ -68,10 +68,11 @@ class EngineConfig:
     max_context: int | None = field(default=None, metadata={"help": "prompt + completion token limit; default: the model's max_position_embeddings (or 4096)"})
     prefill_chunk: int = field(default=512, metadata={"help": "prompt tokens per prefill forward pass (bounds activation memory)"})
     max_prefill_tokens: int = field(default=8192, metadata={"help": "padded prompt tokens admitted per prefill (bounds memory and the pause of running rows)"})
+    max_wait_steps: int = field(default=32, metadata={"help": "decode steps a request may wait for an adapter slot while requests of resident players pass it; then those queue behind it (no starvation)"})
     stuck_after_s: float = field(default=120.0, metadata={"help": "health reports the engine stuck when one step or job runs longer than this"})
 
     def __post_init__(self):
-        for name in ("max_slots", "max_batch", "initial_rank", "prefill_chunk", "max_prefill_tokens"):
+        for name in ("max_slots", "max_batch", "initial_rank", "prefill_chunk", "max_prefill_tokens", "max_wait_steps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v <= 0:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {v!r}")
@@ -253,6 +254,10 @@ class Engine:
             if rec is not None:
                 self.slots.release(player)
 
+    def decode(self, ids: list[int]) -> str:
+        """Token ids to text, special tokens dropped (what completions report)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text))
 
@@ -424,5 +429,3 @@ class Engine:
         mx.eval([(layer.lora_a, layer.lora_b) for layer in self.lora.layers.values()])
         rec.loads += 1
 
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)

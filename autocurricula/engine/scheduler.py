@@ -1,8 +1,9 @@
 """Continuous batching: admit queued requests, step the running rows, stream, retire.
 
 Owned by the engine thread. Admission is FIFO with two budgets (batch rows and padded prefill
-tokens); once a request waits for an adapter slot, later requests that need a slot wait behind
-it, so a busy player cannot starve another one when players outnumber slots.
+tokens). A request that finds every adapter slot pinned waits; requests of players already in a
+slot may pass it, which keeps batches full, but only for ``max_wait_steps`` decode steps: after
+that, later requests needing a slot wait behind it, so a busy player cannot starve another.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class Request:
     seed32: int
     cancelled: bool = False
     keep: bool = False  # queued before its player was unloaded: still served with those weights
+    blocked_at: int | None = None  # decode step when it first found every slot pinned
 
 
 @dataclass
@@ -151,8 +153,11 @@ class Scheduler:
                     resolve(req.future, exc=UnknownPlayerError(f"unknown player {req.player!r} (unloaded)"))
                     continue
                 got = None if blocked else e.slots.acquire(req.player)
-                if got is None:  # every slot is pinned by running rows: wait, and keep FIFO order
-                    blocked = True
+                if got is None:  # every slot is pinned by running rows: wait for one
+                    if req.blocked_at is None:
+                        req.blocked_at = e.stats["steps"]
+                    # waited too long: later slot users queue behind it until it gets a slot
+                    blocked = blocked or e.stats["steps"] - req.blocked_at >= cfg.max_wait_steps
                     waiting.append(req)
                     continue
                 rec, needs_write = got
@@ -228,14 +233,14 @@ class Scheduler:
         if row.cut:
             return
         ids = [t for t in row.tokens if t not in self.e.eos_ids]
-        prefix = self.e._decode(ids[row.prefix : row.read])
-        full = self.e._decode(ids[row.prefix :])
+        prefix = self.e.decode(ids[row.prefix : row.read])
+        full = self.e.decode(ids[row.prefix :])
         if len(full) > len(prefix) and not full.endswith("\ufffd"):
             row.text += full[len(prefix) :]
             row.prefix, row.read = row.read, len(ids)
 
     def _final_text(self, row: Row) -> str:
-        return row.text if row.cut else self.e._decode([t for t in row.tokens if t not in self.e.eos_ids])
+        return row.text if row.cut else self.e.decode([t for t in row.tokens if t not in self.e.eos_ids])
 
     def _emit(self, row: Row, tok, lp) -> None:
         req = row.req
