@@ -11,12 +11,23 @@ Assigners:
   before the update ``b <- alpha * b + (1 - alpha) * R``, alpha = 0.95, b0 = 0. SPIRAL updates per
   trajectory; so do we (once per (game instance, role, player) episode, in first-seen order, all
   turns of that episode share its advantage). Option: one baseline per player as well.
+- value (per-move credit): a table of state values keyed by the prompt a turn saw (the observation),
+  a tabular critic learnt from game outcomes only. Each turn gets ``A_i = G_i - V(s_i)`` with the
+  lambda-return ``G_i = (1 - lam) * V(s_{i+1}) + lam * G_{i+1}`` and ``G_last = R`` (rewards come at
+  the end, no discount): lam = 1 is the Monte-Carlo return minus a per-state baseline, lam = 0 is
+  TD(0), where a move is judged by the value of the position it led to. ``V(s)`` is the running
+  mean of the returns seen from ``s`` (step ``max(1/visits, 1 - alpha)``), read before the update;
+  a state never seen falls back to the RAE role baseline. Worth it when states repeat (board games);
+  for free-text games every prompt is new and it reduces to RAE.
 - constant: ``A = R``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+from array import array
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
@@ -100,6 +111,14 @@ def constant_advantages(turns: list[Turn]) -> list[float]:
     return _rewards(turns)
 
 
+def _episodes(turns: list[Turn]) -> list[list[int]]:
+    # one episode = one player's turns in one (sub-)game, in the order they were made
+    episodes: dict[tuple, list[int]] = {}
+    for i, t in enumerate(turns):
+        episodes.setdefault((t.game_id, t.level, t.parent, t.role, t.player), []).append(i)
+    return list(episodes.values())
+
+
 @dataclass
 class RAE:
     """Role-conditioned advantage estimation with EMA baselines; ``state_dict`` is JSON-able."""
@@ -119,11 +138,8 @@ class RAE:
     def advantages(self, turns: list[Turn]) -> list[float]:
         """Advantages for ``turns`` and the baseline updates they imply, episode by episode."""
         rewards = _rewards(turns)
-        episodes: dict[tuple, list[int]] = {}
-        for i, t in enumerate(turns):
-            episodes.setdefault((t.game_id, t.level, t.parent, t.role, t.player), []).append(i)
         out = [0.0] * len(turns)
-        for idx in episodes.values():
+        for idx in _episodes(turns):
             first = turns[idx[0]]
             r = rewards[idx[0]]
             k = self.key(first)
@@ -142,9 +158,73 @@ class RAE:
         self.baselines = {str(k): float(v) for k, v in state["baselines"].items()}
 
 
+@dataclass
+class StateValues:
+    """Per-move credit from a tabular critic over prompts (see module docstring); JSON-able state.
+
+    ``max_states`` bounds the table: the least recently updated states are dropped first."""
+
+    lam: float = 1.0
+    alpha: float = 0.95
+    per_player: bool = False
+    max_states: int = 200_000
+    values: OrderedDict = field(default_factory=OrderedDict)  # key -> [value, visits]
+    fallback: RAE = field(default_factory=RAE)
+
+    def __post_init__(self):
+        if not 0 <= self.lam <= 1:
+            raise ValueError(f"value_lambda must be in [0, 1], got {self.lam}")
+        if not 0 <= self.alpha < 1:
+            raise ValueError(f"value alpha must be in [0, 1), got {self.alpha}")
+        if self.max_states < 1:
+            raise ValueError(f"max_states must be positive, got {self.max_states}")
+        self.fallback = RAE(self.alpha, self.per_player, dict(self.fallback.baselines))
+
+    def key(self, turn: Turn) -> str:
+        digest = hashlib.blake2b(array("q", turn.prompt_ids).tobytes(), digest_size=12).hexdigest()
+        return "|".join([turn.game] + ([turn.player] if self.per_player else []) + [digest])
+
+    def value(self, turn: Turn) -> float:
+        entry = self.values.get(self.key(turn))
+        return entry[0] if entry is not None else self.fallback.baselines.get(self.fallback.key(turn), 0.0)
+
+    def advantages(self, turns: list[Turn]) -> list[float]:
+        """Advantages for ``turns``; then every visited state's value moves toward its return."""
+        rewards = _rewards(turns)
+        out = [0.0] * len(turns)
+        for idx in _episodes(turns):
+            r = rewards[idx[-1]]
+            v = [self.value(turns[i]) for i in idx]  # read before the update
+            g = r
+            for j in range(len(idx) - 1, -1, -1):
+                if j < len(idx) - 1:
+                    g = (1 - self.lam) * v[j + 1] + self.lam * g
+                out[idx[j]] = g - v[j]
+            for i in idx:
+                k = self.key(turns[i])
+                value, visits = self.values.pop(k, (self.value(turns[i]), 0))
+                visits += 1
+                value += max(1.0 / visits, 1 - self.alpha) * (r - value)
+                self.values[k] = [value, visits]  # re-inserted last: most recently updated
+            while len(self.values) > self.max_states:
+                self.values.popitem(last=False)
+            self.fallback.advantages([turns[idx[0]]])  # role baseline: one update per episode
+        return out
+
+    def state_dict(self) -> dict:
+        return {"lam": self.lam, "alpha": self.alpha, "per_player": self.per_player, "max_states": self.max_states,
+                "values": [[k, v[0], v[1]] for k, v in self.values.items()], "fallback": self.fallback.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.lam, self.alpha = float(state["lam"]), float(state["alpha"])
+        self.per_player, self.max_states = bool(state["per_player"]), int(state["max_states"])
+        self.values = OrderedDict((str(k), [float(v), int(n)]) for k, v, n in state["values"])
+        self.fallback.load_state_dict(state["fallback"])
+
+
 def assign_credit(turns: Iterable[Turn], method: str = "grpo", *, scale_rewards: str = "group",
-                  rae: RAE | None = None) -> list[Turn]:
-    """Set ``turn.advantage`` for every turn; ``method`` is "grpo", "rae" or "constant"."""
+                  rae: RAE | None = None, values: StateValues | None = None) -> list[Turn]:
+    """Set ``turn.advantage`` for every turn; ``method`` is "grpo", "rae", "value" or "constant"."""
     turns = list(turns)
     if method == "grpo":
         adv = grpo_advantages(turns, scale_rewards)
@@ -152,10 +232,14 @@ def assign_credit(turns: Iterable[Turn], method: str = "grpo", *, scale_rewards:
         if rae is None:
             raise ValueError("method='rae' needs the RAE state (rae=RAE()) so baselines persist across calls")
         adv = rae.advantages(turns)
+    elif method == "value":
+        if values is None:
+            raise ValueError("method='value' needs the value table (values=StateValues()) so it persists across calls")
+        adv = values.advantages(turns)
     elif method == "constant":
         adv = constant_advantages(turns)
     else:
-        raise ValueError(f"unknown credit method {method!r}; use 'grpo', 'rae' or 'constant'")
+        raise ValueError(f"unknown credit method {method!r}; use 'grpo', 'rae', 'value' or 'constant'")
     for t, a in zip(turns, adv):
         t.advantage = float(a)
     return turns

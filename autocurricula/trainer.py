@@ -27,7 +27,7 @@ import numpy as np
 
 from autocurricula.arena import Arena, GameRecord
 from autocurricula.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
-from autocurricula.credit import RAE, assign_credit
+from autocurricula.credit import RAE, StateValues, assign_credit
 from autocurricula.rating import Elo, Payoff, bradley_terry_bootstrap, format_leaderboard, leaderboard_rows
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,9 @@ class AutocurriculumTrainer:
         if learners:
             metrics["rollout/reward_mean"] = float(np.mean([r.rewards[i] for r, i in learners]))
         if turns:
-            assign_credit(turns, cfg.credit, scale_rewards=self.grpo.scale_rewards, rae=self.rae)
+            assign_credit(turns, cfg.credit, scale_rewards=self.grpo.scale_rewards, rae=self.rae, values=self.values)
+            if cfg.credit == "value":
+                metrics["credit/states"] = len(self.values.values)
             frozen = {p["id"] for p in self.players if p["frozen"]}
             out = self.updater.step(turns, skip=frozen)
             metrics.update({"train/loss": out.get("loss", 0.0), "train/kl": out.get("kl", 0.0),
@@ -293,6 +295,7 @@ class AutocurriculumTrainer:
         self._pool = Pool(self.engine, self.lora_spec, self.rng)
         self.updater = Updater(self.engine, self.grpo)
         self.rae = RAE(cfg.rae_alpha, cfg.rae_per_player)
+        self.values = StateValues(cfg.value_lambda, cfg.rae_alpha, cfg.rae_per_player, cfg.value_max_states)
         self.elo = Elo(k=cfg.elo_k, scale=cfg.elo_scale, initial=cfg.elo_initial)
         self.payoff = Payoff(cfg.payoff_decay)
         self.bt_records: list[tuple] = []
@@ -312,7 +315,7 @@ class AutocurriculumTrainer:
         return {"epoch": self.current_epoch, "round": self.current_round, "step": self.step,
                 "updater_steps": self.updater.steps, "elo": self.elo.state_dict(), "payoff": self.payoff.state_dict(),
                 "bt_records": [list(r) for r in self.bt_records], "rae": self.rae.state_dict(),
-                "extra": self.extra_state()}
+                "values": self.values.state_dict() if self.config.credit == "value" else None, "extra": self.extra_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self.current_epoch, self.current_round, self.step = state["epoch"], state["round"], state["step"]
@@ -321,6 +324,8 @@ class AutocurriculumTrainer:
         self.payoff.load_state_dict(state["payoff"])
         self.bt_records = [tuple(r) for r in state["bt_records"]]
         self.rae.load_state_dict(state["rae"])
+        if state.get("values"):
+            self.values.load_state_dict(state["values"])
         self.load_extra_state(state.get("extra") or {})
 
     def extra_state(self) -> dict:

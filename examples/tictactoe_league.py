@@ -21,11 +21,11 @@ engine, figures = start(args.seed, hidden=args.hidden, layers=args.layers)
 config = LeagueConfig(
     epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,
     main_agents=1, main_exploiters=1, league_exploiters=1, snapshot_min_rounds=4, snapshot_max_rounds=8,
-    output_dir=args.output_dir, seed=args.seed, max_tokens=2, credit="rae",
+    output_dir=args.output_dir, seed=args.seed, max_tokens=2, credit=args.credit,
     max_concurrent_games=128, bt_bootstrap=50, progress=False,
 )
 trainer = LeagueTrainer(config, opponents=scripted_players())
 evaluator = Evaluator()
-lora, grpo = update_settings()
+lora, grpo = update_settings(args)
 trainer.train(engine, tictactoe.play, lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
 finish(trainer, evaluator, engine, figures)

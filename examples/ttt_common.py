@@ -67,6 +67,10 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hidden", type=int, default=128, help="tiny model width (the package default is 256)")
     parser.add_argument("--layers", type=int, default=2, help="tiny model depth (the package default is 4)")
+    parser.add_argument("--credit", default="rae", choices=["rae", "value", "grpo", "constant"],
+                        help="credit assignment ('value' = per-move credit from a per-position value table)")
+    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--beta", type=float, default=0.1, help="KL coefficient to the base model")
     return parser.parse_args()
 
 
@@ -86,13 +90,13 @@ def scripted_players() -> list[dict]:
             {"id": "minimax", "role": "minimax", "policy": tictactoe.minimax_policy}]
 
 
-def update_settings():
+def update_settings(args):
     """LoRA and GRPO settings shared by both examples, so they compare on the same budget."""
     from autocurricula import GRPOConfig
     from autocurricula.engine import LoraSpec
 
     return (LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
-            GRPOConfig(learning_rate=5e-4, beta=0.1, loss_type="grpo", temperature=1.0))
+            GRPOConfig(learning_rate=args.learning_rate, beta=args.beta, loss_type="grpo", temperature=1.0))
 
 
 def finish(trainer, evaluator, engine, figures) -> None:

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from autocurricula.credit import RAE, Turn, assign_credit, grpo_advantages
+from autocurricula.credit import RAE, StateValues, Turn, assign_credit, grpo_advantages
 
 
 def turn(player="p", game_id="g0", role="X", reward=0.0, **kw):
@@ -68,6 +68,55 @@ def test_rae_per_player_and_state_round_trip():
     restored.load_state_dict(json.loads(json.dumps(rae.state_dict())))
     nxt = [turn(player="a", game_id="g2", reward=0)]
     assert restored.advantages(list(nxt)) == rae.advantages(list(nxt))
+
+
+def move(state, game_id, reward, player="p", role="X"):
+    # a turn whose prompt (the observed state) is ``state``
+    return Turn(player, game_id, role, [state], [3], [-0.5], reward=reward, game="ttt")
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.0])
+def test_state_values_by_hand(lam):
+    sv = StateValues(lam=lam)
+    # g0 visits states 10 then 11 and wins; g1 visits 10 then 12 and loses
+    adv = sv.advantages([move(10, "g0", 1), move(11, "g0", 1), move(10, "g1", -1), move(12, "g1", -1)])
+    # g0: unseen states fall back to the role baseline 0 -> A = 1 for the last move and, with
+    # lam 1, the first; TD(0) gives the first V(11) - V(10) = 0. Then V(10) = V(11) = 1 (first
+    # visit: step 1) and the role baseline becomes 0.05.
+    # g1: V(10) = 1, V(12) unseen = 0.05. MC (lam 1): A = R - V(s). TD(0): the first move is judged
+    # by the value of the state it led to, V(12) - V(10).
+    want = [1, 1, -2, -1.05] if lam == 1 else [0, 1, 0.05 - 1, -1.05]
+    assert adv == pytest.approx(want)
+    assert sv.values[sv.key(move(10, "x", 0))] == pytest.approx([0.0, 2])  # running mean of 1 and -1
+    assert sv.values[sv.key(move(12, "x", 0))][0] == pytest.approx(0.05 - 1.05)
+
+
+def test_state_values_give_moves_of_one_game_different_credit():
+    sv = StateValues(lam=0.0)
+    for i in range(40):  # state 2 usually wins, state 3 usually loses
+        sv.advantages([move(1, f"a{i}", 1), move(2, f"a{i}", 1)])
+        sv.advantages([move(1, f"b{i}", -1), move(3, f"b{i}", -1)])
+    # a game that blundered into 3 and then got lucky: its first move is still blamed
+    adv = sv.advantages([move(1, "g", 1), move(3, "g", 1)])
+    assert adv[0] < -0.5 < 0.5 < adv[1]
+    rae_adv = RAE().advantages([move(1, "g", 1), move(3, "g", 1)])
+    assert rae_adv[0] == rae_adv[1]  # what Monte-Carlo credit cannot do
+
+
+def test_state_values_round_trip_cap_and_errors():
+    sv = StateValues(per_player=True, max_states=3)
+    for i in range(5):
+        sv.advantages([move(i, f"g{i}", 1.0, player="a")])
+    assert len(sv.values) == 3 and sv.key(move(0, "x", 0, player="a")) not in sv.values  # oldest dropped
+    assert sv.key(move(1, "x", 0, player="a")) != sv.key(move(1, "x", 0, player="b"))
+    restored = StateValues()
+    restored.load_state_dict(json.loads(json.dumps(sv.state_dict())))
+    nxt = [move(4, "h", 0.0, player="a"), move(9, "h", 0.0, player="a")]
+    assert restored.advantages(list(nxt)) == sv.advantages(list(nxt))
+    with pytest.raises(ValueError, match="value_lambda"):
+        StateValues(lam=2)
+    with pytest.raises(ValueError, match="value table"):
+        assign_credit(nxt, "value")
 
 
 def test_assign_credit_sets_advantages():

@@ -114,6 +114,22 @@ def test_checkpoints_are_complete_pickle_free_and_limited(tiny_model_path, tmp_p
     assert latest_checkpoint(tmp_path).name == "checkpoint-2"
 
 
+def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path):
+    cfg = dict(epochs=2, rounds=2, games_per_round=4, output_dir=str(tmp_path), credit="value", value_lambda=0.5, **FAST)
+    t = Capture(SelfPlayConfig(**cfg))
+    t.train(str(tiny_model_path), digits)
+    t.engine.close()
+    turns = [x for batch in t.seen for x in batch]
+    assert turns and all(x.advantage is not None for x in turns)
+    assert t.values.values and t.metrics_log[-1]["credit/states"] == len(t.values.values)
+    state = json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())
+    assert state["values"]["lam"] == 0.5 and len(state["values"]["values"]) == len(t.values.values)
+    again = SelfPlayTrainer(SelfPlayConfig(**cfg))
+    again.train(str(tiny_model_path), digits, resume_from_checkpoint=True)  # all epochs done: loads only
+    again.engine.close()
+    assert again.values.state_dict() == t.values.state_dict()
+
+
 RUN = """
 import sys, json
 sys.path.insert(0, {tests!r})
