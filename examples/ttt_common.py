@@ -44,7 +44,8 @@ class Evaluator:
     def summary(self, trainer, base_figures: dict) -> dict:
         last = self.rows[-1]
         peak = max(self.rows, key=lambda r: r["vs_random"])
-        return {**{k: last[k] for k in ("vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate")},
+        return {**{k: last[k] for k in ("vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate",
+                                        "win_now_rate", "block_rate")},
                 "epochs": trainer.config.epochs, "minutes": round((time.time() - self.start) / 60, 2),
                 "best_player": last["player"], "warm_base": base_figures,
                 "peak_vs_random": peak["vs_random"], "peak_epoch": peak["epoch"]}

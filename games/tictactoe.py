@@ -29,7 +29,7 @@ from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, chec
 
 __all__ = ["EMPTY_BOARD", "NUM_PLAYERS", "ZERO_SUM", "TicTacToe", "apply_move", "legal_moves", "minimax_policy",
            "minimax_value", "minimax_values", "optimal_moves", "parse_move", "parse_prompt", "play", "play_out",
-           "random_opening", "random_policy", "reachable_positions", "render_prompt", "to_move", "winner"]
+           "random_opening", "random_policy", "reachable_positions", "render_prompt", "tactic", "to_move", "winner"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True
@@ -236,7 +236,9 @@ def greedy_table(engine, player: str | None, *, max_tokens: int = 2) -> dict[tup
 def evaluate_table(table: dict, *, games: int = 4000, seed: int = 0) -> dict:
     """Figures of a greedy policy table: ``vs_random`` (win rate, half the games as X, half as O),
     ``vs_minimax_draw_or_win``, ``optimal_move_rate`` and ``legal_move_rate`` (over all 4,520
-    reachable positions). An illegal or unparseable move loses the game."""
+    reachable positions), ``win_now_rate`` (share of the positions with an immediate win where the
+    move wins) and ``block_rate`` (share of those where one cell must be blocked, see ``tactic``,
+    where the move blocks). An illegal or unparseable move loses the game."""
     rng = make_rng(seed)
 
     def learner(prompt, _rng=None):
@@ -255,8 +257,26 @@ def evaluate_table(table: dict, *, games: int = 4000, seed: int = 0) -> dict:
         results[name] = (wins / games, (wins + draws) / games)
     legal = sum(mv is not None and b[mv - 1] == "." for (b, _), mv in table.items())
     optimal = sum(mv is not None and mv in optimal_moves(b, m) for (b, m), mv in table.items())
+    win_now, block = [], []
+    for (b, m), mv in table.items():
+        kind, cells = tactic(b, m)
+        (win_now if kind == "win" else block if kind == "block" else []).append(mv in cells)
     return {"vs_random": results["random"][0], "vs_minimax_draw_or_win": results["minimax"][1],
-            "optimal_move_rate": optimal / len(table), "legal_move_rate": legal / len(table)}
+            "optimal_move_rate": optimal / len(table), "legal_move_rate": legal / len(table),
+            "win_now_rate": sum(win_now) / max(len(win_now), 1), "block_rate": sum(block) / max(len(block), 1)}
+
+
+def tactic(board: str, mark: str) -> tuple[str | None, set[int]]:
+    """("win", cells that win at once) when ``mark`` can win now; else ("block", {cell}) when one
+    cell stops the opponent's immediate win and blocking it does not lose anyway; else (None, set())."""
+    moves = legal_moves(board)
+    wins = {mv for mv in moves if winner(apply_move(board, mv, mark)) == mark}
+    if wins:
+        return "win", wins
+    threats = {mv for mv in moves if winner(apply_move(board, mv, other(mark))) == other(mark)}
+    if len(threats) == 1 and minimax_values(board, mark)[min(threats)] > -1:
+        return "block", threats
+    return None, set()
 
 
 def warmup_examples(n: int, seed: int = 0) -> list[tuple[str, str]]:

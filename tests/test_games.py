@@ -255,6 +255,28 @@ def test_tictactoe_reference_figures():
     assert _exact_win_rates(best, rand)[1] == 1.0 and _exact_win_rates(best, best) == (0.0, 1.0)
 
 
+def test_tictactoe_evaluate_table_figures():
+    positions = ttt.reachable_positions()
+    # perfect play that takes an immediate win when there is one
+    perfect = {(b, m): min(ttt.tactic(b, m)[1] if ttt.tactic(b, m)[0] == "win" else ttt.optimal_moves(b, m))
+               for b, m in positions}
+    figures = ttt.evaluate_table(perfect, games=1000)
+    assert figures["optimal_move_rate"] == figures["legal_move_rate"] == 1.0
+    assert figures["win_now_rate"] == figures["block_rate"] == figures["vs_minimax_draw_or_win"] == 1.0
+    assert figures["vs_random"] > 0.8
+    first = {(b, m): ttt.legal_moves(b)[0] for b, m in positions}  # first free cell, no strategy
+    naive = ttt.evaluate_table(first, games=1000)
+    assert naive["legal_move_rate"] == 1.0 and naive["optimal_move_rate"] < 0.8
+    assert naive["win_now_rate"] < 0.7 and naive["block_rate"] < 0.5 and naive["vs_minimax_draw_or_win"] < 0.2
+    broken = {**perfect, positions[0]: None}
+    assert ttt.evaluate_table(broken, games=10)["legal_move_rate"] == pytest.approx(1 - 1 / len(positions))
+    assert ttt.tactic("XX.OO....", "X") == ("win", {3})
+    assert ttt.tactic("XX..O....", "O") == ("block", {3})
+    assert ttt.tactic("XX.O.....", "O") == (None, set())  # blocking 3 still loses to the fork at 5
+    assert ttt.tactic("XXOOX....", "O") == (None, set())  # X threatens 8 and 9: lost, no block
+    assert ttt.tactic(".........", "X") == (None, set())
+
+
 def test_tictactoe_play_outcomes_and_invalid_moves():
     x_wins = scripted(replies("1", "2", "3"), replies("4", "5"))
     assert run(ttt.play, x_wins) == [1.0, -1.0]
