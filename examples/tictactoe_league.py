@@ -16,7 +16,7 @@ from ttt_common import Evaluator, finish, parse_args, scripted_players, start, u
 
 args = parse_args(__doc__, "--games-per-learner", 64, "runs/tictactoe-league")
 
-engine, figures = start(args.seed, hidden=args.hidden, layers=args.layers)
+engine, figures = start(args)
 
 config = LeagueConfig(
     epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,
@@ -25,7 +25,7 @@ config = LeagueConfig(
     max_concurrent_games=128, bt_bootstrap=50, progress=False,
 )
 trainer = LeagueTrainer(config, opponents=scripted_players())
-evaluator = Evaluator()
+evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
 trainer.train(engine, tictactoe.play, lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
 finish(trainer, evaluator, engine, figures)

@@ -15,13 +15,13 @@ from ttt_common import Evaluator, finish, parse_args, scripted_players, start, u
 
 args = parse_args(__doc__, "--games-per-round", 192, "runs/tictactoe-selfplay")
 
-engine, figures = start(args.seed, hidden=args.hidden, layers=args.layers)
+engine, figures = start(args)
 
 config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round, past_share=0.5,
                         output_dir=args.output_dir, seed=args.seed, max_tokens=2, credit=args.credit,
                         max_concurrent_games=128, bt_bootstrap=50, progress=False)
 trainer = SelfPlayTrainer(config, opponents=scripted_players())
-evaluator = Evaluator()
+evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
 trainer.train(engine, tictactoe.play, lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
 finish(trainer, evaluator, engine, figures)

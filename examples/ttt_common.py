@@ -1,6 +1,7 @@
 """Shared set-up of the tic-tac-toe examples: tiny base, supervised warm-up, per-epoch evaluation."""
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -8,7 +9,7 @@ from autocurricula import build_tiny_model
 from autocurricula.games import tictactoe
 from autocurricula.warmup import sft_warmup
 
-CACHE = Path.home() / ".cache" / "autocurricula"
+CACHE = Path(os.environ.get("AUTOCURRICULA_CACHE", Path.home() / ".cache" / "autocurricula"))
 
 
 def warm_base(hidden: int = 128, layers: int = 2, steps: int = 400, seed: int = 0) -> Path:
@@ -71,17 +72,19 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str):
     parser.add_argument("--credit", default="rae", choices=["rae", "value", "grpo", "constant"],
                         help="credit assignment ('value' = per-move credit from a per-position value table)")
     parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--warmup-steps", type=int, default=400, help="supervised warm-up steps on random legal moves")
+    parser.add_argument("--eval-games", type=int, default=2000, help="evaluation games per opponent and epoch")
     parser.add_argument("--beta", type=float, default=0.1, help="KL coefficient to the base model")
     return parser.parse_args()
 
 
-def start(seed: int = 0, hidden: int = 128, layers: int = 2):
+def start(args):
     """The warm base in an engine, and its figures before any league training."""
     from autocurricula.engine import Engine
 
-    base = warm_base(hidden=hidden, layers=layers, seed=seed)
+    base = warm_base(hidden=args.hidden, layers=args.layers, steps=args.warmup_steps, seed=args.seed)
     engine = Engine(str(base), name=str(base))
-    figures = base_figures(engine)
+    figures = base_figures(engine, args.eval_games)
     print("warm-up base:", json.dumps(figures), flush=True)
     return engine, figures
 

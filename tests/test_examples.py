@@ -27,6 +27,23 @@ def test_fictitious_gan_example_runs():
     assert "generator-3" in out.stdout and "discriminator-3" in out.stdout
 
 
+@pytest.mark.parametrize("script,games", [("tictactoe_league.py", "--games-per-learner"),
+                                          ("tictactoe_selfplay.py", "--games-per-round")])
+def test_tictactoe_examples_run_and_report(script, games, tmp_path):
+    import json
+    import os
+
+    args = [sys.executable, str(ROOT / "examples" / script), "--epochs", "1", "--rounds", "1", games, "8",
+            "--hidden", "32", "--layers", "1", "--warmup-steps", "50", "--eval-games", "100", "--credit", "value", "--output-dir", str(tmp_path / "run")]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate", "win_now_rate",
+            "block_rate", "epochs", "minutes", "warm_base"} <= set(summary)
+    assert summary["epochs"] == 1 and (tmp_path / "run" / "checkpoint-0" / "COMPLETE").exists()
+
+
 def test_warmup_teaches_the_format_and_is_cached(tmp_path):
     from autocurricula.engine import Engine
     from autocurricula.games import tictactoe
