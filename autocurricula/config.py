@@ -31,6 +31,8 @@ class GRPOConfig:
                                        "None = epsilon", None)
     beta: float = _help("KL coefficient to the base model (the same weights with the adapter off); 0 = no KL "
                         "term and no extra forward pass", 0.0)
+    entropy_coef: float = _help("entropy bonus per completion token (verl's entropy_coeff; not in trl): "
+                                "keeps sampling moves the policy is giving up on; 0 = off", 0.0)
     importance_sampling_level: str = _help("'token' (PPO/GRPO ratio per token) or 'sequence' (GSPO: one "
                                            "length-normalised ratio per sequence)", "token")
     scale_rewards: str = _help("GRPO advantage scaling: 'group', 'batch' or 'none'", "group")
@@ -67,6 +69,8 @@ class GRPOConfig:
             raise ValueError("epsilon_high must be > 0 (or None to use epsilon)")
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0 for training (logprobs divide by it)")
+        if self.entropy_coef < 0:
+            raise ValueError(f"entropy_coef must be >= 0 (a bonus), got {self.entropy_coef}")
         if self.max_tokens_per_microbatch <= 0 or self.max_completion_length <= 0:
             raise ValueError("max_tokens_per_microbatch and max_completion_length must be positive")
         if not isinstance(self.num_iterations, int) or self.num_iterations < 1:

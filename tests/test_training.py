@@ -191,6 +191,40 @@ def test_kl_and_truncation_options_run(engine):
     assert m["kl"] >= 0 and m["rows"] == len(turns) - 1  # the truncated turn is masked; with beta > 0 zero-advantage turns stay
 
 
+def entropy_of(engine, player, turn):
+    def job():
+        slot = engine.slots.acquire(player)[0]
+        try:
+            engine._write_slot(slot)
+            engine.lora.ctx.slots = mx.array([slot.slot], dtype=mx.uint32)
+            n = len(turn.completion_ids)
+            ids = mx.array([turn.prompt_ids + turn.completion_ids[:-1]])
+            pos = mx.array([list(range(len(turn.prompt_ids) - 1, len(turn.prompt_ids) - 1 + n))])
+            _, ent = completion_logprobs(engine.model, ids, pos, mx.array([turn.completion_ids]), 1.0, entropy=True)
+            return float(ent.mean().item())
+        finally:
+            engine.lora.ctx.slots = None
+            engine.slots.release(player)
+    return engine.call(job).result()
+
+
+def test_entropy_bonus_raises_entropy_and_keeps_zero_advantage_turns(engine):
+    load_players(engine, ["a"])
+    turns = play_turns(engine, ["a"])
+    for t in turns:
+        t.advantage = 0.0  # only the bonus acts
+    before = [entropy_of(engine, "a", t) for t in turns]
+    up = Updater(engine, GRPOConfig(learning_rate=5e-3, entropy_coef=0.5))
+    for _ in range(3):
+        m = up.step(turns)
+    after = [entropy_of(engine, "a", t) for t in turns]
+    assert m["rows"] == len(turns) and m["entropy"] > 0
+    assert sum(after) > sum(before) + 1e-3, (before, after)
+    assert "entropy" not in Updater(engine, GRPOConfig()).step(play_turns(engine, ["a"]))
+    with pytest.raises(ValueError, match="entropy_coef"):
+        GRPOConfig(entropy_coef=-1)
+
+
 def test_remote_servers_receive_the_new_weights(tiny_model_path, engine):
     from helpers import running_server
 

@@ -40,9 +40,11 @@ def token_weights(lengths: list[int], masked: list[bool], loss_type: str, max_co
 
 def policy_loss(logp: mx.array, old_logp: mx.array, adv: mx.array, weights: mx.array, mask: mx.array,
                 epsilon: float, epsilon_high: float, beta: float = 0.0, ref_logp: mx.array | None = None,
-                sequence_level: bool = False) -> tuple[mx.array, dict]:
+                sequence_level: bool = False, entropy: mx.array | None = None,
+                entropy_coef: float = 0.0) -> tuple[mx.array, dict]:
     """Weighted clipped loss over (rows, T) token arrays; ``adv`` is (rows,), ``weights`` (rows, T)
-    already include the mask and the loss-type normalisation. Returns (loss, metrics)."""
+    already include the mask and the loss-type normalisation; ``entropy`` (rows, T) with
+    ``entropy_coef`` subtracts an entropy bonus per token. Returns (loss, metrics)."""
     log_ratio = logp - old_logp
     if sequence_level:
         n = mx.maximum(mask.sum(axis=-1, keepdims=True), 1.0)
@@ -56,11 +58,15 @@ def policy_loss(logp: mx.array, old_logp: mx.array, adv: mx.array, weights: mx.a
         d = ref_logp - logp
         kl = mx.exp(d) - d - 1
         per_token = per_token + beta * kl
+    if entropy is not None and entropy_coef:
+        per_token = per_token - entropy_coef * entropy
     loss = (per_token * weights).sum()
     clipped = ((coef_1 < 1 - epsilon) & (a < 0)) | ((coef_1 > 1 + epsilon_high) & (a > 0))
     metrics = {"clip_ratio": (clipped * mask).sum(), "tokens": mask.sum()}
     if kl is not None:
         metrics["kl_sum"] = (kl * mask).sum()
+    if entropy is not None:
+        metrics["entropy_sum"] = (mx.stop_gradient(entropy) * mask).sum()
     return loss, metrics
 
 

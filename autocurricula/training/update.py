@@ -48,8 +48,10 @@ def _body_and_head(model):
     return None
 
 
-def completion_logprobs(model, ids: mx.array, pos: mx.array, tgt: mx.array, temperature: float) -> mx.array:
-    """Log-probabilities (rows, T) of tokens ``tgt`` predicted from positions ``pos`` of ``ids``."""
+def completion_logprobs(model, ids: mx.array, pos: mx.array, tgt: mx.array, temperature: float,
+                        entropy: bool = False):
+    """Log-probabilities (rows, T) of tokens ``tgt`` predicted from positions ``pos`` of ``ids``;
+    with ``entropy``, also the entropy (rows, T) of each predicted distribution."""
     split = _body_and_head(model)
     if split is None:
         logits = mx.take_along_axis(model(ids), pos[..., None], axis=1)
@@ -58,8 +60,12 @@ def completion_logprobs(model, ids: mx.array, pos: mx.array, tgt: mx.array, temp
         hidden = mx.take_along_axis(body(ids), pos[..., None], axis=1)
         logits = head(hidden)
     logits = logits.astype(mx.float32) / temperature
-    picked = mx.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0]
-    return picked - mx.logsumexp(logits, axis=-1)
+    lse = mx.logsumexp(logits, axis=-1)
+    logp = mx.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0] - lse
+    if not entropy:
+        return logp
+    log_probs = logits - lse[..., None]
+    return logp, -(mx.exp(log_probs) * log_probs).sum(axis=-1)
 
 
 class Updater:
@@ -106,8 +112,8 @@ class Updater:
             for t, w in zip(mine, weights):
                 if t.advantage is None:
                     raise ValueError(f"turn of {name} in game {t.game_id} has no advantage; run assign_credit first")
-                # zero weight, or zero advantage without a KL term, contributes nothing: skip the compute
-                if w == 0 or (cfg.drop_zero_advantage and cfg.beta == 0 and t.advantage == 0):
+                # zero weight, or zero advantage without a KL or entropy term, contributes nothing: skip it
+                if w == 0 or (cfg.drop_zero_advantage and cfg.beta == 0 and not cfg.entropy_coef and t.advantage == 0):
                     continue
                 rows.append(_Row(index[name], list(t.prompt_ids) + list(t.completion_ids), len(t.prompt_ids),
                                  len(t.completion_ids), float(t.advantage), list(t.logprobs), w))
@@ -164,7 +170,7 @@ class Updater:
         rows = self._rows(turns, names)
         layers = engine.lora.layers
         saved = {p: (layer.lora_a, layer.lora_b) for p, layer in layers.items()}
-        grads, totals = None, {"loss": 0.0, "tokens": 0.0, "clip": 0.0, "kl": 0.0}
+        grads, totals = None, {"loss": 0.0, "tokens": 0.0, "clip": 0.0, "kl": 0.0, "entropy": 0.0}
 
         def loss_fn(params, batch):
             for p, layer in layers.items():
@@ -174,9 +180,12 @@ class Updater:
                     layer.lora_a = mx.zeros((len(names), layer.in_dims, 1), layer.lora_a.dtype)
                     layer.lora_b = mx.zeros((len(names), 1, layer.out_dims), layer.lora_b.dtype)
             engine.lora.ctx.slots = batch["slots"]
-            logp = completion_logprobs(engine.model, batch["ids"], batch["pos"], batch["tgt"], cfg.temperature)
+            out = completion_logprobs(engine.model, batch["ids"], batch["pos"], batch["tgt"], cfg.temperature,
+                                      entropy=bool(cfg.entropy_coef))
+            logp, ent = out if cfg.entropy_coef else (out, None)
             return policy_loss(logp, batch["old"], batch["adv"], batch["w"], batch["mask"], cfg.epsilon,
-                               cfg.clip_high, cfg.beta, batch.get("ref"), cfg.importance_sampling_level == "sequence")
+                               cfg.clip_high, cfg.beta, batch.get("ref"), cfg.importance_sampling_level == "sequence",
+                               entropy=ent, entropy_coef=cfg.entropy_coef)
 
         grad_fn = mx.value_and_grad(loss_fn)
         try:
@@ -193,6 +202,7 @@ class Updater:
                 totals["tokens"] += m["tokens"].item()
                 totals["clip"] += m["clip_ratio"].item()
                 totals["kl"] += m.get("kl_sum", mx.array(0.0)).item()
+                totals["entropy"] += m.get("entropy_sum", mx.array(0.0)).item()
         finally:
             for p, (a, b) in saved.items():
                 layers[p].lora_a, layers[p].lora_b = a, b
@@ -200,6 +210,8 @@ class Updater:
         metrics = {"players": len(names), "rows": len(rows), "loss": totals["loss"], "tokens": int(totals["tokens"]),
                    "clip_ratio": totals["clip"] / max(1.0, totals["tokens"]),
                    "kl": totals["kl"] / max(1.0, totals["tokens"]) if cfg.beta else 0.0}
+        if cfg.entropy_coef:
+            metrics["entropy"] = totals["entropy"] / max(1.0, totals["tokens"])
         if grads is None:
             return metrics, {}
         norms = self._clip(grads)
