@@ -87,7 +87,8 @@ def engine(tiny_model_path):
     eng.close()
 
 
-def logprob_of(engine, player, turn):
+def logprob_of(engine, player, turn, entropy=False):
+    """Summed logprob of the turn's completion under the player's adapter (or its mean entropy)."""
     def job():
         slot = engine.slots.acquire(player)[0]
         try:
@@ -96,8 +97,8 @@ def logprob_of(engine, player, turn):
             ids = mx.array([turn.prompt_ids + turn.completion_ids[:-1]])
             n = len(turn.completion_ids)
             pos = mx.array([list(range(len(turn.prompt_ids) - 1, len(turn.prompt_ids) - 1 + n))])
-            out = completion_logprobs(engine.model, ids, pos, mx.array([turn.completion_ids]), 1.0)
-            return float(out.sum().item())
+            out = completion_logprobs(engine.model, ids, pos, mx.array([turn.completion_ids]), 1.0, entropy=entropy)
+            return float(out[1].mean().item()) if entropy else float(out.sum().item())
         finally:
             engine.lora.ctx.slots = None
             engine.slots.release(player)
@@ -192,20 +193,7 @@ def test_kl_and_truncation_options_run(engine):
 
 
 def entropy_of(engine, player, turn):
-    def job():
-        slot = engine.slots.acquire(player)[0]
-        try:
-            engine._write_slot(slot)
-            engine.lora.ctx.slots = mx.array([slot.slot], dtype=mx.uint32)
-            n = len(turn.completion_ids)
-            ids = mx.array([turn.prompt_ids + turn.completion_ids[:-1]])
-            pos = mx.array([list(range(len(turn.prompt_ids) - 1, len(turn.prompt_ids) - 1 + n))])
-            _, ent = completion_logprobs(engine.model, ids, pos, mx.array([turn.completion_ids]), 1.0, entropy=True)
-            return float(ent.mean().item())
-        finally:
-            engine.lora.ctx.slots = None
-            engine.slots.release(player)
-    return engine.call(job).result()
+    return logprob_of(engine, player, turn, entropy=True)
 
 
 def test_entropy_bonus_raises_entropy_and_keeps_zero_advantage_turns(engine):
