@@ -81,7 +81,10 @@ class AutocurriculumTrainer:
 
     config_class = AutocurriculumConfig
 
-    def __init__(self, ac_config: AutocurriculumConfig | None = None, **overrides):
+    def __init__(self, ac_config: AutocurriculumConfig | None = None, opponents: list[dict] | None = None,
+                 **overrides):
+        # ``opponents``: fixed (e.g. scripted) player dicts that the built-in leagues add to their pool
+        self.opponents = list(opponents or [])
         config = ac_config if ac_config is not None else self.config_class()
         self.config = replace(config, **overrides) if overrides else config
         self.ac_config = self.config  # the original attribute name

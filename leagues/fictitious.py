@@ -27,10 +27,6 @@ class FictitiousPlayTrainer(AutocurriculumTrainer):
 
     config_class = FictitiousConfig
 
-    def __init__(self, ac_config: FictitiousConfig | None = None, opponents: list[dict] | None = None, **overrides):
-        super().__init__(ac_config, **overrides)
-        self.opponents = list(opponents or [])
-
     def learner(self) -> dict:
         return next(p for p in self.players if not p["frozen"])
 

@@ -78,8 +78,7 @@ class LeagueTrainer(AutocurriculumTrainer):
     config_class = LeagueConfig
 
     def __init__(self, ac_config: LeagueConfig | None = None, opponents: list[dict] | None = None, **overrides):
-        super().__init__(ac_config, **overrides)
-        self.opponents = list(opponents or [])
+        super().__init__(ac_config, opponents, **overrides)
         self._last_snapshot: dict[str, int] = {}
 
     # who is who ----------------------------------------------------------

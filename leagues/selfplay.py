@@ -30,10 +30,6 @@ class SelfPlayTrainer(AutocurriculumTrainer):
 
     config_class = SelfPlayConfig
 
-    def __init__(self, ac_config: SelfPlayConfig | None = None, opponents: list[dict] | None = None, **overrides):
-        super().__init__(ac_config, **overrides)
-        self.opponents = list(opponents or [])
-
     def main_player(self) -> dict:
         return next(p for p in self.players if p.get("role") == "main" and not p["frozen"])
 
