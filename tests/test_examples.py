@@ -44,6 +44,26 @@ def test_tictactoe_examples_run_and_report(script, games, tmp_path):
     assert summary["epochs"] == 1 and (tmp_path / "run" / "checkpoint-0" / "COMPLETE").exists()
 
 
+@pytest.mark.parametrize("mode", [["static"], ["supervised", "--lora", "--steps", "2", "--eval-every", "2"],
+                                  ["bandit", "--epochs", "1", "--rounds", "2", "--games", "8", "--group", "4",
+                                   "--entropy-coef", "0.1", "--eval-every", "1"],
+                                  ["scripted", "--epochs", "1", "--rounds", "1", "--games", "4", "--openings", "0-3",
+                                   "--eval-every", "1"]])
+def test_tictactoe_diagnostics_run(mode, tmp_path):
+    import json
+    import os
+
+    args = [sys.executable, str(ROOT / "examples" / "tictactoe_diagnostics.py"), *mode, "--hidden", "32", "--layers",
+            "1", "--warmup-steps", "20", "--eval-games", "20", "--output-dir", str(tmp_path / "run")]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert rows and all(0 <= r["optimal_move_rate"] <= 1 for r in rows)
+    if mode[0] == "static":
+        assert rows[0]["optimal_move_rate"] == 0.678  # the plateau's figure, exactly
+
+
 def test_warmup_teaches_the_format_and_is_cached(tmp_path):
     from autocurricula.engine import Engine
     from autocurricula.games import tictactoe

@@ -1,0 +1,219 @@
+"""Diagnostics behind the README's tic-tac-toe results: why league RL plateaus on the tiny model.
+
+    python examples/tictactoe_diagnostics.py static                  # the board-blind rule's figures
+    python examples/tictactoe_diagnostics.py agree ADAPTER_FOLDER    # how often a player follows it
+    python examples/tictactoe_diagnostics.py supervised --steps 1600 # full fine-tune on minimax's moves
+    python examples/tictactoe_diagnostics.py supervised --lora --steps 800   # the same through our Updater
+    python examples/tictactoe_diagnostics.py bandit --updates 500    # RL with a perfect per-move reward
+    python examples/tictactoe_diagnostics.py scripted --minimax-share 0.5 --openings 0-6 --epochs 40
+
+Every mode starts from the same cached warm base as the examples and prints JSON lines.
+"""
+
+import argparse
+import json
+import random
+import time
+
+import numpy as np
+
+import autocurricula  # noqa: F401  (fast BLAS before mlx)
+from autocurricula import AutocurriculumConfig, AutocurriculumTrainer, GRPOConfig
+from autocurricula.credit import Turn
+from autocurricula.engine import Engine, LoraSpec
+from autocurricula.games import tictactoe as T
+
+from ttt_common import CACHE, warm_base
+
+ORDER = (5, 1, 3, 7, 9, 2, 4, 6, 8)  # center, corners, edges
+LORA = LoraSpec(r=8, lora_alpha=16, target_modules="all-linear")
+
+
+def static_table() -> dict:
+    """The board-blind rule: the first free cell in ``ORDER``."""
+    return {(b, m): next(c for c in ORDER if b[c - 1] == ".") for b, m in T.reachable_positions()}
+
+
+def figures(table, games) -> dict:
+    return {k: round(v, 3) for k, v in T.evaluate_table(table, games=games).items()}
+
+
+def minimax_examples(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    """(prompt, move) at uniformly drawn positions, the move uniform among the optimal ones."""
+    rng, positions = random.Random(seed), T.reachable_positions()
+    out = []
+    for _ in range(n):
+        b, m = positions[rng.randrange(len(positions))]
+        out.append((T.render_prompt(b, m), str(rng.choice(sorted(T.optimal_moves(b, m))))))
+    return out
+
+
+def supervised(args, base):
+    if not args.lora:  # every weight, as the warm-up does
+        from autocurricula.warmup import sft_warmup
+
+        t = time.time()
+        out = sft_warmup(base, CACHE / f"ttt-minimax-sft{args.steps}-lr{args.learning_rate}",
+                         minimax_examples(20000), steps=args.steps, learning_rate=args.learning_rate)
+        engine = Engine(str(out))
+        print(json.dumps({"steps": args.steps, "minutes": round((time.time() - t) / 60, 2),
+                          **figures(T.greedy_table(engine, None), args.eval_games)}))
+        engine.close()
+        return
+    # LoRA through our Updater: advantage-1 turns with the current logprobs make the GRPO loss a
+    # supervised one, so this checks the update path against plain supervised learning
+    from autocurricula.pool import fresh_adapter
+    from autocurricula.training import Updater
+
+    engine = Engine(str(base))
+    dims = {p: engine.linear_dims[p] for p in LORA.resolve(engine.linear_dims)}
+    engine.load_adapter("p", fresh_adapter(dims, LORA, np.random.default_rng(0)))
+    updater = Updater(engine, GRPOConfig(learning_rate=args.learning_rate, beta=0.0, loss_type="grpo"))
+    examples, eos, t = minimax_examples(20000), engine.tokenizer.eos_token_id, time.time()
+    rng = random.Random(0)
+    for step in range(args.steps + 1):
+        if step % args.eval_every == 0:
+            print(json.dumps({"step": step, "minutes": round((time.time() - t) / 60, 2),
+                              **figures(T.greedy_table(engine, "p"), args.eval_games)}), flush=True)
+        if step == args.steps:
+            break
+        turns = []
+        for i in range(64):
+            prompt, move = examples[rng.randrange(len(examples))]
+            p, c = engine.encode(prompt), engine.encode(move) + [eos]
+            logits = engine.logits(p + c, "p")[len(p) - 1:len(p) - 1 + len(c)].astype(np.float64)
+            top = logits.max(-1, keepdims=True)
+            logp = logits[np.arange(len(c)), c] - (top + np.log(np.exp(logits - top).sum(-1, keepdims=True)))[:, 0]
+            turns.append(Turn("p", f"s{step}-{i}", "X", p, c, logp.tolist(), reward=1.0, advantage=1.0))
+        updater.step(turns)
+    engine.close()
+
+
+class _Probe(AutocurriculumTrainer):
+    """One learner (``role="main"``) in ``n`` games per round; ``spec(i, main, scripted)`` seats game i."""
+
+    def __init__(self, config, spec, opponents, n):
+        super().__init__(config, opponents)
+        self.spec, self.n = spec, n
+
+    def entry(self):
+        return [{"role": "main"}] + [dict(o) for o in self.opponents] if self.current_epoch == 0 else []
+
+    def match(self):
+        main = next(p for p in self.players if p["role"] == "main")
+        others = {p["id"]: p for p in self.players if "policy" in p}
+        return [self.spec(i, main, others) for i in range(self.n)]
+
+
+def probe(args, base, play, spec, opponents, n, credit):
+    start = time.time()
+
+    def evaluate(trainer):
+        if trainer.current_epoch % args.eval_every == args.eval_every - 1 or trainer.current_epoch == args.epochs - 1:
+            player = next(p for p in trainer.players if p["role"] == "main")
+            print(json.dumps({"epoch": trainer.current_epoch, "updates": trainer.step,
+                              "minutes": round((time.time() - start) / 60, 2),
+                              **figures(T.greedy_table(trainer.engine, player["id"]), args.eval_games)}), flush=True)
+
+    config = AutocurriculumConfig(epochs=args.epochs, rounds=args.rounds, output_dir=args.output_dir, progress=False,
+                                  bt_bootstrap=0, max_tokens=2, credit=credit, save_strategy="no",
+                                  max_concurrent_games=256, max_batch=128, seed=args.seed)
+    trainer = _Probe(config, spec, opponents, n)
+    grpo = GRPOConfig(learning_rate=args.learning_rate, beta=args.beta, loss_type="grpo",
+                      temperature=args.temperature, entropy_coef=args.entropy_coef)
+    trainer.train(str(base), play, lora_config=LORA, grpo_config=grpo, callbacks=[evaluate])
+    trainer.engine.close()
+
+
+def bandit(args, base):
+    """Each game is one uniformly drawn position; +1 for an optimal move, -1 otherwise (-1.5 illegal).
+    ``--group G`` asks G moves per position and uses GRPO credit within each group."""
+    rng, positions, state = random.Random(args.seed), T.reachable_positions(), {"k": 0, "pos": None}
+
+    async def play(players, model, tokenizer=None):
+        k = state["k"]
+        state["k"] += 1
+        if k % args.group == 0:
+            state["pos"] = positions[rng.randrange(len(positions))]
+        board, mark = state["pos"]
+        out = await model.generate(players[0], T.render_prompt(board, mark), group=f"q{k // args.group}")
+        move = T.parse_move(out.text)
+        if move is None or board[move - 1] != ".":
+            return [-1.5]
+        return [1.0 if move in T.optimal_moves(board, mark) else -1.0]
+
+    play.__module__ = "tictactoe_bandit"
+    probe(args, base, play, lambda i, main, others: (main,), [], args.games,
+          "grpo" if args.group > 1 else "rae")
+
+
+def scripted(args, base):
+    """One learner against minimax (share ``--minimax-share``) and uniform random, half the games as X,
+    after ``--openings lo-hi`` random moves."""
+    lo, hi = (int(x) for x in args.openings.split("-"))
+    rng = random.Random(args.seed)
+
+    async def play(players, model, tokenizer=None):
+        return await T.play(players, model, tokenizer, opening_moves=rng.randint(lo, hi), rng=rng)
+
+    play.__module__ = "tictactoe"
+
+    def spec(i, main, others):
+        opponent = others["minimax"] if i < args.minimax_share * args.games else others["random"]
+        return (main, opponent) if i % 2 == 0 else (opponent, main)
+
+    opponents = [{"id": "minimax", "role": "minimax", "policy": T.minimax_policy},
+                 {"id": "random", "role": "random", "policy": T.random_policy}]
+    probe(args, base, play, spec, opponents, args.games, args.credit)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["static", "agree", "supervised", "bandit", "scripted"])
+    parser.add_argument("adapter", nargs="?", help="agree: a player's adapter folder (peft format)")
+    parser.add_argument("--steps", type=int, default=400, help="supervised: optimizer steps of 64 examples")
+    parser.add_argument("--lora", action="store_true", help="supervised: LoRA r8 through the Updater")
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=10, help="updates per epoch")
+    parser.add_argument("--games", type=int, default=256, help="games per update")
+    parser.add_argument("--group", type=int, default=1, help="bandit: moves asked per position (GRPO groups)")
+    parser.add_argument("--minimax-share", type=float, default=0.5)
+    parser.add_argument("--openings", default="0-0", help="scripted: random opening moves, lo-hi")
+    parser.add_argument("--credit", default="value", choices=["rae", "value", "grpo", "constant"])
+    parser.add_argument("--learning-rate", type=float, default=None, help="default 1e-3 (supervised) or 5e-4")
+    parser.add_argument("--beta", type=float, default=0.0)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--entropy-coef", type=float, default=0.0)
+    parser.add_argument("--eval-every", type=int, default=5, help="epochs (or supervised steps) between evaluations")
+    parser.add_argument("--eval-games", type=int, default=1000)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--warmup-steps", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output-dir", default="runs/tictactoe-diagnostics")
+    args = parser.parse_args()
+    if args.learning_rate is None:
+        args.learning_rate = 1e-3 if args.mode == "supervised" and not args.lora else 5e-4
+
+    if args.mode == "static":
+        print(json.dumps({"rule": "first free of center, corners, edges", **figures(static_table(), args.eval_games)}))
+        return
+    base = warm_base(hidden=args.hidden, layers=args.layers, steps=args.warmup_steps, seed=args.seed)
+    if args.mode == "agree":
+        from autocurricula.engine.adapters import load_folder
+
+        if not args.adapter:
+            parser.error("agree needs an adapter folder, e.g. runs/tictactoe-league/checkpoint-11/adapters/main_agent-0")
+        engine = Engine(str(base))
+        engine.load_adapter("a", load_folder(args.adapter))
+        rule, player, warm = static_table(), T.greedy_table(engine, "a"), T.greedy_table(engine, None)
+        engine.close()
+        share = {name: round(sum(t[k] == rule[k] for k in rule) / len(rule), 3)
+                 for name, t in (("player", player), ("warm_base", warm))}
+        print(json.dumps({"agrees_with_rule": share}))
+        return
+    {"supervised": supervised, "bandit": bandit, "scripted": scripted}[args.mode](args, base)
+
+
+if __name__ == "__main__":
+    main()
