@@ -200,9 +200,9 @@ class StateValues:
                 if j < len(idx) - 1:
                     g = (1 - self.lam) * v[j + 1] + self.lam * g
                 out[idx[j]] = g - v[j]
-            for i in idx:
+            for i, v_i in zip(idx, v):
                 k = self.key(turns[i])
-                value, visits = self.values.pop(k, (self.value(turns[i]), 0))
+                value, visits = self.values.pop(k, (v_i, 0))  # v_i: the fallback when the state is new
                 visits += 1
                 value += max(1.0 / visits, 1 - self.alpha) * (r - value)
                 self.values[k] = [value, visits]  # re-inserted last: most recently updated

@@ -226,6 +226,8 @@ class AutocurriculumTrainer:
             out = self.updater.step(turns, skip=frozen)
             metrics.update({"train/loss": out.get("loss", 0.0), "train/kl": out.get("kl", 0.0),
                             "train/clip_ratio": out.get("clip_ratio", 0.0), "train/tokens": out.get("tokens", 0)})
+            if "entropy" in out:
+                metrics["train/entropy"] = out["entropy"]
             self._pool.refresh_versions()
         errors = [r.error for r in records if r.error]
         if errors:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import autocurricula  # noqa: F401
-from autocurricula import AutocurriculumConfig, AutocurriculumTrainer, LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer
+from autocurricula import AutocurriculumConfig, AutocurriculumTrainer, GRPOConfig, LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer
 from autocurricula.checkpoint import latest_checkpoint, list_checkpoints
 
 from toy_games import digits, first_digit_policy, seed_style
@@ -117,8 +117,9 @@ def test_checkpoints_are_complete_pickle_free_and_limited(tiny_model_path, tmp_p
 def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path):
     cfg = dict(epochs=2, rounds=2, games_per_round=4, output_dir=str(tmp_path), credit="value", value_lambda=0.5, **FAST)
     t = Capture(SelfPlayConfig(**cfg))
-    t.train(str(tiny_model_path), digits)
+    t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(entropy_coef=0.01))
     t.engine.close()
+    assert all(row["train/entropy"] > 0 for row in t.metrics_log if "train/loss" in row)
     turns = [x for batch in t.seen for x in batch]
     assert turns and all(x.advantage is not None for x in turns)
     assert t.values.values and t.metrics_log[-1]["credit/states"] == len(t.values.values)
