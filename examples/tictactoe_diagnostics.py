@@ -4,7 +4,7 @@
     python examples/tictactoe_diagnostics.py agree ADAPTER_FOLDER    # how often a player follows it
     python examples/tictactoe_diagnostics.py supervised --steps 1600 # full fine-tune on minimax's moves
     python examples/tictactoe_diagnostics.py supervised --lora --steps 800   # the same through our Updater
-    python examples/tictactoe_diagnostics.py bandit --updates 500    # RL with a perfect per-move reward
+    python examples/tictactoe_diagnostics.py bandit --epochs 40      # RL with a perfect per-move reward
     python examples/tictactoe_diagnostics.py scripted --minimax-share 0.5 --openings 0-6 --epochs 40
 
 Every mode starts from the same cached warm base as the examples and prints JSON lines.
@@ -26,7 +26,10 @@ from autocurricula.games import tictactoe as T
 from ttt_common import CACHE, warm_base
 
 ORDER = (5, 1, 3, 7, 9, 2, 4, 6, 8)  # center, corners, edges
-LORA = LoraSpec(r=8, lora_alpha=16, target_modules="all-linear")
+
+
+def lora_spec(args) -> LoraSpec:
+    return LoraSpec(r=args.rank, lora_alpha=args.alpha or 2 * args.rank, target_modules="all-linear")
 
 
 def static_table() -> dict:
@@ -66,8 +69,9 @@ def supervised(args, base):
     from autocurricula.training import Updater
 
     engine = Engine(str(base))
-    dims = {p: engine.linear_dims[p] for p in LORA.resolve(engine.linear_dims)}
-    engine.load_adapter("p", fresh_adapter(dims, LORA, np.random.default_rng(0)))
+    lora = lora_spec(args)
+    dims = {p: engine.linear_dims[p] for p in lora.resolve(engine.linear_dims)}
+    engine.load_adapter("p", fresh_adapter(dims, lora, np.random.default_rng(0)))
     updater = Updater(engine, GRPOConfig(learning_rate=args.learning_rate, beta=0.0, loss_type="grpo"))
     examples, eos, t = minimax_examples(20000), engine.tokenizer.eos_token_id, time.time()
     rng = random.Random(0)
@@ -120,8 +124,9 @@ def probe(args, base, play, spec, opponents, n, credit):
                                   max_concurrent_games=256, max_batch=128, seed=args.seed)
     trainer = _Probe(config, spec, opponents, n)
     grpo = GRPOConfig(learning_rate=args.learning_rate, beta=args.beta, loss_type="grpo",
-                      temperature=args.temperature, entropy_coef=args.entropy_coef)
-    trainer.train(str(base), play, lora_config=LORA, grpo_config=grpo, callbacks=[evaluate])
+                      temperature=args.temperature, entropy_coef=args.entropy_coef,
+                      num_iterations=args.num_iterations)
+    trainer.train(str(base), play, lora_config=lora_spec(args), grpo_config=grpo, callbacks=[evaluate])
     trainer.engine.close()
 
 
@@ -173,6 +178,8 @@ def main():
     parser.add_argument("adapter", nargs="?", help="agree: a player's adapter folder (peft format)")
     parser.add_argument("--steps", type=int, default=400, help="supervised: optimizer steps of 64 examples")
     parser.add_argument("--lora", action="store_true", help="supervised: LoRA r8 through the Updater")
+    parser.add_argument("--rank", type=int, default=8, help="LoRA rank (supervised --lora, bandit, scripted)")
+    parser.add_argument("--alpha", type=float, default=None, help="LoRA alpha (default 2 x rank)")
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=10, help="updates per epoch")
     parser.add_argument("--games", type=int, default=256, help="games per update")
@@ -184,6 +191,7 @@ def main():
     parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--entropy-coef", type=float, default=0.0)
+    parser.add_argument("--num-iterations", type=int, default=1, help="optimizer steps per batch of turns")
     parser.add_argument("--eval-every", type=int, default=5, help="epochs (or supervised steps) between evaluations")
     parser.add_argument("--eval-games", type=int, default=1000)
     parser.add_argument("--hidden", type=int, default=128)

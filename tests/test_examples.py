@@ -44,9 +44,9 @@ def test_tictactoe_examples_run_and_report(script, games, tmp_path):
     assert summary["epochs"] == 1 and (tmp_path / "run" / "checkpoint-0" / "COMPLETE").exists()
 
 
-@pytest.mark.parametrize("mode", [["static"], ["supervised", "--lora", "--steps", "2", "--eval-every", "2"],
+@pytest.mark.parametrize("mode", [["static"], ["supervised", "--lora", "--steps", "2", "--eval-every", "2", "--rank", "4"],
                                   ["bandit", "--epochs", "1", "--rounds", "2", "--games", "8", "--group", "4",
-                                   "--entropy-coef", "0.1", "--eval-every", "1"],
+                                   "--entropy-coef", "0.1", "--num-iterations", "2", "--eval-every", "1"],
                                   ["scripted", "--epochs", "1", "--rounds", "1", "--games", "4", "--openings", "0-3",
                                    "--eval-every", "1"]])
 def test_tictactoe_diagnostics_run(mode, tmp_path):
