@@ -177,7 +177,7 @@ def main():
     parser.add_argument("mode", choices=["static", "agree", "supervised", "bandit", "scripted"])
     parser.add_argument("adapter", nargs="?", help="agree: a player's adapter folder (peft format)")
     parser.add_argument("--steps", type=int, default=400, help="supervised: optimizer steps of 64 examples")
-    parser.add_argument("--lora", action="store_true", help="supervised: LoRA r8 through the Updater")
+    parser.add_argument("--lora", action="store_true", help="supervised: LoRA (--rank, --alpha) through the Updater")
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank (supervised --lora, bandit, scripted)")
     parser.add_argument("--alpha", type=float, default=None, help="LoRA alpha (default 2 x rank)")
     parser.add_argument("--epochs", type=int, default=20)
