@@ -56,7 +56,7 @@ def supervised(args, base):
         from autocurricula.warmup import sft_warmup
 
         t = time.time()
-        out = sft_warmup(base, CACHE / f"ttt-minimax-sft{args.steps}-lr{args.learning_rate}",
+        out = sft_warmup(base, CACHE / f"{base.name}-minimax-sft{args.steps}-lr{args.learning_rate}",
                          minimax_examples(20000), steps=args.steps, learning_rate=args.learning_rate)
         engine = Engine(str(out))
         print(json.dumps({"steps": args.steps, "minutes": round((time.time() - t) / 60, 2),
@@ -196,6 +196,7 @@ def main():
     parser.add_argument("--eval-games", type=int, default=1000)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--warmup-steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="runs/tictactoe-diagnostics")
@@ -206,7 +207,7 @@ def main():
     if args.mode == "static":
         print(json.dumps({"rule": "first free of center, corners, edges", **figures(static_table(), args.eval_games)}))
         return
-    base = warm_base(hidden=args.hidden, layers=args.layers, steps=args.warmup_steps, seed=args.seed)
+    base = warm_base(hidden=args.hidden, layers=args.layers, heads=args.heads, steps=args.warmup_steps, seed=args.seed)
     if args.mode == "agree":
         from autocurricula.engine.adapters import load_folder
 

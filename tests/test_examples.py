@@ -34,7 +34,8 @@ def test_tictactoe_examples_run_and_report(script, games, tmp_path):
     import os
 
     args = [sys.executable, str(ROOT / "examples" / script), "--epochs", "1", "--rounds", "1", games, "8",
-            "--hidden", "32", "--layers", "1", "--warmup-steps", "50", "--eval-games", "100", "--credit", "value", "--output-dir", str(tmp_path / "run")]
+            "--hidden", "32", "--layers", "1", "--heads", "8", "--warmup-steps", "50", "--eval-games", "100", "--credit", "value",
+            "--num-iterations", "2", "--output-dir", str(tmp_path / "run")]
     out = subprocess.run(args, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-3000:]
@@ -42,6 +43,8 @@ def test_tictactoe_examples_run_and_report(script, games, tmp_path):
     assert {"vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate", "win_now_rate",
             "block_rate", "epochs", "minutes", "warm_base"} <= set(summary)
     assert summary["epochs"] == 1 and (tmp_path / "run" / "checkpoint-0" / "COMPLETE").exists()
+    config = json.loads((tmp_path / "cache" / "tiny-h32-l1-a8-ttt-warm50" / "config.json").read_text())
+    assert config["num_attention_heads"] == 8  # --heads reaches the model
 
 
 @pytest.mark.parametrize("mode", [["static"], ["supervised", "--lora", "--steps", "2", "--eval-every", "2", "--rank", "4"],
