@@ -6,6 +6,7 @@
     python examples/tictactoe_diagnostics.py supervised --lora --steps 800   # the same through our Updater
     python examples/tictactoe_diagnostics.py bandit --epochs 40      # RL with a perfect per-move reward
     python examples/tictactoe_diagnostics.py scripted --minimax-share 0.5 --openings 0-6 --epochs 40
+    python examples/tictactoe_diagnostics.py cost --heads-list 4,8,16,32   # time per step by head count
 
 Every mode starts from the same cached warm base as the examples and prints JSON lines.
 """
@@ -23,7 +24,7 @@ from autocurricula.credit import Turn
 from autocurricula.engine import Engine, LoraSpec
 from autocurricula.games import tictactoe as T
 
-from ttt_common import CACHE, warm_base
+from ttt_common import CACHE, tiny_base, warm_base
 
 ORDER = (5, 1, 3, 7, 9, 2, 4, 6, 8)  # center, corners, edges
 
@@ -172,9 +173,33 @@ def scripted(args, base):
     probe(args, base, play, spec, opponents, args.games, args.credit)
 
 
+def cost(args):
+    """Forward + backward time of one batch of 64 prompts for each head count, timed round-robin in
+    one process so the ratios compare like with like (weights do not matter, so no warm-up)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx_lm import load
+
+    heads = [int(h) for h in args.heads_list.split(",")]
+    models = {h: load(str(tiny_base(args.hidden, args.layers, h, args.seed))) for h in heads}
+    positions = random.Random(args.seed).sample(T.reachable_positions(), 64)
+    ids = mx.array([models[heads[0]][1].encode(T.render_prompt(b, m)) for b, m in positions])
+    steps = {h: nn.value_and_grad(m, lambda m: m(ids).astype(mx.float32).mean()) for h, (m, _) in models.items()}
+    times = {h: [] for h in heads}
+    for rep in range(6):
+        for h in heads:
+            t = time.perf_counter()
+            mx.eval(steps[h](models[h][0]))
+            if rep:  # the first round compiles and warms caches
+                times[h].append(time.perf_counter() - t)
+    ms = {h: 1e3 * float(np.median(times[h])) for h in heads}
+    for h in heads:
+        print(json.dumps({"heads": h, "ms_per_step": round(ms[h], 1), "ratio": round(ms[h] / ms[heads[0]], 2)}))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["static", "agree", "supervised", "bandit", "scripted"])
+    parser.add_argument("mode", choices=["static", "agree", "supervised", "bandit", "scripted", "cost"])
     parser.add_argument("adapter", nargs="?", help="agree: a player's adapter folder (peft format)")
     parser.add_argument("--steps", type=int, default=400, help="supervised: optimizer steps of 64 examples")
     parser.add_argument("--lora", action="store_true", help="supervised: LoRA (--rank, --alpha) through the Updater")
@@ -197,6 +222,7 @@ def main():
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--heads-list", default="4,8,16,32", help="cost: head counts to time side by side")
     parser.add_argument("--warmup-steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="runs/tictactoe-diagnostics")
@@ -204,6 +230,9 @@ def main():
     if args.learning_rate is None:
         args.learning_rate = 1e-3 if args.mode == "supervised" and not args.lora else 5e-4
 
+    if args.mode == "cost":
+        cost(args)
+        return
     if args.mode == "static":
         print(json.dumps({"rule": "first free of center, corners, edges", **figures(static_table(), args.eval_games)}))
         return

@@ -12,13 +12,17 @@ from autocurricula.warmup import sft_warmup
 CACHE = Path(os.environ.get("AUTOCURRICULA_CACHE", Path.home() / ".cache" / "autocurricula"))
 
 
+def tiny_base(hidden: int = 128, layers: int = 2, heads: int = 4, seed: int = 0) -> Path:
+    """The examples' tiny llama (random weights, no download), cached by its arguments."""
+    return build_tiny_model(CACHE / f"tiny-h{hidden}-l{layers}-a{heads}", hidden_size=hidden, num_layers=layers,
+                            num_heads=heads, intermediate_size=2 * hidden, seed=seed)
+
+
 def warm_base(hidden: int = 128, layers: int = 2, heads: int = 4, steps: int = 400, seed: int = 0) -> Path:
-    """The tiny model (no download) after a supervised warm-up on random *legal* moves: it learns the
-    prompt format and legality, not strategy. Both steps are cached by their arguments."""
-    name = f"tiny-h{hidden}-l{layers}-a{heads}"
-    base = build_tiny_model(CACHE / name, hidden_size=hidden, num_layers=layers, num_heads=heads,
-                            intermediate_size=2 * hidden, seed=seed)
-    return sft_warmup(base, CACHE / f"{name}-ttt-warm{steps}", tictactoe.warmup_examples(20000, seed),
+    """``tiny_base`` after a supervised warm-up on random *legal* moves: it learns the prompt format
+    and legality, not strategy. Both steps are cached by their arguments."""
+    base = tiny_base(hidden, layers, heads, seed)
+    return sft_warmup(base, CACHE / f"{base.name}-ttt-warm{steps}", tictactoe.warmup_examples(20000, seed),
                       steps=steps, batch_size=64, learning_rate=1e-3, seed=seed)
 
 

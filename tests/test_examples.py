@@ -51,7 +51,7 @@ def test_tictactoe_examples_run_and_report(script, games, tmp_path):
                                   ["bandit", "--epochs", "1", "--rounds", "2", "--games", "8", "--group", "4",
                                    "--entropy-coef", "0.1", "--num-iterations", "2", "--eval-every", "1"],
                                   ["scripted", "--epochs", "1", "--rounds", "1", "--games", "4", "--openings", "0-3",
-                                   "--eval-every", "1"]])
+                                   "--eval-every", "1"], ["cost", "--heads-list", "2,8"]])
 def test_tictactoe_diagnostics_run(mode, tmp_path):
     import json
     import os
@@ -62,6 +62,9 @@ def test_tictactoe_diagnostics_run(mode, tmp_path):
                          env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    if mode[0] == "cost":  # one row per head count, ratios against the first
+        assert [r["heads"] for r in rows] == [2, 8] and rows[0]["ratio"] == 1.0 and rows[1]["ms_per_step"] > 0
+        return
     assert rows and all(0 <= r["optimal_move_rate"] <= 1 for r in rows)
     if mode[0] == "static":
         assert rows[0]["optimal_move_rate"] == 0.678  # the plateau's figure, exactly
