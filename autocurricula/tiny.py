@@ -118,6 +118,9 @@ def _validate(spec):
         raise ValueError(f"model_type must be 'llama' or 'qwen2', not {spec['model_type']!r}")
     if spec["hidden_size"] % spec["num_heads"] or spec["num_heads"] % spec["num_kv_heads"]:
         raise ValueError("hidden_size must divide by num_heads, num_heads by num_kv_heads")
+    if (spec["hidden_size"] // spec["num_heads"]) % 2:  # RoPE rotates pairs of dimensions
+        raise ValueError(f"head size hidden_size / num_heads = {spec['hidden_size'] // spec['num_heads']} must be even "
+                         "for RoPE; use fewer heads or a wider model")
     if spec["vocab_size"] < 256 + len(SPECIAL_TOKENS) + 16:
         raise ValueError("vocab_size must leave room for the 256 byte tokens and some merges")
     if spec["quantize_bits"] not in (None, 2, 3, 4, 5, 6, 8):

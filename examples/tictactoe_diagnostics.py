@@ -221,7 +221,7 @@ def main():
     parser.add_argument("--eval-games", type=int, default=1000)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--heads-list", default="4,8,16,32", help="cost: head counts to time side by side")
     parser.add_argument("--warmup-steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)

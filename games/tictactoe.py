@@ -6,13 +6,19 @@ board without a line is a draw (0 / 0). A reply without a digit 1-9 or naming an
 invalid move: the offender gets ``invalid_penalty[0]`` (default -1.5), the other player
 ``invalid_penalty[1]`` (default +0.5), and the game ends.
 
-Boards are 9-character strings, ``"."`` for an empty cell, e.g. ``"X.O.X...O"``. Prompt::
+Boards are 9-character strings, ``"."`` for an empty cell, e.g. ``"X.O.X...O"``. The prompt shows
+each free cell as its number, so the legal moves are written on the board::
 
-    tic-tac-toe board:
-    X.O
-    .X.
-    ..O
-    you are O, move (1-9):
+    X2O
+    4X6
+    78O
+    you are O, move:
+
+Why this shape: a llama knows positions only through RoPE, so a token's value says *what* it is, not
+*where*; a numbered free cell carries its location in its value. The prompt is short because
+attention cost grows with its square (19 tokens here; README, Results, has the measurements).
+
+The perfect-play helpers (``minimax_values``, ``optimal_moves``) are memoised over all positions.
 
 The perfect-play helpers (``minimax_values``, ``optimal_moves``) are memoised over all positions.
 """
@@ -36,7 +42,7 @@ ZERO_SUM = True
 EMPTY_BOARD = "." * 9
 MARKS = ("X", "O")
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
-_PROMPT_RE = re.compile(r"board:\s*\n([XO.]{3})\n([XO.]{3})\n([XO.]{3})\nyou are ([XO])")
+_PROMPT_RE = re.compile(r"([XO1-9]{3})\n([XO1-9]{3})\n([XO1-9]{3})\nyou are ([XO]), move:")
 
 
 def _check_board(board: str) -> str:
@@ -77,8 +83,9 @@ def apply_move(board: str, move: int, mark: str) -> str:
 
 
 def render_prompt(board: str, mark: str) -> str:
-    _check_board(board)
-    return f"tic-tac-toe board:\n{board[0:3]}\n{board[3:6]}\n{board[6:9]}\nyou are {mark}, move (1-9):"
+    """The prompt for ``mark`` to move on ``board``: the rows with free cells as their numbers."""
+    cells = "".join(c if c != "." else str(i + 1) for i, c in enumerate(_check_board(board)))
+    return f"{cells[0:3]}\n{cells[3:6]}\n{cells[6:9]}\nyou are {mark}, move:"
 
 
 def parse_prompt(prompt: str) -> tuple[str, str]:
@@ -87,7 +94,10 @@ def parse_prompt(prompt: str) -> tuple[str, str]:
     if not found:
         raise ValueError("not a tic-tac-toe prompt (no board found)")
     *rows, mark = found[-1]
-    return "".join(rows), mark
+    cells = "".join(rows)
+    if any(c.isdigit() and c != str(i + 1) for i, c in enumerate(cells)):
+        raise ValueError(f"not a tic-tac-toe board: free cell numbers out of place in {cells!r}")
+    return "".join("." if c.isdigit() else c for c in cells), mark
 
 
 def parse_move(text: str) -> int | None:

@@ -57,7 +57,7 @@ def test_tictactoe_diagnostics_run(mode, tmp_path):
     import os
 
     args = [sys.executable, str(ROOT / "examples" / "tictactoe_diagnostics.py"), *mode, "--hidden", "32", "--layers",
-            "1", "--warmup-steps", "20", "--eval-games", "20", "--output-dir", str(tmp_path / "run")]
+            "1", "--heads", "4", "--warmup-steps", "20", "--eval-games", "20", "--output-dir", str(tmp_path / "run")]
     out = subprocess.run(args, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-3000:]

@@ -180,7 +180,14 @@ def test_tictactoe_rules():
     assert ttt.winner("OX.XOX..O") == "O" and ttt.winner("XOXXOOOXX") == "draw" and ttt.winner("X...O....") is None
     assert ttt.legal_moves("X.O......") == [2, 4, 5, 6, 7, 8, 9] and ttt.legal_moves("XXXOO....") == []
     assert ttt.parse_move("I play 7.") == 7 and ttt.parse_move("0 or 3") == 3 and ttt.parse_move("none") is None
-    assert ttt.render_prompt("X.O.X...O", "O") == "tic-tac-toe board:\nX.O\n.X.\n..O\nyou are O, move (1-9):"
+    assert ttt.render_prompt("X.O.X...O", "O") == "X2O\n4X6\n78O\nyou are O, move:"
+    # a chat template around the prompt is fine; the last board wins; misplaced numbers are refused
+    assert ttt.parse_prompt("<|im_start|>user\n" + ttt.render_prompt("X.O.X...O", "O") + "<|im_end|>") == (
+        "X.O.X...O", "O")
+    with pytest.raises(ValueError, match="out of place"):
+        ttt.parse_prompt("X3O\n4X6\n78O\nyou are O, move:")
+    with pytest.raises(ValueError, match="no board"):
+        ttt.parse_prompt("tic-tac-toe board:\nX.O\n.X.\n..O\nyou are O, move (1-9):")
 
 
 def test_tictactoe_reachable_positions_and_prompts_round_trip():

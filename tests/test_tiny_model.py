@@ -239,3 +239,11 @@ def test_failed_build_leaves_old_model_and_no_debris(tmp_path, monkeypatch):
         build_tiny_model(tmp_path / "new", **SMALL)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
     assert (path / "model.safetensors").read_bytes() == before
+
+
+def test_bad_shapes_are_refused_with_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="divide by num_heads"):
+        build_tiny_model(tmp_path / "a", **{**SMALL, "num_heads": 3})
+    with pytest.raises(ValueError, match="must be even for RoPE"):  # mlx's rope would fail later, obscurely
+        build_tiny_model(tmp_path / "b", **{**SMALL, "num_heads": 64})
+    assert not any(tmp_path.iterdir())
