@@ -1,6 +1,6 @@
 """The main job: an AlphaStar-style league learns tic-tac-toe offline on the built-in tiny model.
 
-    python examples/tictactoe_league.py            # about 15 minutes on a 2-core CPU
+    python examples/tictactoe_league.py            # about 8 minutes on a 2-core CPU
 
 Builds (and caches) the tiny model and its supervised warm-up on random legal moves, trains a
 league (main agent, main exploiter, league exploiter, plus scripted random and minimax players in
