@@ -19,8 +19,6 @@ Why this shape: a llama knows positions only through RoPE, so a token's value sa
 attention cost grows with its square (19 tokens here; README, Results, has the measurements).
 
 The perfect-play helpers (``minimax_values``, ``optimal_moves``) are memoised over all positions.
-
-The perfect-play helpers (``minimax_values``, ``optimal_moves``) are memoised over all positions.
 """
 
 from __future__ import annotations
