@@ -24,7 +24,7 @@ from autocurricula.credit import Turn
 from autocurricula.engine import Engine, LoraSpec
 from autocurricula.games import tictactoe as T
 
-from ttt_common import CACHE, tiny_base, warm_base
+from ttt_common import CACHE, HEADS, tiny_base, warm_base
 
 ORDER = (5, 1, 3, 7, 9, 2, 4, 6, 8)  # center, corners, edges
 
@@ -221,7 +221,7 @@ def main():
     parser.add_argument("--eval-games", type=int, default=1000)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--heads", type=int, default=HEADS)
     parser.add_argument("--heads-list", default="4,8,16,32", help="cost: head counts to time side by side")
     parser.add_argument("--warmup-steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
