@@ -107,6 +107,12 @@ class GameHandle:
         self._calls = 0
         self._subgames = 0
 
+    @property
+    def seed(self) -> int:
+        """A stable seed for the game's own randomness (openings, deals): the same run seed and game
+        id give the same game again, so league runs and resumed runs stay reproducible."""
+        return derive_seed(self.arena.seed, self.record.game_id, self.level, self.parent, "game")
+
     # ------------------------------------------------------------------ both styles
     def generate(self, *args, **kwargs):
         """``await model.generate(player, prompt, **sampling)`` (async style) or

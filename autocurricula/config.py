@@ -142,12 +142,13 @@ class AutocurriculumConfig:
     hub_model_id: str | None = _help("repo id for push_to_hub", None)
     hub_private_repo: bool = _help("create the Hub repo as private", False)
     credit: str = _help("'rae' (SPIRAL role baselines), 'value' (per-move credit from a per-state value "
-                        "table; for games whose states repeat), 'grpo' (group-normalised) or 'constant'", "rae")
+                        "table; for games whose states repeat), 'q' ('value' plus a (state, move) table: "
+                        "A = Q - V), 'grpo' (group-normalised) or 'constant'", "rae")
     rae_alpha: float = _help("RAE baseline EMA factor", 0.95)
     rae_per_player: bool = _help("one RAE baseline per (game, role, player) instead of per (game, role)", False)
-    value_lambda: float = _help("credit='value': lambda of the lambda-return (1 = Monte-Carlo return minus the "
+    value_lambda: float = _help("credit='value' or 'q': lambda of the lambda-return (1 = Monte-Carlo return minus the "
                                 "state's value, 0 = TD(0): the value of the next state)", 1.0)
-    value_max_states: int = _help("credit='value': most states kept in the table (least recently updated "
+    value_max_states: int = _help("credit='value' or 'q': most states (and state-move pairs) kept in the table (least recently updated "
                                   "dropped first)", 200_000)
     game_name: str | None = _help("name of the game in turns and cards (default: play's module name)", None)
     max_concurrent_games: int = _help("games in flight at once (their calls share the engine's batches)", 64)
@@ -171,8 +172,8 @@ class AutocurriculumConfig:
                 raise ValueError(f"{type(self).__name__}.{name} must be a positive integer, got {v!r}")
         if self.save_strategy not in ("epoch", "no"):
             raise ValueError("save_strategy must be 'epoch' or 'no'")
-        if self.credit not in ("rae", "value", "grpo", "constant"):
-            raise ValueError(f"credit must be 'rae', 'value', 'grpo' or 'constant', got {self.credit!r}")
+        if self.credit not in ("rae", "value", "q", "grpo", "constant"):
+            raise ValueError(f"credit must be 'rae', 'value', 'q', 'grpo' or 'constant', got {self.credit!r}")
         if not 0 <= self.value_lambda <= 1:
             raise ValueError(f"value_lambda must be in [0, 1], got {self.value_lambda}")
         targets = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)

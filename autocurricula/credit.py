@@ -19,6 +19,10 @@ Assigners:
   mean of the returns seen from ``s`` (step ``max(1/visits, 1 - alpha)``), read before the update;
   a state never seen falls back to the RAE role baseline. Worth it when states repeat (board games);
   for free-text games every prompt is new and it reduces to RAE.
+- q (per-move credit with action values): as "value", plus a table of ``Q(s, a)`` keyed by the prompt
+  and the completion. ``Q`` first moves toward ``G_i`` (same step rule), then ``A_i = Q(s_i, a_i) -
+  V(s_i)``: on a pair's first visit that is exactly the "value" advantage, and every revisit averages
+  the noise of single outcomes away (a move's credit stops depending on the opponent's later luck).
 - constant: ``A = R``.
 """
 
@@ -168,7 +172,9 @@ class StateValues:
     alpha: float = 0.95
     per_player: bool = False
     max_states: int = 200_000
+    actions: bool = False  # also learn Q(s, a) and use A = Q - V (credit="q")
     values: OrderedDict = field(default_factory=OrderedDict)  # key -> [value, visits]
+    action_values: OrderedDict = field(default_factory=OrderedDict)  # key + completion digest -> [value, visits]
     fallback: RAE = field(default_factory=RAE)
 
     def __post_init__(self):
@@ -183,6 +189,19 @@ class StateValues:
     def key(self, turn: Turn) -> str:
         digest = hashlib.blake2b(array("q", turn.prompt_ids).tobytes(), digest_size=12).hexdigest()
         return "|".join([turn.game] + ([turn.player] if self.per_player else []) + [digest])
+
+    def action_key(self, turn: Turn) -> str:
+        digest = hashlib.blake2b(array("q", turn.completion_ids).tobytes(), digest_size=8).hexdigest()
+        return f"{self.key(turn)}|{digest}"
+
+    def _move_toward(self, table: OrderedDict, key: str, target: float, start: float) -> float:
+        value, visits = table.pop(key, (start, 0))  # start: the value a new entry has before its first visit
+        visits += 1
+        value += max(1.0 / visits, 1 - self.alpha) * (target - value)
+        table[key] = [value, visits]  # re-inserted last: most recently updated
+        while len(table) > self.max_states:
+            table.popitem(last=False)
+        return value
 
     def value(self, turn: Turn) -> float:
         entry = self.values.get(self.key(turn))
@@ -199,32 +218,34 @@ class StateValues:
             for j in range(len(idx) - 1, -1, -1):
                 if j < len(idx) - 1:
                     g = (1 - self.lam) * v[j + 1] + self.lam * g
-                out[idx[j]] = g - v[j]
+                if self.actions:  # first visit: Q = g, so A = g - V as without action values
+                    g_avg = self._move_toward(self.action_values, self.action_key(turns[idx[j]]), g, v[j])
+                    out[idx[j]] = g_avg - v[j]
+                else:
+                    out[idx[j]] = g - v[j]
             for i, v_i in zip(idx, v):
-                k = self.key(turns[i])
-                value, visits = self.values.pop(k, (v_i, 0))  # v_i: the fallback when the state is new
-                visits += 1
-                value += max(1.0 / visits, 1 - self.alpha) * (r - value)
-                self.values[k] = [value, visits]  # re-inserted last: most recently updated
-            while len(self.values) > self.max_states:
-                self.values.popitem(last=False)
+                self._move_toward(self.values, self.key(turns[i]), r, v_i)  # v_i: the fallback for a new state
             self.fallback.advantages([turns[idx[0]]])  # role baseline: one update per episode
         return out
 
     def state_dict(self) -> dict:
         return {"lam": self.lam, "alpha": self.alpha, "per_player": self.per_player, "max_states": self.max_states,
-                "values": [[k, v[0], v[1]] for k, v in self.values.items()], "fallback": self.fallback.state_dict()}
+                "actions": self.actions, "values": [[k, v[0], v[1]] for k, v in self.values.items()],
+                "action_values": [[k, v[0], v[1]] for k, v in self.action_values.items()],
+                "fallback": self.fallback.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.lam, self.alpha = float(state["lam"]), float(state["alpha"])
         self.per_player, self.max_states = bool(state["per_player"]), int(state["max_states"])
         self.values = OrderedDict((str(k), [float(v), int(n)]) for k, v, n in state["values"])
+        self.actions = bool(state.get("actions", False))  # checkpoints written before credit="q" lack both keys
+        self.action_values = OrderedDict((str(k), [float(v), int(n)]) for k, v, n in state.get("action_values", []))
         self.fallback.load_state_dict(state["fallback"])
 
 
 def assign_credit(turns: Iterable[Turn], method: str = "grpo", *, scale_rewards: str = "group",
                   rae: RAE | None = None, values: StateValues | None = None) -> list[Turn]:
-    """Set ``turn.advantage`` for every turn; ``method`` is "grpo", "rae", "value" or "constant"."""
+    """Set ``turn.advantage`` for every turn; ``method`` is "grpo", "rae", "value", "q" or "constant"."""
     turns = list(turns)
     if method == "grpo":
         adv = grpo_advantages(turns, scale_rewards)
@@ -232,14 +253,15 @@ def assign_credit(turns: Iterable[Turn], method: str = "grpo", *, scale_rewards:
         if rae is None:
             raise ValueError("method='rae' needs the RAE state (rae=RAE()) so baselines persist across calls")
         adv = rae.advantages(turns)
-    elif method == "value":
-        if values is None:
-            raise ValueError("method='value' needs the value table (values=StateValues()) so it persists across calls")
+    elif method in ("value", "q"):
+        if values is None or values.actions != (method == "q"):
+            table = "StateValues(actions=True)" if method == "q" else "StateValues()"
+            raise ValueError(f"method={method!r} needs its value table (values={table}) so it persists across calls")
         adv = values.advantages(turns)
     elif method == "constant":
         adv = constant_advantages(turns)
     else:
-        raise ValueError(f"unknown credit method {method!r}; use 'grpo', 'rae', 'value' or 'constant'")
+        raise ValueError(f"unknown credit method {method!r}; use 'grpo', 'rae', 'value', 'q' or 'constant'")
     for t, a in zip(turns, adv):
         t.advantage = float(a)
     return turns

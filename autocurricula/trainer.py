@@ -220,8 +220,10 @@ class AutocurriculumTrainer:
             metrics["rollout/reward_mean"] = float(np.mean([r.rewards[i] for r, i in learners]))
         if turns:
             assign_credit(turns, cfg.credit, scale_rewards=self.grpo.scale_rewards, rae=self.rae, values=self.values)
-            if cfg.credit == "value":
+            if cfg.credit in ("value", "q"):
                 metrics["credit/states"] = len(self.values.values)
+            if cfg.credit == "q":
+                metrics["credit/state_moves"] = len(self.values.action_values)
             frozen = {p["id"] for p in self.players if p["frozen"]}
             out = self.updater.step(turns, skip=frozen)
             metrics.update({"train/loss": out.get("loss", 0.0), "train/kl": out.get("kl", 0.0),
@@ -300,7 +302,8 @@ class AutocurriculumTrainer:
         self._pool = Pool(self.engine, self.lora_spec, self.rng)
         self.updater = Updater(self.engine, self.grpo)
         self.rae = RAE(cfg.rae_alpha, cfg.rae_per_player)
-        self.values = StateValues(cfg.value_lambda, cfg.rae_alpha, cfg.rae_per_player, cfg.value_max_states)
+        self.values = StateValues(cfg.value_lambda, cfg.rae_alpha, cfg.rae_per_player, cfg.value_max_states,
+                                  actions=cfg.credit == "q")
         self.elo = Elo(k=cfg.elo_k, scale=cfg.elo_scale, initial=cfg.elo_initial)
         self.payoff = Payoff(cfg.payoff_decay)
         self.bt_records: list[tuple] = []
@@ -320,7 +323,7 @@ class AutocurriculumTrainer:
         return {"epoch": self.current_epoch, "round": self.current_round, "step": self.step,
                 "updater_steps": self.updater.steps, "elo": self.elo.state_dict(), "payoff": self.payoff.state_dict(),
                 "bt_records": [list(r) for r in self.bt_records], "rae": self.rae.state_dict(),
-                "values": self.values.state_dict() if self.config.credit == "value" else None, "extra": self.extra_state()}
+                "values": self.values.state_dict() if self.config.credit in ("value", "q") else None, "extra": self.extra_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self.current_epoch, self.current_round, self.step = state["epoch"], state["round"], state["step"]

@@ -211,7 +211,7 @@ def main():
     parser.add_argument("--group", type=int, default=1, help="bandit: moves asked per position (GRPO groups)")
     parser.add_argument("--minimax-share", type=float, default=0.5)
     parser.add_argument("--openings", default="0-0", help="scripted: random opening moves, lo-hi")
-    parser.add_argument("--credit", default="value", choices=["rae", "value", "grpo", "constant"])
+    parser.add_argument("--credit", default="value", choices=["rae", "value", "q", "grpo", "constant"])
     parser.add_argument("--learning-rate", type=float, default=None, help="default 1e-3 (supervised) or 5e-4")
     parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--temperature", type=float, default=1.0)

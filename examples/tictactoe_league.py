@@ -10,9 +10,8 @@ against uniform random and perfect play. The last line is one JSON object with t
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import LeagueConfig, LeagueTrainer
-from autocurricula.games import tictactoe
 
-from ttt_common import Evaluator, finish, parse_args, scripted_players, start, update_settings
+from ttt_common import Evaluator, finish, game, parse_args, scripted_players, start, update_settings
 
 args = parse_args(__doc__, "--games-per-learner", 64, "runs/tictactoe-league")
 
@@ -27,5 +26,5 @@ config = LeagueConfig(
 trainer = LeagueTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
-trainer.train(engine, tictactoe.play, lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
+trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
 finish(trainer, evaluator, engine, figures)

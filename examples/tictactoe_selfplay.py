@@ -9,9 +9,8 @@ which count as past opponents). The number of games per round matches the league
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import SelfPlayConfig, SelfPlayTrainer
-from autocurricula.games import tictactoe
 
-from ttt_common import Evaluator, finish, parse_args, scripted_players, start, update_settings
+from ttt_common import Evaluator, finish, game, parse_args, scripted_players, start, update_settings
 
 args = parse_args(__doc__, "--games-per-round", 192, "runs/tictactoe-selfplay")
 
@@ -23,5 +22,5 @@ config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=
 trainer = SelfPlayTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
-trainer.train(engine, tictactoe.play, lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
+trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
 finish(trainer, evaluator, engine, figures)

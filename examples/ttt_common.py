@@ -77,14 +77,34 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str):
     parser.add_argument("--layers", type=int, default=2, help="tiny model depth (the package default is 4)")
     parser.add_argument("--heads", type=int, default=HEADS, help="attention heads (head size = hidden / heads); 32 "
                         "learns the board several times faster per step than 4 (README, Results)")
-    parser.add_argument("--credit", default="rae", choices=["rae", "value", "grpo", "constant"],
+    parser.add_argument("--credit", default="rae", choices=["rae", "value", "q", "grpo", "constant"],
                         help="credit assignment ('value' = per-move credit from a per-position value table)")
     parser.add_argument("--learning-rate", type=float, default=5e-4)
     parser.add_argument("--warmup-steps", type=int, default=400, help="supervised warm-up steps on random legal moves")
     parser.add_argument("--eval-games", type=int, default=2000, help="evaluation games per opponent and epoch")
     parser.add_argument("--beta", type=float, default=0.1, help="KL coefficient to the base model")
     parser.add_argument("--num-iterations", type=int, default=1, help="optimizer steps per batch of turns")
-    return parser.parse_args()
+    parser.add_argument("--openings", default="0-0", help="every training game starts after lo-hi random moves "
+                        "(drawn per game), e.g. 0-4: positions a league alone rarely reaches")
+    args = parser.parse_args()
+    try:
+        args.openings = tuple(int(x) for x in args.openings.split("-"))
+        assert len(args.openings) == 2
+    except (ValueError, AssertionError):
+        parser.error(f"--openings takes lo-hi, e.g. 0-4, got {args.openings!r}")
+    return args
+
+
+def game(args):
+    """The tic-tac-toe ``play`` of the training games (with ``--openings``, after random moves)."""
+    if args.openings == (0, 0):
+        return tictactoe.play
+
+    async def play(players, model, tokenizer=None):
+        return await tictactoe.play(players, model, tokenizer, opening_moves=args.openings)
+
+    play.__module__ = tictactoe.__name__  # the game's name in turns, cards and the match history
+    return play
 
 
 def start(args):

@@ -219,13 +219,21 @@ def play_out(policy_x: Callable, policy_o: Callable, rng: Any = None, *, opening
 
 
 async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DEFAULT_INVALID_PENALTY,
-               max_tokens: int = 2, temperature: float | None = None, opening_moves: int = 0,
+               max_tokens: int = 2, temperature: float | None = None, opening_moves: int | tuple[int, int] = 0,
                seed: int | None = None, rng: Any = None, stop=None) -> list[float]:
-    """One game; ``players[0]`` is X (moves first). ``opening_moves`` random moves are played for
-    them first (from ``rng`` / ``seed``) to diversify positions. Returns [reward X, reward O]."""
+    """One game; ``players[0]`` is X (moves first). ``opening_moves`` random moves (an int, or a
+    ``(lo, hi)`` range drawn per game) are played for them first to diversify positions; the
+    randomness comes from ``rng``, else ``seed``, else the league's per-game seed (``model.seed``).
+    Returns [reward X, reward O]."""
     check_players(players, 2, "tic-tac-toe")
     check_penalty(invalid_penalty)
-    game = TicTacToe(random_opening(opening_moves, make_rng(seed, rng)))
+    rng = make_rng(seed if seed is not None else getattr(model, "seed", None), rng)
+    if isinstance(opening_moves, (tuple, list)):
+        lo, hi = opening_moves
+        if not 0 <= lo <= hi <= 8:
+            raise ValueError(f"opening_moves range must satisfy 0 <= lo <= hi <= 8, got {opening_moves!r}")
+        opening_moves = rng.randint(lo, hi)
+    game = TicTacToe(random_opening(opening_moves, rng))
     await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop)
     return game.rewards(invalid_penalty)
 

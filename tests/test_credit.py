@@ -119,6 +119,49 @@ def test_state_values_round_trip_cap_and_errors():
         assign_credit(nxt, "value")
 
 
+def act(state, completion, game_id, reward):
+    return Turn("p", game_id, "X", [state], [completion], [-0.5], reward=reward, game="ttt")
+
+
+def test_action_values_by_hand():
+    q, v = StateValues(actions=True), StateValues()
+    games = [[act(1, 7, "g0", 1)], [act(1, 7, "g1", -1)], [act(1, 8, "g2", -1)]]
+    # g0: first visit of state 1 and of (1, 7): Q = R = 1, V read before = 0 -> A = 1, as "value".
+    # g1: V(1) = 1 (first visit, step 1); Q(1, 7) = mean(1, -1) = 0 -> A = 0 - 1; "value": -1 - 1.
+    # g2: V(1) = mean(1, -1) = 0; new pair (1, 8): Q = -1 -> A = -1, the same as "value".
+    assert [q.advantages(g)[0] for g in games] == pytest.approx([1, -1, -1])
+    assert [v.advantages(g)[0] for g in games] == pytest.approx([1, -2, -1])
+    assert q.action_values[q.action_key(act(1, 7, "x", 0))] == pytest.approx([0.0, 2])
+    assert len(q.action_values) == 2 and not v.action_values
+
+
+def test_action_values_credit_the_move_not_the_luck():
+    q, v = StateValues(actions=True), StateValues()
+    for i in range(40):  # in state 1, move 7 wins 3 games in 4 and move 8 loses 3 in 4
+        for table in (q, v):
+            table.advantages([act(1, 7, f"a{i}", 1 if i % 4 else -1)])
+            table.advantages([act(1, 8, f"b{i}", -1 if i % 4 else 1)])
+    # the good move in a game the opponent's luck lost, and the bad move in a lucky win
+    unlucky, lucky = [act(1, 7, "u", -1)], [act(1, 8, "l", 1)]
+    assert q.advantages(list(unlucky))[0] > 0.3 and q.advantages(list(lucky))[0] < -0.3
+    assert v.advantages(list(unlucky))[0] < -0.5 and v.advantages(list(lucky))[0] > 0.5  # outcome decides
+
+
+def test_action_values_round_trip_and_method_check():
+    q = StateValues(actions=True, max_states=2)
+    for i in range(4):
+        q.advantages([act(1, 7 + i, f"g{i}", float(i % 2))])
+    assert len(q.action_values) == 2  # the cap bounds the pair table too
+    restored = StateValues()
+    restored.load_state_dict(json.loads(json.dumps(q.state_dict())))
+    assert restored.actions
+    nxt = [act(1, 9, "h", 1.0), act(2, 7, "h", 1.0)]
+    assert restored.advantages(list(nxt)) == q.advantages(list(nxt))
+    with pytest.raises(ValueError, match=r"StateValues\(actions=True\)"):
+        assign_credit(nxt, "q", values=StateValues())
+    assert [t.advantage for t in assign_credit([act(3, 7, "k", 1.0)], "q", values=StateValues(actions=True))] == [1.0]
+
+
 def test_assign_credit_sets_advantages():
     ts = assign_credit([turn(reward=3), turn(reward=-2)], "constant")
     assert [t.advantage for t in ts] == [3, -2]

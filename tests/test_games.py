@@ -155,6 +155,26 @@ def test_scripted_games_through_the_arena(engine, name):
     assert [r.rewards for r in again] == [r.rewards for r in records]
 
 
+def test_arena_game_seed_is_stable_per_game(engine):
+    from autocurricula.arena import GameRecord
+
+    seen = {}
+
+    async def play(players, model, tokenizer=None):
+        seen.setdefault(model.record.game_id, []).append(model.seed)
+        return await ttt.play(players, model, tokenizer, opening_moves=(2, 6))
+
+    def games():
+        players = [{"id": "a", "policy": ttt.random_policy}, {"id": "b", "policy": ttt.random_policy}]
+        return [(play, players, GameRecord(f"g{i}", players), "ttt") for i in range(8)]
+
+    first = [r.rewards for r in arena_run(engine, games())]
+    assert [r.rewards for r in arena_run(engine, games())] == first  # openings included: a rerun repeats
+    assert all(len(set(v)) == 1 for v in seen.values()) and len({v[0] for v in seen.values()}) == 8
+    arena_run(engine, games(), seed=1)
+    assert all(len(set(v)) == 2 for v in seen.values())  # another run seed, other games
+
+
 @pytest.mark.parametrize("mod", [ttt, kuhn, neg, hs], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_llm_player_through_the_arena(engine, mod):
     from autocurricula.arena import GameRecord
@@ -318,6 +338,20 @@ def test_tictactoe_opening_moves_are_seeded_and_never_end_the_game():
         assert len(boards) > (1 if k else 0)
     with pytest.raises(ValueError, match="opening_moves"):
         run(ttt.play, scripted(ttt.random_policy, ttt.random_policy), opening_moves=9)
+
+
+def test_tictactoe_opening_range_drawn_per_game_from_the_model_seed():
+    def opening(seed, moves):
+        model = FakeModel()
+        model.seed = seed  # what the league's game handle provides
+        run(ttt.play, scripted(ttt.random_policy, ttt.random_policy), model, opening_moves=moves)
+        return ttt.parse_prompt(model.calls[0]["prompt"])[0]
+
+    assert opening(7, (0, 6)) == opening(7, (0, 6))  # same game seed, same game
+    assert {9 - opening(s, (2, 5)).count(".") for s in range(60)} == {2, 3, 4, 5}
+    assert len({opening(s, 4) for s in range(20)}) > 1
+    with pytest.raises(ValueError, match="lo <= hi"):
+        run(ttt.play, scripted(ttt.random_policy, ttt.random_policy), opening_moves=(3, 1))
 
 
 def test_tictactoe_policies_take_either_rng():

@@ -114,8 +114,9 @@ def test_checkpoints_are_complete_pickle_free_and_limited(tiny_model_path, tmp_p
     assert latest_checkpoint(tmp_path).name == "checkpoint-2"
 
 
-def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path):
-    cfg = dict(epochs=2, rounds=2, games_per_round=4, output_dir=str(tmp_path), credit="value", value_lambda=0.5, **FAST)
+@pytest.mark.parametrize("credit", ["value", "q"])
+def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path, credit):
+    cfg = dict(epochs=2, rounds=2, games_per_round=4, output_dir=str(tmp_path), credit=credit, value_lambda=0.5, **FAST)
     t = Capture(SelfPlayConfig(**cfg))
     t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(entropy_coef=0.01))
     t.engine.close()
@@ -125,6 +126,9 @@ def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path):
     assert t.values.values and t.metrics_log[-1]["credit/states"] == len(t.values.values)
     state = json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())
     assert state["values"]["lam"] == 0.5 and len(state["values"]["values"]) == len(t.values.values)
+    assert state["values"]["actions"] == (credit == "q") and bool(t.values.action_values) == (credit == "q")
+    if credit == "q":
+        assert t.metrics_log[-1]["credit/state_moves"] == len(t.values.action_values)
     again = SelfPlayTrainer(SelfPlayConfig(**cfg))
     again.train(str(tiny_model_path), digits, resume_from_checkpoint=True)  # all epochs done: loads only
     again.engine.close()
