@@ -6,6 +6,7 @@
     python examples/tictactoe_diagnostics.py supervised --lora --steps 800   # the same through our Updater
     python examples/tictactoe_diagnostics.py bandit --epochs 40      # RL with a perfect per-move reward
     python examples/tictactoe_diagnostics.py scripted --minimax-share 0.5 --openings 0-6 --epochs 40
+    python examples/tictactoe_diagnostics.py scripted --credit q --openings 0-4 --learning-rate 2e-3 --epochs 50
     python examples/tictactoe_diagnostics.py cost --heads-list 4,8,16,32   # time per step by head count
 
 Every mode starts from the same cached warm base as the examples and prints JSON lines.

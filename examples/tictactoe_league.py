@@ -13,13 +13,21 @@ from autocurricula import LeagueConfig, LeagueTrainer
 
 from ttt_common import Evaluator, finish, game, parse_args, scripted_players, start, update_settings
 
-args = parse_args(__doc__, "--games-per-learner", 64, "runs/tictactoe-league")
+
+def league_flags(parser):
+    parser.add_argument("--main-exploiters", type=int, default=1, help="main exploiters (0 = none: the main "
+                        "agent's games then go to self-play, PFSP over the pool and the league exploiters)")
+    parser.add_argument("--league-exploiters", type=int, default=1)
+
+
+args = parse_args(__doc__, "--games-per-learner", 64, "runs/tictactoe-league", extra=league_flags)
 
 engine, figures = start(args)
 
 config = LeagueConfig(
     epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,
-    main_agents=1, main_exploiters=1, league_exploiters=1, snapshot_min_rounds=4, snapshot_max_rounds=8,
+    main_agents=1, main_exploiters=args.main_exploiters, league_exploiters=args.league_exploiters,
+    snapshot_min_rounds=4, snapshot_max_rounds=8,
     output_dir=args.output_dir, seed=args.seed, max_tokens=2, credit=args.credit,
     max_concurrent_games=128, bt_bootstrap=50, progress=False,
 )

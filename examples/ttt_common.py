@@ -63,8 +63,9 @@ def base_figures(engine, games: int = 2000) -> dict:
     return {k: round(v, 3) for k, v in figures.items()}
 
 
-def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str):
-    """Command line shared by both examples (same defaults = same budget)."""
+def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, extra=None):
+    """Command line shared by both examples (same defaults = same budget); ``extra(parser)`` adds
+    an example's own flags."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc)
@@ -86,6 +87,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str):
     parser.add_argument("--num-iterations", type=int, default=1, help="optimizer steps per batch of turns")
     parser.add_argument("--openings", default="0-0", help="every training game starts after lo-hi random moves "
                         "(drawn per game), e.g. 0-4: positions a league alone rarely reaches")
+    if extra is not None:
+        extra(parser)
     args = parser.parse_args()
     try:
         args.openings = tuple(int(x) for x in args.openings.split("-"))

@@ -27,14 +27,16 @@ def test_fictitious_gan_example_runs():
     assert "generator-3" in out.stdout and "discriminator-3" in out.stdout
 
 
-@pytest.mark.parametrize("script,games", [("tictactoe_league.py", "--games-per-learner"),
-                                          ("tictactoe_selfplay.py", "--games-per-round")])
-def test_tictactoe_examples_run_and_report(script, games, tmp_path):
+@pytest.mark.parametrize("script,games,extra", [("tictactoe_league.py", "--games-per-learner",
+                                                 ["--credit", "value", "--main-exploiters", "0"]),
+                                                ("tictactoe_selfplay.py", "--games-per-round",
+                                                 ["--credit", "q", "--openings", "0-3"])])
+def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
     import json
     import os
 
     args = [sys.executable, str(ROOT / "examples" / script), "--epochs", "1", "--rounds", "1", games, "8",
-            "--hidden", "32", "--layers", "1", "--heads", "8", "--warmup-steps", "50", "--eval-games", "100", "--credit", "value",
+            "--hidden", "32", "--layers", "1", "--heads", "8", "--warmup-steps", "50", "--eval-games", "100", *extra,
             "--num-iterations", "2", "--output-dir", str(tmp_path / "run")]
     out = subprocess.run(args, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
