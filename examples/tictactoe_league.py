@@ -18,6 +18,12 @@ def league_flags(parser):
     parser.add_argument("--main-exploiters", type=int, default=1, help="main exploiters (0 = none: the main "
                         "agent's games then go to self-play, PFSP over the pool and the league exploiters)")
     parser.add_argument("--league-exploiters", type=int, default=1)
+    parser.add_argument("--selfplay-share", type=float, default=0.35, help="main agent: share of self-play games")
+    parser.add_argument("--pfsp-share", type=float, default=0.5, help="main agent: share of PFSP games over the "
+                        "pool (snapshots and the scripted random and minimax players)")
+    parser.add_argument("--pfsp-weighting", default="squared", help="main agent's PFSP weighting")
+    parser.add_argument("--anchor-share", type=float, default=0.0, help="main agent: share of games against the "
+                        "scripted random and minimax players (not in AlphaStar; README, Results)")
 
 
 args = parse_args(__doc__, "--games-per-learner", 64, "runs/tictactoe-league", extra=league_flags)
@@ -27,6 +33,7 @@ engine, figures = start(args)
 config = LeagueConfig(
     epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,
     main_agents=1, main_exploiters=args.main_exploiters, league_exploiters=args.league_exploiters,
+    anchor_share=args.anchor_share, selfplay_share=args.selfplay_share, pfsp_share=args.pfsp_share, main_pfsp_weighting=args.pfsp_weighting,
     snapshot_min_rounds=4, snapshot_max_rounds=8,
     output_dir=args.output_dir, seed=args.seed, max_tokens=2, credit=args.credit,
     max_concurrent_games=128, bt_bootstrap=50, progress=False,

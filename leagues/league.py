@@ -60,11 +60,17 @@ class LeagueConfig(AutocurriculumConfig):
     snapshot_min_rounds: int = field(default=2, metadata={"help": "rounds between snapshots at least (AlphaStar: 2e9 steps)"})
     snapshot_max_rounds: int = field(default=4, metadata={"help": "snapshot anyway after this many rounds (AlphaStar: 4e9)"})
     league_exploiter_reset_prob: float = field(default=0.25, metadata={"help": "league exploiters reset to base at a snapshot with this probability"})
+    anchor_share: float = field(default=0.0, metadata={"help": "main agents: share of games against the fixed "
+                                "`opponents` (e.g. scripted baselines), drawn uniformly; the league rules pick "
+                                "the rest. Not in AlphaStar (0): there they only join PFSP, where a growing "
+                                "pool of snapshots dilutes them"})
 
     def __post_init__(self):
         super().__post_init__()
         if self.main_agents < 1:
             raise ValueError("a league needs at least one main agent (main_agents >= 1)")
+        if not 0 <= self.anchor_share <= 1:
+            raise ValueError(f"anchor_share must be in [0, 1], got {self.anchor_share}")
         if self.selfplay_share + self.pfsp_share > 1:
             raise ValueError("selfplay_share + pfsp_share must be <= 1 (the rest is verification)")
         for w in (self.main_pfsp_weighting, self.exploiter_weighting, self.league_exploiter_weighting):
@@ -129,8 +135,20 @@ class LeagueTrainer(AutocurriculumTrainer):
             return self._league_exploiter_match(player)
         return self._main_agent_match(player)
 
+    def anchors(self) -> list[dict]:
+        """The fixed ``opponents`` in the pool (scripted baselines), found by their ids."""
+        if any("id" not in o for o in self.opponents):
+            raise ValueError("anchor_share finds the fixed opponents by id: give every entry of `opponents` an "
+                             "'id' (e.g. {'id': 'random', 'role': 'random', 'policy': fn})")
+        ids = {o["id"] for o in self.opponents}
+        return [p for p in self.players if p["id"] in ids]
+
     def _main_agent_match(self, player: dict) -> dict:
         cfg = self.config
+        if cfg.anchor_share > 0:  # no draw at 0: the AlphaStar schedule keeps its random stream
+            anchors = self.anchors()
+            if anchors and self.rng.random() < cfg.anchor_share:
+                return anchors[int(self.rng.integers(len(anchors)))]
         coin = self.rng.random()
         historical = self.historical()
         if coin < cfg.pfsp_share and historical:

@@ -28,7 +28,7 @@ def test_fictitious_gan_example_runs():
 
 
 @pytest.mark.parametrize("script,games,extra", [("tictactoe_league.py", "--games-per-learner",
-                                                 ["--credit", "value", "--main-exploiters", "0"]),
+                                                 ["--credit", "value", "--main-exploiters", "0", "--anchor-share", "0.5"]),
                                                 ("tictactoe_selfplay.py", "--games-per-round",
                                                  ["--credit", "q", "--openings", "0-3"])])
 def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):

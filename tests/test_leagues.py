@@ -54,6 +54,35 @@ def test_main_agent_shares_follow_alphastar():
     assert counts["main-old"] > counts["other-old"]  # the verification branch only replays main's own past
 
 
+def test_anchor_share_sends_main_agents_to_the_fixed_opponents():
+    main, exp = p("main", "main_agent"), p("exp", "main_exploiter")
+    rnd, mm = p("random", "random", True, policy=str), p("minimax", "minimax", True, policy=str)
+    past = [p(f"main-old{i}", "main_agent", True, snapshot_of="main") for i in range(20)]
+    for share in (0.0, 0.5):
+        t = league([main, exp, *past, rnd, mm], anchor_share=share)
+        t.opponents = [{"id": "random", "policy": str}, {"id": "minimax", "policy": str}]
+        counts = Counter(t.opponent_for(main)["id"] for _ in range(20000))
+        fixed = (counts["random"] + counts["minimax"]) / 20000
+        if share == 0:  # AlphaStar: the anchors are two of 22 past players in PFSP
+            assert fixed < 0.1
+        else:  # half the games uniformly over the anchors, the rest by the league rules
+            assert fixed == pytest.approx(0.5 + 0.5 * fixed_share_without(t), abs=0.02)
+            assert counts["random"] == pytest.approx(counts["minimax"], rel=0.1)
+        assert Counter(t.opponent_for(exp)["id"] for _ in range(200)) == Counter({"main": 200})  # exploiters unchanged
+    t.opponents = [{"policy": str}]
+    with pytest.raises(ValueError, match="'id'"):
+        t.opponent_for(main)
+    with pytest.raises(ValueError, match="anchor_share"):
+        LeagueConfig(anchor_share=1.5)
+
+
+def fixed_share_without(t):
+    share, t.config.anchor_share = t.config.anchor_share, 0.0
+    counts = Counter(t.opponent_for({"id": "main", "role": "main_agent", "frozen": False})["id"] for _ in range(20000))
+    t.config.anchor_share = share
+    return (counts["random"] + counts["minimax"]) / 20000
+
+
 def test_main_agent_plays_exploiters_it_cannot_beat():
     main, exp = p("main", "main_agent"), p("exp", "main_exploiter")
     exp_old = p("exp-old", "main_exploiter", True, snapshot_of="exp")
