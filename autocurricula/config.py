@@ -146,10 +146,10 @@ class AutocurriculumConfig:
                         "A = Q - V), 'grpo' (group-normalised) or 'constant'", "rae")
     rae_alpha: float = _help("RAE baseline EMA factor", 0.95)
     rae_per_player: bool = _help("one RAE baseline per (game, role, player) instead of per (game, role)", False)
-    value_lambda: float = _help("credit='value' or 'q': lambda of the lambda-return (1 = Monte-Carlo return minus the "
-                                "state's value, 0 = TD(0): the value of the next state)", 1.0)
-    value_max_states: int = _help("credit='value' or 'q': most states (and state-move pairs) kept in the table (least recently updated "
-                                  "dropped first)", 200_000)
+    value_lambda: float = _help("credit='value' or 'q': lambda of the lambda-return (1 = Monte-Carlo return "
+                                "minus the state's value, 0 = TD(0): the value of the next state)", 1.0)
+    value_max_states: int = _help("credit='value' or 'q': most states (and state-move pairs) kept in the tables "
+                                  "(least recently updated dropped first)", 200_000)
     game_name: str | None = _help("name of the game in turns and cards (default: play's module name)", None)
     max_concurrent_games: int = _help("games in flight at once (their calls share the engine's batches)", 64)
     lockstep: bool = _help("batch the calls of all running games in a fixed order: full batches and "

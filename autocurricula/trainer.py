@@ -323,7 +323,8 @@ class AutocurriculumTrainer:
         return {"epoch": self.current_epoch, "round": self.current_round, "step": self.step,
                 "updater_steps": self.updater.steps, "elo": self.elo.state_dict(), "payoff": self.payoff.state_dict(),
                 "bt_records": [list(r) for r in self.bt_records], "rae": self.rae.state_dict(),
-                "values": self.values.state_dict() if self.config.credit in ("value", "q") else None, "extra": self.extra_state()}
+                "values": self.values.state_dict() if self.config.credit in ("value", "q") else None,
+                "extra": self.extra_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self.current_epoch, self.current_round, self.step = state["epoch"], state["round"], state["step"]

@@ -33,7 +33,8 @@ engine, figures = start(args)
 config = LeagueConfig(
     epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,
     main_agents=1, main_exploiters=args.main_exploiters, league_exploiters=args.league_exploiters,
-    anchor_share=args.anchor_share, selfplay_share=args.selfplay_share, pfsp_share=args.pfsp_share, main_pfsp_weighting=args.pfsp_weighting,
+    anchor_share=args.anchor_share, selfplay_share=args.selfplay_share, pfsp_share=args.pfsp_share,
+    main_pfsp_weighting=args.pfsp_weighting,
     snapshot_min_rounds=4, snapshot_max_rounds=8,
     output_dir=args.output_dir, seed=args.seed, max_tokens=2, credit=args.credit,
     max_concurrent_games=128, bt_bootstrap=50, progress=False,
