@@ -8,6 +8,7 @@
     python examples/tictactoe_diagnostics.py scripted --minimax-share 0.5 --openings 0-6 --epochs 40
     python examples/tictactoe_diagnostics.py scripted --credit q --openings 0-4 --learning-rate 2e-3 --epochs 50
     python examples/tictactoe_diagnostics.py cost --heads-list 4,8,16,32   # time per step by head count
+    python examples/tictactoe_diagnostics.py opponents runs/tictactoe-league   # whom the main agent met
 
 Every mode starts from the same cached warm base as the examples and prints JSON lines.
 """
@@ -157,11 +158,11 @@ def bandit(args, base):
 def scripted(args, base):
     """One learner against minimax (share ``--minimax-share``) and uniform random, half the games as X,
     after ``--openings lo-hi`` random moves."""
-    lo, hi = (int(x) for x in args.openings.split("-"))
+    openings = tuple(int(x) for x in args.openings.split("-"))
     rng = random.Random(args.seed)
 
     async def play(players, model, tokenizer=None):
-        return await T.play(players, model, tokenizer, opening_moves=rng.randint(lo, hi), rng=rng)
+        return await T.play(players, model, tokenizer, opening_moves=openings, rng=rng)
 
     play.__module__ = "tictactoe"
 
@@ -172,6 +173,22 @@ def scripted(args, base):
     opponents = [{"id": "minimax", "role": "minimax", "policy": T.minimax_policy},
                  {"id": "random", "role": "random", "policy": T.random_policy}]
     probe(args, base, play, spec, opponents, args.games, args.credit)
+
+
+def opponents(run_dir: str, player: str = "main_agent-0") -> dict:
+    """Whom ``player`` met in a run's ``match_history.jsonl``: share of its games per opponent kind
+    (the id without its counter; ``self`` = a game against itself)."""
+    from collections import Counter
+    from pathlib import Path
+
+    counts = Counter()
+    for line in (Path(run_dir) / "match_history.jsonl").read_text().splitlines():
+        ids = json.loads(line)["players"]
+        if player in ids:
+            others = [i for i in ids if i != player]
+            counts[others[0].rsplit("-", 1)[0] if others else "self"] += 1
+    total = sum(counts.values())
+    return {"player": player, "games": total, "share": {k: round(v / total, 3) for k, v in counts.most_common()}}
 
 
 def cost(args):
@@ -200,8 +217,8 @@ def cost(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["static", "agree", "supervised", "bandit", "scripted", "cost"])
-    parser.add_argument("adapter", nargs="?", help="agree: a player's adapter folder (peft format)")
+    parser.add_argument("mode", choices=["static", "agree", "supervised", "bandit", "scripted", "cost", "opponents"])
+    parser.add_argument("adapter", nargs="?", help="agree: a player's adapter folder (peft format); opponents: a run folder")
     parser.add_argument("--steps", type=int, default=400, help="supervised: optimizer steps of 64 examples")
     parser.add_argument("--lora", action="store_true", help="supervised: LoRA (--rank, --alpha) through the Updater")
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank (supervised --lora, bandit, scripted)")
@@ -233,6 +250,11 @@ def main():
 
     if args.mode == "cost":
         cost(args)
+        return
+    if args.mode == "opponents":
+        if not args.adapter:
+            parser.error("opponents needs a run folder, e.g. runs/tictactoe-league")
+        print(json.dumps(opponents(args.adapter)))
         return
     if args.mode == "static":
         print(json.dumps({"rule": "first free of center, corners, edges", **figures(static_table(), args.eval_games)}))

@@ -79,7 +79,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     parser.add_argument("--heads", type=int, default=HEADS, help="attention heads (head size = hidden / heads); 32 "
                         "learns the board several times faster per step than 4 (README, Results)")
     parser.add_argument("--credit", default="rae", choices=["rae", "value", "q", "grpo", "constant"],
-                        help="credit assignment ('value' = per-move credit from a per-position value table)")
+                        help="credit assignment ('value' = per-move credit from a per-position value table, "
+                        "'q' = from a (position, move) table as well)")
     parser.add_argument("--learning-rate", type=float, default=5e-4)
     parser.add_argument("--warmup-steps", type=int, default=400, help="supervised warm-up steps on random legal moves")
     parser.add_argument("--eval-games", type=int, default=2000, help="evaluation games per opponent and epoch")

@@ -72,6 +72,19 @@ def test_tictactoe_diagnostics_run(mode, tmp_path):
         assert rows[0]["optimal_move_rate"] == 0.678  # the plateau's figure, exactly
 
 
+def test_diagnostics_count_whom_the_main_agent_met(tmp_path):
+    import json
+
+    games = [["main_agent-0", "minimax"], ["main_agent-0", "main_agent-0"], ["main_exploiter-3", "main_agent-0"],
+             ["minimax", "main_agent-0"], ["random", "main_exploiter-3"]]
+    (tmp_path / "match_history.jsonl").write_text("".join(json.dumps({"players": g}) + "\n" for g in games))
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "tictactoe_diagnostics.py"), "opponents",
+                          str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout) == {"player": "main_agent-0", "games": 4,
+                                      "share": {"minimax": 0.5, "self": 0.25, "main_exploiter": 0.25}}
+
+
 def test_warmup_teaches_the_format_and_is_cached(tmp_path):
     from autocurricula.engine import Engine
     from autocurricula.games import tictactoe
