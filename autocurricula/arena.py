@@ -26,6 +26,7 @@ import hashlib
 import inspect
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -136,8 +137,8 @@ class GameHandle:
         else:
             ids = [int(t) for t in prompt]
         if "policy" in player:  # scripted player: a Python callable, never trained
-            text = self.arena.scripted(player, self.arena.engine.decode(ids), seed)
-            return Generation(text, [], [], ids, "stop", None, player["id"])
+            text = prompt if isinstance(prompt, str) else self.arena.engine.decode(ids)
+            return Generation(self.arena.scripted(player, text, seed), [], [], ids, "stop", None, player["id"])
         params = SamplingParams(max_tokens=max_tokens or self.arena.max_tokens,
                                 temperature=self.arena.temperature if temperature is None else temperature,
                                 top_p=top_p, top_k=top_k, stop=list(stop or []), seed=seed)
@@ -208,6 +209,7 @@ class Arena:
         self._inflight = 0  # submitted calls whose results have not reached their game yet
         self._live: set[str] = set()
         self._wake: asyncio.Event | None = None
+        self._takes_rng = weakref.WeakKeyDictionary()  # policy -> whether it takes an rng
 
     def is_trainable(self, player: dict) -> bool:
         return "policy" not in player and not self._frozen(player)
@@ -217,10 +219,19 @@ class Arena:
 
     def scripted(self, player: dict, prompt: str, seed: int) -> str:
         fn = player["policy"]
-        try:
-            takes_rng = len(inspect.signature(fn).parameters) >= 2
-        except (TypeError, ValueError):
-            takes_rng = False
+        try:  # inspect.signature per call cost more than a minimax move; weak keys: per-game lambdas
+            takes_rng = self._takes_rng.get(fn)
+        except TypeError:  # not hashable or not weak-referenceable: no caching
+            takes_rng = None
+        if takes_rng is None:
+            try:
+                takes_rng = len(inspect.signature(fn).parameters) >= 2
+            except (TypeError, ValueError):
+                takes_rng = False
+            try:
+                self._takes_rng[fn] = takes_rng
+            except TypeError:
+                pass
         out = fn(prompt, np.random.default_rng(seed)) if takes_rng else fn(prompt)
         return str(out)
 

@@ -23,6 +23,11 @@ Assigners:
   and the completion. ``Q`` first moves toward ``G_i`` (same step rule), then ``A_i = Q(s_i, a_i) -
   V(s_i)``: on a pair's first visit that is exactly the "value" advantage, and every revisit averages
   the noise of single outcomes away (a move's credit stops depending on the opponent's later luck).
+  Option (``StateValues.greedy_targets``): each round, every position a player visited also trains
+  toward its best known move: the highest ``Q`` among moves tried at least ``min_visits`` times,
+  shrunk toward ``V`` as if it had one more visit at ``V``, as an extra turn with ``A = coef * (Q -
+  V)`` and no sampler logprobs (``Turn.target``). Policy improvement from the critic, as in policy
+  iteration: a move the sampler did not pick this round still gets pulled up once its ``Q`` is known.
 - constant: ``A = R``.
 """
 
@@ -55,6 +60,7 @@ class Turn:
     truncated: bool = False  # cut by max_tokens (no eos) or unparseable
     seat: int = -1  # the player's position in the game (its reward is rewards[seat])
     advantage: float | None = None
+    target: bool = False  # not sampled (a critic's pick): the update uses the current logprobs as old ones
 
     def __post_init__(self):
         if len(self.logprobs) != len(self.completion_ids):
@@ -174,8 +180,9 @@ class StateValues:
     max_states: int = 200_000
     actions: bool = False  # also learn Q(s, a) and use A = Q - V (credit="q")
     values: OrderedDict = field(default_factory=OrderedDict)  # key -> [value, visits]
-    action_values: OrderedDict = field(default_factory=OrderedDict)  # key + completion digest -> [value, visits]
+    action_values: OrderedDict = field(default_factory=OrderedDict)  # key|digest -> [value, visits, completion]
     fallback: RAE = field(default_factory=RAE)
+    _moves: dict = field(default_factory=dict, repr=False)  # state key -> {action keys}: its known moves
 
     def __post_init__(self):
         if not 0 <= self.lam <= 1:
@@ -194,14 +201,24 @@ class StateValues:
         digest = hashlib.blake2b(array("q", turn.completion_ids).tobytes(), digest_size=8).hexdigest()
         return f"{self.key(turn)}|{digest}"
 
-    def _move_toward(self, table: OrderedDict, key: str, target: float, start: float) -> float:
-        value, visits = table.pop(key, (start, 0))  # start: the value a new entry has before its first visit
+    def _move_toward(self, table: OrderedDict, key: str, target: float, start: float, *extra) -> float:
+        value, visits, *_ = table.pop(key, (start, 0))  # start: the value a new entry has before its first visit
         visits += 1
         value += max(1.0 / visits, 1 - self.alpha) * (target - value)
-        table[key] = [value, visits]  # re-inserted last: most recently updated
+        table[key] = [value, visits, *extra]  # re-inserted last: most recently updated
         while len(table) > self.max_states:
-            table.popitem(last=False)
+            dropped, _ = table.popitem(last=False)
+            if table is self.action_values:
+                self._forget_move(dropped)
         return value
+
+    def _forget_move(self, action_key: str) -> None:
+        state = action_key.rsplit("|", 1)[0]
+        moves = self._moves.get(state)
+        if moves is not None:
+            moves.discard(action_key)
+            if not moves:
+                del self._moves[state]
 
     def value(self, turn: Turn) -> float:
         entry = self.values.get(self.key(turn))
@@ -219,7 +236,10 @@ class StateValues:
                 if j < len(idx) - 1:
                     g = (1 - self.lam) * v[j + 1] + self.lam * g
                 if self.actions:  # first visit: Q = g, so A = g - V as without action values
-                    g_avg = self._move_toward(self.action_values, self.action_key(turns[idx[j]]), g, v[j])
+                    turn = turns[idx[j]]
+                    akey = self.action_key(turn)
+                    g_avg = self._move_toward(self.action_values, akey, g, v[j], list(turn.completion_ids))
+                    self._moves.setdefault(akey.rsplit("|", 1)[0], set()).add(akey)
                     out[idx[j]] = g_avg - v[j]
                 else:
                     out[idx[j]] = g - v[j]
@@ -228,10 +248,39 @@ class StateValues:
             self.fallback.advantages([turns[idx[0]]])  # role baseline: one update per episode
         return out
 
+    def greedy_targets(self, turns: list[Turn], coef: float, min_visits: int = 2) -> list[Turn]:
+        """Call after :meth:`advantages`. For each (player, state) in ``turns``, one target turn with the
+        state's best known move and ``A = coef * (Q - V) > 0`` (``Q`` shrunk toward ``V`` by one visit,
+        so a lucky single outcome does not beat a move that keeps winning). Needs ``actions=True``."""
+        if not self.actions:
+            raise ValueError("greedy_targets needs the (state, move) table: StateValues(actions=True), credit='q'")
+        if coef < 0 or min_visits < 1:
+            raise ValueError(f"greedy targets need coef >= 0 and min_visits >= 1, got {coef} and {min_visits}")
+        out, seen = [], set()
+        for t in turns:
+            state = self.key(t)
+            if coef == 0 or (t.player, state) in seen:
+                continue
+            seen.add((t.player, state))
+            v = self.value(t)
+            best = None
+            for akey in sorted(self._moves.get(state, ())):  # sorted: ties resolve the same way every run
+                q, n, ids = self.action_values[akey]
+                score = (q * n + v) / (n + 1)
+                if n >= min_visits and ids and (best is None or score > best[0]):
+                    best = (score, ids)
+            if best is None or best[0] <= v:
+                continue
+            out.append(Turn(player=t.player, game_id=t.game_id, role=t.role, prompt_ids=list(t.prompt_ids),
+                            completion_ids=list(best[1]), logprobs=[0.0] * len(best[1]), version=t.version,
+                            game=t.game, reward=t.reward, level=t.level, parent=t.parent, seat=t.seat,
+                            advantage=coef * (best[0] - v), target=True))
+        return out
+
     def state_dict(self) -> dict:
         return {"lam": self.lam, "alpha": self.alpha, "per_player": self.per_player, "max_states": self.max_states,
                 "actions": self.actions, "values": [[k, v[0], v[1]] for k, v in self.values.items()],
-                "action_values": [[k, v[0], v[1]] for k, v in self.action_values.items()],
+                "action_values": [[k, *v] for k, v in self.action_values.items()],
                 "fallback": self.fallback.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -239,7 +288,12 @@ class StateValues:
         self.per_player, self.max_states = bool(state["per_player"]), int(state["max_states"])
         self.values = OrderedDict((str(k), [float(v), int(n)]) for k, v, n in state["values"])
         self.actions = bool(state.get("actions", False))  # checkpoints written before credit="q" lack both keys
-        self.action_values = OrderedDict((str(k), [float(v), int(n)]) for k, v, n in state.get("action_values", []))
+        # [key, Q, visits, completion ids]; checkpoints before greedy targets lack the ids: never a target
+        self.action_values = OrderedDict((str(k), [float(v), int(n), [int(i) for i in (rest[0] if rest else [])]])
+                                         for k, v, n, *rest in state.get("action_values", []))
+        self._moves = {}
+        for akey in self.action_values:
+            self._moves.setdefault(akey.rsplit("|", 1)[0], set()).add(akey)
         self.fallback.load_state_dict(state["fallback"])
 
 

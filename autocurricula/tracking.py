@@ -26,6 +26,11 @@ METRICS = {
     "pool/learners": "trainable players",
     "engine/occupancy": "mean rows per decode step / max_batch since start",
     "time/round_s": "wall time of the round",
+    "time/rollout_s": "of which playing the games (engine and game code)",
+    "time/update_s": "of which the optimizer step (credit and bookkeeping are the rest)",
+    "credit/states": "credit='value' or 'q': positions in the value table",
+    "credit/state_moves": "credit='q': (position, move) pairs in the action-value table",
+    "credit/targets": "q_target_coef: target turns (best known moves) added to the update",
 }
 
 

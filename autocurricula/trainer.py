@@ -205,6 +205,7 @@ class AutocurriculumTrainer:
                 gid = f"e{self.current_epoch}-r{self.current_round}-m{mi}-{k}"
                 games.append((play, seats, GameRecord(gid, seats), self.game_name))
         records = run_async(self.arena.run(games, cfg.max_concurrent_games))
+        t_rollout = time.perf_counter() - t0
         self._record(records)
         turns = []
         for r in records:
@@ -224,8 +225,14 @@ class AutocurriculumTrainer:
                 metrics["credit/states"] = len(self.values.values)
             if cfg.credit == "q":
                 metrics["credit/state_moves"] = len(self.values.action_values)
+            if cfg.q_target_coef:
+                targets = self.values.greedy_targets(turns, cfg.q_target_coef, cfg.q_target_min_visits)
+                metrics["credit/targets"] = len(targets)
+                turns = turns + targets
             frozen = {p["id"] for p in self.players if p["frozen"]}
+            t_update = time.perf_counter()
             out = self.updater.step(turns, skip=frozen)
+            metrics["time/update_s"] = time.perf_counter() - t_update
             metrics.update({"train/loss": out.get("loss", 0.0), "train/kl": out.get("kl", 0.0),
                             "train/clip_ratio": out.get("clip_ratio", 0.0), "train/tokens": out.get("tokens", 0)})
             if "entropy" in out:
@@ -236,6 +243,7 @@ class AutocurriculumTrainer:
             log.warning("%d games raised; first: %s", len(errors), errors[0])
         metrics["engine/occupancy"] = self.engine.occupancy
         metrics["time/round_s"] = time.perf_counter() - t0
+        metrics["time/rollout_s"] = t_rollout
         for p in self.players:
             metrics[f"rating/elo/{p['id']}"] = self.elo.rating(p["id"])
         self.on_round_end(records)

@@ -124,6 +124,7 @@ def probe(args, base, play, spec, opponents, n, credit):
 
     config = AutocurriculumConfig(epochs=args.epochs, rounds=args.rounds, output_dir=args.output_dir, progress=False,
                                   bt_bootstrap=0, max_tokens=2, credit=credit, save_strategy="no",
+                                  q_target_coef=args.q_targets, q_target_min_visits=args.q_target_min_visits,
                                   max_concurrent_games=256, max_batch=128, seed=args.seed)
     trainer = _Probe(config, spec, opponents, n)
     grpo = GRPOConfig(learning_rate=args.learning_rate, beta=args.beta, loss_type="grpo",
@@ -230,6 +231,9 @@ def main():
     parser.add_argument("--minimax-share", type=float, default=0.5)
     parser.add_argument("--openings", default="0-0", help="scripted: random opening moves, lo-hi")
     parser.add_argument("--credit", default="value", choices=["rae", "value", "q", "grpo", "constant"])
+    parser.add_argument("--q-targets", type=float, default=0.0, help="with --credit q: q_target_coef, also train "
+                        "every visited position toward its best known move (0 = off)")
+    parser.add_argument("--q-target-min-visits", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=None, help="default 1e-3 (supervised) or 5e-4")
     parser.add_argument("--beta", type=float, default=0.0)
     parser.add_argument("--temperature", type=float, default=1.0)

@@ -4,7 +4,7 @@
 
 Same tiny base, warm-up, game, update settings and evaluation as examples/tictactoe_league.py;
 one main player plays itself and its past snapshots (and the scripted random and minimax players,
-which count as past opponents). The number of games per round matches the league's three learners.
+which count as past opponents). Its games per round match the league's three learners' (256 + 2 x 32).
 """
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
@@ -12,13 +12,13 @@ from autocurricula import SelfPlayConfig, SelfPlayTrainer
 
 from ttt_common import Evaluator, finish, game, parse_args, scripted_players, start, update_settings
 
-args = parse_args(__doc__, "--games-per-round", 192, "runs/tictactoe-selfplay")
+args = parse_args(__doc__, "--games-per-round", 320, "runs/tictactoe-selfplay")  # the league's 256 + 2 x 32
 
 engine, figures = start(args)
 
 config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round, past_share=0.5,
                         output_dir=args.output_dir, seed=args.seed, max_tokens=2, credit=args.credit,
-                        max_concurrent_games=128, bt_bootstrap=50, progress=False)
+                        q_target_coef=args.q_targets, max_concurrent_games=128, bt_bootstrap=50, progress=False)
 trainer = SelfPlayTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)

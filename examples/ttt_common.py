@@ -69,8 +69,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     import argparse
 
     parser = argparse.ArgumentParser(description=doc)
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument(games_flag, type=int, default=games_default)
     parser.add_argument("--output-dir", default=output_dir)
     parser.add_argument("--seed", type=int, default=0)
@@ -78,15 +78,17 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     parser.add_argument("--layers", type=int, default=2, help="tiny model depth (the package default is 4)")
     parser.add_argument("--heads", type=int, default=HEADS, help="attention heads (head size = hidden / heads); 32 "
                         "learns the board several times faster per step than 4 (README, Results)")
-    parser.add_argument("--credit", default="rae", choices=["rae", "value", "q", "grpo", "constant"],
+    parser.add_argument("--credit", default="q", choices=["rae", "value", "q", "grpo", "constant"],
                         help="credit assignment ('value' = per-move credit from a per-position value table, "
                         "'q' = from a (position, move) table as well)")
-    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--q-targets", type=float, default=1.0, help="with --credit q: also train every visited "
+                        "position toward its best known move, advantage COEF x (Q - V) (q_target_coef; 0 = off)")
+    parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--warmup-steps", type=int, default=400, help="supervised warm-up steps on random legal moves")
     parser.add_argument("--eval-games", type=int, default=2000, help="evaluation games per opponent and epoch")
-    parser.add_argument("--beta", type=float, default=0.1, help="KL coefficient to the base model")
+    parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the base model")
     parser.add_argument("--num-iterations", type=int, default=1, help="optimizer steps per batch of turns")
-    parser.add_argument("--openings", default="0-0", help="every training game starts after lo-hi random moves "
+    parser.add_argument("--openings", default="0-4", help="every training game starts after lo-hi random moves "
                         "(drawn per game), e.g. 0-4: positions a league alone rarely reaches")
     if extra is not None:
         extra(parser)
@@ -96,6 +98,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
         assert len(args.openings) == 2
     except (ValueError, AssertionError):
         parser.error(f"--openings takes lo-hi, e.g. 0-4, got {args.openings!r}")
+    if args.credit != "q":
+        args.q_targets = 0.0  # the targets come from the (position, move) table of credit q
     return args
 
 

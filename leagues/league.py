@@ -47,6 +47,9 @@ class LeagueConfig(AutocurriculumConfig):
     main_exploiters: int = field(default=1, metadata={"help": "main exploiters"})
     league_exploiters: int = field(default=2, metadata={"help": "league exploiters"})
     games_per_learner: int = field(default=16, metadata={"help": "games each learner plays per round"})
+    exploiter_games: int | None = field(default=None, metadata={"help": "games each exploiter plays per round "
+                                        "(None = games_per_learner); fewer leaves the main agents more of the "
+                                        "compute on a small budget"})
     selfplay_share: float = field(default=0.35, metadata={"help": "main agents: share of self-play"})
     pfsp_share: float = field(default=0.5, metadata={"help": "main agents: share of PFSP over past players"})
     main_pfsp_weighting: str = field(default="squared", metadata={"help": "main agents' PFSP weighting"})
@@ -69,6 +72,8 @@ class LeagueConfig(AutocurriculumConfig):
         super().__post_init__()
         if self.main_agents < 1:
             raise ValueError("a league needs at least one main agent (main_agents >= 1)")
+        if self.games_per_learner < 1 or (self.exploiter_games is not None and self.exploiter_games < 0):
+            raise ValueError("games_per_learner must be >= 1 and exploiter_games >= 0 (or None = games_per_learner)")
         if not 0 <= self.anchor_share <= 1:
             raise ValueError(f"anchor_share must be in [0, 1], got {self.anchor_share}")
         if self.selfplay_share + self.pfsp_share > 1:
@@ -121,8 +126,12 @@ class LeagueTrainer(AutocurriculumTrainer):
     # match -----------------------------------------------------------------
     def match(self) -> list[tuple]:
         games = []
+        cfg = self.config
         for learner in self.learners():
-            for _ in range(self.config.games_per_learner):
+            n = cfg.games_per_learner
+            if learner.get("role") in ("main_exploiter", "league_exploiter") and cfg.exploiter_games is not None:
+                n = cfg.exploiter_games
+            for _ in range(n):
                 opponent = self.opponent_for(learner)
                 games.append((learner, opponent) if self.rng.random() < 0.5 else (opponent, learner))
         return games

@@ -131,7 +131,7 @@ def test_action_values_by_hand():
     # g2: V(1) = mean(1, -1) = 0; new pair (1, 8): Q = -1 -> A = -1, the same as "value".
     assert [q.advantages(g)[0] for g in games] == pytest.approx([1, -1, -1])
     assert [v.advantages(g)[0] for g in games] == pytest.approx([1, -2, -1])
-    assert q.action_values[q.action_key(act(1, 7, "x", 0))] == pytest.approx([0.0, 2])
+    assert q.action_values[q.action_key(act(1, 7, "x", 0))][:2] == pytest.approx([0.0, 2])
     assert len(q.action_values) == 2 and not v.action_values
 
 
@@ -160,6 +160,44 @@ def test_action_values_round_trip_and_method_check():
     with pytest.raises(ValueError, match=r"StateValues\(actions=True\)"):
         assign_credit(nxt, "q", values=StateValues())
     assert [t.advantage for t in assign_credit([act(3, 7, "k", 1.0)], "q", values=StateValues(actions=True))] == [1.0]
+
+
+def test_greedy_targets_pick_the_best_known_move_by_hand():
+    q = StateValues(actions=True)
+    for i, (move, r) in enumerate([(7, 1), (7, 1), (8, -1), (8, -1)]):
+        q.advantages([act(1, move, f"g{i}", r)])
+    # V(1) = mean(1, 1, -1, -1) = 0; Q(1, 7) = 1 and Q(1, 8) = -1, two visits each. Shrunk by one visit
+    # at V: score(7) = (2 * 1 + 0) / 3 = 2/3, so A = 0.5 * (2/3 - 0) = 1/3 for the move not sampled here.
+    seen = [act(1, 8, "now", -1), act(1, 8, "again", -1)]
+    (target,) = q.greedy_targets(seen, coef=0.5)  # one target per (player, state)
+    assert target.completion_ids == [7] and target.prompt_ids == [1] and target.target
+    assert target.advantage == pytest.approx(1 / 3) and target.logprobs == [0.0] and target.player == "p"
+    other = Turn("o", "g9", "O", [1], [8], [-0.5], reward=-1.0, game="ttt")
+    assert [t.player for t in q.greedy_targets([other, *seen], coef=0.5)] == ["o", "p"]
+    # one lucky win is not enough: min_visits, and the shrinkage toward V when it is allowed
+    q.advantages([act(1, 9, "lucky", 1)])  # V = 0.2, Q(1, 9) = 1 after one visit
+    assert q.greedy_targets(seen, coef=1.0)[0].completion_ids == [7]
+    (t1,) = q.greedy_targets(seen, coef=1.0, min_visits=1)
+    assert t1.completion_ids == [7] and t1.advantage == pytest.approx((2 + 0.2) / 3 - 0.2)  # 9 scores (1 + .2) / 2
+    # no target when no known move beats the state's value, or with coef 0
+    bad = StateValues(actions=True)
+    for i in range(3):
+        bad.advantages([act(2, 5, f"b{i}", -1)])
+    assert bad.greedy_targets([act(2, 5, "x", -1)], coef=1.0) == [] and q.greedy_targets(seen, coef=0) == []
+    # the known moves survive a JSON round trip and the cap
+    restored = StateValues(actions=True)
+    restored.load_state_dict(json.loads(json.dumps(q.state_dict())))
+    assert [(t.completion_ids, t.advantage) for t in restored.greedy_targets(seen, 1.0)] == \
+        [(t.completion_ids, t.advantage) for t in q.greedy_targets(seen, 1.0)]
+    capped = StateValues(actions=True, max_states=1)
+    for i, move in enumerate([7, 7, 8, 8]):
+        capped.advantages([act(1, move, f"c{i}", 1 if move == 7 else -1)])
+    assert capped.greedy_targets(seen, 1.0) == []  # move 7 was dropped with its entry; 8 is below V
+    assert capped._moves == {capped.key(seen[0]): {capped.action_key(seen[0])}}
+    with pytest.raises(ValueError, match="actions=True"):
+        StateValues().greedy_targets(seen, 1.0)
+    with pytest.raises(ValueError, match="min_visits"):
+        q.greedy_targets(seen, 1.0, min_visits=0)
 
 
 def test_assign_credit_sets_advantages():

@@ -28,7 +28,8 @@ def test_fictitious_gan_example_runs():
 
 
 @pytest.mark.parametrize("script,games,extra", [("tictactoe_league.py", "--games-per-learner",
-                                                 ["--credit", "value", "--main-exploiters", "0", "--anchor-share", "0.5"]),
+                                                 ["--credit", "value", "--main-exploiters", "0", "--anchor-share", "0.5",
+                                                  "--exploiter-games", "4"]),
                                                 ("tictactoe_selfplay.py", "--games-per-round",
                                                  ["--credit", "q", "--openings", "0-3"])])
 def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
@@ -52,8 +53,8 @@ def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
 @pytest.mark.parametrize("mode", [["static"], ["supervised", "--lora", "--steps", "2", "--eval-every", "2", "--rank", "4"],
                                   ["bandit", "--epochs", "1", "--rounds", "2", "--games", "8", "--group", "4",
                                    "--entropy-coef", "0.1", "--num-iterations", "2", "--eval-every", "1"],
-                                  ["scripted", "--epochs", "1", "--rounds", "1", "--games", "4", "--openings", "0-3",
-                                   "--eval-every", "1"], ["cost", "--heads-list", "2,8"]])
+                                  ["scripted", "--epochs", "1", "--rounds", "2", "--games", "4", "--openings", "0-3",
+                                   "--eval-every", "1", "--credit", "q", "--q-targets", "1.0", "--q-target-min-visits", "1"], ["cost", "--heads-list", "2,8"]])
 def test_tictactoe_diagnostics_run(mode, tmp_path):
     import json
     import os

@@ -537,3 +537,41 @@ def test_textarena_kuhn_poker_and_unknown_ids():
         tag.make_play("KuhnPoker-v1")
     out = asyncio.run(tag.run_env("TicTacToe-v0", players, FakeModel(), seed=1, max_steps=2))
     assert out["rewards"] == [0.0, 0.0] and out["steps"] == 2  # cut short: no result
+
+
+def test_scripted_policies_any_callable_and_exact_prompt(engine):
+    """Scripted players get the game's prompt text as written, whether the callable takes an rng,
+    is a per-game lambda or is not hashable (the arena caches what it learns about each policy)."""
+    from autocurricula.arena import GameRecord
+
+    class Unhashable:
+        __hash__ = None
+
+        def __call__(self, prompt):
+            seen.append(prompt)
+            return ttt.random_policy(prompt, random.Random(prompt))
+
+    seen = []
+
+    def games():
+        out = []
+        for i in range(4):
+            one_arg = lambda prompt: str(ttt.legal_moves(ttt.parse_prompt(prompt)[0])[0])  # noqa: E731
+            players = [{"id": "u", "policy": Unhashable()},
+                       {"id": "r", "policy": one_arg if i % 2 else ttt.random_policy}]
+            out.append((functools.partial(ttt.play, seed=i), players, GameRecord(f"g{i}", players), "ttt"))
+        return out
+
+    records = arena_run(engine, games())
+    assert all(r.error is None for r in records), [r.error for r in records]
+    assert seen and all(p == ttt.render_prompt(*ttt.parse_prompt(p)) for p in seen)
+    assert [r.rewards for r in arena_run(engine, games())] == [r.rewards for r in records]
+
+
+def test_engine_encode_and_decode_are_cached_and_copied(engine):
+    prompt = ttt.render_prompt(ttt.EMPTY_BOARD, "X")
+    ids = engine.encode(prompt)
+    ids.append(-1)  # the caller's list is its own: the cache is not mutated through it
+    assert engine.encode(prompt) == list(engine.tokenizer.encode(prompt))
+    assert engine.decode(engine.encode(prompt)) == prompt
+    assert engine._encoded.get(prompt) is not None

@@ -76,6 +76,19 @@ def test_anchor_share_sends_main_agents_to_the_fixed_opponents():
         LeagueConfig(anchor_share=1.5)
 
 
+def test_exploiter_games_sets_the_exploiters_share_of_a_round():
+    main, mexp, lexp = p("main", "main_agent"), p("mexp", "main_exploiter"), p("lexp", "league_exploiter")
+    past = [p("main-old", "main_agent", True, snapshot_of="main")]
+    for exploiter_games, per_exploiter in ((None, 12), (3, 3), (0, 0)):
+        t = league([main, mexp, lexp, *past], games_per_learner=12, exploiter_games=exploiter_games)
+        games = t.match()
+        assert len(games) == 12 + 2 * per_exploiter  # the main agent keeps its 12 whatever the exploiters get
+        # the league exploiter's games are against the pool's past, never the live main agent
+        assert sum(any(x["id"] == "lexp" for x in g) for g in games) == per_exploiter
+    with pytest.raises(ValueError, match="exploiter_games"):
+        LeagueConfig(exploiter_games=-1)
+
+
 def fixed_share_without(t):
     share, t.config.anchor_share = t.config.anchor_share, 0.0
     counts = Counter(t.opponent_for({"id": "main", "role": "main_agent", "frozen": False})["id"] for _ in range(20000))
@@ -151,6 +164,10 @@ def test_config_errors_name_the_fix():
         LeagueConfig(main_agents=0)
     with pytest.raises(ValueError, match="selfplay_share"):
         LeagueConfig(selfplay_share=0.8, pfsp_share=0.5)
+    with pytest.raises(ValueError, match="credit='q'"):
+        LeagueConfig(q_target_coef=0.5)  # the targets come from the (state, move) table
+    with pytest.raises(ValueError, match="q_target_min_visits"):
+        LeagueConfig(credit="q", q_target_min_visits=0)
 
 
 def test_fictitious_play_samples_past_by_pfsp():

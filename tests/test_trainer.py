@@ -91,6 +91,8 @@ def test_league_trains_learners_not_frozen_and_scripted_rank(tiny_model_path, tm
     assert (out / "elo.png").is_file() and (out / "payoff.png").is_file() and (out / "metrics.jsonl").is_file()
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert {"train/loss", "rollout/reward_mean", "pool/size", "engine/occupancy"} <= set(metrics[0])
+    m = metrics[0]  # the round's time splits into playing, updating and the rest
+    assert 0 < m["time/rollout_s"] and 0 < m["time/update_s"] and m["time/rollout_s"] + m["time/update_s"] <= m["time/round_s"]
     t.engine.close()
 
 
@@ -116,7 +118,9 @@ def test_checkpoints_are_complete_pickle_free_and_limited(tiny_model_path, tmp_p
 
 @pytest.mark.parametrize("credit", ["value", "q"])
 def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path, credit):
-    cfg = dict(epochs=2, rounds=2, games_per_round=4, output_dir=str(tmp_path), credit=credit, value_lambda=0.5, **FAST)
+    targets = dict(q_target_coef=0.5, q_target_min_visits=1) if credit == "q" else {}
+    cfg = dict(epochs=2, rounds=2, games_per_round=4, output_dir=str(tmp_path), credit=credit, value_lambda=0.5,
+               **targets, **FAST)
     t = Capture(SelfPlayConfig(**cfg))
     t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(entropy_coef=0.01))
     t.engine.close()
@@ -129,6 +133,12 @@ def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path, cr
     assert state["values"]["actions"] == (credit == "q") and bool(t.values.action_values) == (credit == "q")
     if credit == "q":
         assert t.metrics_log[-1]["credit/state_moves"] == len(t.values.action_values)
+        # the critic's picks reach the update next to the sampled turns, one per (player, prompt) at most
+        picked = [[x for x in batch if x.target] for batch in t.seen]
+        assert any(picked) and [len(b) for b in picked] == [row["credit/targets"] for row in t.metrics_log]
+        assert all(x.advantage > 0 and x.logprobs == [0.0] * len(x.completion_ids) for b in picked for x in b)
+    else:
+        assert not any(x.target for x in turns)
     again = SelfPlayTrainer(SelfPlayConfig(**cfg))
     again.train(str(tiny_model_path), digits, resume_from_checkpoint=True)  # all epochs done: loads only
     again.engine.close()

@@ -123,6 +123,22 @@ def test_step_moves_logprobs_in_the_direction_of_the_advantage(engine):
         assert (a - b) * t.advantage > 0, (t.advantage, b, a)
 
 
+def test_target_turns_are_log_likelihood_steps_without_sampler_logprobs(engine):
+    load_players(engine, ["a"])
+    (sampled,) = play_turns(engine, ["a"], per_player=1)
+    # the critic's pick: another completion of the same prompt, never sampled, no logprobs of its own
+    target = Turn("a", "g0", "X", sampled.prompt_ids, [5, 6], [-20.0, -20.0], advantage=0.5, target=True)
+    before = logprob_of(engine, "a", target)
+    m = Updater(engine, GRPOConfig(learning_rate=5e-3, loss_type="grpo", epsilon=1e-3)).step([target])
+    assert logprob_of(engine, "a", target) > before + 0.01
+    assert m["clip_ratio"] == 0  # its ratio is taken against the current logprobs: 1, never clipped
+    # as a plain turn, those (ignored) logprobs would make the ratio huge: clipped, nothing learnt
+    plain = Turn("a", "g0", "X", sampled.prompt_ids, [5, 6], [-20.0, -20.0], advantage=0.5)
+    before = logprob_of(engine, "a", plain)
+    m = Updater(engine, GRPOConfig(learning_rate=5e-3, loss_type="grpo", epsilon=1e-3)).step([plain])
+    assert m["clip_ratio"] == 1 and logprob_of(engine, "a", plain) == pytest.approx(before, abs=1e-5)
+
+
 def test_fused_step_equals_sequential_steps(tiny_model_path, engine):
     names = ["a", "b", "c"]
     load_players(engine, names)

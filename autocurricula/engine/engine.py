@@ -97,6 +97,7 @@ class Engine:
         self.scheduler = Scheduler(self)
         self._ids = itertools.count(1)
         self._seed_rng = np.random.default_rng()
+        self._encoded, self._decoded = _BoundedCache(), _BoundedCache()
         self._stop = False
         self._error: BaseException | None = None
         self._busy_since: float | None = None
@@ -256,10 +257,18 @@ class Engine:
 
     def decode(self, ids: list[int]) -> str:
         """Token ids to text, special tokens dropped (what completions report)."""
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        key = tuple(ids)
+        text = self._decoded.get(key)
+        if text is None:
+            text = self._decoded.put(key, self.tokenizer.decode(ids, skip_special_tokens=True))
+        return text
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text))
+        """Text to token ids; games repeat their prompts, so results are cached (bounded)."""
+        ids = self._encoded.get(text)
+        if ids is None:
+            ids = self._encoded.put(text, tuple(self.tokenizer.encode(text)))
+        return list(ids)
 
     def apply_chat_template(self, messages: list[dict]) -> list[int]:
         out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -429,3 +438,19 @@ class Engine:
         mx.eval([(layer.lora_a, layer.lora_b) for layer in self.lora.layers.values()])
         rec.loads += 1
 
+
+class _BoundedCache:
+    """A dict that empties itself when full: tokenizer calls cost more than the game logic around
+    them, and single dict operations are safe across the engine and event-loop threads."""
+
+    def __init__(self, max_items: int = 65536):
+        self.max_items, self._data = max_items, {}
+
+    def get(self, key):
+        return self._data.get(key)
+
+    def put(self, key, value):
+        if len(self._data) >= self.max_items:
+            self._data = {}
+        self._data[key] = value
+        return value

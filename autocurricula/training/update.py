@@ -32,6 +32,7 @@ class _Row:
     adv: float
     old: list[float]
     weight: float
+    fresh: bool = False  # a target turn: no sampler logprobs, the ratio is taken against the current ones
 
 
 def _body_and_head(model):
@@ -116,7 +117,8 @@ class Updater:
                 if w == 0 or (cfg.drop_zero_advantage and cfg.beta == 0 and not cfg.entropy_coef and t.advantage == 0):
                     continue
                 rows.append(_Row(index[name], list(t.prompt_ids) + list(t.completion_ids), len(t.prompt_ids),
-                                 len(t.completion_ids), float(t.advantage), list(t.logprobs), w))
+                                 len(t.completion_ids), float(t.advantage), list(t.logprobs), w,
+                                 bool(getattr(t, "target", False))))
         return rows
 
     def _microbatches(self, rows: list[_Row]) -> list[list[_Row]]:
@@ -150,7 +152,8 @@ class Updater:
         return {"ids": mx.array(ids), "pos": mx.array(pos), "tgt": mx.array(tgt), "mask": mx.array(mask),
                 "old": mx.array(old), "adv": mx.array([r.adv for r in batch], dtype=mx.float32),
                 "w": mx.array(mask * np.array([[r.weight] for r in batch], np.float32)),
-                "slots": mx.array([r.player for r in batch], dtype=mx.uint32)}
+                "slots": mx.array([r.player for r in batch], dtype=mx.uint32),
+                "fresh": mx.array([[r.fresh] for r in batch])}
 
     def _step(self, turns: list[Turn], lr: dict, skip: set) -> tuple[dict, dict]:
         cfg, engine = self.config, self.engine
@@ -183,7 +186,8 @@ class Updater:
             out = completion_logprobs(engine.model, batch["ids"], batch["pos"], batch["tgt"], cfg.temperature,
                                       entropy=bool(cfg.entropy_coef))
             logp, ent = out if cfg.entropy_coef else (out, None)
-            return policy_loss(logp, batch["old"], batch["adv"], batch["w"], batch["mask"], cfg.epsilon,
+            old = mx.where(batch["fresh"], mx.stop_gradient(logp), batch["old"])  # target turns: ratio 1
+            return policy_loss(logp, old, batch["adv"], batch["w"], batch["mask"], cfg.epsilon,
                                cfg.clip_high, cfg.beta, batch.get("ref"), cfg.importance_sampling_level == "sequence",
                                entropy=ent, entropy_coef=cfg.entropy_coef)
 
