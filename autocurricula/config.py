@@ -3,6 +3,7 @@ users can pass those objects directly (``coerce_grpo_config`` / ``LoraSpec.from_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 from autocurricula.engine.adapters import LoraSpec
@@ -151,9 +152,9 @@ class AutocurriculumConfig:
     value_max_states: int = _help("credit='value' or 'q': most states (and state-move pairs) kept in the tables "
                                   "(least recently updated dropped first)", 200_000)
     q_target_coef: float = _help("credit='q': each round, every position a learner visited also trains toward "
-                                 "its best known move (highest Q, shrunk toward V by one visit) with advantage "
-                                 "coef * (Q - V): policy improvement from the critic, not only from the sampled "
-                                 "move; 0 = off", 0.0)
+                                 "its best known move (highest Q shrunk toward V by one visit = score) with "
+                                 "advantage coef * (score - V), unclipped on every pass: policy improvement from "
+                                 "the critic, not only from the sampled move; 0 = off", 0.0)
     q_target_min_visits: int = _help("credit='q': visits a move needs before it can be a target", 2)
     game_name: str | None = _help("name of the game in turns and cards (default: play's module name)", None)
     max_concurrent_games: int = _help("games in flight at once (their calls share the engine's batches)", 64)
@@ -181,8 +182,10 @@ class AutocurriculumConfig:
             raise ValueError(f"credit must be 'rae', 'value', 'q', 'grpo' or 'constant', got {self.credit!r}")
         if not 0 <= self.value_lambda <= 1:
             raise ValueError(f"value_lambda must be in [0, 1], got {self.value_lambda}")
-        if self.q_target_coef < 0 or self.q_target_min_visits < 1:
-            raise ValueError("q_target_coef must be >= 0 and q_target_min_visits >= 1")
+        if not math.isfinite(self.q_target_coef) or self.q_target_coef < 0:
+            raise ValueError(f"q_target_coef must be a finite number >= 0 (0 = off), got {self.q_target_coef}")
+        if not isinstance(self.q_target_min_visits, int) or self.q_target_min_visits < 1:
+            raise ValueError(f"q_target_min_visits must be an integer >= 1, got {self.q_target_min_visits!r}")
         if self.q_target_coef and self.credit != "q":
             raise ValueError(f"q_target_coef needs credit='q' (the (state, move) table), got credit={self.credit!r}")
         targets = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)

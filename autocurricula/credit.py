@@ -179,10 +179,11 @@ class StateValues:
     per_player: bool = False
     max_states: int = 200_000
     actions: bool = False  # also learn Q(s, a) and use A = Q - V (credit="q")
+    completions: bool = True  # with actions: keep each move's completion ids, the targets' moves
     values: OrderedDict = field(default_factory=OrderedDict)  # key -> [value, visits]
-    action_values: OrderedDict = field(default_factory=OrderedDict)  # key|digest -> [value, visits, completion]
+    action_values: OrderedDict = field(default_factory=OrderedDict)  # key|digest -> [Q, visits, ids, truncated]
     fallback: RAE = field(default_factory=RAE)
-    _moves: dict = field(default_factory=dict, repr=False)  # state key -> {action keys}: its known moves
+    _moves: dict = field(default_factory=dict, init=False, repr=False)  # state key -> {action keys}
 
     def __post_init__(self):
         if not 0 <= self.lam <= 1:
@@ -192,6 +193,13 @@ class StateValues:
         if self.max_states < 1:
             raise ValueError(f"max_states must be positive, got {self.max_states}")
         self.fallback = RAE(self.alpha, self.per_player, dict(self.fallback.baselines))
+        self._index_moves()
+
+    def _index_moves(self) -> None:
+        self._moves = {}
+        for akey, entry in self.action_values.items():
+            if len(entry) > 2 and entry[2]:
+                self._moves.setdefault(akey.rsplit("|", 1)[0], set()).add(akey)
 
     def key(self, turn: Turn) -> str:
         digest = hashlib.blake2b(array("q", turn.prompt_ids).tobytes(), digest_size=12).hexdigest()
@@ -238,8 +246,10 @@ class StateValues:
                 if self.actions:  # first visit: Q = g, so A = g - V as without action values
                     turn = turns[idx[j]]
                     akey = self.action_key(turn)
-                    g_avg = self._move_toward(self.action_values, akey, g, v[j], list(turn.completion_ids))
-                    self._moves.setdefault(akey.rsplit("|", 1)[0], set()).add(akey)
+                    ids = list(turn.completion_ids) if self.completions else []
+                    g_avg = self._move_toward(self.action_values, akey, g, v[j], ids, bool(turn.truncated))
+                    if ids:
+                        self._moves.setdefault(akey.rsplit("|", 1)[0], set()).add(akey)
                     out[idx[j]] = g_avg - v[j]
                 else:
                     out[idx[j]] = g - v[j]
@@ -252,9 +262,10 @@ class StateValues:
         """Call after :meth:`advantages`. For each (player, state) in ``turns``, one target turn with the
         state's best known move and ``A = coef * (Q - V) > 0`` (``Q`` shrunk toward ``V`` by one visit,
         so a lucky single outcome does not beat a move that keeps winning). Needs ``actions=True``."""
-        if not self.actions:
-            raise ValueError("greedy_targets needs the (state, move) table: StateValues(actions=True), credit='q'")
-        if coef < 0 or min_visits < 1:
+        if not (self.actions and self.completions):
+            raise ValueError("greedy_targets needs the (state, move) table with its moves: "
+                             "StateValues(actions=True, completions=True), credit='q'")
+        if not math.isfinite(coef) or coef < 0 or min_visits < 1:
             raise ValueError(f"greedy targets need coef >= 0 and min_visits >= 1, got {coef} and {min_visits}")
         out, seen = [], set()
         for t in turns:
@@ -265,16 +276,16 @@ class StateValues:
             v = self.value(t)
             best = None
             for akey in sorted(self._moves.get(state, ())):  # sorted: ties resolve the same way every run
-                q, n, ids = self.action_values[akey]
+                q, n, ids, truncated = self.action_values[akey]
                 score = (q * n + v) / (n + 1)
                 if n >= min_visits and ids and (best is None or score > best[0]):
-                    best = (score, ids)
+                    best = (score, ids, truncated)
             if best is None or best[0] <= v:
                 continue
             out.append(Turn(player=t.player, game_id=t.game_id, role=t.role, prompt_ids=list(t.prompt_ids),
                             completion_ids=list(best[1]), logprobs=[0.0] * len(best[1]), version=t.version,
                             game=t.game, reward=t.reward, level=t.level, parent=t.parent, seat=t.seat,
-                            advantage=coef * (best[0] - v), target=True))
+                            truncated=best[2], advantage=coef * (best[0] - v), target=True))
         return out
 
     def state_dict(self) -> dict:
@@ -288,12 +299,11 @@ class StateValues:
         self.per_player, self.max_states = bool(state["per_player"]), int(state["max_states"])
         self.values = OrderedDict((str(k), [float(v), int(n)]) for k, v, n in state["values"])
         self.actions = bool(state.get("actions", False))  # checkpoints written before credit="q" lack both keys
-        # [key, Q, visits, completion ids]; checkpoints before greedy targets lack the ids: never a target
-        self.action_values = OrderedDict((str(k), [float(v), int(n), [int(i) for i in (rest[0] if rest else [])]])
-                                         for k, v, n, *rest in state.get("action_values", []))
-        self._moves = {}
-        for akey in self.action_values:
-            self._moves.setdefault(akey.rsplit("|", 1)[0], set()).add(akey)
+        # [key, Q, visits, completion ids, truncated]; checkpoints before greedy targets lack the last two
+        rows = ((k, v, n, *rest, [], False)[:5] for k, v, n, *rest in state.get("action_values", []))
+        self.action_values = OrderedDict((str(k), [float(v), int(n), [int(i) for i in ids], bool(cut)])
+                                         for k, v, n, ids, cut in rows)
+        self._index_moves()  # `completions` stays as constructed: a setting of this run, like the targets
         self.fallback.load_state_dict(state["fallback"])
 
 

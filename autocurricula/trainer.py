@@ -225,11 +225,12 @@ class AutocurriculumTrainer:
                 metrics["credit/states"] = len(self.values.values)
             if cfg.credit == "q":
                 metrics["credit/state_moves"] = len(self.values.action_values)
+            frozen = {p["id"] for p in self.players if p["frozen"]}
             if cfg.q_target_coef:
-                targets = self.values.greedy_targets(turns, cfg.q_target_coef, cfg.q_target_min_visits)
+                targets = self.values.greedy_targets([t for t in turns if t.player not in frozen], cfg.q_target_coef,
+                                                     cfg.q_target_min_visits)
                 metrics["credit/targets"] = len(targets)
                 turns = turns + targets
-            frozen = {p["id"] for p in self.players if p["frozen"]}
             t_update = time.perf_counter()
             out = self.updater.step(turns, skip=frozen)
             metrics["time/update_s"] = time.perf_counter() - t_update
@@ -311,7 +312,7 @@ class AutocurriculumTrainer:
         self.updater = Updater(self.engine, self.grpo)
         self.rae = RAE(cfg.rae_alpha, cfg.rae_per_player)
         self.values = StateValues(cfg.value_lambda, cfg.rae_alpha, cfg.rae_per_player, cfg.value_max_states,
-                                  actions=cfg.credit == "q")
+                                  actions=cfg.credit == "q", completions=cfg.q_target_coef > 0)
         self.elo = Elo(k=cfg.elo_k, scale=cfg.elo_scale, initial=cfg.elo_initial)
         self.payoff = Payoff(cfg.payoff_decay)
         self.bt_records: list[tuple] = []

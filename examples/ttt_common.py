@@ -82,7 +82,7 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
                         help="credit assignment ('value' = per-move credit from a per-position value table, "
                         "'q' = from a (position, move) table as well)")
     parser.add_argument("--q-targets", type=float, default=1.0, help="with --credit q: also train every visited "
-                        "position toward its best known move, advantage COEF x (Q - V) (q_target_coef; 0 = off)")
+                        "position toward its best known move, advantage COEF x (score - V) (q_target_coef; 0 = off)")
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--warmup-steps", type=int, default=400, help="supervised warm-up steps on random legal moves")
     parser.add_argument("--eval-games", type=int, default=2000, help="evaluation games per opponent and epoch")

@@ -72,8 +72,9 @@ class LeagueConfig(AutocurriculumConfig):
         super().__post_init__()
         if self.main_agents < 1:
             raise ValueError("a league needs at least one main agent (main_agents >= 1)")
-        if self.games_per_learner < 1 or (self.exploiter_games is not None and self.exploiter_games < 0):
-            raise ValueError("games_per_learner must be >= 1 and exploiter_games >= 0 (or None = games_per_learner)")
+        if self.games_per_learner < 1 or (self.exploiter_games is not None and self.exploiter_games < 1):
+            raise ValueError("games_per_learner and exploiter_games must be >= 1 (exploiter_games None = "
+                             "games_per_learner; for no exploiters set main_exploiters=0 and league_exploiters=0)")
         if not 0 <= self.anchor_share <= 1:
             raise ValueError(f"anchor_share must be in [0, 1], got {self.anchor_share}")
         if self.selfplay_share + self.pfsp_share > 1:

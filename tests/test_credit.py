@@ -196,6 +196,23 @@ def test_greedy_targets_pick_the_best_known_move_by_hand():
     assert capped._moves == {capped.key(seen[0]): {capped.action_key(seen[0])}}
     with pytest.raises(ValueError, match="actions=True"):
         StateValues().greedy_targets(seen, 1.0)
+    with pytest.raises(ValueError, match="completions=True"):
+        StateValues(actions=True, completions=False).greedy_targets(seen, 1.0)
+    # a cut-off completion stays cut off as a target (mask_truncated_completions then drops it too);
+    # without completions the table keeps none
+    cut, lean = StateValues(actions=True), StateValues(actions=True, completions=False)
+    for i in range(3):
+        for table in (cut, lean):
+            table.advantages([Turn("p", f"t{i}", "X", [4], [6], [-0.5], reward=1.0, game="ttt", truncated=True)])
+            table.advantages([Turn("p", f"u{i}", "X", [4], [7], [-0.5], reward=-1.0, game="ttt")])
+    (picked,) = cut.greedy_targets([act(4, 7, "x", -1)], 1.0)
+    assert picked.completion_ids == [6] and picked.truncated and not lean._moves
+    assert all(entry[2] == [] for entry in lean.action_values.values())
+    again = StateValues(actions=True)
+    again.load_state_dict(json.loads(json.dumps(cut.state_dict())))
+    assert again.greedy_targets([act(4, 7, "x", -1)], 1.0)[0].truncated
+    # the index of known moves is rebuilt from a table given to the constructor
+    assert StateValues(actions=True, action_values=q.action_values)._moves == q._moves
     with pytest.raises(ValueError, match="min_visits"):
         q.greedy_targets(seen, 1.0, min_visits=0)
 

@@ -562,9 +562,25 @@ def test_scripted_policies_any_callable_and_exact_prompt(engine):
             out.append((functools.partial(ttt.play, seed=i), players, GameRecord(f"g{i}", players), "ttt"))
         return out
 
-    records = arena_run(engine, games())
+    import autocurricula.arena as arena_module
+
+    calls = []
+    real_signature = arena_module.inspect.signature
+
+    def counting_signature(fn):
+        calls.append(fn)
+        return real_signature(fn)
+
+    arena_module.inspect.signature = counting_signature
+    try:
+        records = arena_run(engine, games())
+    finally:
+        arena_module.inspect.signature = real_signature
     assert all(r.error is None for r in records), [r.error for r in records]
     assert seen and all(p == ttt.render_prompt(*ttt.parse_prompt(p)) for p in seen)
+    # looked up once per cacheable policy (random_policy, two lambdas), every call for the unhashable one
+    unhashable = [c for c in calls if isinstance(c, Unhashable)]
+    assert len(calls) - len(unhashable) == 3 and len(unhashable) == len(seen)
     assert [r.rewards for r in arena_run(engine, games())] == [r.rewards for r in records]
 
 
@@ -575,3 +591,11 @@ def test_engine_encode_and_decode_are_cached_and_copied(engine):
     assert engine.encode(prompt) == list(engine.tokenizer.encode(prompt))
     assert engine.decode(engine.encode(prompt)) == prompt
     assert engine._encoded.get(prompt) is not None
+    assert engine._decoded.get(tuple(engine.encode(prompt))) == prompt
+    from autocurricula.engine.engine import _BoundedCache
+
+    cache = _BoundedCache(max_items=2, max_key=3)
+    cache.put("ab", 1), cache.put("cd", 2)
+    assert cache.get("ab") == 1
+    assert cache.put("ef", 3) == 3 and cache.get("ab") is None and cache.get("ef") == 3  # full: starts over
+    assert cache.put("long", 4) == 4 and cache.get("long") is None  # long keys (free text) are not kept

@@ -79,14 +79,14 @@ def test_anchor_share_sends_main_agents_to_the_fixed_opponents():
 def test_exploiter_games_sets_the_exploiters_share_of_a_round():
     main, mexp, lexp = p("main", "main_agent"), p("mexp", "main_exploiter"), p("lexp", "league_exploiter")
     past = [p("main-old", "main_agent", True, snapshot_of="main")]
-    for exploiter_games, per_exploiter in ((None, 12), (3, 3), (0, 0)):
+    for exploiter_games, per_exploiter in ((None, 12), (3, 3)):
         t = league([main, mexp, lexp, *past], games_per_learner=12, exploiter_games=exploiter_games)
         games = t.match()
         assert len(games) == 12 + 2 * per_exploiter  # the main agent keeps its 12 whatever the exploiters get
         # the league exploiter's games are against the pool's past, never the live main agent
         assert sum(any(x["id"] == "lexp" for x in g) for g in games) == per_exploiter
-    with pytest.raises(ValueError, match="exploiter_games"):
-        LeagueConfig(exploiter_games=-1)
+    with pytest.raises(ValueError, match="main_exploiters=0"):
+        LeagueConfig(exploiter_games=0)  # an exploiter that never plays would still be snapshotted
 
 
 def fixed_share_without(t):
@@ -168,6 +168,8 @@ def test_config_errors_name_the_fix():
         LeagueConfig(q_target_coef=0.5)  # the targets come from the (state, move) table
     with pytest.raises(ValueError, match="q_target_min_visits"):
         LeagueConfig(credit="q", q_target_min_visits=0)
+    with pytest.raises(ValueError, match="finite"):
+        LeagueConfig(credit="q", q_target_coef=float("nan"))
 
 
 def test_fictitious_play_samples_past_by_pfsp():

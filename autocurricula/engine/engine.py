@@ -97,7 +97,7 @@ class Engine:
         self.scheduler = Scheduler(self)
         self._ids = itertools.count(1)
         self._seed_rng = np.random.default_rng()
-        self._encoded, self._decoded = _BoundedCache(), _BoundedCache()
+        self._encoded, self._decoded = _BoundedCache(max_key=2048), _BoundedCache(max_key=64)  # chars, tokens
         self._stop = False
         self._error: BaseException | None = None
         self._busy_since: float | None = None
@@ -441,15 +441,18 @@ class Engine:
 
 class _BoundedCache:
     """A dict that empties itself when full: tokenizer calls cost more than the game logic around
-    them, and single dict operations are safe across the engine and event-loop threads."""
+    them, and single dict operations are safe across the engine and event-loop threads. Keys
+    longer than ``max_key`` (long free-text prompts, which rarely repeat) are not kept."""
 
-    def __init__(self, max_items: int = 65536):
-        self.max_items, self._data = max_items, {}
+    def __init__(self, max_items: int = 65536, max_key: int = 1024):
+        self.max_items, self.max_key, self._data = max_items, max_key, {}
 
     def get(self, key):
         return self._data.get(key)
 
     def put(self, key, value):
+        if len(key) > self.max_key:
+            return value
         if len(self._data) >= self.max_items:
             self._data = {}
         self._data[key] = value
