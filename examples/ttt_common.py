@@ -69,7 +69,7 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     import argparse
 
     parser = argparse.ArgumentParser(description=doc)
-    parser.add_argument("--epochs", type=int, default=7)
+    parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument(games_flag, type=int, default=games_default)
     parser.add_argument("--output-dir", default=output_dir)
