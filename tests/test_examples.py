@@ -59,7 +59,7 @@ def test_tictactoe_diagnostics_run(mode, tmp_path):
     import json
     import os
 
-    args = [sys.executable, str(ROOT / "examples" / "tictactoe_diagnostics.py"), *mode, "--hidden", "32", "--layers",
+    args = [sys.executable, str(ROOT / "research" / "tictactoe_diagnostics.py"), *mode, "--hidden", "32", "--layers",
             "1", "--heads", "4", "--warmup-steps", "20", "--eval-games", "20", "--output-dir", str(tmp_path / "run")]
     out = subprocess.run(args, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
@@ -79,7 +79,7 @@ def test_diagnostics_count_whom_the_main_agent_met(tmp_path):
     games = [["main_agent-0", "minimax"], ["main_agent-0", "main_agent-0"], ["main_exploiter-3", "main_agent-0"],
              ["minimax", "main_agent-0"], ["random", "main_exploiter-3"]]
     (tmp_path / "match_history.jsonl").write_text("".join(json.dumps({"players": g}) + "\n" for g in games))
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / "tictactoe_diagnostics.py"), "opponents",
+    out = subprocess.run([sys.executable, str(ROOT / "research" / "tictactoe_diagnostics.py"), "opponents",
                           str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout) == {"player": "main_agent-0", "games": 4,

@@ -1,14 +1,14 @@
-"""Diagnostics behind the README's tic-tac-toe results: why league RL plateaus on the tiny model.
+"""Diagnostics of tic-tac-toe learning on the tiny model: what limits it and what the model can learn.
 
-    python examples/tictactoe_diagnostics.py static                  # the board-blind rule's figures
-    python examples/tictactoe_diagnostics.py agree ADAPTER_FOLDER    # how often a player follows it
-    python examples/tictactoe_diagnostics.py supervised --steps 1600 # full fine-tune on minimax's moves
-    python examples/tictactoe_diagnostics.py supervised --lora --steps 800   # the same through our Updater
-    python examples/tictactoe_diagnostics.py bandit --epochs 40      # RL with a perfect per-move reward
-    python examples/tictactoe_diagnostics.py scripted --minimax-share 0.5 --openings 0-6 --epochs 40
-    python examples/tictactoe_diagnostics.py scripted --credit q --openings 0-4 --learning-rate 2e-3 --epochs 50
-    python examples/tictactoe_diagnostics.py cost --heads-list 4,8,16,32   # time per step by head count
-    python examples/tictactoe_diagnostics.py opponents runs/tictactoe-league   # whom the main agent met
+    python research/tictactoe_diagnostics.py static                  # the board-blind rule's figures
+    python research/tictactoe_diagnostics.py agree ADAPTER_FOLDER    # how often a player follows it
+    python research/tictactoe_diagnostics.py supervised --steps 1600 # full fine-tune on minimax's moves
+    python research/tictactoe_diagnostics.py supervised --lora --steps 800   # the same through our Updater
+    python research/tictactoe_diagnostics.py bandit --epochs 40      # RL with a perfect per-move reward
+    python research/tictactoe_diagnostics.py scripted --minimax-share 0.5 --openings 0-6 --epochs 40
+    python research/tictactoe_diagnostics.py scripted --credit q --openings 0-4 --learning-rate 2e-3 --epochs 50
+    python research/tictactoe_diagnostics.py cost --heads-list 4,8,16,32   # time per step by head count
+    python research/tictactoe_diagnostics.py opponents runs/tictactoe-league   # whom the main agent met
 
 Every mode starts from the same cached warm base as the examples and prints JSON lines.
 """
@@ -16,7 +16,9 @@ Every mode starts from the same cached warm base as the examples and prints JSON
 import argparse
 import json
 import random
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -26,7 +28,8 @@ from autocurricula.credit import Turn
 from autocurricula.engine import Engine, LoraSpec
 from autocurricula.games import tictactoe as T
 
-from ttt_common import CACHE, HEADS, tiny_base, warm_base
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # the examples' warm base
+from ttt_common import CACHE, HEADS, tiny_base, warm_base  # noqa: E402
 
 ORDER = (5, 1, 3, 7, 9, 2, 4, 6, 8)  # center, corners, edges
 
