@@ -95,11 +95,14 @@ def export_peft(weights: AdapterWeights, folder: str | Path, base_model_name_or_
     """Write a peft LoRA checkpoint (``adapter_config.json`` + ``adapter_model.safetensors``), atomically.
 
     ``base_model_name_or_path`` is the id or path the user gave for the base model.
-    ``num_model_layers`` lets short target names be used only when every block is adapted.
+    ``num_model_layers`` lets short target names be used only when every block is adapted; it is
+    read from the base model's ``config.json`` when that is a local folder.
     """
     from safetensors.numpy import save_file
 
     folder = Path(folder)
+    if num_model_layers is None and (Path(base_model_name_or_path) / "config.json").is_file():
+        num_model_layers = model_num_layers(base_model_name_or_path)
     cfg = peft_config(weights, base_model_name_or_path, use_rslora, num_model_layers)
     tmp = _atomic_folder(folder)
     try:
@@ -118,9 +121,37 @@ def export_peft(weights: AdapterWeights, folder: str | Path, base_model_name_or_
     return folder
 
 
-def export_mlx(weights: AdapterWeights, folder: str | Path, num_model_layers: int) -> Path:
+def model_num_layers(base: str | Path | dict) -> int:
+    """Transformer blocks of a base model: from an engine's ``linear_dims`` (module path -> dims)
+    or from a model folder's ``config.json`` (``num_hidden_layers``, also under ``text_config``)."""
+    if isinstance(base, dict):
+        layers = {int(m.group(1)) for p in base if (m := _LAYER.match(p))}
+        if not layers:
+            raise AdapterError("no transformer blocks ('layers.N') among the model's modules")
+        return max(layers) + 1
+    config = Path(base) / "config.json"
+    if not config.is_file():
+        raise AdapterError(f"{base}: no config.json; pass num_model_layers= (the base model's block count)")
+    cfg = json.loads(config.read_text())
+    n = cfg.get("num_hidden_layers") or (cfg.get("text_config") or {}).get("num_hidden_layers")
+    if not isinstance(n, int):
+        raise AdapterError(f"{config} has no num_hidden_layers; pass num_model_layers=")
+    return n
+
+
+def export_mlx(weights: AdapterWeights, folder: str | Path, num_model_layers: int | None = None, *,
+               base_model: str | Path | None = None) -> Path:
     """Write an mlx-lm adapter folder (``mlx_lm.load(model, adapter_path=folder)``,
-    ``mlx_lm.generate --adapter-path folder``), atomically."""
+    ``mlx_lm.generate --adapter-path folder``), atomically.
+
+    mlx-lm adapts the last N blocks, so the folder needs the base model's block count: pass
+    ``base_model`` (a local model folder), ``num_model_layers``, or neither when the adapter covers
+    the model's last block (then the highest adapted block is taken as the last)."""
+    if num_model_layers is None:
+        if base_model is not None:
+            num_model_layers = model_num_layers(base_model)
+        else:
+            num_model_layers = model_num_layers({p: None for p in weights.modules})
     folder = Path(folder)
     tmp = _atomic_folder(folder)
     try:

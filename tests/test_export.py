@@ -73,6 +73,22 @@ def test_exported_mlx_adapter_loads_in_mlx_lm(engine, tiny_model_path, tmp_path)
     assert import_peft(folder).rank == 8  # and it reads back
 
 
+def test_export_mlx_finds_the_block_count_itself(engine, tiny_model_path, tmp_path):
+    from autocurricula.export import model_num_layers
+
+    assert model_num_layers(tiny_model_path) == model_num_layers(engine.linear_dims) == 4
+    spec = LoraSpec(r=4, lora_alpha=8)
+    all_blocks = {p: engine.linear_dims[p] for p in spec.resolve(engine.linear_dims)}
+    a = export_mlx(AdapterWeights.random(all_blocks, spec, seed=1), tmp_path / "all")  # covers the last block
+    assert json.loads((a / "adapter_config.json").read_text())["num_layers"] == 4
+    tail = {p: d for p, d in all_blocks.items() if ".layers.2." in p or ".layers.3." in p}
+    b = export_mlx(AdapterWeights.random(tail, spec, seed=1), tmp_path / "tail", base_model=tiny_model_path)
+    assert json.loads((b / "adapter_config.json").read_text())["num_layers"] == 2
+    head = {p: d for p, d in all_blocks.items() if ".layers.0." in p or ".layers.1." in p}
+    with pytest.raises(AdapterError, match="last N blocks"):  # blocks 0-1 of 4 are not mlx-lm's tail
+        export_mlx(AdapterWeights.random(head, spec, seed=1), tmp_path / "head", base_model=tiny_model_path)
+
+
 def test_peft_to_player_to_peft_round_trip_is_exact(hf_base, tiny_model_path, tmp_path):
     cfg = peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False,
                           task_type="CAUSAL_LM")
@@ -107,7 +123,8 @@ def test_rejected_imports_name_what_is_unsupported(hf_base, tmp_path, kwargs, me
 
 def test_partial_layer_coverage_uses_full_paths(engine, tmp_path, tiny_model_path):
     w = AdapterWeights.random({"model.layers.3.self_attn.q_proj": (256, 256)}, LoraSpec(r=2), seed=0)
-    folder = export_peft(w, tmp_path / "part", str(tiny_model_path), num_model_layers=4)
-    cfg = json.loads((folder / "adapter_config.json").read_text())
-    assert cfg["target_modules"] == ["model.layers.3.self_attn.q_proj"]
+    for folder in (export_peft(w, tmp_path / "part", str(tiny_model_path), num_model_layers=4),
+                   export_peft(w, tmp_path / "read", str(tiny_model_path))):  # block count from config.json
+        cfg = json.loads((folder / "adapter_config.json").read_text())
+        assert cfg["target_modules"] == ["model.layers.3.self_attn.q_proj"]
     assert cfg["lora_alpha"] == pytest.approx(w.scale * 2)
