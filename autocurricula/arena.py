@@ -22,6 +22,8 @@ batch is full and its composition, hence every float, is the same on every run w
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import hashlib
 import inspect
 import threading
@@ -294,12 +296,11 @@ class Arena:
         self.loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         coordinator = asyncio.create_task(self._coordinator()) if self.lockstep else None
-        sem = asyncio.Semaphore(max_concurrent)
+        gate = _StartGate(self, max_concurrent)
         pool = ThreadPoolExecutor(max_workers=sync_workers, thread_name_prefix="play")
 
         async def one(play, players, record, game):
-            async with sem:
-                self._live.add(record.game_id)
+            async with gate.slot(record.game_id):  # live from the moment its turn comes
                 handle = GameHandle(self, record, game)
                 try:
                     if inspect.iscoroutinefunction(play) or inspect.iscoroutinefunction(getattr(play, "__call__", None)):
@@ -338,3 +339,35 @@ def normalise_rewards(out, n_players: int) -> tuple[list[float], Any]:
     if not all(np.isfinite(rewards)):
         raise ValueError(f"play returned non-finite rewards {rewards}; give finite numbers (e.g. a penalty of -1.5)")
     return rewards, experiences
+
+
+class _StartGate:
+    """Starts games in list order, at most ``limit`` at once. A waiting game is marked live in the
+    same step as the game it replaces ends, so the lockstep coordinator waits for its first call
+    instead of submitting a tick without it (that race made batch composition, and with it the
+    floats, depend on thread timing)."""
+
+    def __init__(self, arena: "Arena", limit: int):
+        self.arena, self.limit, self.running = arena, limit, 0
+        self.waiting: collections.deque = collections.deque()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, game_id: str):
+        if self.running < self.limit and not self.waiting:
+            self.running += 1
+            self.arena._live.add(game_id)
+        else:
+            fut = asyncio.get_running_loop().create_future()
+            self.waiting.append((game_id, fut))
+            await fut  # the game that ended handed its slot over and marked this one live
+        try:
+            yield
+        finally:
+            while self.waiting and self.waiting[0][1].done():  # cancelled while waiting
+                self.waiting.popleft()
+            if self.waiting:
+                nxt, fut = self.waiting.popleft()
+                self.arena._live.add(nxt)
+                fut.set_result(None)
+            else:
+                self.running -= 1

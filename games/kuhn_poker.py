@@ -197,10 +197,12 @@ def play_out(policy1: Callable, policy2: Callable, rng: Any = None, *, cards: st
 async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DEFAULT_INVALID_PENALTY,
                max_tokens: int = 3, temperature: float | None = None, seed: int | None = None, rng: Any = None,
                cards: str | None = None, stop=None) -> list[float]:
-    """One hand; ``players[0]`` acts first. Cards are dealt from ``rng`` / ``seed`` unless ``cards``
-    (e.g. "KJ": player 1 holds K) fixes them. Returns the chips won by each player."""
+    """One hand; ``players[0]`` acts first. Cards are dealt from ``rng``, else ``seed``, else the
+    league's per-game seed (``model.seed``), unless ``cards`` (e.g. "KJ": player 1 holds K) fixes
+    them. Returns the chips won by each player."""
     check_players(players, 2, "Kuhn poker")
     check_penalty(invalid_penalty)
+    seed = seed if seed is not None else getattr(model, "seed", None)  # the league's per-game seed
     game = KuhnPoker(cards or deal(make_rng(seed, rng)))
     await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop)
     return game.rewards(invalid_penalty)

@@ -175,10 +175,11 @@ async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DE
                reward: str = "zero_sum", seed: int | None = None, rng: Any = None,
                pool: Split | None = None, values: Sequence[Split] | None = None, stop=None) -> list[float]:
     """One negotiation; ``players[0]`` proposes first. The pool and the private values come from
-    ``rng`` / ``seed`` unless ``pool`` and ``values`` (one triple per player) are given.
+    ``rng``, else ``seed``, else the league's per-game seed (``model.seed``), unless ``pool`` and ``values`` (one triple per player) are given.
     ``max_tokens`` is 10 because " I get 1 0 2" is 10 tokens for the tiny test model's tokenizer."""
     check_players(players, 2, "negotiation")
     check_penalty(invalid_penalty)
+    seed = seed if seed is not None else getattr(model, "seed", None)  # the league's per-game seed
     dealt_pool, v1, v2 = deal(make_rng(seed, rng))
     pool = tuple(pool) if pool is not None else dealt_pool
     values = [tuple(v) for v in values] if values is not None else [v1, v2]

@@ -99,6 +99,7 @@ async def run_env(env_id: str, players: list[dict], model, *, seed: int | None =
     check_penalty(invalid_penalty)
     check_players(players, 2, env_id)
     n = len(players)
+    seed = seed if seed is not None else getattr(model, "seed", None)  # the league's per-game seed
     game_seed = make_rng(seed, rng).randrange(2**31)
     own = _OwnRandom(game_seed)
     with own:
