@@ -1,0 +1,217 @@
+"""Kuhn poker exploitability, the information-state mapping to OpenSpiel, and policy read-out.
+
+A *strategy* is the form ``games.kuhn_poker.equilibrium_strategy`` returns: a dict over the 12
+information sets ``"<card>:<history>"`` (e.g. ``"Q:check bet"``) of the probability of the
+aggressive action (bet, or call when facing a bet); the passive one (check, or fold) takes the
+rest. One dict holds both seats' information sets, so it is one full policy, as OpenSpiel's.
+
+Mapping to OpenSpiel's ``kuhn_poker`` (``info_state_string``; actions 0 = Pass, 1 = Bet)::
+
+    ours                    OpenSpiel   seat   actions (ours -> OpenSpiel)
+    "J:" / "Q:" / "K:"      "0" "1" "2"   1    check -> 0 Pass, bet -> 1 Bet
+    "J:check"  ...          "0p" ...      2    check -> 0 Pass, bet -> 1 Bet
+    "J:bet"    ...          "0b" ...      2    fold -> 0 Pass, call -> 1 Bet
+    "J:check bet" ...       "0pb" ...     1    fold -> 0 Pass, call -> 1 Bet
+
+Cards J, Q, K are OpenSpiel's 0, 1, 2 and history words map check/fold -> "p", bet/call -> "b".
+The prompt of an information set is ``kuhn_poker.render_prompt(card, history, seat)`` with
+``seat = len(history) % 2`` (``prompt_of``).
+
+``exploitability(strategy)`` is OpenSpiel's (mean over the two seats of what a best response gains
+over the game value; 0 at a Nash equilibrium) when ``open_spiel`` is installed (extra ``eval``),
+else the same number from the exact best response computed here (``backend="python"``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from autocurricula.games.kuhn_poker import CARDS, is_terminal, legal_actions, payoff, render_prompt
+
+__all__ = ["INFOSETS", "best_response_value", "exploitability", "exploitability_callback", "mixture_strategy",
+           "openspiel_key", "openspiel_policy", "prompt_of", "read_strategy", "uniform_strategy"]
+
+HISTORIES = ((), ("check",), ("bet",), ("check", "bet"))
+INFOSETS = tuple(f"{c}:{' '.join(h)}" for h in HISTORIES for c in CARDS)
+_LETTER = {"check": "p", "fold": "p", "bet": "b", "call": "b"}
+_AGGRESSIVE = ("bet", "call")
+
+
+def _split(infoset: str) -> tuple[str, tuple[str, ...]]:
+    card, _, hist = infoset.partition(":")
+    return card, tuple(hist.split())
+
+
+def prompt_of(infoset: str) -> str:
+    """The game's prompt for an information set, e.g. ``"Q:check bet"`` -> player 1's prompt."""
+    card, history = _split(infoset)
+    return render_prompt(card, history, len(history) % 2)
+
+
+def openspiel_key(infoset: str, card_order: str = CARDS) -> str:
+    """OpenSpiel's information-state string of ours: ``"Q:check bet"`` -> ``"1pb"``. ``card_order``
+    lists our cards in OpenSpiel's card order (0, 1, 2); the default J, Q, K is the right one."""
+    card, history = _split(infoset)
+    return f"{card_order.index(card)}{''.join(_LETTER[a] for a in history)}"
+
+
+def uniform_strategy() -> dict[str, float]:
+    return dict.fromkeys(INFOSETS, 0.5)
+
+
+def _check(strategy: Mapping[str, float]) -> Mapping[str, float]:
+    missing = [k for k in INFOSETS if k not in strategy]
+    if missing:
+        raise ValueError(f"the strategy lacks information sets {missing}; give P(bet or call) for all 12 of "
+                         f"autocurricula.eval.kuhn.INFOSETS")
+    bad = {k: strategy[k] for k in INFOSETS if not 0.0 <= float(strategy[k]) <= 1.0}
+    if bad:
+        raise ValueError(f"probabilities must be in [0, 1], got {bad}")
+    return strategy
+
+
+def openspiel_policy(strategy: Mapping[str, float], game=None, card_order: str = CARDS):
+    """An OpenSpiel ``TabularPolicy`` for ``kuhn_poker`` holding ``strategy``."""
+    import pyspiel
+    from open_spiel.python import policy as os_policy
+
+    _check(strategy)
+    game = game or pyspiel.load_game("kuhn_poker")
+    tab = os_policy.TabularPolicy(game)
+    for infoset in INFOSETS:
+        p = float(strategy[infoset])
+        tab.policy_for_key(openspiel_key(infoset, card_order))[:] = [1.0 - p, p]
+    return tab
+
+
+def _p_action(strategy: Mapping[str, float], card: str, history: tuple[str, ...], action: str) -> float:
+    p = float(strategy[f"{card}:{' '.join(history)}"])
+    return p if action in _AGGRESSIVE else 1.0 - p
+
+
+def best_response_value(strategy: Mapping[str, float], seat: int) -> float:
+    """Expected chips per hand of an exact best response in ``seat`` (0 = player 1) against
+    ``strategy`` in the other seat. The responder's choice at an information set maximises over
+    the opponent's possible cards, weighted by chance and the opponent's reach."""
+    _check(strategy)
+
+    def value(history: tuple[str, ...], weights: dict[str, float], mine: str) -> float:
+        if is_terminal(history):
+            return sum(w * payoff((mine + o) if seat == 0 else (o + mine), history)[seat] for o, w in weights.items())
+        actions = legal_actions(history)
+        if len(history) % 2 == seat:
+            return max(value(history + (a,), weights, mine) for a in actions)
+        return sum(value(history + (a,), {o: w * _p_action(strategy, o, history, a) for o, w in weights.items()},
+                         mine) for a in actions)
+
+    return sum(value((), {o: 0.5 for o in CARDS if o != c}, c) for c in CARDS) / len(CARDS)
+
+
+def exploitability(strategy: Mapping[str, float], *, backend: str = "auto", card_order: str = CARDS) -> float:
+    """Exploitability of a full Kuhn policy: ``(BR_1 + BR_2) / 2`` chips per hand (the game value
+    cancels in a zero-sum game). ``backend``: "openspiel", "python" or "auto" (OpenSpiel if
+    importable). ``card_order`` is for checking the mapping (OpenSpiel backend only)."""
+    if backend not in ("auto", "openspiel", "python"):
+        raise ValueError(f"backend must be 'auto', 'openspiel' or 'python', got {backend!r}")
+    if backend == "auto":
+        try:
+            import pyspiel  # noqa: F401
+            backend = "openspiel"
+        except ImportError:
+            backend = "python"
+    if backend == "python":
+        if card_order != CARDS:
+            raise ValueError("card_order applies to the OpenSpiel mapping; use backend='openspiel'")
+        return (best_response_value(strategy, 0) + best_response_value(strategy, 1)) / 2
+    try:
+        import pyspiel
+        from open_spiel.python.algorithms import exploitability as os_exploitability
+    except ImportError as e:
+        raise ImportError("backend='openspiel' needs OpenSpiel: pip install 'autocurricula[eval]'") from e
+    game = pyspiel.load_game("kuhn_poker")
+    return float(os_exploitability.exploitability(game, openspiel_policy(strategy, game, card_order)))
+
+
+def _own_reach(strategy: Mapping[str, float], infoset: str) -> float:
+    card, history = _split(infoset)
+    seat, reach = len(history) % 2, 1.0
+    for i in range(seat, len(history), 2):  # the player's own earlier actions
+        reach *= _p_action(strategy, card, history[:i], history[i])
+    return reach
+
+
+def mixture_strategy(strategies: Sequence[Mapping[str, float]], weights: Sequence[float]) -> dict[str, float]:
+    """One behaviour strategy equivalent to *sampling a player per hand* by ``weights``.
+
+    Each information set averages the players' probabilities weighted by ``weight x the player's
+    own probability of reaching it`` (Kuhn's theorem), so its value against any opponent is the
+    weighted mean of the players' values. A set no player reaches gets the plain weighted mean.
+    """
+    if len(strategies) != len(weights) or not strategies:
+        raise ValueError(f"give one weight per strategy, got {len(strategies)} strategies and {len(weights)} weights")
+    w = [float(x) for x in weights]
+    if any(x < 0 or not math.isfinite(x) for x in w) or sum(w) <= 0:
+        raise ValueError(f"weights must be finite, non-negative and not all zero, got {weights!r}")
+    for s in strategies:
+        _check(s)
+    out = {}
+    for infoset in INFOSETS:
+        reach = [wk * _own_reach(s, infoset) for s, wk in zip(strategies, w)]
+        if sum(reach) <= 1e-15:
+            reach = w
+        out[infoset] = sum(r * float(s[infoset]) for r, s in zip(reach, strategies)) / sum(reach)
+    return out
+
+
+def read_strategy(engine, player: str | None, *, completion: Callable[[str], str] = str,
+                  eos: bool = False) -> dict[str, float]:
+    """A model player's strategy from its token probabilities, for all 12 information sets.
+
+    At each set's prompt (``prompt_of``), each legal action's completion (``completion(action)``,
+    by default the bare word, as a warm-up on ``(prompt, action)`` pairs teaches; with ``eos`` the
+    end-of-sequence token too) is scored under the player's adapter (``None`` = the base model),
+    and P(bet or call) is its probability normalised over the two legal actions.
+    """
+    import numpy as np
+
+    tok = engine.tokenizer
+    out = {}
+    for infoset in INFOSETS:
+        prompt_ids = engine.encode(prompt_of(infoset))
+        logp = {}
+        for action in legal_actions(_split(infoset)[1]):
+            comp = list(tok.encode(completion(action), add_special_tokens=False)) + ([tok.eos_token_id] if eos else [])
+            if not comp:
+                raise ValueError(f"completion({action!r}) is empty; it must produce at least one token")
+            logits = np.asarray(engine.logits(prompt_ids + comp, player), dtype=np.float64)
+            rows = logits[len(prompt_ids) - 1:len(prompt_ids) - 1 + len(comp)]
+            top = rows.max(axis=1, keepdims=True)
+            lse = (top[:, 0] + np.log(np.exp(rows - top).sum(axis=1)))
+            logp[action] = float(sum(rows[i, t] - lse[i] for i, t in enumerate(comp)))
+        agg = next(a for a in logp if a in _AGGRESSIVE)
+        pas = next(a for a in logp if a not in _AGGRESSIVE)
+        out[infoset] = float(1.0 / (1.0 + math.exp(logp[pas] - logp[agg])))
+    return out
+
+
+def exploitability_callback(*, prefix: str = "eval/", completion: Callable[[str], str] = str, eos: bool = False,
+                            backend: str = "auto") -> Callable:
+    """A ``train(..., callbacks=[...])`` callback for a Kuhn poker league. After every epoch it reads
+    every model player's strategy (``read_strategy``) and returns ``{prefix}exploitability_latest``
+    (the trainable main agent with the highest Elo) and ``{prefix}exploitability_mixture`` (the
+    league's Nash mixture, ``meta.nash_mixture`` over the payoff matrix of the model players,
+    combined by ``mixture_strategy``). Scripted players are left out of the mixture."""
+    from autocurricula.eval.meta import nash_mixture
+    from autocurricula.eval.players import main_agent
+
+    def callback(trainer) -> dict:
+        ids = [p["id"] for p in trainer.players if "policy" not in p]
+        latest = main_agent(trainer)
+        strategies = {pid: read_strategy(trainer.engine, pid, completion=completion, eos=eos) for pid in ids}
+        weights = nash_mixture(trainer.payoff.matrix(ids))
+        mix = mixture_strategy([strategies[pid] for pid in ids], weights)
+        return {f"{prefix}exploitability_latest": exploitability(strategies[latest], backend=backend),
+                f"{prefix}exploitability_mixture": exploitability(mix, backend=backend)}
+
+    return callback

@@ -1,0 +1,169 @@
+"""Tic-tac-toe's strongest honest measure: the exact best response to a greedy policy.
+
+A *policy* here is deterministic: ``fn(board, mark) -> move`` (a cell 1-9, or ``None`` for an
+unparseable reply), or a table ``{(board, mark): move}`` such as
+``games.tictactoe.greedy_table(engine, player)`` returns (greedy decoding is deterministic, so that
+table is the player's greedy policy). An illegal or missing move loses the game, as in play.
+
+``best_response(policy, "X")`` searches the whole game tree with the policy fixed on its side and
+every opponent move open, and returns the worst case for the policy: "win", "draw" or "loss",
+with a line of play the best response uses to get it.
+
+*Value-losing positions*: the positions where the policy is to move that are reachable when it
+plays its side by its own moves and the opponent plays *any* legal moves (as X and as O apart).
+A move there loses value when its perfect-play value is below the position's
+(``games.tictactoe.optimal_moves``): a drawn position thrown into a loss, or a won one into a
+draw or loss. Illegal moves count as value-losing. In an already lost position no move loses
+value. ``value_losing_share`` is the share of those positions, both sides pooled.
+
+Win rates against random and minimax (``games.tictactoe.evaluate_table``) stay useful, but a
+minimax opponent that picks uniformly among value-keeping moves rarely finds the forcing line
+that this search finds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from autocurricula.eval.players import main_agent
+from autocurricula.games.tictactoe import EMPTY_BOARD, apply_move, legal_moves, optimal_moves, to_move, winner
+
+__all__ = ["BestResponse", "adversarial_figures", "best_response", "best_response_callback", "policy_fn"]
+
+OUTCOMES = {1: "win", 0: "draw", -1: "loss"}
+
+
+def policy_fn(policy: Callable | Mapping) -> Callable[[str, str], int | None]:
+    """``fn(board, mark) -> move`` from a callable or a ``{(board, mark): move}`` table."""
+    if isinstance(policy, Mapping):
+        table = policy
+
+        def from_table(board: str, mark: str) -> int | None:
+            if (board, mark) not in table:
+                raise KeyError(f"the policy table has no move for board {board!r} with {mark} to move; "
+                               "build it over every reachable position (games.tictactoe.greedy_table)")
+            return table[(board, mark)]
+
+        return from_table
+    if not callable(policy):
+        raise TypeError(f"a policy is fn(board, mark) -> move or a {{(board, mark): move}} table, "
+                        f"got {type(policy).__name__}")
+    return policy
+
+
+def _legal(board: str, move) -> bool:
+    return isinstance(move, int) and not isinstance(move, bool) and 1 <= move <= 9 and board[move - 1] == "."
+
+
+@dataclass
+class BestResponse:
+    """Result of ``best_response``: the policy's worst-case outcome playing ``mark``."""
+
+    mark: str
+    value: int  # +1 win, 0 draw, -1 loss, for the policy, against the best response
+    line: list[int]  # moves from the empty board (both sides) of one game reaching that outcome
+    positions: int  # positions where the policy is to move, reachable under any opponent play
+    value_losing: list[tuple[str, str, int | None]] = field(default_factory=list)  # (board, mark, move)
+
+    @property
+    def outcome(self) -> str:
+        return OUTCOMES[self.value]
+
+    @property
+    def value_losing_share(self) -> float:
+        return len(self.value_losing) / self.positions if self.positions else 0.0
+
+
+def best_response(policy: Callable | Mapping, mark: str) -> BestResponse:
+    """Exact best response to a deterministic ``policy`` playing ``mark`` ("X" moves first).
+
+    The opponent's moves are searched exhaustively (minimising the policy's result; among equal
+    results the quickest end); the policy's own moves are read from it. Also lists the
+    value-losing positions (module docstring) on the policy's side.
+    """
+    if mark not in ("X", "O"):
+        raise ValueError(f"mark must be 'X' or 'O', got {mark!r}")
+    move_of = policy_fn(policy)
+    memo: dict[str, tuple[int, int, int | None]] = {}  # board -> (value, plies left, best move)
+    losing: list[tuple[str, str, int | None]] = []
+
+    def search(board: str) -> tuple[int, int, int | None]:
+        if board in memo:
+            return memo[board]
+        w = winner(board)
+        if w is not None:
+            memo[board] = (0 if w == "draw" else 1 if w == mark else -1, 0, None)
+            return memo[board]
+        if to_move(board) == mark:
+            move = move_of(board, mark)
+            if not _legal(board, move):
+                losing.append((board, mark, move))
+                memo[board] = (-1, 1, move)
+                return memo[board]
+            if move not in optimal_moves(board, mark):
+                losing.append((board, mark, move))
+            value, plies, _ = search(apply_move(board, move, mark))
+            memo[board] = (value, plies + 1, move)
+            return memo[board]
+        best = None
+        for move in legal_moves(board):
+            value, plies, _ = search(apply_move(board, move, to_move(board)))
+            # the opponent wants the lowest value; with it, a win as soon as possible, a loss as late
+            key = (value, plies if value <= 0 else -plies)
+            if best is None or key < best[0]:
+                best = (key, value, plies + 1, move)
+        memo[board] = best[1:]
+        return memo[board]
+
+    value = search(EMPTY_BOARD)[0]
+    line, board = [], EMPTY_BOARD
+    while winner(board) is None:
+        move = memo[board][2]
+        line.append(move)
+        if not _legal(board, move):
+            break
+        board = apply_move(board, move, to_move(board))
+    positions = sum(1 for b in memo if winner(b) is None and to_move(b) == mark)
+    return BestResponse(mark, value, line, positions, sorted(losing, key=lambda r: r[0]))
+
+
+def adversarial_figures(policy: Callable | Mapping) -> dict:
+    """Best-response figures of a policy as X and as O, JSON-ready: ``worst_case_as_x/o``
+    ("win"/"draw"/"loss"), ``loses_to_best_response_as_x/o`` (booleans),
+    ``best_response_line_as_x/o``, ``value_losing_share`` (both sides pooled) and per side."""
+    out: dict = {}
+    sides = {m: best_response(policy, m) for m in ("X", "O")}
+    for m, br in sides.items():
+        s = m.lower()
+        out[f"worst_case_as_{s}"] = br.outcome
+        out[f"loses_to_best_response_as_{s}"] = br.value < 0
+        out[f"best_response_line_as_{s}"] = br.line
+        out[f"value_losing_share_as_{s}"] = br.value_losing_share
+    positions = sum(br.positions for br in sides.values())
+    out["value_losing_share"] = sum(len(br.value_losing) for br in sides.values()) / max(positions, 1)
+    return out
+
+
+def best_response_callback(player: str | Callable | None = None, *, prefix: str = "eval/",
+                           max_tokens: int = 2) -> Callable:
+    """A ``train(..., callbacks=[...])`` callback: after every epoch, the greedy policy of
+    ``player`` (an id, ``fn(trainer) -> id``, or by default the trainable main agent with the
+    highest Elo) is read off the engine and met by its exact best response. Returns numeric
+    metrics: ``{prefix}loses_to_best_response_as_x/o`` (1.0 or 0.0), ``{prefix}worst_case_value_as_x/o``
+    (+1/0/-1) and ``{prefix}value_losing_share``."""
+    from autocurricula.games.tictactoe import greedy_table
+
+    def callback(trainer) -> dict:
+        pid = player(trainer) if callable(player) else player or main_agent(trainer)
+        table = greedy_table(trainer.engine, pid, max_tokens=max_tokens)
+        sides = [best_response(table, m) for m in ("X", "O")]
+        out = {}
+        for br in sides:
+            out[f"{prefix}loses_to_best_response_as_{br.mark.lower()}"] = float(br.value < 0)
+            out[f"{prefix}worst_case_value_as_{br.mark.lower()}"] = float(br.value)
+        losing, positions = sum(len(br.value_losing) for br in sides), sum(br.positions for br in sides)
+        out[f"{prefix}value_losing_share"] = losing / max(positions, 1)
+        return out
+
+    return callback
