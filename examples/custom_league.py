@@ -1,7 +1,7 @@
 """A custom game and a custom league, top to bottom: rock-paper-scissors between two learners
 and their frozen snapshots, on the built-in tiny model, offline.
 
-    python examples/custom_league.py      # about 2 minutes on a 2-core CPU
+    python examples/custom_league.py      # about a minute on a 2-core CPU
 
 The game is an async ``play`` that returns one reward per player. The league is a subclass of
 ``AutocurriculumTrainer`` with ``entry`` (who joins each epoch) and ``match`` (who plays whom).
