@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from autocurricula import build_tiny_model
+from autocurricula.eval.tictactoe import adversarial_figures
 from autocurricula.games import tictactoe
 from autocurricula.warmup import sft_warmup
 
@@ -41,18 +42,24 @@ class Evaluator:
 
     def __call__(self, trainer) -> dict:
         player = self.best(trainer)
-        figures = tictactoe.evaluate_table(tictactoe.greedy_table(trainer.engine, player["id"]), games=self.games)
+        table = tictactoe.greedy_table(trainer.engine, player["id"])
+        figures = tictactoe.evaluate_table(table, games=self.games)
+        adversarial = adversarial_figures(table)  # the exact best response to the greedy policy
+        losses = {k: adversarial[k] for k in ("loses_to_best_response_as_x", "loses_to_best_response_as_o")}
         row = {"epoch": trainer.current_epoch, "minutes": round((time.time() - self.start) / 60, 2),
-               "player": player["id"], **{k: round(v, 3) for k, v in figures.items()}}
+               "player": player["id"], **{k: round(v, 3) for k, v in figures.items()}, **losses,
+               "value_losing_share": round(adversarial["value_losing_share"], 4)}
         self.rows.append(row)
         print(json.dumps(row), flush=True)
-        return {f"eval/{k}": v for k, v in figures.items()}
+        return {**{f"eval/{k}": v for k, v in figures.items()}, **{f"eval/{k}": float(v) for k, v in losses.items()},
+                "eval/value_losing_share": adversarial["value_losing_share"]}
 
     def summary(self, trainer, base_figures: dict) -> dict:
         last = self.rows[-1]
         peak = max(self.rows, key=lambda r: r["vs_random"])
         return {**{k: last[k] for k in ("vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate",
-                                        "win_now_rate", "block_rate")},
+                                        "win_now_rate", "block_rate", "loses_to_best_response_as_x",
+                                        "loses_to_best_response_as_o", "value_losing_share")},
                 "epochs": trainer.config.epochs, "minutes": round((time.time() - self.start) / 60, 2),
                 "best_player": last["player"], "warm_base": base_figures,
                 "peak_vs_random": peak["vs_random"], "peak_epoch": peak["epoch"]}

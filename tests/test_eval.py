@@ -336,3 +336,31 @@ def test_exploitability_callback_on_a_tiny_model(tiny_engine):
     assert metrics["eval/exploitability_latest"] == pytest.approx(kuhn.exploitability(read))
     # both adapters start as the base (B = 0), so any mixture of them is the same policy
     assert metrics["eval/exploitability_mixture"] == pytest.approx(metrics["eval/exploitability_latest"])
+
+
+def test_tictactoe_examples_report_the_best_response(tiny_engine):
+    """The examples' evaluator puts the best-response booleans in every row and the final JSON."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    from autocurricula.engine import LoraSpec
+    from autocurricula.pool import fresh_adapter
+
+    engine, _ = tiny_engine
+    engine.load_adapter("ex-main", fresh_adapter(engine.linear_dims, LoraSpec(r=2), np.random.default_rng(2)))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    try:
+        ttt_common = importlib.import_module("ttt_common")
+    finally:
+        sys.path.pop(0)
+    trainer = _fake_trainer(engine, ["ex-main"])
+    trainer.current_epoch, trainer.config = 0, SimpleNamespace(epochs=1)
+    evaluator = ttt_common.Evaluator(games=10)
+    metrics = evaluator(trainer)
+    summary = evaluator.summary(trainer, {})
+    from autocurricula.games.tictactoe import greedy_table
+    expected = adversarial_figures(greedy_table(engine, "ex-main"))
+    for key in ("loses_to_best_response_as_x", "loses_to_best_response_as_o"):
+        assert summary[key] is expected[key] and metrics[f"eval/{key}"] == float(expected[key])
+    assert summary["value_losing_share"] == pytest.approx(expected["value_losing_share"], abs=1e-4)
