@@ -200,6 +200,16 @@ def test_rock_paper_scissors_is_uniform():
     assert meta.nash_mixture(win_rates, ["r", "p", "s"]) == pytest.approx({"r": 1 / 3, "p": 1 / 3, "s": 1 / 3})
 
 
+def test_an_even_league_is_uniform_and_alpha_rank_agrees_on_rps():
+    np.testing.assert_allclose(meta.nash_mixture(np.full((3, 3), 0.5)), [1 / 3] * 3)
+    pytest.importorskip("open_spiel")
+    from autocurricula.rating import alpha_rank
+
+    with np.errstate(over="ignore"):
+        ranks = alpha_rank((np.array([[0, -1, 1], [1, 0, -1], [-1, 1, 0]]) + 1) / 2)
+    np.testing.assert_allclose(ranks, [1 / 3] * 3, atol=1e-6)
+
+
 def test_dominated_strategy_gets_weight_zero():
     # rock-paper-scissors plus a strategy that does worse than rock against everything
     win_rates = [[0.5, 0.0, 1.0, 1.0], [1.0, 0.5, 0.0, 1.0], [0.0, 1.0, 0.5, 1.0], [0.0, 0.0, 0.0, 0.5]]

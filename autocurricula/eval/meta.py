@@ -93,15 +93,17 @@ def nash_mixture(win_rates, players: Sequence[str] | None = None):
 
     ``win_rates[i][j]`` is player i's score against j in [0, 1] (``trainer.payoff.matrix(ids)``).
     The matrix is made antisymmetric, ``(P - P^T) / 2``, so that the game is symmetric and
-    zero-sum; its row mixture is then an equilibrium for both seats. Returns an array of weights,
-    or ``{player: weight}`` when ``players`` is given.
+    zero-sum; its row mixture is then an equilibrium for both seats. When every pair is even (e.g.
+    no games yet) the mixture is uniform; otherwise the LP returns one equilibrium (a vertex).
+    Returns an array of weights, or ``{player: weight}`` when ``players`` is given.
     """
     p = _matrix(win_rates, "win-rate matrix")
     if p.shape[0] != p.shape[1]:
         raise ValueError(f"the win-rate matrix must be square (players x players), got shape {p.shape}")
     if players is not None and len(players) != p.shape[0]:
         raise ValueError(f"{len(players)} player names for a {p.shape[0]}x{p.shape[0]} matrix; give one per row")
-    x, _, _ = zero_sum_nash((p - p.T) / 2)
+    game = (p - p.T) / 2
+    x = np.full(len(p), 1.0 / len(p)) if not np.any(np.abs(game) > 1e-12) else zero_sum_nash(game)[0]
     return dict(zip(players, x.tolist())) if players is not None else x
 
 
