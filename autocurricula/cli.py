@@ -1,4 +1,4 @@
-"""``autocurricula`` command line: train | serve | tiny-model | env | bench."""
+"""``autocurricula`` command line: train | serve | dashboard | tiny-model | env | bench."""
 
 from __future__ import annotations
 
@@ -84,6 +84,15 @@ def _train(args) -> None:
     print(trainer.leaderboard)
 
 
+def _dashboard(args) -> None:
+    from autocurricula.dashboard import run_dashboard
+
+    try:
+        run_dashboard(args.output_dir, host=args.host, port=args.port)
+    except FileNotFoundError as exc:
+        raise SystemExit(str(exc)) from None
+
+
 def _bench(args) -> None:
     if args.what == "engine":
         from autocurricula.bench.engine import main
@@ -128,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--output-dir", dest="output_dir", default=None)
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
     tr.set_defaults(func=_train)
+
+    d = sub.add_parser("dashboard", help="a read-only page for a run's output folder (refreshes while it trains)")
+    d.add_argument("output_dir", help="the run's output_dir (metrics.jsonl, match_history.jsonl, checkpoint-*)")
+    d.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only; the page has no login)")
+    d.add_argument("--port", type=int, default=8050)
+    d.set_defaults(func=_dashboard)
 
     e = sub.add_parser("env", help="versions, device, active BLAS and matmul speed")
     e.add_argument("--json", action="store_true")

@@ -169,6 +169,8 @@ class AutocurriculumConfig:
     elo_initial: float = _help("Elo of a new player", 1000.0)
     payoff_decay: float = _help("payoff-matrix decay per update (AlphaStar: 0.99)", 0.99)
     bt_bootstrap: int = _help("bootstrap rounds of the Bradley-Terry confidence intervals (0 = off)", 100)
+    transcripts_per_pair: int = _help("keep the text of the last N games of each pair of players in "
+                                      "output_dir/transcripts.jsonl (for `autocurricula dashboard`); 0 = off", 4)
     progress: bool = _help("show progress bars", True)
 
     def __post_init__(self):
@@ -176,6 +178,9 @@ class AutocurriculumConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v <= 0:
                 raise ValueError(f"{type(self).__name__}.{name} must be a positive integer, got {v!r}")
+        if not isinstance(self.transcripts_per_pair, int) or self.transcripts_per_pair < 0:
+            raise ValueError(f"transcripts_per_pair must be an integer >= 0 (0 = no transcripts), "
+                             f"got {self.transcripts_per_pair!r}")
         if self.save_strategy not in ("epoch", "no"):
             raise ValueError("save_strategy must be 'epoch' or 'no'")
         if self.credit not in ("rae", "value", "q", "grpo", "constant"):

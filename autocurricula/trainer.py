@@ -267,6 +267,9 @@ class AutocurriculumTrainer:
                 fh.write(json.dumps({"game_id": r.game_id, "epoch": self.current_epoch, "round": self.current_round,
                                      "players": ids, "roles": [p.get("role") for p in r.players],
                                      "rewards": r.rewards, "versions": [p.get("version") for p in r.players]}) + "\n")
+        from autocurricula.transcripts import write_transcripts  # the dashboard's last games per pair
+
+        write_transcripts(self, records)
 
     def _log(self, metrics: dict) -> None:
         row = {"step": self.step, "epoch": self.current_epoch, **metrics}

@@ -1,0 +1,358 @@
+"""``autocurricula dashboard OUTPUT_DIR``: one read-only page for a league run's output folder.
+
+It reads only what a trainer writes, so it works on a finished run and on one still training
+(the page polls ``/api/summary`` and reloads its panels when a file changed):
+
+* leaderboard: Elo and Bradley-Terry ratings with bootstrap intervals, replayed from
+  ``match_history.jsonl`` with the run's rating settings (the same numbers as
+  ``trainer.leaderboard``);
+* Elo over time: the ``rating/elo/<player>`` series of ``metrics.jsonl``;
+* payoff heatmap: win rates (draws count half) replayed from ``match_history.jsonl`` with the
+  run's ``payoff_decay``, as the league's PFSP sees them;
+* lineage: parents, snapshots and resets from ``players.json`` of the latest checkpoint;
+* transcripts: ``transcripts.jsonl`` (the last games of each pair, see
+  :mod:`autocurricula.transcripts`);
+* adapters: each player's peft folder in the latest checkpoint, file by file or zipped.
+
+JSON endpoints: ``/api/summary``, ``/api/leaderboard``, ``/api/elo``, ``/api/payoff``,
+``/api/lineage``, ``/api/transcripts``, ``/api/adapters``; files: ``/files/<path inside
+OUTPUT_DIR>`` and ``/adapters/<player>.zip``. Nothing outside OUTPUT_DIR is ever served.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+import time
+import zipfile
+from pathlib import Path
+from urllib.parse import quote
+
+from autocurricula.checkpoint import list_checkpoints
+from autocurricula.rating import Elo, Payoff, bradley_terry_bootstrap, leaderboard_rows
+from autocurricula.transcripts import FILENAME as TRANSCRIPTS, pair_key, read_transcripts
+
+log = logging.getLogger(__name__)
+HISTORY, METRICS = "match_history.jsonl", "metrics.jsonl"
+_RATING_KEYS = ("elo_k", "elo_scale", "elo_initial", "payoff_decay", "bt_bootstrap", "seed")
+_ELO_PREFIX = "rating/elo/"
+
+
+class RunView:
+    """An output folder seen through the trainer's files; every method returns JSON-able data.
+
+    Results are cached per file state (size and mtime), so polling an idle run costs a few stats."""
+
+    def __init__(self, output_dir: str | Path):
+        self.root = Path(output_dir).resolve()
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"{output_dir} is not a folder: pass the output_dir of a training run "
+                                    "(the folder holding metrics.jsonl, match_history.jsonl and checkpoint-*)")
+        self._lock = threading.Lock()
+        self._cache: dict = {}
+
+    # ------------------------------------------------------------------ files
+    def _stamp(self, path: Path):
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _memo(self, key: str, stamp, compute):
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] == stamp:
+                return hit[1]
+            value = compute()
+            self._cache[key] = (stamp, value)
+            return value
+
+    def _jsonl(self, name: str) -> list[dict]:
+        path = self.root / name
+        return self._memo(name, self._stamp(path), lambda: _read_jsonl(path))
+
+    def checkpoint(self) -> Path | None:
+        """The latest complete checkpoint folder (``COMPLETE`` marker), or None before the first."""
+        found = list_checkpoints(self.root)
+        return found[-1] if found else None
+
+    def _ckpt_json(self, name: str):
+        ckpt = self.checkpoint()
+        if ckpt is None:
+            return None
+        path = ckpt / name
+        try:
+            return self._memo(f"{ckpt.name}/{name}", self._stamp(path), lambda: json.loads(path.read_text()))
+        except (OSError, ValueError):  # pruned by save_total_limit in between, or not written by this version
+            return None
+
+    def settings(self) -> dict:
+        """The run's rating settings: its checkpoint's config, else the defaults."""
+        saved = (self._ckpt_json("config.json") or {}).get("config") or {}
+        if all(k in saved for k in _RATING_KEYS):
+            return {k: saved[k] for k in _RATING_KEYS}
+        from autocurricula.config import AutocurriculumConfig  # defaults (imports mlx: only when needed)
+
+        default = AutocurriculumConfig()
+        return {k: saved.get(k, getattr(default, k)) for k in _RATING_KEYS}
+
+    def registry(self) -> list[dict]:
+        """Players of the latest checkpoint, then ids seen in games since (new entrants), in order."""
+        players = [dict(p) for p in (self._ckpt_json("players.json") or []) if isinstance(p, dict) and "id" in p]
+        known = {p["id"] for p in players}
+        for row in self._jsonl(HISTORY):
+            for i, pid in enumerate(row.get("players") or []):
+                if pid not in known:
+                    known.add(pid)
+                    roles = row.get("roles") or []
+                    players.append({"id": pid, "role": roles[i] if i < len(roles) else None,
+                                    "epoch": row.get("epoch"), "unsaved": True})
+        return players
+
+    def fingerprint(self) -> str:
+        """Changes whenever a file the panels read changes."""
+        ckpt = self.checkpoint()
+        stamps = [self._stamp(self.root / n) for n in (HISTORY, METRICS, TRANSCRIPTS)]
+        return json.dumps([ckpt.name if ckpt else None, stamps])
+
+    # ------------------------------------------------------------------ panels
+    def summary(self) -> dict:
+        history, metrics, ckpt = self._jsonl(HISTORY), self._jsonl(METRICS), self.checkpoint()
+        last = metrics[-1] if metrics else {}
+        mtimes = [s[2] for s in (self._stamp(self.root / n) for n in (HISTORY, METRICS)) if s]
+        return {"output_dir": str(self.root), "fingerprint": self.fingerprint(),
+                "checkpoint": ckpt.name if ckpt else None, "games": len(history),
+                "players": len(self.registry()), "step": last.get("step"),
+                "epoch": last.get("epoch", history[-1].get("epoch") if history else None),
+                "updated": max(mtimes) / 1e9 if mtimes else None, "now": time.time()}
+
+    def _replay(self):
+        history, s = self._jsonl(HISTORY), self.settings()
+
+        def compute():
+            # the trainer's own rule (Trainer._record): multi-player games rate; pairs add BT records
+            elo, payoff, records = Elo(k=s["elo_k"], scale=s["elo_scale"], initial=s["elo_initial"]), \
+                Payoff(s["payoff_decay"]), []
+            for row in history:
+                ids, rewards = row.get("players") or [], row.get("rewards") or []
+                if len(set(ids)) > 1 and len(ids) == len(rewards):
+                    elo.update(ids, rewards)
+                    payoff.update_match(ids, rewards)
+                    if len(ids) == 2:
+                        a, b = rewards
+                        records.append((ids[0], ids[1], 1.0 if a > b else 0.0 if a < b else 0.5))
+            bt = None
+            if records and s["bt_bootstrap"]:
+                bt = bradley_terry_bootstrap(records, rounds=s["bt_bootstrap"], seed=s["seed"])
+            return elo, payoff, bt
+
+        return self._memo("replay", (self._stamp(self.root / HISTORY), json.dumps(s)), compute)
+
+    def leaderboard(self) -> dict:
+        """Rows best Elo first: rank, id, role, epoch, frozen, elo, bt, bt_low, bt_high, games."""
+        elo, _, bt = self._replay()
+        players = self.registry()
+        rows = leaderboard_rows(players, elo, bt)
+        scripted = {p["id"] for p in players if "scripted" in p}
+        for r in rows:
+            r["scripted"] = r["id"] in scripted
+        return {"rows": rows, "ci": 0.95 if bt else None, "bootstrap": self.settings()["bt_bootstrap"]}
+
+    def elo(self) -> dict:
+        """``{"series": {player: [[step, elo], ...]}}`` from the logged ``rating/elo/<player>`` values."""
+        series: dict[str, list] = {}
+        for row in self._jsonl(METRICS):
+            for key, value in row.items():
+                if key.startswith(_ELO_PREFIX) and isinstance(value, (int, float)):
+                    series.setdefault(key[len(_ELO_PREFIX):], []).append([row.get("step"), value])
+        return {"series": series}
+
+    def payoff(self) -> dict:
+        """Win rate of each row player against each column player (draws half; None = never met)."""
+        _, payoff, _ = self._replay()
+        seen = set(payoff.players)
+        ids = [p["id"] for p in self.registry() if p["id"] in seen]
+        ids += sorted(seen - set(ids))
+        games = [[payoff.games(a, b) for b in ids] for a in ids]
+        rates = [[payoff.win_rate(a, b) if games[i][j] > 0 else None for j, b in enumerate(ids)]
+                 for i, a in enumerate(ids)]
+        return {"players": ids, "win_rate": rates, "games": games, "decay": payoff.decay}
+
+    def lineage(self) -> dict:
+        """Nodes (players) and edges parent -> child, kind 'snapshot' (a frozen copy) or 'inherit'."""
+        nodes, edges = [], []
+        for p in self.registry():
+            nodes.append({k: p.get(k) for k in ("id", "role", "epoch", "parent", "frozen", "snapshot_of", "version")}
+                         | {"resets": p.get("resets", 0), "scripted": p.get("scripted"),
+                            "unsaved": bool(p.get("unsaved"))})
+            if p.get("parent"):
+                edges.append({"from": p["parent"], "to": p["id"], "kind": "snapshot" if p.get("snapshot_of") else "inherit"})
+        return {"nodes": nodes, "edges": edges, "checkpoint": (self.checkpoint() or Path("")).name or None}
+
+    def transcripts(self, pair: str | None = None) -> dict:
+        """``{"pairs": [{"pair", "games": [...]}]}``, the most recently played pair first, each pair's
+        games newest first."""
+        path = self.root / TRANSCRIPTS
+        entries = self._memo(TRANSCRIPTS, self._stamp(path), lambda: read_transcripts(path))
+        groups: dict[str, list] = {}
+        for e in entries:  # the file is in play order: a pair's last game comes last
+            key = pair_key(e["players"])
+            groups[key] = groups.pop(key, []) + [e]
+        pairs = [{"pair": k, "games": g[::-1]} for k, g in reversed(groups.items()) if pair is None or k == pair]
+        return {"pairs": pairs}
+
+    def adapters(self) -> dict:
+        """Each player's peft adapter folder in the latest checkpoint, with download links."""
+        ckpt = self.checkpoint()
+        out = []
+        folder = ckpt / "adapters" if ckpt else None
+        roles = {p["id"]: p.get("role") for p in self.registry()}
+        if folder is not None and folder.is_dir():
+            for d in sorted(folder.iterdir(), key=lambda d: d.name):
+                if not d.is_dir():
+                    continue
+                files = [{"name": f.name, "bytes": f.stat().st_size,
+                          "url": "/files/" + quote(f.relative_to(self.root).as_posix())}
+                         for f in sorted(d.iterdir()) if f.is_file()]
+                out.append({"id": d.name, "role": roles.get(d.name), "checkpoint": ckpt.name, "path": str(d),
+                            "files": files, "zip": f"/adapters/{quote(d.name, safe='')}.zip"})
+        return {"checkpoint": ckpt.name if ckpt else None, "adapters": out}
+
+    # ------------------------------------------------------------------ downloads
+    def file(self, relative: str) -> Path | None:
+        """The regular file at ``relative`` inside the output folder, or None: absolute paths, ``..``
+        and links that lead outside the folder are refused."""
+        if not relative or "\x00" in relative or relative.startswith(("/", "\\")):
+            return None
+        path = (self.root / relative).resolve()
+        if not path.is_relative_to(self.root) or not path.is_file():
+            return None
+        return path
+
+    def adapter_zip(self, player_id: str) -> bytes | None:
+        """The latest checkpoint's adapter folder of ``player_id`` as a zip, or None."""
+        for a in self.adapters()["adapters"]:
+            if a["id"] == player_id:  # only listed names: the id never becomes a path by itself
+                folder = Path(a["path"])
+                buf = io.BytesIO()
+                with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+                    for f in sorted(folder.iterdir()):
+                        if f.is_file():
+                            zf.write(f, f"{player_id}/{f.name}")
+                return buf.getvalue()
+        return None
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    """Rows of a JSON-lines file; a torn last line (a writer mid-append) is skipped."""
+    if not path.is_file():
+        return []
+    rows = []
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
+
+
+def create_app(output_dir: str | Path, poll_seconds: float = 3.0):
+    """The dashboard's FastAPI app over ``output_dir`` (read-only)."""
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+
+    from autocurricula.dashboard_page import render_page
+
+    view = RunView(output_dir)
+    app = FastAPI(title="autocurricula dashboard", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.view = view
+
+    panels = {"summary": view.summary, "leaderboard": view.leaderboard, "elo": view.elo, "payoff": view.payoff,
+              "lineage": view.lineage, "transcripts": view.transcripts, "adapters": view.adapters}
+
+    @app.get("/", response_class=HTMLResponse)
+    def page():
+        """The page, with every panel's data inlined so it renders before the first poll."""
+        data = {name: fn() for name, fn in panels.items()}
+        return HTMLResponse(render_page(data, poll_seconds), headers={"Cache-Control": "no-store"})
+
+    @app.get("/api/summary")
+    def summary():
+        """Output folder, latest checkpoint, games, players, step, epoch, and a fingerprint that
+        changes whenever a file the panels read changes."""
+        return view.summary()
+
+    @app.get("/api/leaderboard")
+    def leaderboard():
+        return view.leaderboard()
+
+    @app.get("/api/elo")
+    def elo():
+        return view.elo()
+
+    @app.get("/api/payoff")
+    def payoff():
+        return view.payoff()
+
+    @app.get("/api/lineage")
+    def lineage():
+        return view.lineage()
+
+    @app.get("/api/transcripts")
+    def transcripts(pair: str | None = None):
+        return view.transcripts(pair)
+
+    @app.get("/api/adapters")
+    def adapters():
+        return view.adapters()
+
+    @app.get("/files/{relative:path}")
+    def files(relative: str):
+        """A file inside OUTPUT_DIR (404 for anything else); text and images inline, the rest as
+        a download, never as HTML."""
+        path = view.file(relative)
+        if path is None:
+            raise HTTPException(404, f"no file {relative!r} in the output folder")
+        kind = _MEDIA.get(path.suffix.lower())
+        headers = {"X-Content-Type-Options": "nosniff"}
+        if kind is None:
+            return FileResponse(path, media_type="application/octet-stream", filename=path.name, headers=headers)
+        return FileResponse(path, media_type=kind, headers=headers)
+
+    @app.get("/adapters/{player_id}.zip")
+    def adapter_zip(player_id: str):
+        body = view.adapter_zip(player_id)
+        if body is None:
+            raise HTTPException(404, f"no adapter of {player_id!r} in the latest checkpoint")
+        return Response(body, media_type="application/zip",
+                        headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(player_id)}.zip"})
+
+    @app.exception_handler(HTTPException)
+    async def not_found(request, exc):
+        return JSONResponse({"error": {"message": exc.detail, "code": exc.status_code}}, status_code=exc.status_code)
+
+    return app
+
+
+_MEDIA = {".json": "text/plain; charset=utf-8", ".jsonl": "text/plain; charset=utf-8",
+          ".txt": "text/plain; charset=utf-8", ".md": "text/plain; charset=utf-8", ".png": "image/png"}
+
+
+def run_dashboard(output_dir: str | Path, host: str = "127.0.0.1", port: int = 8050, poll_seconds: float = 3.0) -> None:
+    """Serve the dashboard with uvicorn until stopped (loopback by default: it has no login)."""
+    import uvicorn
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("dashboard on %s without a login: anyone who can reach it can read the run's files", host)
+    app = create_app(output_dir, poll_seconds)
+    print(f"autocurricula dashboard for {Path(output_dir).resolve()} on http://{host}:{port}/", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+__all__ = ["RunView", "create_app", "run_dashboard"]

@@ -1,0 +1,260 @@
+"""The dashboard's single HTML page: inline CSS, SVG and JavaScript, no external resources (it
+must render offline). The server inlines every panel's data; the script then polls
+``/api/summary`` and reloads the panels when the run's files change."""
+
+from __future__ import annotations
+
+import json
+
+
+def render_page(data: dict, poll_seconds: float = 3.0) -> str:
+    """The page with ``data`` (``{panel: json}``) inlined."""
+    blob = json.dumps(data).replace("<", "\\u003c")  # nothing in the data can close the script tag
+    return _PAGE.replace("__DATA__", blob).replace("__POLL_MS__", str(int(poll_seconds * 1000)))
+
+
+_PAGE = r"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>autocurricula dashboard</title>
+<style>
+:root { --fg:#1d2330; --muted:#6b7385; --line:#dde1e8; --bg:#f5f6f8; --card:#fff; --accent:#3b6fd8; }
+* { box-sizing: border-box; }
+body { margin:0; font:13px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif; color:var(--fg); background:var(--bg); }
+header { display:flex; gap:18px; align-items:baseline; padding:10px 18px; background:#1d2330; color:#fff; }
+header h1 { font-size:16px; margin:0; font-weight:600; }
+header .stat { color:#c9cfdb; } header .stat b { color:#fff; font-weight:600; }
+#live { margin-left:auto; font-size:12px; color:#9fe0a8; }
+#live.stale { color:#f0c36b; }
+main { display:grid; grid-template-columns: minmax(0,1.25fr) minmax(0,1fr); gap:12px; padding:12px 18px; }
+section { background:var(--card); border:1px solid var(--line); border-radius:6px; padding:10px 12px; min-width:0; overflow-x:auto; }
+section h2 { font-size:13px; margin:0 0 8px; text-transform:uppercase; letter-spacing:.04em; color:var(--muted); }
+.wide { grid-column: 1 / -1; }
+table { border-collapse:collapse; width:100%; }
+th, td { padding:3px 6px; border-bottom:1px solid var(--line); text-align:left; white-space:nowrap; }
+th { color:var(--muted); font-weight:600; font-size:12px; }
+td.num { text-align:right; font-variant-numeric: tabular-nums; }
+.ci { color:var(--muted); font-size:11px; }
+.dot { display:inline-block; width:9px; height:9px; border-radius:50%; margin-right:5px; vertical-align:middle; }
+.tag { font-size:11px; color:var(--muted); border:1px solid var(--line); border-radius:3px; padding:0 4px; margin-left:4px; }
+.empty { color:var(--muted); font-style:italic; padding:8px 0; }
+svg text { font-family: inherit; }
+.scroll { overflow:auto; max-height:420px; }
+.game { border-top:1px solid var(--line); padding:6px 0; }
+.game .head { font-weight:600; }
+.turn { margin:4px 0 4px 10px; }
+.turn pre { margin:2px 0; padding:4px 6px; background:#f3f4f7; border-radius:4px; white-space:pre-wrap; word-break:break-word;
+            font:12px/1.35 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; }
+.turn pre.completion { background:#e8f0fe; }
+a { color:var(--accent); text-decoration:none; } a:hover { text-decoration:underline; }
+select { font:inherit; padding:2px 4px; }
+</style></head>
+<body>
+<header><h1>autocurricula</h1><span id="summary" class="stat"></span><span id="live">live</span></header>
+<main>
+<section><h2>Leaderboard <span id="lb-note" class="tag"></span></h2><div id="leaderboard"></div></section>
+<section><h2>Elo over time</h2><div id="elo"></div></section>
+<section><h2>Payoff (row's win rate against column)</h2><div id="payoff" class="scroll"></div></section>
+<section><h2>Lineage</h2><div id="lineage" class="scroll"></div></section>
+<section class="wide"><h2>Last games <select id="pair"></select></h2><div id="transcripts" class="scroll"></div></section>
+<section class="wide"><h2>Adapters <span id="ad-note" class="tag"></span></h2><div id="adapters"></div></section>
+</main>
+<script>
+"use strict";
+const DATA = __DATA__;
+const POLL_MS = __POLL_MS__;
+const PALETTE = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#7f7f7f","#bcbd22","#17becf",
+                 "#aec7e8","#ffbb78","#98df8a","#ff9896","#c5b0d5","#c49c94","#f7b6d2","#dbdb8d","#9edae5","#393b79"];
+const colours = {};
+function colour(id) {
+  if (!(id in colours)) colours[id] = PALETTE[Object.keys(colours).length % PALETTE.length];
+  return colours[id];
+}
+function esc(s) {
+  return String(s == null ? "" : s).replace(/[&<>"']/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;","\"":"&quot;","'":"&#39;"}[c]));
+}
+function num(v, d) { return v == null || !isFinite(v) ? "–" : Number(v).toFixed(d == null ? 0 : d); }
+function set(id, html) { document.getElementById(id).innerHTML = html; }
+function empty(text) { return `<div class="empty">${esc(text)}</div>`; }
+
+function renderSummary(s) {
+  const parts = [["games", s.games], ["players", s.players], ["epoch", s.epoch], ["step", s.step], ["checkpoint", s.checkpoint || "none yet"]];
+  set("summary", `<span title="${esc(s.output_dir)}">${esc(s.output_dir.split("/").slice(-1)[0])}</span> · ` +
+      parts.map(([k, v]) => `${k} <b>${esc(v == null ? "–" : v)}</b>`).join(" · "));
+}
+
+function renderLeaderboard(lb) {
+  const rows = lb.rows || [];
+  document.getElementById("lb-note").textContent = lb.ci ? `BT ${Math.round(lb.ci * 100)}% CI, ${lb.bootstrap} bootstrap rounds` : "no CI yet";
+  if (!rows.length) return set("leaderboard", empty("no games yet"));
+  const los = rows.map(r => r.bt_low).filter(v => v != null), his = rows.map(r => r.bt_high).filter(v => v != null);
+  const lo = Math.min(...los, 1e9), hi = Math.max(...his, -1e9), W = 90;
+  const x = v => lo >= hi ? W / 2 : 4 + (v - lo) / (hi - lo) * (W - 8);
+  let h = `<table><tr><th>#</th><th>player</th><th>role</th><th class="num">Elo</th>
+           <th class="num">BT (CI)</th><th>interval</th><th class="num">games</th></tr>`;
+  for (const r of rows) {
+    const bar = r.bt == null ? "" : `<svg width="${W}" height="12"><title>${num(r.bt_low)} – ${num(r.bt_high)}</title><line x1="${x(r.bt_low)}" x2="${x(r.bt_high)}" y1="6" y2="6"
+      stroke="${colour(r.id)}" stroke-width="3" stroke-linecap="round"/><circle cx="${x(r.bt)}" cy="6" r="3.5" fill="#1d2330"/></svg>`;
+    const tags = (r.frozen ? '<span class="tag">frozen</span>' : "") + (r.scripted ? '<span class="tag">scripted</span>' : "");
+    h += `<tr><td>${r.rank}</td><td><span class="dot" style="background:${colour(r.id)}"></span>${esc(r.id)}${tags}</td>
+          <td title="entered at epoch ${esc(r.epoch)}">${esc(r.role)}</td><td class="num">${num(r.elo)}</td>
+          <td class="num">${r.bt == null ? "–" : `${num(r.bt)} <span class="ci">(${num(r.bt_low)}–${num(r.bt_high)})</span>`}</td>
+          <td>${bar}</td><td class="num">${r.games}</td></tr>`;
+  }
+  set("leaderboard", h + "</table>");
+}
+
+function renderElo(e) {
+  const series = e.series || {}, ids = Object.keys(series);
+  if (!ids.length) return set("elo", empty("no metrics yet"));
+  const W = 620, H = 250, L = 46, R = 130, T = 8, B = 24;
+  let xs = [], ys = [];
+  for (const id of ids) for (const [s, v] of series[id]) { xs.push(s); ys.push(v); }
+  let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+  if (x0 === x1) x1 = x0 + 1;
+  if (y1 - y0 < 20) { y0 -= 10; y1 += 10; }
+  const px = s => L + (s - x0) / (x1 - x0) * (W - L - R), py = v => T + (1 - (v - y0) / (y1 - y0)) * (H - T - B);
+  let g = "";
+  for (let k = 0; k <= 4; k++) {
+    const v = y0 + (y1 - y0) * k / 4, y = py(v);
+    g += `<line x1="${L}" x2="${W - R}" y1="${y}" y2="${y}" stroke="#eceef2"/><text x="${L - 4}" y="${y + 4}" text-anchor="end" font-size="10" fill="#6b7385">${num(v)}</text>`;
+  }
+  const ticks = [...new Set([0, 1, 2, 3, 4].map(k => Math.round(x0 + (x1 - x0) * k / 4)))];
+  for (const s of ticks) g += `<text x="${px(s)}" y="${H - 8}" text-anchor="middle" font-size="10" fill="#6b7385">${s}</text>`;
+  g += `<text x="${W - R}" y="${H - 8}" text-anchor="end" font-size="10" fill="#6b7385" dx="28">step</text>`;
+  ids.forEach((id, i) => {
+    const pts = series[id].map(([s, v]) => `${px(s).toFixed(1)},${py(v).toFixed(1)}`).join(" ");
+    g += `<polyline points="${pts}" fill="none" stroke="${colour(id)}" stroke-width="1.8"><title>${esc(id)}</title></polyline>`;
+    if (i < 16) g += `<circle cx="${W - R + 12}" cy="${T + 6 + i * 14}" r="4" fill="${colour(id)}"/>
+      <text x="${W - R + 20}" y="${T + 10 + i * 14}" font-size="11">${esc(id)}</text>`;
+  });
+  set("elo", `<svg viewBox="0 0 ${W} ${H}" width="100%" preserveAspectRatio="xMinYMin meet">${g}</svg>`);
+}
+
+function heat(v) {  // 0 red, 0.5 light, 1 green
+  if (v == null) return "#f3f4f7";
+  const a = [228, 87, 46], m = [247, 247, 240], b = [41, 163, 106], t = Math.max(0, Math.min(1, v));
+  const [p, q, u] = t < 0.5 ? [a, m, t * 2] : [m, b, (t - 0.5) * 2];
+  return `rgb(${p.map((c, i) => Math.round(c + (q[i] - c) * u)).join(",")})`;
+}
+
+function renderPayoff(p) {
+  const ids = p.players || [];
+  if (!ids.length) return set("payoff", empty("no games yet"));
+  const n = ids.length, C = Math.max(18, Math.min(44, Math.floor(440 / n))), L = 130, T = 100;
+  let g = "";
+  ids.forEach((id, i) => {
+    g += `<text x="${L - 6}" y="${T + i * C + C / 2 + 4}" text-anchor="end" font-size="11">${esc(id)}</text>`;
+    g += `<text transform="translate(${L + i * C + C / 2 + 4},${T - 6}) rotate(-55)" font-size="11">${esc(id)}</text>`;
+    ids.forEach((jd, j) => {
+      const v = p.win_rate[i][j], games = p.games[i][j];
+      g += `<rect x="${L + j * C}" y="${T + i * C}" width="${C - 1}" height="${C - 1}" fill="${heat(v)}">
+        <title>${esc(id)} vs ${esc(jd)}: ${v == null ? "never met" : num(v, 2) + " over " + num(games, 1) + " (decayed) games"}</title></rect>`;
+      if (v != null && C >= 26) g += `<text x="${L + j * C + C / 2}" y="${T + i * C + C / 2 + 4}" text-anchor="middle" font-size="10">${num(v, 2)}</text>`;
+    });
+  });
+  set("payoff", `<svg width="${L + n * C + 90}" height="${T + n * C + 10}">${g}</svg>`);
+}
+
+function renderLineage(l) {
+  const nodes = l.nodes || [];
+  if (!nodes.length) return set("lineage", empty("the lineage appears with the first checkpoint"));
+  const byId = {}, kids = {};
+  nodes.forEach(n => { byId[n.id] = n; kids[n.id] = []; });
+  const roots = [];
+  nodes.forEach(n => (n.parent && byId[n.parent] ? kids[n.parent].push(n) : roots.push(n)));
+  const order = [], depth = {};
+  const walk = (n, d) => { depth[n.id] = d; order.push(n); kids[n.id].forEach(k => walk(k, d + 1)); };
+  roots.forEach(r => walk(r, 0));
+  const RH = 22, IND = 22, T = 12, pos = {};
+  order.forEach((n, i) => { pos[n.id] = [14 + depth[n.id] * IND, T + i * RH]; });
+  let g = "";
+  for (const e of l.edges || []) {
+    if (!pos[e.from] || !pos[e.to]) continue;
+    const [x0, y0] = pos[e.from], [x1, y1] = pos[e.to];
+    g += `<path d="M${x0},${y0 + 6} V${y1} H${x1 - 7}" fill="none" stroke="#9aa3b5" ${e.kind === "snapshot" ? 'stroke-dasharray="3,3"' : ""}/>`;
+  }
+  let maxX = 0;
+  for (const n of order) {
+    const [x, y] = pos[n.id], c = colour(n.id);
+    maxX = Math.max(maxX, x);
+    g += n.scripted ? `<rect x="${x - 5}" y="${y - 5}" width="10" height="10" fill="${c}"/>`
+        : n.frozen ? `<circle cx="${x}" cy="${y}" r="5" fill="#fff" stroke="${c}" stroke-width="2"/>`
+        : `<circle cx="${x}" cy="${y}" r="5.5" fill="${c}"/>`;
+    const extra = [n.role, "epoch " + n.epoch, n.snapshot_of ? "snapshot of " + n.snapshot_of : "",
+                   n.resets ? "reset ×" + n.resets : "", n.scripted ? "scripted: " + n.scripted : "",
+                   n.unsaved ? "not in a checkpoint yet" : ""].filter(Boolean).join(" · ");
+    g += `<text x="${x + 10}" y="${y + 4}" font-size="12"><tspan font-weight="600">${esc(n.id)}</tspan><tspan
+          dx="8" font-size="11" fill="#6b7385">${esc(extra)}</tspan></text>`;
+  }
+  const legend = `<div class="empty" style="font-style:normal">● learner &nbsp; ○ frozen snapshot (dashed: snapshot of) &nbsp; ■ scripted &nbsp; solid line: inherited weights</div>`;
+  set("lineage", legend + `<svg width="${maxX + 560}" height="${T + order.length * RH}">${g}</svg>`);
+}
+
+function renderTranscripts(t) {
+  const sel = document.getElementById("pair"), pairs = t.pairs || [], keep = sel.value;
+  sel.innerHTML = pairs.map(p => `<option value="${esc(p.pair)}">${esc(p.pair)} (${p.games.length})</option>`).join("");
+  if (pairs.some(p => p.pair === keep)) sel.value = keep;
+  if (!pairs.length) return set("transcripts", empty("no transcripts (transcripts_per_pair = 0, or no games yet)"));
+  const p = pairs.find(p => p.pair === sel.value) || pairs[0];
+  let h = "";
+  for (const g of p.games) {
+    const score = g.players.map((id, i) => `<span class="dot" style="background:${colour(id)}"></span>${esc(id)} <b>${num(g.rewards[i], 2)}</b>`).join(" &nbsp; ");
+    h += `<div class="game"><div class="head">${esc(g.game_id)} <span class="tag">epoch ${esc(g.epoch)}, round ${esc(g.round)}</span> &nbsp; ${score}</div>`;
+    for (const turn of g.turns) {
+      h += `<div class="turn"><span class="dot" style="background:${colour(turn.player)}"></span>${esc(turn.player)} (seat ${esc(turn.seat)})
+            <pre>${esc(turn.prompt)}</pre><pre class="completion">${esc(turn.completion)}</pre></div>`;
+    }
+    if (g.turns_total > g.turns.length) h += `<div class="empty">${g.turns_total - g.turns.length} more turns not kept</div>`;
+    h += "</div>";
+  }
+  set("transcripts", h);
+}
+
+function renderAdapters(a) {
+  document.getElementById("ad-note").textContent = a.checkpoint || "no checkpoint yet";
+  const list = a.adapters || [];
+  if (!list.length) return set("adapters", empty("adapters appear with the first checkpoint"));
+  let h = `<table><tr><th>player</th><th>role</th><th>files</th><th>download</th><th>folder (PeftModel.from_pretrained)</th></tr>`;
+  for (const d of list) {
+    const files = d.files.map(f => `<a href="${esc(f.url)}">${esc(f.name)}</a> <span class="tag">${(f.bytes / 1024).toFixed(0)} KB</span>`).join(" ");
+    h += `<tr><td><span class="dot" style="background:${colour(d.id)}"></span>${esc(d.id)}</td><td>${esc(d.role)}</td>
+          <td>${files}</td><td><a href="${esc(d.zip)}">${esc(d.id)}.zip</a></td><td><code>${esc(d.path)}</code></td></tr>`;
+  }
+  set("adapters", h + "</table>");
+}
+
+let last = null;
+function renderAll(d) {
+  (d.leaderboard.rows || []).forEach(r => colour(r.id));  // colours follow the leaderboard's first order
+  renderSummary(d.summary); renderLeaderboard(d.leaderboard); renderElo(d.elo); renderPayoff(d.payoff);
+  renderLineage(d.lineage); renderTranscripts(d.transcripts); renderAdapters(d.adapters);
+  last = d;
+}
+document.getElementById("pair").addEventListener("change", () => last && renderTranscripts(last.transcripts));
+
+async function poll() {
+  const live = document.getElementById("live");
+  try {
+    const summary = await (await fetch("api/summary", {cache: "no-store"})).json();
+    if (!last || summary.fingerprint !== last.summary.fingerprint) {
+      const names = ["leaderboard", "elo", "payoff", "lineage", "transcripts", "adapters"];
+      const got = await Promise.all(names.map(n => fetch("api/" + n, {cache: "no-store"}).then(r => r.json())));
+      const d = {summary};
+      names.forEach((n, i) => d[n] = got[i]);
+      renderAll(d);
+    } else {
+      renderSummary(summary);
+    }
+    const age = summary.updated ? summary.now - summary.updated : null;
+    live.className = age != null && age > 120 ? "stale" : "";
+    live.textContent = age == null ? "waiting for the first round" : age > 120 ? `idle ${Math.round(age / 60)} min` : "live";
+  } catch (err) {
+    live.className = "stale"; live.textContent = "dashboard server unreachable";
+  }
+}
+renderAll(DATA);
+setInterval(poll, POLL_MS);
+</script>
+</body></html>
+"""
