@@ -96,6 +96,8 @@ def _dashboard(args) -> None:
 def _bench(args) -> None:
     if args.what == "engine":
         from autocurricula.bench.engine import main
+    elif args.what == "peers":
+        from autocurricula.bench.peers import main
     else:
         from autocurricula.bench.train import main
     main(args)
@@ -149,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_env)
 
     b = sub.add_parser("bench", help="benchmarks (ratios measured side by side)")
-    b.add_argument("what", choices=["engine", "train"])
+    b.add_argument("what", choices=["engine", "train", "peers"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--model", default=None, help="model id/folder instead of the tiny bench model")
     b.add_argument("--hidden", type=int, default=256)
@@ -157,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch", type=int, default=64)
     b.add_argument("--new-tokens", type=int, default=48)
     b.add_argument("--quick", action="store_true", help="fewer repeats (CI smoke run)")
+    b.add_argument("--shape", default="bench", choices=["bench", "qwen0.5b"],
+                   help="peers: the bench model (llama, hidden 256, 4 layers) or a random Qwen2.5-0.5B-shaped one")
     b.set_defaults(func=_bench)
     return p
 

@@ -1,0 +1,422 @@
+"""``autocurricula bench peers``: our engine and update against what a user would otherwise run.
+
+The workload is tic-tac-toe-style turns: 64 turns over 8 players, each a 20-token prompt (12
+shared instruction tokens + 8 board tokens) and 4 sampled tokens (temperature 1, exactly 4 tokens),
+LoRA r=8 on every linear. Every side gets the same model folder, prompts and adapters (our random
+adapters exported with ``export_peft`` / ``export_mlx``). Sides, each in its own worker process:
+
+- ``engine``: :class:`~autocurricula.engine.Engine`, all 64 turns submitted at once (multi-LoRA,
+  continuous batching);
+- ``peft_mixed``: transformers + peft, one ``generate(..., adapter_names=[...])`` over the 64 turns;
+- ``peft_set_adapter``: transformers + peft, ``set_adapter`` then one ``generate`` per player;
+- ``mlx_lm_reload``: mlx-lm as its server switches adapters: ``mlx_lm.load(model, adapter_path=...)``
+  per player, then one ``BatchGenerator`` over that player's turns (grouped by player, the
+  generous order: 8 reloads instead of 64);
+- ``update``: one fused :class:`~autocurricula.training.Updater` GRPO step of the 8 players on the
+  engine's 64 sampled turns (advantages +-1, sampler logprobs perturbed so some ratios clip);
+- ``torch_peft_update``: the same loss, rows and AdamW in torch + peft (``peers_torch.py``).
+
+Workers load and warm up, then the parent runs the sides interleaved (A B C D A B C D ...) so
+machine noise hits every side alike; ratios pair the runs of one round and report median, min and
+max. torch workers never import ``autocurricula`` (its BLAS preload slows torch ~2x); the MLX
+sides (ours and mlx-lm) share the preloaded OpenBLAS. ``prefix_hit_rate`` is the share of prompt
+tokens the engine served from a prefix cache (``engine.stats["prefix_hit_tokens"]`` when the
+engine counts them; 0.0 and a note otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+import autocurricula  # noqa: F401  (fast BLAS before mlx, for the MLX workers)
+from autocurricula.bench import peers_torch
+
+ROLLOUT_SIDES = ("engine", "peft_mixed", "peft_set_adapter", "mlx_lm_reload")
+UPDATE_SIDES = ("update", "torch_peft_update")
+TORCH_SIDES = ("peft_mixed", "peft_set_adapter", "torch_peft_update")
+
+# The Qwen2.5-0.5B shape keeps its real vocabulary (151,936 rows of embedding and LM head: the LM
+# head and sampling over it are a real cost); the built-in tokenizer covers the first 32,768 ids.
+SHAPES = {
+    "bench": dict(model_type="llama", hidden_size=256, num_layers=4, num_heads=4, intermediate_size=512,
+                  vocab_size=1024),
+    "qwen0.5b": dict(model_type="qwen2", hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
+                     intermediate_size=4864, vocab_size=32768, model_vocab=151936),
+    "tiny": dict(model_type="llama", hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128,
+                 vocab_size=512),  # tests only
+}
+GOALS = {"engine_vs_peft_mixed": 2.0, "engine_vs_peft_set_adapter": None, "engine_vs_mlx_lm_reload": 5.0,
+         "update_vs_torch_peft": 1.5}
+GRPO = {"learning_rate": 1e-4, "epsilon": 0.2, "epsilon_high": 0.2, "temperature": 1.0, "max_grad_norm": 1.0}
+LOSS_TOL = 1e-4  # relative agreement of the first step's loss
+
+
+# ---------------------------------------------------------------- inputs (parent; numpy only)
+def model_folder(shape: str) -> Path:
+    """The shape's random model folder (built once into ``~/.cache/autocurricula``)."""
+    from autocurricula.tiny import build_tiny_model
+
+    s = dict(SHAPES[shape])
+    model_vocab = s.pop("model_vocab", None)
+    cache = Path.home() / ".cache" / "autocurricula"
+    if shape == "bench":  # the same folder as `bench engine` / `bench train`
+        return build_tiny_model(cache / "bench-h256-l4-a4-v1024", **s)
+    base = build_tiny_model(cache / f"peers-{shape}", **s)
+    return base if model_vocab is None else _widen_vocab(base, cache / f"peers-{shape}-v{model_vocab}", model_vocab)
+
+
+def _widen_vocab(src: Path, dst: Path, vocab: int) -> Path:
+    """``src`` with ``vocab`` rows of embedding and LM head (new rows random; the tokenizer keeps
+    its ids, like Qwen's 151,936 rows over 151,665 tokens). Built in a temporary folder, renamed."""
+    from safetensors.numpy import load_file, save_file
+
+    marker = {"source": json.loads((src / "autocurricula_tiny.json").read_text()), "vocab": vocab}
+    if (dst / "peers_model.json").is_file() and json.loads((dst / "peers_model.json").read_text()) == marker:
+        return dst
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
+    try:
+        for f in src.iterdir():
+            if f.name != "model.safetensors":
+                shutil.copyfile(f, tmp / f.name)
+        w = load_file(str(src / "model.safetensors"))
+        rng = np.random.default_rng(1)
+        h = w["model.embed_tokens.weight"].shape[1]
+        for key, std in (("model.embed_tokens.weight", 1.0), ("lm_head.weight", 2.0 * h**-0.5)):
+            extra = rng.standard_normal((vocab - w[key].shape[0], h), dtype=np.float32) * np.float32(std)
+            w[key] = np.concatenate([w[key], extra])
+        save_file(w, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        config = json.loads((tmp / "config.json").read_text())
+        config["vocab_size"] = vocab
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        (tmp / "peers_model.json").write_text(json.dumps(marker))  # last: the folder is complete
+        if dst.exists():
+            shutil.rmtree(dst)
+        os.replace(tmp, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dst
+
+
+def linear_dims(config: dict) -> dict[str, tuple[int, int]]:
+    """(in, out) of every linear of a llama/qwen2 block, by MLX module path (the engine's names)."""
+    h, heads = config["hidden_size"], config["num_attention_heads"]
+    kv, inter = config.get("num_key_value_heads") or heads, config["intermediate_size"]
+    hd = config.get("head_dim") or h // heads
+    dims = {}
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        dims.update({p + "self_attn.q_proj": (h, heads * hd), p + "self_attn.k_proj": (h, kv * hd),
+                     p + "self_attn.v_proj": (h, kv * hd), p + "self_attn.o_proj": (heads * hd, h),
+                     p + "mlp.gate_proj": (h, inter), p + "mlp.up_proj": (h, inter), p + "mlp.down_proj": (inter, h)})
+    return dims
+
+
+def build_spec(work: Path, model: Path, turns: int, players: int, prompt_len: int = 20, shared: int = 12,
+               new_tokens: int = 4, rank: int = 8, seed: int = 0) -> dict:
+    """Prompts, turn order and adapters (peft and mlx-lm folders with the same weights) in ``work``."""
+    from autocurricula.engine.adapters import AdapterWeights, LoraSpec
+    from autocurricula.export import export_mlx, export_peft
+
+    config = json.loads((model / "config.json").read_text())
+    tok_vocab = json.loads((model / "autocurricula_tiny.json").read_text())["vocab_size"]
+    rng = np.random.default_rng(seed)
+    prefix = rng.integers(3, tok_vocab, shared).tolist()
+    prompts = [prefix + rng.integers(3, tok_vocab, prompt_len - shared).tolist() for _ in range(turns)]
+    names = [f"p{i}" for i in range(players)]
+    spec_lora = LoraSpec(r=rank, lora_alpha=2 * rank, target_modules="all-linear")
+    adapters = {}
+    for i, n in enumerate(names):
+        w = AdapterWeights.random(linear_dims(config), spec_lora, seed=seed + 1 + i)
+        adapters[n] = {"peft": str(export_peft(w, work / "peft" / n, str(model),
+                                               num_model_layers=config["num_hidden_layers"])),
+                       "mlx": str(export_mlx(w, work / "mlx" / n, config["num_hidden_layers"]))}
+    return {"model": str(model), "prompts": prompts, "order": [names[i % players] for i in range(turns)],
+            "player_names": names, "adapters": adapters, "new_tokens": new_tokens, "rank": rank,
+            "grpo": dict(GRPO), "turns": str(work / "turns.json")}
+
+
+def training_turns(rows: list[dict], order: list[str], seed: int = 0, noise: float = 0.2) -> list[dict]:
+    """GRPO rows from the engine's sampled turns: advantage +-1, sampler logprobs plus N(0, noise)
+    so the ratio is not 1 and the clip is exercised (the loss then depends on the model)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for row, player in zip(rows, order):
+        old = (np.asarray(row["logprobs"]) + rng.normal(0, noise, len(row["logprobs"]))).tolist()
+        out.append({"player": player, "prompt_ids": row["prompt_ids"], "completion_ids": row["token_ids"],
+                    "logprobs": old, "advantage": float(rng.choice([-1.0, 1.0]))})
+    return out
+
+
+# ---------------------------------------------------------------- MLX worker sides
+def _engine(spec: dict):
+    from autocurricula.engine import Engine, EngineConfig
+
+    n = len(spec["player_names"])
+    engine = Engine(spec["model"], config=EngineConfig(max_slots=n, max_batch=len(spec["prompts"]),
+                                                       initial_rank=spec["rank"]))
+    for name in spec["player_names"]:
+        engine.load_adapter(name, spec["adapters"][name]["peft"])
+    return engine
+
+
+def setup_engine(spec: dict):
+    from autocurricula.engine import SamplingParams
+
+    engine = _engine(spec)
+    params = SamplingParams(max_tokens=spec["new_tokens"], temperature=1.0, ignore_eos=True)
+    prompt_tokens = sum(len(p) for p in spec["prompts"])
+
+    def run():
+        before = dict(engine.stats)
+        go = threading.Event()
+        engine.call(go.wait, 600)  # hold the engine thread so all turns start in one batch
+        futs = [engine.submit(p, o, params) for p, o in zip(spec["prompts"], spec["order"])]
+        t0 = time.perf_counter()
+        go.set()
+        outs = [f.result() for f in futs]
+        dt = time.perf_counter() - t0
+        hits = engine.stats.get("prefix_hit_tokens")
+        rate = None if hits is None else (hits - before.get("prefix_hit_tokens", 0)) / prompt_tokens
+        return {"seconds": dt, "tokens": sum(len(o.token_ids) for o in outs), "prefix_hit_rate": rate,
+                "rows": [{"prompt_ids": o.prompt_ids, "token_ids": o.token_ids, "logprobs": o.logprobs} for o in outs]}
+
+    warm = run()  # warm-up; its sampled turns are the update sides' rows
+    return (lambda: {k: v for k, v in run().items() if k != "rows"}), {"rows": warm["rows"]}
+
+
+def setup_mlx_lm_reload(spec: dict):
+    from mlx_lm import load
+    from mlx_lm.generate import BatchGenerator
+    from mlx_lm.sample_utils import make_sampler
+
+    sampler, n_new = make_sampler(temp=1.0), spec["new_tokens"]
+    by_player = {n: [p for p, o in zip(spec["prompts"], spec["order"]) if o == n] for n in spec["player_names"]}
+
+    def run(players=spec["player_names"]):
+        t0, tokens = time.perf_counter(), 0
+        for n in players:
+            model, _ = load(spec["model"], adapter_path=spec["adapters"][n]["mlx"])  # as mlx-lm's server does
+            gen = BatchGenerator(model, max_tokens=n_new, sampler=sampler)  # no stop tokens: exactly n_new each
+            gen.insert(by_player[n], [n_new] * len(by_player[n]))
+            while responses := gen.next_generated():
+                tokens += len(responses)
+            gen.close()
+        return {"seconds": time.perf_counter() - t0, "tokens": tokens}
+
+    run(spec["player_names"][:1])  # warm-up
+    return run, {}
+
+
+def setup_update(spec: dict):
+    from autocurricula.config import GRPOConfig
+    from autocurricula.credit import Turn
+    from autocurricula.training import Updater
+
+    engine = _engine(spec)
+    g = spec["grpo"]
+    up = Updater(engine, GRPOConfig(learning_rate=g["learning_rate"], loss_type="dapo", epsilon=g["epsilon"],
+                                    epsilon_high=g["epsilon_high"], temperature=g["temperature"],
+                                    max_grad_norm=g["max_grad_norm"]))
+    turns = []
+    for i, t in enumerate(json.loads(Path(spec["turns"]).read_text())):
+        turn = Turn(t["player"], f"g{i}", "X", t["prompt_ids"], t["completion_ids"], t["logprobs"], reward=0.0)
+        turn.advantage = t["advantage"]
+        turns.append(turn)
+    tokens = sum(len(t.completion_ids) for t in turns)
+
+    def run():
+        t0 = time.perf_counter()
+        m = up.step(turns)
+        return {"seconds": time.perf_counter() - t0, "tokens": tokens, "loss": m["loss"]}
+
+    first = up.step(turns)  # the first step (also the warm-up) is compared with torch's
+    norms = {k.split("/", 1)[1]: v for k, v in first.items() if k.startswith("grad_norm/")}
+    return run, {"first_loss": first["loss"], "first_grad_norms": norms}
+
+
+MLX_SETUPS = {"engine": setup_engine, "mlx_lm_reload": setup_mlx_lm_reload, "update": setup_update}
+
+
+# ---------------------------------------------------------------- parent: workers, rounds, ratios
+class Worker:
+    """One side in its own process; ``run()`` sends one run command and waits for its answer."""
+
+    def __init__(self, side: str, spec_path: Path, log_dir: Path):
+        self.side = side
+        self.log = log_dir / f"{side}.log"
+        if side in TORCH_SIDES:  # by path, so autocurricula/__init__ (the BLAS preload) never runs
+            cmd = [sys.executable, "-c", "import runpy, sys; sys.argv.pop(0); runpy.run_path(sys.argv[0], "
+                   "run_name='__main__')", peers_torch.__file__, side, str(spec_path)]
+        else:
+            cmd = [sys.executable, "-m", "autocurricula.bench.peers", "--worker", side, str(spec_path)]
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+        self._err = open(self.log, "w")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
+                                     cwd=str(log_dir), env=env)
+        self._answers: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                self._answers.put(json.loads(line))
+            except ValueError:
+                continue
+        self._answers.put({"error": f"worker exited with code {self.proc.wait()}"})
+
+    def answer(self, timeout: float) -> dict:
+        try:
+            msg = self._answers.get(timeout=timeout)
+        except queue.Empty:
+            msg = {"error": f"no answer within {timeout:.0f} s"}
+        if "error" in msg:
+            self.close()
+            tail = self.log.read_text()[-3000:] if self.log.exists() else ""
+            raise RuntimeError(f"bench peers: side {self.side} failed: {msg['error']}\n{msg.get('traceback', '')}"
+                               f"--- {self.log} (tail) ---\n{tail}")
+        return msg
+
+    def run(self, timeout: float) -> dict:
+        self.proc.stdin.write(json.dumps({"cmd": "run"}) + "\n")
+        self.proc.stdin.flush()
+        return self.answer(timeout)
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self._err.close()
+
+
+def _rounds(sides, spec_path, log_dir, reps, timeout) -> tuple[dict, dict]:
+    """Start the sides together, wait until all are ready, then run them interleaved ``reps`` times."""
+    workers = [Worker(s, spec_path, log_dir) for s in sides]
+    try:
+        ready = {w.side: w.answer(timeout) for w in workers}
+        runs = {s: [] for s in sides}
+        for _ in range(reps):
+            for w in workers:
+                runs[w.side].append(w.run(timeout))
+        return ready, runs
+    finally:
+        for w in workers:
+            w.close()
+
+
+def summary(values) -> dict:
+    """``{"median", "min", "max"}`` of finite values (None where there are none)."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return {"median": None, "min": None, "max": None}
+    return {"median": round(statistics.median(vals), 4), "min": round(min(vals), 4), "max": round(max(vals), 4)}
+
+
+def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turns: int | None = None,
+        players: int | None = None, timeout: float = 900.0) -> dict:
+    """Run every side at ``shape`` and return the figures (see the module docstring)."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; choose one of {sorted(SHAPES)}")
+    reps = reps or (1 if quick else 3)
+    turns, players = turns or (16 if quick else 64), players or (4 if quick else 8)
+    t_start = time.perf_counter()
+    model = model_folder(shape)
+    work = Path(tempfile.mkdtemp(prefix="ac-peers-"))
+    try:
+        spec = build_spec(work, model, turns, players)
+        spec_path = work / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        ready, runs = _rounds(ROLLOUT_SIDES, spec_path, work, reps, timeout)
+        Path(spec["turns"]).write_text(json.dumps(training_turns(ready["engine"]["rows"], spec["order"])))
+        up_ready, up_runs = _rounds(UPDATE_SIDES, spec_path, work, reps, timeout)
+        runs.update(up_runs)
+        leaked = [s for s in TORCH_SIDES if {**ready, **up_ready}[s]["autocurricula_imported"]]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    rate = {s: [r["tokens"] / r["seconds"] for r in runs[s]] for s in runs}
+    config = json.loads((model / "config.json").read_text())
+    result = {"shape": shape, "model": str(model), "model_type": config["model_type"],
+              "hidden_size": config["hidden_size"], "num_layers": config["num_hidden_layers"],
+              "vocab_size": config["vocab_size"], "dtype": "float32", "turns": turns, "players": players,
+              "prompt_len": len(spec["prompts"][0]), "new_tokens": spec["new_tokens"], "lora_rank": spec["rank"],
+              "lora_targets": "all-linear", "repetitions": reps, "cpu_count": os.cpu_count(), "quick": quick}
+
+    def paired(a, b):
+        return summary([x / y for x, y in zip(rate[a], rate[b])])
+
+    result["engine_vs_peft_mixed"] = paired("engine", "peft_mixed")
+    result["engine_vs_peft_set_adapter"] = paired("engine", "peft_set_adapter")
+    result["engine_vs_mlx_lm_reload"] = paired("engine", "mlx_lm_reload")
+    result["update_vs_torch_peft"] = paired("update", "torch_peft_update")
+    hits = [r.get("prefix_hit_rate") for r in runs["engine"]]
+    if all(h is None for h in hits):
+        result["prefix_hit_rate"] = {"median": 0.0, "min": 0.0, "max": 0.0}
+        result["prefix_hit_rate_note"] = "the engine has no prefix cache (no prefix_hit_tokens in engine.stats)"
+    else:
+        result["prefix_hit_rate"] = summary(hits)
+    result["tok_s"] = {s: summary(rate[s]) for s in rate}
+    ours, theirs = up_ready["update"], up_ready["torch_peft_update"]
+    diff = abs(ours["first_loss"] - theirs["first_loss"])
+    norm_diff = max(abs(ours["first_grad_norms"][n] - theirs["first_grad_norms"][n]) /
+                    max(1e-12, abs(theirs["first_grad_norms"][n])) for n in theirs["first_grad_norms"])
+    result["update_loss"] = {"ours": ours["first_loss"], "torch_peft": theirs["first_loss"], "abs_diff": diff,
+                             "grad_norm_max_rel_diff": norm_diff,
+                             "agree": diff <= LOSS_TOL * max(1.0, abs(theirs["first_loss"])) and norm_diff <= 1e-3}
+    result["torch_imported_autocurricula"] = leaked
+    result["goals"] = {k: v for k, v in GOALS.items() if v is not None}
+    result["seconds"] = round(time.perf_counter() - t_start, 1)
+    return result
+
+
+def format_table(r: dict) -> str:
+    lines = [f"shape {r['shape']} ({r['model_type']}, hidden {r['hidden_size']}, {r['num_layers']} layers, vocab "
+             f"{r['vocab_size']}, fp32)  |  {r['turns']} turns over {r['players']} players, prompt {r['prompt_len']} "
+             f"+ {r['new_tokens']} sampled tokens, LoRA r={r['lora_rank']} all-linear  |  {r['repetitions']} rounds, "
+             f"{r['cpu_count']} cores, {r['seconds']} s", ""]
+    lines.append(f"{'':<28}{'median':>9}{'min':>9}{'max':>9}")
+    for key, goal in GOALS.items():
+        s = r[key]
+        verdict = "" if goal is None else f"   goal >= {goal} ({'ok' if (s['median'] or 0) >= goal else 'below goal'})"
+        lines.append(f"{key:<28}{s['median']:>9.3g}{s['min']:>9.3g}{s['max']:>9.3g}{verdict}")
+    p = r["prefix_hit_rate"]
+    lines.append(f"{'prefix_hit_rate':<28}{p['median']:>9.3g}{p['min']:>9.3g}{p['max']:>9.3g}   "
+                 f"{r.get('prefix_hit_rate_note', '')}")
+    lines.append("")
+    lines.append("tok/s (median): " + "  ".join(f"{s}: {v['median']:.0f}" for s, v in r["tok_s"].items()))
+    u = r["update_loss"]
+    lines.append(f"first-step loss: ours {u['ours']:.6f}, torch+peft {u['torch_peft']:.6f} (|diff| {u['abs_diff']:.1e}, "
+                 f"grad norms within {u['grad_norm_max_rel_diff']:.1e})" + ("" if u["agree"] else "  DISAGREE"))
+    return "\n".join(lines)
+
+
+def main(args) -> None:
+    r = run(shape=args.shape, quick=args.quick)
+    print(json.dumps(r) if args.json else format_table(r))
+    if not r["update_loss"]["agree"] or r["torch_imported_autocurricula"]:
+        sys.exit("bench peers: the torch and MLX updates disagree, or a torch worker imported autocurricula; "
+                 "the figures are not comparable")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        peers_torch.serve(sys.argv[2], sys.argv[3], MLX_SETUPS)
+    else:
+        sys.exit("usage: autocurricula bench peers [--shape bench|qwen0.5b] [--json] [--quick]")

@@ -1,0 +1,181 @@
+"""The torch + peft sides of ``autocurricula bench peers``, and the worker protocol all sides share.
+
+This module imports nothing of ``autocurricula``: ``import autocurricula`` preloads OpenBLAS with
+``RTLD_GLOBAL``, which serves torch's BLAS calls too and slows torch about 2x. A torch worker runs
+this file by path (``python -c "...runpy.run_path(this file)" SIDE SPEC``), so the package's
+``__init__`` never runs in it. Sides:
+
+- ``peft_mixed``: one ``generate(..., adapter_names=[player of each row])`` over all turns (peft's
+  mixed-adapter batch inference);
+- ``peft_set_adapter``: ``set_adapter(player)`` then one ``generate`` over that player's turns;
+- ``torch_peft_update``: one GRPO step of every player (``set_adapter``, forward, backward, per-player
+  gradient clipping and ``torch.optim.AdamW``), the same clipped loss as ``autocurricula.training``.
+
+Protocol: the worker prints one JSON line on its original stdout when ready (after loading and a
+warm-up), then answers each ``{"cmd": "run"}`` line on stdin with one JSON line
+(``seconds``, ``tokens``), and exits on ``{"cmd": "quit"}``. Library output goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def serve(side: str, spec_path: str, setups: dict) -> None:
+    """Run one worker: ``setups[side](spec)`` returns ``(run, ready_info)``; answer run commands."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # stdout carries only protocol lines; prints of libraries land in the log
+
+    def send(obj):
+        proto.write(json.dumps(obj) + "\n")
+        proto.flush()
+
+    try:
+        spec = json.loads(Path(spec_path).read_text())
+        run, info = setups[side](spec)
+        send({"ready": True, "autocurricula_imported": "autocurricula" in sys.modules, **info})
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            if json.loads(line).get("cmd") == "quit":
+                break
+            send(run())
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
+        send({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+        raise
+
+
+# ---------------------------------------------------------------- torch sides
+def _torch():
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)  # every core, as the MLX sides use
+    return torch
+
+
+def _peft_model(spec: dict, trainable: bool):
+    torch = _torch()
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
+    names = spec["player_names"]
+    model = PeftModel.from_pretrained(base, spec["adapters"][names[0]]["peft"], adapter_name=names[0],
+                                      is_trainable=trainable)
+    for n in names[1:]:
+        model.load_adapter(spec["adapters"][n]["peft"], adapter_name=n, is_trainable=trainable)
+    return model if trainable else model.eval()
+
+
+def _generate(model, prompts, n_new, **kw) -> int:
+    import torch
+
+    ids = torch.tensor(prompts, dtype=torch.long)  # equal-length prompts: no padding needed
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                             top_k=0, top_p=1.0, max_new_tokens=n_new, min_new_tokens=n_new, pad_token_id=0, **kw)
+    return int((out.shape[1] - ids.shape[1]) * ids.shape[0])
+
+
+def setup_peft_mixed(spec: dict):
+    model = _peft_model(spec, trainable=False)
+    prompts, order, n_new = spec["prompts"], spec["order"], spec["new_tokens"]
+
+    def run(k=len(prompts)):
+        t0 = time.perf_counter()
+        tokens = _generate(model, prompts[:k], n_new, adapter_names=order[:k])
+        return {"seconds": time.perf_counter() - t0, "tokens": tokens}
+
+    run(min(len(prompts), 8))  # warm-up
+    return run, {}
+
+
+def setup_peft_set_adapter(spec: dict):
+    model = _peft_model(spec, trainable=False)
+    prompts, order, n_new = spec["prompts"], spec["order"], spec["new_tokens"]
+    by_player = {n: [p for p, o in zip(prompts, order) if o == n] for n in spec["player_names"]}
+
+    def run(players=spec["player_names"]):
+        t0, tokens = time.perf_counter(), 0
+        for n in players:
+            model.set_adapter(n)
+            tokens += _generate(model, by_player[n], n_new)
+        return {"seconds": time.perf_counter() - t0, "tokens": tokens}
+
+    run(spec["player_names"][:1])  # warm-up
+    return run, {}
+
+
+def grpo_rows(turns: list[dict], names: list[str]) -> dict:
+    """Per player: tensors of its rows (``ids`` without the last token, targets, sampler logprobs,
+    advantages); rows must share one prompt and one completion length (the benchmark's turns do)."""
+    import torch
+
+    out = {}
+    for n in names:
+        mine = [t for t in turns if t["player"] == n]
+        if len({(len(t["prompt_ids"]), len(t["completion_ids"])) for t in mine}) != 1:
+            raise ValueError("the torch update needs rows of one prompt length and one completion length")
+        ids = torch.tensor([t["prompt_ids"] + t["completion_ids"] for t in mine], dtype=torch.long)
+        out[n] = {"ids": ids[:, :-1], "tgt": torch.tensor([t["completion_ids"] for t in mine], dtype=torch.long),
+                  "old": torch.tensor([t["logprobs"] for t in mine], dtype=torch.float32),
+                  "adv": torch.tensor([t["advantage"] for t in mine], dtype=torch.float32)}
+    return out
+
+
+def grpo_step(model, rows: dict, optims: dict, params: dict, cfg: dict) -> dict:
+    """One GRPO step of every player, one player at a time (peft trains one active adapter).
+
+    Per token ``-min(r A, clip(r, 1 - eps, 1 + eps_high) A)`` with ``r = exp(logp - old)``,
+    averaged over the player's completion tokens (trl's 'dapo' / 'bnpo' for one batch); returns
+    the loss summed over players and each player's gradient norm before clipping."""
+    import torch
+
+    total, norms = 0.0, {}
+    for n, b in rows.items():
+        model.set_adapter(n)  # peft: only this adapter's weights require grad
+        t = b["tgt"].shape[1]
+        logits = model(input_ids=b["ids"], logits_to_keep=t).logits.float() / cfg["temperature"]
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, b["tgt"][..., None])[..., 0]
+        ratio = torch.exp(logp - b["old"])
+        adv = b["adv"][:, None]
+        per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - cfg["epsilon"], 1 + cfg["epsilon_high"]) * adv)
+        loss = per_token.sum() / per_token.numel()
+        optims[n].zero_grad(set_to_none=True)
+        loss.backward()
+        norms[n] = float(torch.nn.utils.clip_grad_norm_(params[n], cfg["max_grad_norm"]))
+        optims[n].step()
+        total += float(loss.detach())
+    return {"loss": total, "grad_norms": norms}
+
+
+def setup_torch_peft_update(spec: dict):
+    torch = _torch()
+    model = _peft_model(spec, trainable=True)
+    cfg, names = spec["grpo"], spec["player_names"]
+    turns = json.loads(Path(spec["turns"]).read_text())
+    rows = grpo_rows(turns, names)
+    params = {n: [p for k, p in model.named_parameters() if f".{n}." in k and "lora_" in k] for n in names}
+    optims = {n: torch.optim.AdamW(params[n], lr=cfg["learning_rate"], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+              for n in names}
+    tokens = sum(int(b["tgt"].numel()) for b in rows.values())
+
+    def run():
+        t0 = time.perf_counter()
+        m = grpo_step(model, rows, optims, params, cfg)
+        return {"seconds": time.perf_counter() - t0, "tokens": tokens, "loss": m["loss"]}
+
+    first = grpo_step(model, rows, optims, params, cfg)  # the first step (also the warm-up) is compared
+    return run, {"first_loss": first["loss"], "first_grad_norms": first["grad_norms"]}
+
+
+SETUPS = {"peft_mixed": setup_peft_mixed, "peft_set_adapter": setup_peft_set_adapter,
+          "torch_peft_update": setup_torch_peft_update}
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2], SETUPS)
