@@ -50,7 +50,7 @@ class RunView:
         if not self.root.is_dir():
             raise FileNotFoundError(f"{output_dir} is not a folder: pass the output_dir of a training run "
                                     "(the folder holding metrics.jsonl, match_history.jsonl and checkpoint-*)")
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a computation may read other cached files
         self._cache: dict = {}
 
     # ------------------------------------------------------------------ files
@@ -101,16 +101,22 @@ class RunView:
 
     def registry(self) -> list[dict]:
         """Players of the latest checkpoint, then ids seen in games since (new entrants), in order."""
-        players = [dict(p) for p in (self._ckpt_json("players.json") or []) if isinstance(p, dict) and "id" in p]
-        known = {p["id"] for p in players}
-        for row in self._jsonl(HISTORY):
-            for i, pid in enumerate(row.get("players") or []):
-                if pid not in known:
-                    known.add(pid)
-                    roles = row.get("roles") or []
-                    players.append({"id": pid, "role": roles[i] if i < len(roles) else None,
-                                    "epoch": row.get("epoch"), "unsaved": True})
-        return players
+        ckpt = self.checkpoint()  # the stamp is taken before the files are read: never newer than the data
+        stamp = (ckpt.name if ckpt else None, ckpt and self._stamp(ckpt / "players.json"), self._stamp(self.root / HISTORY))
+
+        def compute():
+            players = [dict(p) for p in self._ckpt_json("players.json") or [] if isinstance(p, dict) and "id" in p]
+            known = {p["id"] for p in players}
+            for row in self._jsonl(HISTORY):
+                for i, pid in enumerate(row.get("players") or []):
+                    if pid not in known:
+                        known.add(pid)
+                        roles = row.get("roles") or []
+                        players.append({"id": pid, "role": roles[i] if i < len(roles) else None,
+                                        "epoch": row.get("epoch"), "unsaved": True})
+            return players
+
+        return self._memo("registry", stamp, compute)
 
     def fingerprint(self) -> str:
         """Changes whenever a file the panels read changes."""
@@ -130,9 +136,10 @@ class RunView:
                 "updated": max(mtimes) / 1e9 if mtimes else None, "now": time.time()}
 
     def _replay(self):
-        history, s = self._jsonl(HISTORY), self.settings()
+        s, stamp = self.settings(), self._stamp(self.root / HISTORY)
 
         def compute():
+            history = self._jsonl(HISTORY)
             # the trainer's own rule (Trainer._record): multi-player games rate; pairs add BT records
             elo, payoff, records = Elo(k=s["elo_k"], scale=s["elo_scale"], initial=s["elo_initial"]), \
                 Payoff(s["payoff_decay"]), []
@@ -149,7 +156,7 @@ class RunView:
                 bt = bradley_terry_bootstrap(records, rounds=s["bt_bootstrap"], seed=s["seed"])
             return elo, payoff, bt
 
-        return self._memo("replay", (self._stamp(self.root / HISTORY), json.dumps(s)), compute)
+        return self._memo("replay", (stamp, json.dumps(s)), compute)
 
     def leaderboard(self) -> dict:
         """Rows best Elo first: rank, id, role, epoch, frozen, elo, bt, bt_low, bt_high, games."""
@@ -190,7 +197,8 @@ class RunView:
                             "unsaved": bool(p.get("unsaved"))})
             if p.get("parent"):
                 edges.append({"from": p["parent"], "to": p["id"], "kind": "snapshot" if p.get("snapshot_of") else "inherit"})
-        return {"nodes": nodes, "edges": edges, "checkpoint": (self.checkpoint() or Path("")).name or None}
+        ckpt = self.checkpoint()
+        return {"nodes": nodes, "edges": edges, "checkpoint": ckpt.name if ckpt else None}
 
     def transcripts(self, pair: str | None = None) -> dict:
         """``{"pairs": [{"pair", "games": [...]}]}``, the most recently played pair first, each pair's
@@ -210,8 +218,8 @@ class RunView:
         out = []
         folder = ckpt / "adapters" if ckpt else None
         roles = {p["id"]: p.get("role") for p in self.registry()}
-        if folder is not None and folder.is_dir():
-            for d in sorted(folder.iterdir(), key=lambda d: d.name):
+        try:
+            for d in sorted(folder.iterdir(), key=lambda d: d.name) if folder is not None and folder.is_dir() else []:
                 if not d.is_dir():
                     continue
                 files = [{"name": f.name, "bytes": f.stat().st_size,
@@ -219,6 +227,8 @@ class RunView:
                          for f in sorted(d.iterdir()) if f.is_file()]
                 out.append({"id": d.name, "role": roles.get(d.name), "checkpoint": ckpt.name, "path": str(d),
                             "files": files, "zip": f"/adapters/{quote(d.name, safe='')}.zip"})
+        except OSError:  # save_total_limit pruned the checkpoint while we listed it: the next poll has the new one
+            out = []
         return {"checkpoint": ckpt.name if ckpt else None, "adapters": out}
 
     # ------------------------------------------------------------------ downloads
