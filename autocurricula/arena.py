@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import hashlib
 import inspect
 import threading
 import time
+import traceback
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -53,6 +54,10 @@ class Generation:
 
     def __str__(self) -> str:
         return self.text
+
+
+class GameCancelled(RuntimeError):
+    """Raised in a timed-out game's thread by its next ``model.generate``."""
 
 
 def set_player(model, player: dict) -> None:
@@ -95,6 +100,7 @@ class GameRecord:
     turns: list[Turn] = field(default_factory=list)
     experiences: Any = None
     error: str | None = None
+    traceback: str | None = None  # the full traceback of ``error``
 
 
 class GameHandle:
@@ -109,6 +115,9 @@ class GameHandle:
         self.current_player: dict | None = None
         self._calls = 0
         self._subgames = 0
+        self.cancelled = False  # set when the game timed out: its sync thread's next generate raises
+        self._pending: set = set()  # a sync thread's in-flight generate calls (cancelled with the game)
+        self._lock = threading.Lock()
 
     @property
     def seed(self) -> int:
@@ -164,7 +173,7 @@ class GameHandle:
         for row in rows:
             coro = self._agenerate(self.current_player, [int(t) for t in row], max_tokens=max_new_tokens,
                                    temperature=temperature if do_sample else 0.0, top_p=top_p, top_k=top_k or 0)
-            gen = asyncio.run_coroutine_threadsafe(coro, self.arena.loop).result()
+            gen = self._wait_in_thread(coro)
             outs.append(list(row) + list(gen.token_ids or self.arena.engine.encode(gen.text)))
         width = max(len(o) for o in outs)
         pad = getattr(self.arena.engine.tokenizer, "pad_token_id", None) or 0
@@ -174,6 +183,29 @@ class GameHandle:
 
             return torch.tensor(out)
         return out
+
+    def _wait_in_thread(self, coro):
+        with self._lock:
+            if self.cancelled:
+                coro.close()
+                raise GameCancelled("the game was cancelled (it ran past game_timeout_s)")
+            cf = asyncio.run_coroutine_threadsafe(coro, self.arena.loop)
+            self._pending.add(cf)
+        try:
+            return cf.result()
+        except concurrent.futures.CancelledError:
+            raise GameCancelled("the game was cancelled (it ran past game_timeout_s)") from None
+        finally:
+            with self._lock:
+                self._pending.discard(cf)
+
+    def cancel(self) -> None:
+        """Stop a timed-out game: a sync thread's waiting and future ``generate`` calls raise."""
+        with self._lock:
+            self.cancelled = True
+            pending, self._pending = list(self._pending), set()
+        for cf in pending:
+            cf.cancel()
 
     # ------------------------------------------------------------------ nested games
     async def play(self, sub_play: Callable, players: list[dict], **kwargs):
@@ -274,7 +306,8 @@ class Arena:
             except BaseException as exc:
                 self._inflight -= len(batch)
                 for *_x, waiter in batch:
-                    waiter.set_exception(exc)
+                    if not waiter.done():  # a cancelled (timed-out) game's waiter is done already
+                        waiter.set_exception(exc)
                 continue
             finally:
                 go.set()
@@ -290,26 +323,38 @@ class Arena:
         waiter.set_exception(exc) if exc else waiter.set_result(cf.result())
 
     async def run(self, games: list[tuple[Callable, list[dict], GameRecord, str]], max_concurrent: int = 64,
-                  sync_workers: int = 16) -> list[GameRecord]:
+                  sync_workers: int = 16, timeout_s: float | None = None) -> list[GameRecord]:
         """Play ``games`` ((play, players, record, game name) tuples) concurrently; returns records
-        with rewards and turns (a game that raised keeps its error and no turns)."""
+        with rewards and turns (a game that raised or ran past ``timeout_s`` keeps its error and
+        traceback, and no turns)."""
         self.loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         coordinator = asyncio.create_task(self._coordinator()) if self.lockstep else None
         gate = _StartGate(self, max_concurrent)
-        pool = ThreadPoolExecutor(max_workers=sync_workers, thread_name_prefix="play")
+        threads = asyncio.Semaphore(sync_workers)
+
+        async def call(play, players, handle):
+            if inspect.iscoroutinefunction(play) or inspect.iscoroutinefunction(getattr(play, "__call__", None)):
+                return await play(players, handle, self.tokenizer)
+            async with threads:
+                return await self._in_thread(play, players, handle, self.tokenizer)
 
         async def one(play, players, record, game):
             async with gate.slot(record.game_id):  # live from the moment its turn comes
                 handle = GameHandle(self, record, game)
                 try:
-                    if inspect.iscoroutinefunction(play) or inspect.iscoroutinefunction(getattr(play, "__call__", None)):
-                        out = await play(players, handle, self.tokenizer)
-                    else:
-                        out = await self.loop.run_in_executor(pool, play, players, handle, self.tokenizer)
+                    task = asyncio.ensure_future(call(play, players, handle))
+                    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+                    if not done:  # not wait_for: a TimeoutError raised by play itself is the game's own error
+                        handle.cancel()
+                        task.cancel()
+                        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # nobody awaits it
+                        raise TimeoutError(f"the game ran past game_timeout_s={timeout_s:g} s and was cancelled")
+                    out = task.result()
                     record.rewards, record.experiences = normalise_rewards(out, len(players))
                 except Exception as exc:  # noqa: BLE001 - one broken game must not end the round
                     record.error = f"{type(exc).__name__}: {exc}"
+                    record.traceback = traceback.format_exc()
                     record.turns = []
                 finally:
                     self._live.discard(record.game_id)
@@ -322,7 +367,28 @@ class Arena:
         finally:
             if coordinator:
                 coordinator.cancel()
-            pool.shutdown(wait=False)
+
+    async def _in_thread(self, fn, *args):
+        # A daemon thread per sync game, not an executor: a hung game that timed out must not keep
+        # the process alive at exit (executor threads are joined then).
+        loop, fut = self.loop, self.loop.create_future()
+
+        def settle(out, exc):
+            if not fut.done():
+                fut.set_exception(exc) if exc is not None else fut.set_result(out)
+
+        def target():
+            try:
+                out, exc = fn(*args), None
+            except BaseException as e:  # noqa: BLE001 - handed to the game's coroutine
+                out, exc = None, e
+            try:
+                loop.call_soon_threadsafe(settle, out, exc)
+            except RuntimeError:  # the loop has closed: the round moved on without this game
+                pass
+
+        threading.Thread(target=target, name="play", daemon=True).start()
+        return await fut
 
 
 def normalise_rewards(out, n_players: int) -> tuple[list[float], Any]:
@@ -333,12 +399,26 @@ def normalise_rewards(out, n_players: int) -> tuple[list[float], Any]:
         (rewards,), experiences = out[0][:1], out[1]
     else:
         rewards = out
+    if isinstance(rewards, np.ndarray) and rewards.ndim == 1:
+        rewards = rewards.tolist()
+    if not isinstance(rewards, (list, tuple)) or not all(_is_number(r) for r in rewards):
+        raise TypeError(f"play must return one number per player (e.g. [1.0, -1.0]), or the seed style "
+                        f"([rewards], [experiences]); it returned {_describe(out)}")
     rewards = [float(r) for r in rewards]
     if len(rewards) != n_players:
         raise ValueError(f"play returned {len(rewards)} rewards for {n_players} players; return one per player")
     if not all(np.isfinite(rewards)):
         raise ValueError(f"play returned non-finite rewards {rewards}; give finite numbers (e.g. a penalty of -1.5)")
     return rewards, experiences
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating, np.bool_))  # bool is an int (seed style)
+
+
+def _describe(out) -> str:
+    text = repr(out)
+    return f"{type(out).__name__} {text[:80] + '...' if len(text) > 80 else text}"
 
 
 class _StartGate:

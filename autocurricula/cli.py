@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -36,7 +37,13 @@ def _tiny(args) -> None:
 
 
 def _serve(args) -> None:
+    from autocurricula.hub import ModelNotFoundError, check_model_source
     from autocurricula.server import serve
+
+    try:
+        check_model_source(args.model)
+    except ModelNotFoundError as exc:
+        raise SystemExit(f"autocurricula serve: {exc}") from None
 
     serve(args.model, host=args.host, port=args.port, api_key=args.api_key, max_slots=args.max_slots,
           adapter_root=args.adapter_root, served_model_name=args.served_model_name, max_batch=args.max_batch)
@@ -65,6 +72,8 @@ def _train(args) -> None:
     for key in ("epochs", "rounds", "output_dir", "seed"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
+    if args.overwrite_output_dir:
+        settings["overwrite_output_dir"] = True
     trainer_name, config_name = LEAGUES[args.league]
     config_cls = getattr(leagues, config_name)
     known = {f.name for f in dataclasses.fields(config_cls)}
@@ -74,13 +83,26 @@ def _train(args) -> None:
                          "(plus 'grpo:' and 'lora:' sections)")
     module, _, fn = args.game.partition(":")
     name = module if ("." in module or fn) else f"autocurricula.games.{module}"
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # --game mygame:play finds ./mygame.py, as `python -m` would
     try:
         play = getattr(importlib.import_module(name), fn or "play")
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"--game {args.game}: {exc}. Use a module of autocurricula.games (e.g. tictactoe) or "
                          "an importable 'module.path:function'") from None
-    trainer = getattr(leagues, trainer_name)(config_cls(**settings))
-    trainer.train(args.model, play, lora_config=lora, grpo_config=grpo, resume_from_checkpoint=args.resume or None)
+    from autocurricula.checkpoint import CheckpointError
+    from autocurricula.hub import HubAccessError, ModelNotFoundError
+    from autocurricula.trainer import GameError
+
+    try:
+        config = config_cls(**settings)
+    except ValueError as exc:
+        raise SystemExit(f"autocurricula train: {exc}") from None
+    trainer = getattr(leagues, trainer_name)(config)
+    try:
+        trainer.train(args.model, play, lora_config=lora, grpo_config=grpo, resume_from_checkpoint=args.resume or None)
+    except (ModelNotFoundError, FileExistsError, CheckpointError, HubAccessError, GameError) as exc:
+        raise SystemExit(f"autocurricula train: {exc}") from None
     print(trainer.leaderboard)
 
 
@@ -138,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=int, default=None)
     tr.add_argument("--output-dir", dest="output_dir", default=None)
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    tr.add_argument("--overwrite-output-dir", dest="overwrite_output_dir", action="store_true",
+                    help="delete another run's checkpoints and logs in output_dir and start afresh")
     tr.set_defaults(func=_train)
 
     d = sub.add_parser("dashboard", help="a read-only page for a run's output folder (refreshes while it trains)")

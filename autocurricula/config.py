@@ -111,6 +111,11 @@ def coerce_lora_spec(cfg) -> LoraSpec:
         return cfg
     unsupported = []
     get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
+    kind = get("peft_type")
+    kind = getattr(kind, "value", kind)  # peft's PeftType enum or its string
+    if kind is not None and str(kind).upper() != "LORA":
+        raise ValueError(f"lora_config is a {type(cfg).__name__} (peft_type {kind}); only LoRA is supported: pass a "
+                         "peft.LoraConfig (r, lora_alpha, target_modules, use_rslora) or a LoraSpec")
     if get("use_dora"):
         unsupported.append("use_dora")
     if get("modules_to_save"):
@@ -172,6 +177,17 @@ class AutocurriculumConfig:
     transcripts_per_pair: int = _help("keep the text of the last N games of each pair of players in "
                                       "output_dir/transcripts.jsonl (for `autocurricula dashboard`); 0 = off", 4)
     progress: bool = _help("show progress bars", True)
+    overwrite_output_dir: bool = _help("start a fresh run in an output_dir that holds another run's checkpoints, "
+                                       "metrics.jsonl or match_history.jsonl, deleting those files (as in "
+                                       "transformers); without it such a run is refused unless it resumes", False)
+    max_game_error_rate: float = _help("stop training with the first traceback when more than this share of a "
+                                       "round's games raise or time out; a round where every game fails always "
+                                       "stops (nothing to learn from); 1.0 = stop only then", 0.5)
+    game_timeout_s: float | None = _help("wall-clock limit of one game (its whole play call, waiting for batches "
+                                         "included); a game past it is cancelled and counted as an error. A sync "
+                                         "play cannot be killed: its next model.generate raises and the round goes "
+                                         "on without it. Also bounds how long SIGINT/SIGTERM wait. None = no limit",
+                                         None)
 
     def __post_init__(self):
         for name in ("epochs", "rounds", "matches", "logging_steps", "max_concurrent_games", "max_tokens"):
@@ -198,5 +214,12 @@ class AutocurriculumConfig:
         if unknown:
             raise ValueError(f"report_to {sorted(unknown)} not supported; use 'none', 'wandb' or 'trackio'")
         self.report_to = [t for t in targets if t != "none"]
+        if not (isinstance(self.max_game_error_rate, (int, float)) and 0 <= self.max_game_error_rate <= 1):
+            raise ValueError(f"max_game_error_rate must be in [0, 1] (1.0 = stop only when every game of a round "
+                             f"fails), got {self.max_game_error_rate!r}")
+        if self.game_timeout_s is not None and not (isinstance(self.game_timeout_s, (int, float))
+                                                    and math.isfinite(self.game_timeout_s) and self.game_timeout_s > 0):
+            raise ValueError(f"game_timeout_s must be a positive number of seconds or None (no limit), "
+                             f"got {self.game_timeout_s!r}")
         if self.push_to_hub and not self.hub_model_id:
             raise ValueError("push_to_hub=True needs hub_model_id='owner/name'")

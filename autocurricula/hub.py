@@ -7,6 +7,8 @@ provides them, the player's role, parent, Elo and games played.
 
 from __future__ import annotations
 
+import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -14,22 +16,106 @@ from autocurricula.engine.adapters import AdapterWeights
 from autocurricula.export import export_peft
 
 
-def model_card(name: str, base_model: str, *, role: str | None = None, parent: str | None = None,
+class ModelNotFoundError(FileNotFoundError):
+    """A model that is neither an existing folder nor a Hub id."""
+
+
+class HubAccessError(RuntimeError):
+    """``push_to_hub`` cannot log in to, reach or write to the Hub."""
+
+
+def _is_repo_id(text: str) -> bool:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    return True
+
+
+def check_model_source(model) -> str:
+    """``model`` as a string when it is an existing folder or could be a Hub id; otherwise a
+    :class:`ModelNotFoundError` that says so (instead of huggingface_hub's validation traceback)."""
+    text = str(model)
+    path = Path(text).expanduser()
+    if path.exists():
+        return str(path)
+    if text.startswith(("/", ".", "~")) or not _is_repo_id(text):
+        raise ModelNotFoundError(f"model {text!r}: no such folder, and not a Hub id; give an existing local model "
+                                 "folder or a Hub id such as 'mlx-community/Qwen2.5-0.5B-Instruct-4bit'")
+    return text
+
+
+_CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)/snapshots/[^/]+/?$")
+
+
+def hub_base_model(model: str | None) -> str | None:
+    """The Hub id of a base model when it is known: the id itself, a folder of the Hugging Face
+    cache (``models--owner--name/snapshots/<rev>``), or a folder whose ``config.json`` names its Hub
+    id in ``_name_or_path``; ``None`` for other local folders."""
+    if not model:
+        return None
+    text = str(model)
+    path = Path(text).expanduser()
+    if not path.exists():
+        return text if _is_repo_id(text) else None
+    m = _CACHE_DIR.search(path.resolve().as_posix())
+    if m:
+        return f"{m.group(1)}/{m.group(2)}"
+    try:
+        name = json.loads((path / "config.json").read_text()).get("_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(name, str) and "/" in name and not Path(name).expanduser().exists() and _is_repo_id(name):
+        return name
+    return None
+
+
+def check_hub_access(repo_id: str, *, private: bool = False, token: str | None = None,
+                     endpoint: str | None = None) -> None:
+    """Before training with ``push_to_hub=True``: the token is accepted (``whoami``) and the repo
+    can be created (as ``transformers.Trainer`` does at start); a :class:`HubAccessError` otherwise."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint, token=token)
+    try:
+        user = api.whoami(token=token)
+    except Exception as exc:  # noqa: BLE001 - no token, a rejected token or no connection
+        raise HubAccessError(f"push_to_hub=True, but the Hugging Face Hub did not accept the login "
+                             f"({type(exc).__name__}: {exc}). Log in with `huggingface-cli login` or set HF_TOKEN, "
+                             "check the connection, or set push_to_hub=False (checked before training so no "
+                             "training is lost)") from exc
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True, token=token)
+    except Exception as exc:  # noqa: BLE001
+        who = user.get("name") if isinstance(user, dict) else None
+        raise HubAccessError(f"push_to_hub=True, but {repo_id!r} cannot be created or written"
+                             f"{f' as {who}' if who else ''} ({type(exc).__name__}: {exc}). Check hub_model_id and "
+                             "that the token has write access, or set push_to_hub=False") from exc
+
+
+def model_card(name: str, base_model: str | None, *, role: str | None = None, parent: str | None = None,
                elo: float | None = None, games: int | None = None, epoch: int | None = None,
                extra_tags: list[str] | None = None) -> str:
-    """README.md text with YAML metadata that ``huggingface_hub.ModelCard.load`` parses."""
+    """README.md text with YAML metadata that ``huggingface_hub.ModelCard.load`` parses.
+    ``base_model``: the base model's Hub id, or ``None`` when it is not on the Hub (left out)."""
     tags = ["autocurricula", "lora", "peft", "mlx", "self-play"] + list(extra_tags or [])
-    meta = ["library_name: peft", f"base_model: {base_model}", "pipeline_tag: text-generation", "tags:"]
+    meta = ["library_name: peft"] + ([f"base_model: {base_model}"] if base_model else [])
+    meta += ["pipeline_tag: text-generation", "tags:"]
     meta += [f"- {t}" for t in tags]
     facts = {"role": role, "parent": parent, "elo": None if elo is None else round(float(elo), 1), "games played": games,
              "epoch": epoch}
     rows = "\n".join(f"| {k} | {v} |" for k, v in facts.items() if v is not None)
     table = f"\n| | |\n|---|---|\n{rows}\n" if rows else ""
+    on_top = (f"on top of `{base_model}`." if base_model else
+              "on top of a base model from a local folder that is not on the Hugging Face Hub, so this card "
+              "names no `base_model`.")
     return ("---\n" + "\n".join(meta) + "\n---\n\n"
             f"# {name}\n\nA LoRA player trained with [autocurricula](https://pypi.org/project/autocurricula/) "
-            f"on top of `{base_model}`.\n{table}\n"
+            f"{on_top}\n{table}\n"
             "## Use it\n\n```python\nfrom transformers import AutoModelForCausalLM\nfrom peft import PeftModel\n\n"
-            f"base = AutoModelForCausalLM.from_pretrained(\"{base_model}\")\n"
+            f"base = AutoModelForCausalLM.from_pretrained(\"{base_model or '<the base model folder>'}\")\n"
             f"model = PeftModel.from_pretrained(base, \"<this repo>\")\n```\n")
 
 
@@ -46,7 +132,7 @@ def push_to_hub(weights: AdapterWeights, repo_id: str, base_model: str, *, name:
 
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, private=private, exist_ok=True, token=token)
-    card = model_card(name or repo_id.split("/")[-1], base_model, role=role, parent=parent, elo=elo, games=games,
+    card = model_card(name or repo_id.split("/")[-1], hub_base_model(base_model), role=role, parent=parent, elo=elo, games=games,
                       epoch=epoch)
     with tempfile.TemporaryDirectory() as tmp:
         folder = export_peft(weights, Path(tmp) / "adapter", base_model, use_rslora=use_rslora,
@@ -64,12 +150,16 @@ def league_card(trainer) -> str:
     rows = trainer.leaderboard.rows
     ids = [p["id"] for p in trainer.players]
     matrix = trainer.payoff.matrix(ids)
-    lines = ["---", "library_name: peft", f"base_model: {trainer.model_name}", "tags:", "- autocurricula", "- lora",
-             "- peft", "- self-play", "- league", "---", "", f"# League: {trainer.game_name}", "",
-             f"{len(ids)} players of `{trainer.model_name}`, trained with autocurricula "
-             f"(`{type(trainer).__name__}`, {trainer.current_epoch + 1} epochs). Each player is a peft LoRA adapter "
-             "in the folder named after it.", "", "## Leaderboard", "",
-             "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games |", "|---|---|---|---|---|---|---|---|"]
+    base = hub_base_model(trainer.model_name)
+    lines = ["---", "library_name: peft"] + ([f"base_model: {base}"] if base else [])
+    lines += ["tags:", "- autocurricula", "- lora", "- peft", "- self-play", "- league", "---", "",
+              f"# League: {trainer.game_name}", "",
+              f"{len(ids)} players of `{base or Path(str(trainer.model_name)).name}`"
+              f"{'' if base else ' (a local base model, not on the Hub: no base_model in the metadata)'}"
+              ", trained with autocurricula "
+              f"(`{type(trainer).__name__}`, {trainer.current_epoch + 1} epochs). Each player is a peft LoRA adapter "
+              "in the folder named after it.", "", "## Leaderboard", "",
+              "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         bt = "-" if r.get("bt") is None else f"{r['bt']:.0f} ({r['bt_low']:.0f}-{r['bt_high']:.0f})"
         lines.append(f"| {r['rank']} | {r['id']} | {r.get('role')} | {r.get('epoch')} | {r.get('frozen')} | "
@@ -95,15 +185,16 @@ def push_league(trainer, repo_id: str, *, private: bool = False, token: str | No
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, private=private, exist_ok=True, token=token)
     elo = {r["id"]: r for r in trainer.leaderboard.rows}
+    base = hub_base_model(trainer.model_name)
     with tempfile.TemporaryDirectory() as tmp:
         stage = Path(tmp)
         for p in trainer.players:
             if "policy" in p:
                 continue
             row = elo.get(p["id"], {})
-            card = model_card(p["id"], trainer.model_name, role=p.get("role"), parent=p.get("parent") or "base",
+            card = model_card(p["id"], base, role=p.get("role"), parent=p.get("parent") or "base",
                               elo=row.get("elo"), games=row.get("games"), epoch=p.get("epoch"))
-            export_peft(trainer.engine.adapter_weights(p["id"]), stage / p["id"], trainer.model_name,
+            export_peft(trainer.engine.adapter_weights(p["id"]), stage / p["id"], base or trainer.model_name,
                         use_rslora=trainer.lora_spec.use_rslora, readme=card)
         (stage / "README.md").write_text(league_card(trainer))
         out = Path(trainer.config.output_dir)

@@ -53,7 +53,10 @@ class Pool:
 
     def _new_id(self, role: str, epoch: int) -> str:
         base = "".join(c if c.isalnum() or c in "_-" else "_" for c in str(role)) or "player"
+        taken = {p["id"] for p in self.players}
         k = self._counts.get(base, 0)
+        while f"{base}-{k}" in taken:  # e.g. an opponent given the id "main-1"
+            k += 1
         self._counts[base] = k + 1
         return f"{base}-{k}"
 
@@ -121,16 +124,28 @@ class Pool:
             out.append(q)
         return out
 
-    def restore(self, registry: list[dict], policies: dict[str, Callable] | None = None) -> None:
-        """Rebuild from :meth:`registry`; adapters are loaded by the caller."""
+    def restore(self, registry: list[dict], policies: dict[str, Callable] | None = None,
+                opponents: list[dict] | None = None) -> None:
+        """Rebuild from :meth:`registry`; adapters are loaded by the caller. Scripted players get
+        their callable from ``policies`` (by id), else from the ``opponents`` without an id that
+        have the same role and policy name."""
         self.players, self._counts = [], {}
+        spare = [o for o in opponents or [] if isinstance(o, dict) and "policy" in o and "id" not in o]
         for q in registry:
             p = dict(q)
             if "scripted" in p:
                 name = p.pop("scripted")
-                if not policies or p["id"] not in policies:
-                    raise ValueError(f"scripted player {p['id']} ({name}) needs its policy callable again on resume")
-                p["policy"] = policies[p["id"]]
+                if policies and p["id"] in policies:
+                    p["policy"] = policies[p["id"]]
+                else:
+                    match = next((o for o in spare if o.get("role", "player") == p.get("role")
+                                  and getattr(o["policy"], "__name__", "policy") == name), None)
+                    if match is None:
+                        raise ValueError(f"scripted player {p['id']} ({name}) needs its policy callable again on "
+                                         f"resume: pass it in opponents= as in the first run, or "
+                                         f"train(..., policies={{{p['id']!r}: {name}}})")
+                    spare.remove(match)
+                    p["policy"] = match["policy"]
             base, _, k = p["id"].rpartition("-")
             if k.isdigit():
                 self._counts[base] = max(self._counts.get(base, 0), int(k) + 1)

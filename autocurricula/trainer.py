@@ -33,6 +33,10 @@ from autocurricula.rating import Elo, Payoff, bradley_terry_bootstrap, format_le
 log = logging.getLogger(__name__)
 
 
+class GameError(RuntimeError):
+    """Too many games of a round failed (see ``max_game_error_rate``); the message holds a traceback."""
+
+
 class Leaderboard:
     """Printable Elo table, best first; ``rows`` / ``to_dicts()`` for programs."""
 
@@ -59,6 +63,10 @@ def run_async(coro):
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+        running = False
+    else:
+        running = True
+    if not running:  # outside the except block: a game's traceback must not chain "no running event loop"
         return asyncio.run(coro)
     box: dict = {}
 
@@ -93,6 +101,7 @@ class AutocurriculumTrainer:
         self.engine = None
         self._pool = None
         self._stop_requested = False
+        self._errors_seen: set[str] = set()
         self.metrics_log: list[dict] = []
         self.rng = np.random.default_rng(self.config.seed)
         self.py_rng = random.Random(self.config.seed)
@@ -137,46 +146,71 @@ class AutocurriculumTrainer:
         an already loaded ``(model, tokenizer)`` pair from ``mlx_lm.load``.
         ``play`` defaults to ``self.play``. ``lora_config``: a ``peft.LoraConfig`` (or ours);
         ``grpo_config``: a ``trl.GRPOConfig`` (or ours). ``resume_from_checkpoint``: True (latest
-        complete checkpoint in ``output_dir``) or a path. ``callbacks``: ``fn(trainer) -> dict``
-        called after every epoch; returned metrics are logged."""
+        complete checkpoint in ``output_dir`` that passes verification) or a path. ``policies``:
+        ``{player id: callable}`` for scripted players on resume that are not in ``opponents``
+        (those get their policy from ``opponents``). ``callbacks``: ``fn(trainer) -> dict`` called
+        after every epoch; returned metrics are logged.
+
+        A fresh run refuses an ``output_dir`` that holds another run unless ``overwrite_output_dir``.
+        SIGINT and SIGTERM finish the round, save a checkpoint and return (a second one stops at once)."""
+        from autocurricula import checkpoint as ckpt
+
         play = play or getattr(self, "play", None)
         if play is None:
             raise ValueError("train(model, play) needs a play function (or override play in the trainer)")
-        self._setup(model, lora_config, grpo_config, play)
-        start = 0
-        if resume_from_checkpoint:
-            from autocurricula.checkpoint import latest_checkpoint, load_checkpoint
+        cfg = self.config
+        if not resume_from_checkpoint:  # before anything slow: refuse (or clear) another run's files
+            ckpt.prepare_output_dir(cfg.output_dir, cfg.overwrite_output_dir)
+        if cfg.push_to_hub:  # fail now, not after all of training
+            from autocurricula.hub import check_hub_access
 
-            path = latest_checkpoint(self.config.output_dir) if resume_from_checkpoint is True else resume_from_checkpoint
+            check_hub_access(cfg.hub_model_id, private=cfg.hub_private_repo)
+        self._setup(model, lora_config, grpo_config, play)
+        ckpt.remove_partial_checkpoints(cfg.output_dir)
+        start, first_round = 0, 0
+        if resume_from_checkpoint:
+            path = ckpt.resume_checkpoint(cfg.output_dir, resume_from_checkpoint)
             if path is not None:
-                load_checkpoint(self, path, policies)
-                start = self.current_epoch + 1
-                log.info("resumed from %s at epoch %d", path, start)
-        elif self.history_path.exists():
-            self.history_path.unlink()  # a fresh run does not append to an old history
-        previous = self._install_sigterm()
+                ckpt.load_checkpoint(self, path, self._scripted_policies(policies), self.opponents)
+                start, first_round = self.current_epoch, self.current_round + 1
+                if first_round >= cfg.rounds:  # saved at the end of its epoch
+                    start, first_round = start + 1, 0
+                log.info("resumed from %s at epoch %d, round %d", path, start, first_round)
+            else:  # a run killed before its first checkpoint: its games and metrics are not kept
+                log.warning("no complete checkpoint in %s: starting from scratch", cfg.output_dir)
+                ckpt.clear_run_files(cfg.output_dir)
+        self._stop_requested = False
+        previous = self._install_signal_handlers()
         try:
-            self._loop(play, start, callbacks or [])
+            self._loop(play, start, callbacks or [], first_round)
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             for t in self.trackers:
                 t.finish()
-        if self.config.push_to_hub:
-            self.push_to_hub(self.config.hub_model_id, private=self.config.hub_private_repo)
+        if cfg.push_to_hub and not self._stop_requested:
+            self.push_to_hub(cfg.hub_model_id, private=cfg.hub_private_repo)
         return self
 
+    def _scripted_policies(self, policies: dict | None) -> dict:
+        # the opponents passed to the constructor bring their callables back; policies= adds the rest
+        out = {o["id"]: o["policy"] for o in self.opponents if isinstance(o, dict) and "id" in o and "policy" in o}
+        out.update(policies or {})
+        return out
+
     # ------------------------------------------------------------------ the loop
-    def _loop(self, play, start: int, callbacks) -> None:
+    def _loop(self, play, start: int, callbacks, first_round: int = 0) -> None:
         from tqdm.auto import tqdm
 
         cfg = self.config
         epochs = tqdm(range(start, cfg.epochs), desc="epochs", disable=not cfg.progress)
         for epoch in epochs:
             self.current_epoch = epoch
-            for spec in self.entry() or []:
-                self._pool.add(spec, epoch)
-            for rnd in range(cfg.rounds):
+            rounds = range(first_round if epoch == start else 0, cfg.rounds)
+            if rounds.start == 0:  # a run resumed mid-epoch had its entries already
+                for spec in self.entry() or []:
+                    self._pool.add(spec, epoch)
+            for rnd in rounds:
                 self.current_round = rnd
                 self._round(play)
                 if self._stop_requested:
@@ -192,7 +226,8 @@ class AutocurriculumTrainer:
 
                 save_checkpoint(self, epoch)
             if self._stop_requested:
-                log.warning("SIGTERM: saved checkpoint-%d and stopped", epoch)
+                log.warning("%s: saved checkpoint-%d (epoch %d, round %d) and stopped", self._stop_requested, epoch,
+                            epoch, self.current_round)
                 break
 
     def _round(self, play) -> None:
@@ -204,8 +239,9 @@ class AutocurriculumTrainer:
                 seats = [dict(p, seat=i) for i, p in enumerate(tup)]
                 gid = f"e{self.current_epoch}-r{self.current_round}-m{mi}-{k}"
                 games.append((play, seats, GameRecord(gid, seats), self.game_name))
-        records = run_async(self.arena.run(games, cfg.max_concurrent_games))
+        records = run_async(self.arena.run(games, cfg.max_concurrent_games, timeout_s=cfg.game_timeout_s))
         t_rollout = time.perf_counter() - t0
+        self._check_errors(records)
         self._record(records)
         turns = []
         for r in records:
@@ -239,9 +275,6 @@ class AutocurriculumTrainer:
             if "entropy" in out:
                 metrics["train/entropy"] = out["entropy"]
             self._pool.refresh_versions()
-        errors = [r.error for r in records if r.error]
-        if errors:
-            log.warning("%d games raised; first: %s", len(errors), errors[0])
         metrics["engine/occupancy"] = self.engine.occupancy
         metrics["time/round_s"] = time.perf_counter() - t0
         metrics["time/rollout_s"] = t_rollout
@@ -251,6 +284,27 @@ class AutocurriculumTrainer:
         self.step += 1
         if self.step % cfg.logging_steps == 0:
             self._log(metrics)
+
+    def _check_errors(self, records: list[GameRecord]) -> None:
+        """Log the first traceback of each distinct error; stop when all games, or more than
+        ``max_game_error_rate`` of them, failed (a broken play must not "train" for hours)."""
+        failed = [r for r in records if r.error]
+        if not failed:
+            return
+        for r in failed:
+            if r.error not in self._errors_seen and len(self._errors_seen) < 20:
+                self._errors_seen.add(r.error)
+                log.error("game %s of %s failed (each distinct error is shown once):\n%s", r.game_id, self.game_name,
+                          r.traceback or r.error)
+        rate = self.config.max_game_error_rate
+        where = f"epoch {self.current_epoch}, round {self.current_round}"
+        if len(failed) == len(records) or len(failed) > rate * len(records):
+            first = failed[0]
+            raise GameError(f"{len(failed)} of {len(records)} games of {self.game_name!r} failed in {where} "
+                            f"(max_game_error_rate={rate:g}): fix play, or raise max_game_error_rate to tolerate "
+                            f"failing games. First failure, game {first.game_id}:\n{first.traceback or first.error}")
+        log.warning("%d of %d games of %s failed in %s; first: %s", len(failed), len(records), self.game_name, where,
+                    failed[0].error)
 
     def _record(self, records: list[GameRecord]) -> None:
         with self.history_path.open("a") as fh:
@@ -307,7 +361,9 @@ class AutocurriculumTrainer:
             self.engine = Engine(model[0], model[1], config=EngineConfig(
                 max_slots=cfg.max_slots, max_batch=cfg.max_batch, initial_rank=self.lora_spec.r), name=self.model_name)
         else:
-            self.model_name = str(model)
+            from autocurricula.hub import check_model_source
+
+            self.model_name = check_model_source(model)
             self.engine = Engine(self.model_name, config=EngineConfig(max_slots=cfg.max_slots, max_batch=cfg.max_batch,
                                                                       initial_rank=self.lora_spec.r))
         self.game_name = cfg.game_name or getattr(play, "__module__", "game").rsplit(".", 1)[-1]
@@ -356,14 +412,21 @@ class AutocurriculumTrainer:
     def load_extra_state(self, state: dict) -> None:
         pass
 
-    def _install_sigterm(self):
+    def _install_signal_handlers(self) -> dict:
+        """SIGINT/SIGTERM: finish the round (games are bounded by game_timeout_s), save, stop; a
+        second signal stops at once without saving. Returns the previous handlers."""
         if threading.current_thread() is not threading.main_thread():
-            return None
+            return {}
 
         def handler(signum, frame):
-            self._stop_requested = True  # finish the round, save, stop
+            name = signal.Signals(signum).name
+            if self._stop_requested:
+                raise KeyboardInterrupt(f"second {name}: stopped without saving this round")
+            self._stop_requested = name
+            log.warning("%s: finishing this round, then saving a checkpoint and stopping (send it again to stop "
+                        "at once, without saving)", name)
 
-        return signal.signal(signal.SIGTERM, handler)
+        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     # ------------------------------------------------------------------ pool helpers for leagues
     def add_player(self, spec: dict) -> dict:
@@ -379,6 +442,22 @@ class AutocurriculumTrainer:
         self.updater.optim.pop(player["id"], None)
 
     # ------------------------------------------------------------------ publishing
+    def export(self, player_id: str, folder: str | Path, format: str = "peft") -> Path:
+        """Write a trained player's adapter: ``"peft"`` (``PeftModel.from_pretrained``) or ``"mlx"``
+        (``mlx_lm.load(base, adapter_path=folder)``). Returns the folder."""
+        from autocurricula.export import export_mlx, export_peft, model_num_layers
+
+        player = self._pool.get(player_id)
+        if "policy" in player:
+            raise ValueError(f"{player_id} is a scripted player: it has no adapter to export")
+        weights = self.engine.adapter_weights(player_id)
+        if format == "peft":
+            return export_peft(weights, folder, self.model_name, use_rslora=self.lora_spec.use_rslora,
+                               num_model_layers=model_num_layers(self.engine.linear_dims))
+        if format == "mlx":
+            return export_mlx(weights, folder, model_num_layers(self.engine.linear_dims))
+        raise ValueError(f"format must be 'peft' or 'mlx', got {format!r}")
+
     def push_to_hub(self, repo_id: str, *, private: bool = False, token: str | None = None,
                     revision: str | None = None, endpoint: str | None = None) -> str:
         """Every player as a peft adapter (a folder each, with its card) plus the league card,

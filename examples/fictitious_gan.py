@@ -59,6 +59,7 @@ if __name__ == "__main__":
     base = build_tiny_model("/tmp/autocurricula-examples/tiny-llama")
     trainer = FictitiousGANTrainer()
     trainer.config.output_dir = "/tmp/autocurricula-examples/fictitious-gan"
+    trainer.config.overwrite_output_dir = True  # a rerun replaces the previous one
     trainer.train(str(base), play)
     print(trainer.leaderboard)
     print([p["id"] for p in trainer.players])

@@ -41,8 +41,8 @@ config = LeagueConfig(
     anchor_share=args.anchor_share, selfplay_share=args.selfplay_share, pfsp_share=args.pfsp_share,
     main_pfsp_weighting=args.pfsp_weighting,
     snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),  # <= 2 per epoch
-    output_dir=args.output_dir, seed=args.seed, max_tokens=2, credit=args.credit, q_target_coef=args.q_targets,
-    max_concurrent_games=128, bt_bootstrap=50, progress=False,
+    output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=2, credit=args.credit,
+    q_target_coef=args.q_targets, max_concurrent_games=128, bt_bootstrap=50, progress=False,
 )
 trainer = LeagueTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)

@@ -125,7 +125,8 @@ def probe(args, base, play, spec, opponents, n, credit):
                               "minutes": round((time.time() - start) / 60, 2),
                               **figures(T.greedy_table(trainer.engine, player["id"]), args.eval_games)}), flush=True)
 
-    config = AutocurriculumConfig(epochs=args.epochs, rounds=args.rounds, output_dir=args.output_dir, progress=False,
+    config = AutocurriculumConfig(epochs=args.epochs, rounds=args.rounds, output_dir=args.output_dir,
+                                  overwrite_output_dir=True, progress=False,
                                   bt_bootstrap=0, max_tokens=2, credit=credit, save_strategy="no",
                                   q_target_coef=args.q_targets, q_target_min_visits=args.q_target_min_visits,
                                   max_concurrent_games=256, max_batch=128, seed=args.seed)

@@ -247,6 +247,8 @@ def test_push_league_and_trackers(tiny_model_path, tmp_path, hub, monkeypatch):
     assert "## Leaderboard" in card and "## Payoff matrix" in card and "`main-1` ← `main-0`" in card
     player_card = base64.b64decode(files["main-1/README.md"]["content"]).decode()
     assert "library_name: peft" in player_card and "| parent | main-0 |" in player_card
+    for text in (card, player_card):  # a local base folder is no Hub id: no base_model, and the card says so
+        assert "base_model" not in text.split("---")[1] and str(tiny_model_path) not in text.split("## Config")[0]
 
 
 def test_cli_train_with_yaml(tiny_model_path, tmp_path):
