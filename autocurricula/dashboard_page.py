@@ -39,7 +39,7 @@ td.num { text-align:right; font-variant-numeric: tabular-nums; }
 .tag { font-size:11px; color:var(--muted); border:1px solid var(--line); border-radius:3px; padding:0 4px; margin-left:4px; }
 .empty { color:var(--muted); font-style:italic; padding:8px 0; }
 svg text { font-family: inherit; }
-.scroll { overflow:auto; max-height:420px; }
+.scroll { overflow:auto; max-height:520px; }
 .game { border-top:1px solid var(--line); padding:6px 0; }
 .game .head { font-weight:600; }
 .turn { margin:4px 0 4px 10px; }
@@ -141,7 +141,7 @@ function heat(v) {  // 0 red, 0.5 light, 1 green
 function renderPayoff(p) {
   const ids = p.players || [];
   if (!ids.length) return set("payoff", empty("no games yet"));
-  const n = ids.length, C = Math.max(18, Math.min(44, Math.floor(440 / n))), L = 130, T = 100;
+  const n = ids.length, C = Math.max(18, Math.min(44, Math.floor(380 / n))), L = 130, T = 100;
   let g = "";
   ids.forEach((id, i) => {
     g += `<text x="${L - 6}" y="${T + i * C + C / 2 + 4}" text-anchor="end" font-size="11">${esc(id)}</text>`;
@@ -174,21 +174,21 @@ function renderLineage(l) {
     const [x0, y0] = pos[e.from], [x1, y1] = pos[e.to];
     g += `<path d="M${x0},${y0 + 6} V${y1} H${x1 - 7}" fill="none" stroke="#9aa3b5" ${e.kind === "snapshot" ? 'stroke-dasharray="3,3"' : ""}/>`;
   }
-  let maxX = 0;
+  let width = 0;
   for (const n of order) {
     const [x, y] = pos[n.id], c = colour(n.id);
-    maxX = Math.max(maxX, x);
     g += n.scripted ? `<rect x="${x - 5}" y="${y - 5}" width="10" height="10" fill="${c}"/>`
         : n.frozen ? `<circle cx="${x}" cy="${y}" r="5" fill="#fff" stroke="${c}" stroke-width="2"/>`
         : `<circle cx="${x}" cy="${y}" r="5.5" fill="${c}"/>`;
     const extra = [n.role, "epoch " + n.epoch, n.snapshot_of ? "snapshot of " + n.snapshot_of : "",
                    n.resets ? "reset ×" + n.resets : "", n.scripted ? "scripted: " + n.scripted : "",
                    n.unsaved ? "not in a checkpoint yet" : ""].filter(Boolean).join(" · ");
+    width = Math.max(width, x + 24 + String(n.id).length * 7.5 + extra.length * 6);  // label width, roughly
     g += `<text x="${x + 10}" y="${y + 4}" font-size="12"><tspan font-weight="600">${esc(n.id)}</tspan><tspan
           dx="8" font-size="11" fill="#6b7385">${esc(extra)}</tspan></text>`;
   }
   const legend = `<div class="empty" style="font-style:normal">● learner &nbsp; ○ frozen snapshot (dashed: snapshot of) &nbsp; ■ scripted &nbsp; solid line: inherited weights</div>`;
-  set("lineage", legend + `<svg width="${maxX + 560}" height="${T + order.length * RH}">${g}</svg>`);
+  set("lineage", legend + `<svg width="${Math.ceil(width)}" height="${T + order.length * RH}">${g}</svg>`);
 }
 
 function renderTranscripts(t) {
