@@ -128,3 +128,25 @@ def test_partial_layer_coverage_uses_full_paths(engine, tmp_path, tiny_model_pat
         cfg = json.loads((folder / "adapter_config.json").read_text())
         assert cfg["target_modules"] == ["model.layers.3.self_attn.q_proj"]
     assert cfg["lora_alpha"] == pytest.approx(w.scale * 2)
+
+
+def test_trainer_export_writes_what_peft_and_mlx_lm_load(tiny_model_path, hf_base, tmp_path):
+    from toy_games import digits
+
+    from autocurricula import SelfPlayConfig, SelfPlayTrainer
+
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, games_per_round=4, output_dir=str(tmp_path / "run"),
+                                       progress=False, bt_bootstrap=0, max_tokens=2))
+    t.train(str(tiny_model_path), digits, lora_config=LoraSpec(r=4, lora_alpha=8, target_modules="all-linear"))
+    pid = t.players[0]["id"]
+    folder = t.export(pid, tmp_path / "peft")
+    model = peft.PeftModel.from_pretrained(hf_base, str(folder))
+    try:
+        assert np.abs(torch_logits(model) - t.engine.logits(IDS, pid)).max() <= 1e-4
+    finally:
+        model.unload()
+    mlx_folder = t.export(pid, tmp_path / "mlx", format="mlx")
+    assert json.loads((mlx_folder / "adapter_config.json").read_text())["num_layers"] == 4
+    with pytest.raises(ValueError, match="'peft' or 'mlx'"):
+        t.export(pid, tmp_path / "x", format="gguf")
+    t.engine.close()
