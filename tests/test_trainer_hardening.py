@@ -410,3 +410,36 @@ def test_push_to_hub_checks_the_login_before_training(tmp_path, hub_rejects_toke
         t.train(str(tmp_path / "never-loaded"), digits)
     assert any("whoami" in path for path in hub_rejects_token) and t.engine is None
     assert not list(tmp_path.iterdir())  # nothing trained, nothing lost
+
+
+class StopsMidEpoch(SelfPlayTrainer):
+    """Behaves as if SIGTERM arrived during epoch 1, round 0 (what the signal handler sets)."""
+
+    def on_round_end(self, records):
+        super().on_round_end(records)
+        if self.current_epoch == 1 and self.current_round == 0:
+            self._stop_requested = "SIGTERM"
+
+
+def test_stop_mid_epoch_then_resume_continues_that_epoch(tiny_model_path, tmp_path):
+    import numpy as np
+
+    cfg = dict(epochs=2, rounds=3, games_per_round=4, save_total_limit=None, seed=3, **FAST)
+    straight = SelfPlayTrainer(SelfPlayConfig(output_dir=str(tmp_path / "a"), **cfg))
+    straight.train(str(tiny_model_path), digits)
+    stopped = StopsMidEpoch(SelfPlayConfig(output_dir=str(tmp_path / "b"), **cfg))
+    stopped.train(str(tiny_model_path), digits)
+    stopped.engine.close()
+    state = json.loads((tmp_path / "b" / "checkpoint-1" / "state.json").read_text())
+    assert (state["epoch"], state["round"], state["step"]) == (1, 0, 4)
+    resumed = SelfPlayTrainer(SelfPlayConfig(output_dir=str(tmp_path / "b"), **cfg))
+    resumed.train(str(tiny_model_path), digits, resume_from_checkpoint=True)  # rounds 1 and 2 of epoch 1, no entry()
+    assert [(r["epoch"], r["step"]) for r in resumed.metrics_log] == [(1, 5), (1, 6)]
+    assert resumed._pool.registry() == straight._pool.registry()
+    for p in straight.players:
+        a, b = straight.engine.adapter_weights(p["id"]).modules, resumed.engine.adapter_weights(p["id"]).modules
+        assert all(np.allclose(a[k][0], b[k][0], atol=1e-6) and np.allclose(a[k][1], b[k][1], atol=1e-6) for k in a)
+    straight.engine.close()
+    resumed.engine.close()
+    steps = [json.loads(x)["step"] for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
