@@ -102,7 +102,8 @@ class RunView:
     def registry(self) -> list[dict]:
         """Players of the latest checkpoint, then ids seen in games since (new entrants), in order."""
         ckpt = self.checkpoint()  # the stamp is taken before the files are read: never newer than the data
-        stamp = (ckpt.name if ckpt else None, ckpt and self._stamp(ckpt / "players.json"), self._stamp(self.root / HISTORY))
+        stamp = (ckpt.name if ckpt else None, ckpt and self._stamp(ckpt / "players.json"),
+                 self._stamp(self.root / HISTORY))
 
         def compute():
             players = [dict(p) for p in self._ckpt_json("players.json") or [] if isinstance(p, dict) and "id" in p]
@@ -196,7 +197,8 @@ class RunView:
                          | {"resets": p.get("resets", 0), "scripted": p.get("scripted"),
                             "unsaved": bool(p.get("unsaved"))})
             if p.get("parent"):
-                edges.append({"from": p["parent"], "to": p["id"], "kind": "snapshot" if p.get("snapshot_of") else "inherit"})
+                kind = "snapshot" if p.get("snapshot_of") else "inherit"
+                edges.append({"from": p["parent"], "to": p["id"], "kind": kind})
         ckpt = self.checkpoint()
         return {"nodes": nodes, "edges": edges, "checkpoint": ckpt.name if ckpt else None}
 

@@ -5,11 +5,15 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -17,7 +21,6 @@ from autocurricula import LeagueConfig, LeagueTrainer
 from autocurricula.dashboard import RunView, create_app
 from autocurricula.transcripts import keep_last, pair_key, read_transcripts, update_transcripts, write_transcripts
 
-from helpers import running_server
 from toy_games import digits, first_digit_policy
 
 PER_PAIR = 2
@@ -187,7 +190,8 @@ def test_nothing_outside_the_output_dir_is_served(tmp_path, url):
     r = c.get(url)
     assert r.status_code == 404 and b"SECRET" not in r.content and b"root:" not in r.content
     view = RunView(root)
-    for bad in ("../secret.txt", str(tmp_path / "secret.txt"), "link/secret.txt", "escape.txt", "inside/../../secret.txt"):
+    outside = ("../secret.txt", str(tmp_path / "secret.txt"), "link/secret.txt", "escape.txt", "inside/../../secret.txt")
+    for bad in outside:
         assert view.file(bad) is None
 
 
@@ -310,9 +314,26 @@ def chromium(args, tmp_path):
 def test_headless_chromium_renders_every_panel(run, tmp_path):
     t, out = run
     shot = tmp_path / "dashboard.png"
-    with running_server(create_app(out)) as url:
+    with socket.socket() as sock:  # a free port for the command line's server
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "autocurricula.cli", "dashboard", str(out), "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, "the dashboard command did not start"
+            try:
+                if httpx.get(url + "/api/summary", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
         dom = chromium(["--dump-dom", url + "/"], tmp_path).stdout.decode()
         done = chromium([f"--screenshot={shot}", "--window-size=1400,1000", url + "/"], tmp_path)
+    finally:
+        server.terminate()
+        server.wait(10)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     # the script ran: every panel holds what it draws (the inlined data sits after </main>)
     shown = dom.split("<main>", 1)[1].split("</main>", 1)[0]
