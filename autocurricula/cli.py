@@ -46,7 +46,9 @@ def _serve(args) -> None:
         raise SystemExit(f"autocurricula serve: {exc}") from None
 
     serve(args.model, host=args.host, port=args.port, api_key=args.api_key, max_slots=args.max_slots,
-          adapter_root=args.adapter_root, served_model_name=args.served_model_name, max_batch=args.max_batch)
+          adapter_root=args.adapter_root, served_model_name=args.served_model_name, max_batch=args.max_batch,
+          max_request_bytes=args.max_request_bytes, max_upload_bytes=args.max_upload_bytes,
+          max_lora_rank=args.max_lora_rank or None, timeout_keep_alive=args.timeout_keep_alive)
 
 
 LEAGUES = {"selfplay": ("SelfPlayTrainer", "SelfPlayConfig"), "league": ("LeagueTrainer", "LeagueConfig"),
@@ -138,6 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--adapter-root", default=None, help="folder that /v1/load_lora_adapter paths must lie under")
     s.add_argument("--served-model-name", default=None, help="the base model's name in the API (default: --model)")
     s.add_argument("--max-batch", type=int, default=64, help="rows decoded together in one step")
+    s.add_argument("--max-request-bytes", type=int, default=8 << 20,
+                   help="largest JSON request body in bytes; bigger ones get 413 before parsing (default 8 MiB)")
+    s.add_argument("--max-upload-bytes", type=int, default=2 << 30,
+                   help="largest adapter upload (PUT /v1/adapters/NAME) in bytes (default 2 GiB)")
+    s.add_argument("--max-lora-rank", type=int, default=64,
+                   help="largest adapter rank accepted (as in vLLM); the shared stacks grow to the widest "
+                        "adapter, so every player pays for it (0 = no limit; default 64)")
+    s.add_argument("--timeout-keep-alive", type=float, default=75.0,
+                   help="seconds an idle HTTP connection stays open (default 75, as nginx); keep it above your "
+                        "clients' idle timeout (httpx 5 s, aiohttp 15 s) so they never reuse a closing connection")
     s.set_defaults(func=_serve)
 
     t = sub.add_parser("tiny-model", help="write the built-in tiny model (no download)")

@@ -1,7 +1,8 @@
 """HTTP clients for :mod:`autocurricula.server` (sync :class:`Client`, asyncio :class:`AsyncClient`).
 
 Both have the same methods; on :class:`AsyncClient` they are coroutines and the streaming ones
-return async iterators. Connection errors and 503 answers are retried with exponential backoff;
+return async iterators. Connection errors (refused, reset, or a kept-alive connection that the
+server closed as the request went out) and 503 answers are retried with exponential backoff;
 other errors raise a :class:`ServerError` subclass carrying the server's message::
 
     with Client("http://127.0.0.1:8000") as c:
@@ -51,7 +52,13 @@ class UnavailableError(ServerError):
 
 _BY_STATUS = {400: BadRequestError, 401: AuthError, 403: PermissionDeniedError, 404: NotFoundError,
               415: BadRequestError, 422: BadRequestError, 503: UnavailableError}
-_RETRY_ON = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+# Retried: the connection failed before an answer came. ReadError / WriteError /
+# RemoteProtocolError are what a reused keep-alive connection gives when the server closed it as
+# the request went out; sending again is safe because every request of this client is idempotent
+# (generation changes no state; adapter PUT / load set the same weights again). Timeouts are not
+# retried: the server may still be working on the request.
+_RETRY_ON = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
+             httpx.WriteError)
 
 
 def _raise_for(resp: httpx.Response) -> None:

@@ -22,6 +22,15 @@ Extension fields beyond OpenAI:
   ``finish_reason``, ``usage`` and ``version_spans``.
 * completions ``logprobs``: ``top_logprobs`` holds only the sampled token (the engine computes no
   alternatives); chat ``top_logprobs`` > 0 is rejected for the same reason.
+
+Input is strict: JSON types must match exactly (``max_tokens: true`` or ``stream: "yes"`` is a
+400), integers are bounded, and a field this server does not implement is refused by name
+(``response_format``, ``tools``, ...; penalties and ``best_of`` only at their neutral value).
+Harmless bookkeeping fields (``user``, ``metadata``, ``store``, ``service_tier``,
+``stream_options``, ``parallel_tool_calls``) are accepted and ignored. Limits: JSON bodies up to
+``max_request_bytes`` (413 above, checked before parsing), adapter uploads up to
+``max_upload_bytes``, adapter rank up to ``max_lora_rank``; a text prompt that cannot fit the
+context is refused before it is tokenized in full.
 """
 
 from __future__ import annotations
@@ -36,17 +45,20 @@ import os
 import time
 import uuid
 from concurrent.futures import Future
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from autocurricula.engine import Engine, EngineConfig, EngineDeadError, SamplingParams, UnknownPlayerError
-from autocurricula.engine.adapters import AdapterError, check_name, from_safetensors_bytes
+from autocurricula.engine.adapters import (AdapterError, AdapterPathError, check_name, finite32,
+                                           from_safetensors_bytes, load_folder)
+from autocurricula.engine.sampling import INT32_MAX, SEED_MAX
+from autocurricula.engine.scheduler import RequestError
 
 log = logging.getLogger(__name__)
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -54,7 +66,8 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permi
           503: "service_unavailable"}
 # Fields we do not implement: accepted only at their neutral value, so nobody gets silently ignored.
 _NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "repetition_penalty": 1, "best_of": 1,
-            "logit_bias": None, "suffix": None, "tools": None, "min_tokens": 0}
+            "logit_bias": None, "suffix": None, "tools": None, "tool_choice": "none", "min_tokens": 0}
+_PARSE_ERROR = "There was an error parsing the body"  # FastAPI's detail when json.loads fails oddly
 
 
 class APIError(Exception):
@@ -70,37 +83,79 @@ def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
     return JSONResponse({"error": err}, status_code=status)
 
 
-class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    n: int | None = 1
-    stream: bool = False
-    ignore_eos: bool = False
-    return_token_ids: bool = False
+def _valid_unicode(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"contains a lone surrogate {ascii(text[exc.start])} at character {exc.start}; send valid "
+                         "Unicode text (a surrogate must be half of a pair)") from None
+    return text
+
+
+# Strings that can be encoded (and echoed back in errors): a lone surrogate is the sender's fault.
+Text = Annotated[StrictStr, AfterValidator(_valid_unicode)]
+Number = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    # strict: no coercion (true is not 1, "yes" is not true); forbid: an unknown field is named
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class _Sampling(_Strict):
+    model: Text | None = None
+    max_tokens: Annotated[StrictInt, Field(ge=1, le=INT32_MAX)] | None = None
+    temperature: Annotated[Number, Field(ge=0, le=100)] | None = None
+    top_p: Annotated[Number, Field(gt=0, le=1)] | None = None
+    top_k: Annotated[StrictInt, Field(ge=-1, le=INT32_MAX)] | None = None
+    stop: Text | list[Text] | None = None
+    seed: Annotated[StrictInt, Field(ge=0, le=SEED_MAX)] | None = None
+    n: Annotated[StrictInt, Field(ge=1, le=INT32_MAX)] | None = 1
+    stream: StrictBool = False
+    ignore_eos: StrictBool = False
+    return_token_ids: StrictBool = False
+    # not implemented: accepted only at the neutral value (_NEUTRAL), refused by name otherwise
+    presence_penalty: Number | None = None
+    frequency_penalty: Number | None = None
+    repetition_penalty: Number | None = None
+    min_tokens: Annotated[StrictInt, Field(ge=0, le=INT32_MAX)] | None = None
+    logit_bias: dict[str, Number] | None = None
+    # harmless bookkeeping: accepted and ignored (usage is always in the last stream chunk)
+    user: Text | None = None
+    metadata: dict[str, Text] | None = None
+    store: StrictBool | None = None
+    service_tier: Text | None = None
+    stream_options: dict[str, StrictBool] | None = None
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[int] | list[str] | list[list[int]]
-    logprobs: int | None = Field(None, ge=0)
-    echo: bool = False
+    prompt: Text | list[StrictInt] | list[Text] | list[list[StrictInt]]
+    logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
+    echo: StrictBool = False
+    best_of: Annotated[StrictInt, Field(ge=1, le=INT32_MAX)] | None = None
+    suffix: Text | None = None
+
+
+class Message(_Strict):
+    """One chat message: text only (no tools, images or names)."""
+
+    role: Literal["system", "user", "assistant"]
+    content: Text | list[dict[str, Any]]
 
 
 class ChatRequest(_Sampling):
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    logprobs: bool = False
-    top_logprobs: int | None = None
-    max_completion_tokens: int | None = None
+    messages: list[Message] = Field(min_length=1)
+    logprobs: StrictBool = False
+    top_logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
+    max_completion_tokens: Annotated[StrictInt, Field(ge=1, le=INT32_MAX)] | None = None
+    tools: list[Any] | None = None
+    tool_choice: Text | None = None
+    parallel_tool_calls: StrictBool | None = None
 
 
-class LoraRequest(BaseModel):
-    lora_name: str
-    lora_path: str | None = None  # required by load_lora_adapter
+class LoraRequest(_Strict):
+    lora_name: Text
+    lora_path: Text | None = None  # required by load_lora_adapter
 
 
 class _AuthMiddleware:
@@ -119,27 +174,89 @@ class _AuthMiddleware:
         await self.app(scope, receive, send)
 
 
+class _BodyLimit:
+    """Pure ASGI: reads the whole body before the app parses anything and answers 413 once it
+    passes ``limit`` bytes (the declared Content-Length is checked first, then the bytes counted).
+    ``exempt`` requests (adapter uploads) stream to their route, which has its own limit."""
+
+    def __init__(self, app, limit: int, exempt):
+        self.app, self.limit, self.exempt = app, limit, exempt
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or self.exempt(scope):
+            return await self.app(scope, receive, send)
+        msg = (f"request body exceeds this server's limit of {self.limit} bytes (--max-request-bytes); "
+               "send a shorter prompt")
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            return await _error(413, msg)(scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                return await _error(413, msg)(scope, receive, send)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replay():  # the buffered body once, then the real channel (disconnects)
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for e in exc.errors():
         if e.get("type") == "json_invalid":
             return "request body is not valid JSON; send a JSON object with Content-Type: application/json"
         where = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
-        if (part := f"{where}: {e.get('msg')}") not in parts:
+        msg = ("not supported by this server; omit it" if e.get("type") == "extra_forbidden"
+               else e.get("msg"))
+        if (part := f"{where}: {msg}") not in parts:
             parts.append(part)
     return "invalid request: " + "; ".join(parts[:6]) + " (fix these fields; see the OpenAI API reference)"
 
 
+def _http_error(exc: StarletteHTTPException) -> JSONResponse:
+    cause = exc.__cause__
+    if exc.detail == _PARSE_ERROR and cause is not None:  # FastAPI's json.loads failed in a non-JSON way
+        if isinstance(cause, UnicodeDecodeError):
+            return _error(400, f"request body is not valid UTF-8 (byte {cause.start}); send JSON encoded as UTF-8")
+        if isinstance(cause, RecursionError):
+            return _error(400, "request body JSON is nested too deeply; send a flat JSON object as the "
+                               "OpenAI API reference describes")
+        return _error(400, f"request body cannot be parsed as JSON ({type(cause).__name__}); send a JSON object "
+                           "with Content-Type: application/json")
+    return _error(exc.status_code, str(exc.detail))
+
+
 def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str | None = None,
-               max_tokens_limit: int | None = None, max_upload_bytes: int = 2 << 30) -> FastAPI:
+               max_tokens_limit: int | None = None, max_upload_bytes: int = 2 << 30,
+               max_request_bytes: int = 8 << 20, max_lora_rank: int | None = 64) -> FastAPI:
     """Build the FastAPI app serving ``engine``.
 
     ``api_key``: require ``Authorization: Bearer <key>`` everywhere but ``/health``.
-    ``adapter_root``: the only folder ``/v1/load_lora_adapter`` may read from (disabled if None).
+    ``adapter_root``: the only folder ``/v1/load_lora_adapter`` may read from (disabled if None);
+    every file read must resolve inside it too (no symlinks out).
     ``max_tokens_limit``: largest ``max_tokens`` a request may ask for (default: the context).
+    ``max_request_bytes``: largest JSON body (413 above); ``max_upload_bytes``: largest adapter
+    upload (``PUT /v1/adapters/{name}``). ``max_lora_rank``: largest adapter rank (None: no limit).
     """
+    for name, value in (("max_upload_bytes", max_upload_bytes), ("max_request_bytes", max_request_bytes)):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
+    if max_lora_rank is not None and (not isinstance(max_lora_rank, int) or max_lora_rank <= 0):
+        raise ValueError(f"max_lora_rank must be a positive integer (or None), got {max_lora_rank!r}")
     app = FastAPI(title="autocurricula", version="0.1.0")
-    if api_key:
+    uploads = lambda scope: scope["method"] == "PUT" and scope["path"].startswith("/v1/adapters/")  # noqa: E731
+    app.add_middleware(_BodyLimit, limit=max_request_bytes, exempt=uploads)
+    if api_key:  # added last: runs first, so an unauthenticated body is never read
         app.add_middleware(_AuthMiddleware, api_key=api_key)
     limit = max_tokens_limit or engine.max_context
     root = os.path.realpath(adapter_root) if adapter_root else None
@@ -149,9 +266,12 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         APIError: lambda r, e: _error(e.status, e.message, e.param),
         UnknownPlayerError: lambda r, e: _error(404, str(e), "model"),
         AdapterError: lambda r, e: _error(400, str(e)),
+        AdapterPathError: lambda r, e: _error(403, str(e), "lora_path"),
         EngineDeadError: lambda r, e: _error(503, f"{e}; the server must be restarted"),
+        RequestError: lambda r, e: _error(500, f"{e}; the server goes on serving other requests"),
         RequestValidationError: lambda r, e: _error(400, _validation_message(e)),
-        StarletteHTTPException: lambda r, e: _error(e.status_code, str(e.detail)),
+        StarletteHTTPException: lambda r, e: _http_error(e),
+        UnicodeEncodeError: lambda r, e: _error(400, "request text contains a lone surrogate; send valid Unicode"),
         Exception: lambda r, e: _error(500, f"internal server error: {e!r}"),
     }
     for cls, fn in handlers.items():
@@ -159,8 +279,9 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
 
     # ---------------------------------------------------------------- generation helpers
     def params_for(body: _Sampling, max_tokens: int) -> SamplingParams:
-        for key, value in (body.model_extra or {}).items():
-            if key in _NEUTRAL and value not in (None, _NEUTRAL[key], [], {}):
+        for key, neutral in _NEUTRAL.items():
+            value = getattr(body, key, None)
+            if value not in (None, neutral, [], {}):
                 raise APIError(400, f"{key} is not supported by this server; omit it", key)
         if body.n not in (None, 1):
             raise APIError(400, "only n=1 is supported; send n requests instead (the server batches them)", "n")
@@ -175,7 +296,29 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
 
+    token_chars: list[int] = []  # longest token of the vocabulary, in characters (computed once)
+
+    def check_fits(text: str, param: str) -> None:
+        """Refuse text that cannot fit the context without tokenizing all of it: no token is
+        longer than the vocabulary's longest, and a prefix's tokens already count."""
+        ctx = engine.max_context
+        if not token_chars:
+            try:
+                token_chars.append(max(len(t) for t in engine.tokenizer.get_vocab()))
+            except Exception:  # noqa: BLE001 - a tokenizer without get_vocab: a generous bound
+                token_chars.append(256)
+        cap = ctx * token_chars[0]
+        if len(text) > cap:
+            raise APIError(400, f"{param} has {len(text)} characters, more than the context of {ctx} tokens "
+                                f"can hold with this tokenizer (at most {cap}); shorten it", param)
+        probe = 4 * ctx
+        if len(text) > probe and (n := len(engine.encode(text[:probe]))) > ctx + 64:  # 64: a cut last word
+            raise APIError(400, f"{param} is longer than the context of {ctx} tokens (its first {probe} "
+                                f"characters alone are {n} tokens); shorten it", param)
+
     def submit(prompt, player, params, on_token, rid) -> Future:
+        if isinstance(prompt, str):
+            check_fits(prompt, "prompt")
         try:
             return engine.submit(prompt, player, params, on_token=on_token, request_id=rid)
         except ValueError as exc:  # prompt too long / empty / bad token ids
@@ -277,17 +420,22 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
 
         return StreamingResponse(gen(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-    def chat_prompt(messages: list[dict]) -> list[int]:
+    def chat_prompt(messages: list[Message]) -> list[int]:
         norm = []
         for i, m in enumerate(messages):
-            content = m.get("content")
+            content = m.content
             if isinstance(content, list):  # OpenAI content parts: only text is understood
-                if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
-                    raise APIError(400, f"messages[{i}].content: only text parts are supported", "messages")
-                content = "".join(p.get("text", "") for p in content)
-            if not isinstance(m.get("role"), str) or not isinstance(content, str):
-                raise APIError(400, f"messages[{i}] needs a string 'role' and text 'content'", "messages")
-            norm.append({"role": m["role"], "content": content})
+                if any(not isinstance(p, dict) or p.get("type") != "text" or set(p) - {"type", "text"}
+                       or not isinstance(p.get("text"), str) for p in content):
+                    raise APIError(400, f"messages[{i}].content: only text parts are supported, as "
+                                        '{"type": "text", "text": "..."}', "messages")
+                content = "".join(p["text"] for p in content)
+                try:
+                    _valid_unicode(content)
+                except ValueError as exc:
+                    raise APIError(400, f"messages[{i}].content {exc}", "messages") from None
+            norm.append({"role": m.role, "content": content})
+        check_fits("".join(m["content"] for m in norm), "messages")
         try:
             return engine.apply_chat_template(norm)
         except Exception as exc:  # template errors are the conversation's fault
@@ -335,6 +483,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     async def install(name: str, source) -> int:
         check_name(name)
         try:
+            if isinstance(source, str):  # a folder: every file must resolve inside the root
+                source = await run_in_threadpool(load_folder, source, root, max_lora_rank)
             return await run_in_threadpool(engine.load_adapter, name, source)
         except AdapterError:
             raise
@@ -375,8 +525,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         if ctype not in ("", "application/octet-stream", "application/x-safetensors"):
             raise APIError(415, f"content-type {ctype!r} is not accepted; send the raw .safetensors bytes "
                                 "as application/octet-stream")
-        if scale is not None and not math.isfinite(scale):
-            raise APIError(400, "scale must be a finite number", "scale")
+        if scale is not None and not finite32(scale):  # 1e39 is finite only as float64
+            raise APIError(400, "scale must be a finite number in float32's range (|scale| <= 3.4e38)", "scale")
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > max_upload_bytes:
             raise APIError(413, f"adapter upload of {declared} bytes exceeds the limit of {max_upload_bytes} bytes")
@@ -385,7 +535,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
             body += chunk
             if len(body) > max_upload_bytes:
                 raise APIError(413, f"adapter upload exceeds the limit of {max_upload_bytes} bytes")
-        weights = await run_in_threadpool(from_safetensors_bytes, bytes(body), scale)
+        weights = await run_in_threadpool(from_safetensors_bytes, bytes(body), scale, max_lora_rank)
         version = await install(name, weights)
         folders.pop(name, None)
         return {"name": name, "version": version}
@@ -420,17 +570,28 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
 
 def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, max_slots: int = 16,
           adapter_root: str | None = None, max_tokens_limit: int | None = None,
-          served_model_name: str | None = None, max_batch: int = 64) -> None:
+          served_model_name: str | None = None, max_batch: int = 64, max_request_bytes: int = 8 << 20,
+          max_upload_bytes: int = 2 << 30, max_lora_rank: int | None = 64,
+          timeout_keep_alive: float = 75.0) -> None:
     """Load ``model`` (Hub id or folder) into an :class:`Engine` and serve it with uvicorn until stopped.
 
-    ``served_model_name`` is the base model's name in the API (default: ``model`` as given)."""
+    ``served_model_name`` is the base model's name in the API (default: ``model`` as given).
+    ``timeout_keep_alive``: seconds an idle connection stays open; above the clients' own idle
+    limits (httpx 5 s, aiohttp 15 s), so the client, not the server, closes idle connections and
+    never sends on one the server has just closed. See :func:`create_app` for the other limits."""
     import uvicorn
+
+    if not (isinstance(timeout_keep_alive, (int, float)) and math.isfinite(timeout_keep_alive)
+            and timeout_keep_alive > 0):
+        raise ValueError(f"timeout_keep_alive must be a positive number of seconds, got {timeout_keep_alive!r}")
 
     if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who can reach it can load adapters", host)
     engine = Engine(model, config=EngineConfig(max_slots=max_slots, max_batch=max_batch), name=served_model_name)
     try:
-        app = create_app(engine, api_key=api_key, adapter_root=adapter_root, max_tokens_limit=max_tokens_limit)
-        uvicorn.run(app, host=host, port=port)
+        app = create_app(engine, api_key=api_key, adapter_root=adapter_root, max_tokens_limit=max_tokens_limit,
+                         max_request_bytes=max_request_bytes, max_upload_bytes=max_upload_bytes,
+                         max_lora_rank=max_lora_rank)
+        uvicorn.run(app, host=host, port=port, timeout_keep_alive=timeout_keep_alive)
     finally:
         engine.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,30 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,127}$")
 
 class AdapterError(ValueError):
     """An adapter that cannot be used; the message names the problem and the fix."""
+
+
+class AdapterPathError(AdapterError):
+    """An adapter file resolves (e.g. through a symlink) to a place outside the allowed root."""
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def finite32(x: float) -> bool:
+    """Whether a number stays finite as float32 (the engine's dtype): 1e39 is finite only as float64."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return math.isfinite(x) and abs(x) <= F32_MAX
+
+
+def _finite32_array(arr: np.ndarray, factor: float = 1.0) -> bool:
+    if arr.size == 0:
+        return True
+    if not np.isfinite(arr).all():
+        return False
+    return float(np.abs(arr).max()) * abs(factor) <= F32_MAX
 
 
 def check_name(name: str) -> str:
@@ -90,8 +115,16 @@ class AdapterWeights:
     def __post_init__(self):
         if not self.modules:
             raise AdapterError("adapter has no LoRA weights")
+        bad = [p for p, (a, b) in self.modules.items() if getattr(a, "ndim", 0) != 2 or getattr(b, "ndim", 0) != 2]
+        if bad:
+            raise AdapterError(f"LoRA weights must be 2-D matrices; not so for {bad[:5]}")
         ranks = {a.shape[1] for a, _ in self.modules.values()}
         self.rank = max(ranks)
+        if min(ranks) < 1:
+            raise AdapterError("adapter has rank 0 (empty lora_A/lora_B); give every module rank >= 1")
+        if not finite32(self.scale):
+            raise AdapterError(f"adapter scale {self.scale!r} is not a finite float32 number (|scale| <= {F32_MAX:.4g}); "
+                               "fix lora_alpha / r (peft) or lora_parameters.scale (mlx-lm), or pass ?scale=")
 
     @classmethod
     def random(cls, paths_dims: dict[str, tuple[int, int]], spec: LoraSpec, seed: int = 0,
@@ -116,8 +149,10 @@ class AdapterWeights:
             if a.ndim != 2 or b.ndim != 2 or a.shape[0] != din or b.shape[1] != dout or a.shape[1] != b.shape[0]:
                 errors.append(f"{path}: lora_a {tuple(a.shape)} / lora_b {tuple(b.shape)} do not fit "
                               f"a ({din}, r) / (r, {dout}) layer")
-            if not np.isfinite(a).all() or not np.isfinite(b).all():
-                errors.append(f"{path}: weights contain NaN or inf")
+            if not _finite32_array(a) or not _finite32_array(b):
+                errors.append(f"{path}: weights contain NaN or inf (or values beyond float32's range)")
+            elif not _finite32_array(b, self.scale):
+                errors.append(f"{path}: lora_b x scale {self.scale:g} overflows float32; lower the scale")
         if errors:
             raise AdapterError("adapter does not fit the base model:\n  " + "\n  ".join(errors[:20]))
 
@@ -129,8 +164,16 @@ def _module_of(key: str, suffixes: tuple[str, ...]) -> tuple[str, str] | None:
     return None
 
 
+def check_rank(rank: int, max_rank: int | None) -> None:
+    """Refuse an adapter wider than ``max_rank`` (vLLM's ``--max-lora-rank``): the shared stacks
+    grow to the widest adapter, so one huge rank would slow every player down."""
+    if max_rank is not None and rank > max_rank:
+        raise AdapterError(f"adapter rank {rank} exceeds the limit of {max_rank} (--max-lora-rank); "
+                           f"train or export a rank <= {max_rank}, or raise the limit on the server")
+
+
 def from_tensors(tensors: dict[str, np.ndarray], scale: float | None = None,
-                 config: dict | None = None) -> AdapterWeights:
+                 config: dict | None = None, max_rank: int | None = None) -> AdapterWeights:
     """Build weights from a flat tensor dict in peft or mlx-lm key format (auto-detected).
 
     peft: ``base_model.model.<path>.lora_A.weight (r, in)`` / ``lora_B.weight (out, r)``;
@@ -155,7 +198,14 @@ def from_tensors(tensors: dict[str, np.ndarray], scale: float | None = None,
             arr = arr.T  # peft stores (r, in) / (out, r)
         if arr.dtype.kind != "f":
             raise AdapterError(f"tensor {key} has dtype {arr.dtype}; LoRA weights must be float32, float16 or bfloat16")
-        pairs.setdefault(path, {})[which] = np.ascontiguousarray(arr, dtype=np.float32)
+        if arr.ndim != 2:
+            raise AdapterError(f"tensor {key} has shape {tuple(arr.shape)}; LoRA weights must be 2-D matrices")
+        rank = arr.shape[1] if which == "a" else arr.shape[0]
+        if rank < 1:
+            raise AdapterError(f"tensor {key} has rank 0 (shape {tuple(arr.shape)}); give every module rank >= 1")
+        check_rank(rank, max_rank)
+        with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf: validate() reports it
+            pairs.setdefault(path, {})[which] = np.ascontiguousarray(arr, dtype=np.float32)
     if unknown:
         hint = ("DoRA magnitude vectors are not supported; export a plain LoRA" if any("magnitude" in k for k in unknown)
                 else "expected peft '...lora_A.weight'/'...lora_B.weight' or mlx-lm '...lora_a'/'...lora_b' keys")
@@ -167,11 +217,24 @@ def from_tensors(tensors: dict[str, np.ndarray], scale: float | None = None,
     if scale is None:
         if peft_style or "lora_alpha" in config:
             r = next(iter(mods.values()))[0].shape[1]
-            alpha = float(config.get("lora_alpha", r))
+            alpha = _number(config.get("lora_alpha", r), "lora_alpha")
             scale = alpha / (math.sqrt(r) if config.get("use_rslora") else r)
         else:
-            scale = float(config.get("lora_parameters", {}).get("scale", 1.0))
-    return AdapterWeights(mods, float(scale))
+            params = config.get("lora_parameters", {})
+            scale = _number(params.get("scale", 1.0) if isinstance(params, dict) else params, "lora_parameters.scale")
+    return AdapterWeights(mods, _number(scale, "scale"))
+
+
+def _number(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, np.number)):
+        raise AdapterError(f"{name} must be a number, got {value!r}")
+    try:
+        out = float(value)
+    except (ValueError, OverflowError):
+        raise AdapterError(f"{name} must be a number, got {value!r}") from None
+    if not finite32(out):
+        raise AdapterError(f"{name}={value!r} is not a finite float32 number; set a finite value")
+    return out
 
 
 def _check_peft_config(cfg: dict, where: str) -> None:
@@ -191,26 +254,46 @@ def _check_peft_config(cfg: dict, where: str) -> None:
         raise AdapterError(f"unsupported peft adapter in {where}: " + "; ".join(problems))
 
 
-def load_folder(path: str | Path) -> AdapterWeights:
-    """Load a peft (``adapter_model.safetensors``) or mlx-lm (``adapters.safetensors``) folder."""
+def _inside(path: Path, root: str | None) -> Path:
+    """``path`` with every symlink resolved, refused when that lands outside ``root``."""
+    real = Path(os.path.realpath(path))
+    if root is not None:
+        top = os.path.realpath(root)
+        if os.path.commonpath([top, str(real)]) != top:
+            raise AdapterPathError(f"{path.name} in {path.parent} resolves to {real}, outside the adapter root; "
+                                   "copy the files into the adapter folder instead of linking them")
+    return real
+
+
+def load_folder(path: str | Path, root: str | None = None, max_rank: int | None = None) -> AdapterWeights:
+    """Load a peft (``adapter_model.safetensors``) or mlx-lm (``adapters.safetensors``) folder.
+
+    ``root``: every file read must resolve (symlinks followed) inside this folder.
+    ``max_rank``: refuse wider adapters before their tensors are copied."""
     path = Path(path)
     cfg_file = path / "adapter_config.json"
     if not cfg_file.is_file():
         raise AdapterError(f"{path} has no adapter_config.json; expected a peft or mlx-lm adapter folder")
-    config = json.loads(cfg_file.read_text())
+    try:
+        config = json.loads(_inside(cfg_file, root).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise AdapterError(f"{cfg_file} is not valid JSON ({type(exc).__name__}); write a JSON object") from None
+    if not isinstance(config, dict):
+        raise AdapterError(f"{cfg_file} holds a {type(config).__name__}; it must be a JSON object "
+                           '(e.g. {"peft_type": "LORA", "r": 8, "lora_alpha": 16, ...})')
     if (path / "adapter_model.safetensors").is_file():
         _check_peft_config(config, str(path))
-        tensors = read_safetensors((path / "adapter_model.safetensors").read_bytes())
+        tensors = read_safetensors(_inside(path / "adapter_model.safetensors", root).read_bytes())
     elif (path / "adapters.safetensors").is_file():
         if config.get("fine_tune_type", "lora") != "lora":
             raise AdapterError(f"{path}: fine_tune_type {config.get('fine_tune_type')!r} is not supported (only 'lora')")
-        tensors = read_safetensors((path / "adapters.safetensors").read_bytes())
+        tensors = read_safetensors(_inside(path / "adapters.safetensors", root).read_bytes())
     elif (path / "adapter_model.bin").exists():
         raise AdapterError(f"{path} holds a pickle adapter_model.bin; re-save it with safetensors "
                            "(peft: save_pretrained(..., safe_serialization=True))")
     else:
         raise AdapterError(f"{path} has no adapter_model.safetensors (peft) or adapters.safetensors (mlx-lm)")
-    return from_tensors(tensors, config=config)
+    return from_tensors(tensors, config=config, max_rank=max_rank)
 
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bf16", "F64": np.float64,
@@ -229,12 +312,7 @@ def read_safetensors(data: bytes) -> dict[str, np.ndarray]:
     n = int.from_bytes(data[:8], "little")
     if n <= 0 or 8 + n > len(data):
         raise AdapterError(bad + " (bad header length)")
-    try:
-        header = json.loads(data[8 : 8 + n])
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise AdapterError(bad + " (header is not JSON)") from None
-    if not isinstance(header, dict):
-        raise AdapterError(bad + " (header is not an object)")
+    header = _header(data, n, bad)
     body = memoryview(data)[8 + n :]
     out = {}
     for key, info in header.items():
@@ -242,11 +320,15 @@ def read_safetensors(data: bytes) -> dict[str, np.ndarray]:
             continue
         try:
             dtype = _DTYPES[info["dtype"]]
-            shape = [int(s) for s in info["shape"]]
-            lo, hi = (int(o) for o in info["data_offsets"])
+            shape, offsets = info["shape"], info["data_offsets"]
+            if not (isinstance(shape, list) and len(shape) <= 8 and all(_is_size(s) for s in shape)
+                    and isinstance(offsets, list) and len(offsets) == 2 and all(_is_size(o) for o in offsets)):
+                raise ValueError
+            lo, hi = offsets
         except (KeyError, TypeError, ValueError):
-            raise AdapterError(f"{bad} (tensor {key!r}: unsupported dtype or malformed entry)") from None
-        count = int(np.prod(shape)) if shape else 1
+            raise AdapterError(f"{bad} (tensor {key!r}: unsupported dtype, or shape/data_offsets not lists of "
+                               "non-negative integers)") from None
+        count = math.prod(shape)  # exact: a huge shape cannot wrap around
         width = 2 if dtype == "bf16" else np.dtype(dtype).itemsize
         if not 0 <= lo <= hi <= len(body) or hi - lo != count * width:
             raise AdapterError(f"{bad} (tensor {key!r}: offsets do not match its shape)")
@@ -259,26 +341,44 @@ def read_safetensors(data: bytes) -> dict[str, np.ndarray]:
     return out
 
 
+def _is_size(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**48
+
+
+def _header(data: bytes, n: int, bad: str) -> dict:
+    try:
+        header = json.loads(data[8 : 8 + n])
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise AdapterError(bad + " (header is not JSON, or is nested too deeply)") from None
+    if not isinstance(header, dict):
+        raise AdapterError(bad + " (header is not an object)")
+    meta = header.get("__metadata__")
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise AdapterError(bad + " (__metadata__ must map names to strings)")
+    return header
+
+
 def safetensors_metadata(data: bytes) -> dict:
-    n = int.from_bytes(data[:8], "little")
-    return (json.loads(data[8 : 8 + n]).get("__metadata__") or {}) if len(data) >= 8 + n else {}
+    """The ``__metadata__`` strings of safetensors bytes (empty when absent)."""
+    bad = "body is not a valid safetensors file; send the bytes of a .safetensors file"
+    n = int.from_bytes(data[:8], "little") if len(data) >= 8 else 0
+    if n <= 0 or 8 + n > len(data):
+        return {}
+    return _header(data, n, bad).get("__metadata__") or {}
 
 
-def from_safetensors_bytes(data: bytes, scale: float | None = None) -> AdapterWeights:
+def from_safetensors_bytes(data: bytes, scale: float | None = None, max_rank: int | None = None) -> AdapterWeights:
     """Parse uploaded safetensors bytes (peft or mlx-lm keys). Metadata may carry ``scale``, or
     ``lora_alpha`` (and ``use_rslora``), as strings; an explicit ``scale`` argument wins."""
     tensors = read_safetensors(data)
     meta = safetensors_metadata(data)
     config = {}
-    try:
-        if "lora_alpha" in meta:
-            config["lora_alpha"] = float(meta["lora_alpha"])
-            config["use_rslora"] = str(meta.get("use_rslora", "false")).lower() == "true"
-        if scale is None and "scale" in meta:
-            scale = float(meta["scale"])
-    except ValueError:
-        raise AdapterError("safetensors metadata 'scale'/'lora_alpha' must be numbers") from None
-    return from_tensors(tensors, scale=scale, config=config)
+    if "lora_alpha" in meta:
+        config["lora_alpha"] = _number(meta["lora_alpha"], "metadata lora_alpha")
+        config["use_rslora"] = str(meta.get("use_rslora", "false")).lower() == "true"
+    if scale is None and "scale" in meta:
+        scale = _number(meta["scale"], "metadata scale")
+    return from_tensors(tensors, scale=scale, config=config, max_rank=max_rank)
 
 
 def to_safetensors_bytes(weights: AdapterWeights) -> bytes:

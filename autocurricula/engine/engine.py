@@ -404,6 +404,7 @@ class Engine:
     def _install(self, name: str, weights: AdapterWeights, version: int | None = None) -> int:
         self.lora.ensure(list(weights.modules), weights.rank)
         rec = self.slots.add(name, weights, version)
+        self._fit_rank()  # a hot swap may have replaced the widest adapter
         if rec.slot is not None:
             self._write_slot(rec)
         return rec.version
@@ -424,6 +425,14 @@ class Engine:
         if slot is not None:
             for layer in self.lora.layers.values():
                 layer.write_slot(slot, None, None, 0.0)
+        self._fit_rank()
+
+    def _fit_rank(self) -> None:
+        # The stacks are as wide as the widest adapter still held (at least initial_rank), so a
+        # high-rank adapter leaving gives its memory and its per-step cost back.
+        want = max([self.config.initial_rank] + [r.weights.rank for r in self.slots.records.values()])
+        if want < self.lora.rank:
+            self.lora.fit_rank(want)
 
     def _write_slot(self, rec) -> None:
         import mlx.core as mx

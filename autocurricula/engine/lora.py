@@ -72,7 +72,8 @@ class MultiLoRALinear(nn.Module):
         return y + (delta if delta.dtype == y.dtype else delta.astype(y.dtype))
 
     def resize(self, slots: int, rank: int) -> None:
-        """Grow (never shrink below content) the stacks, zero-padding new slots and rank columns."""
+        """Resize the stacks into new arrays, zero-padding new slots and rank columns; shrinking
+        cuts columns, so callers shrink only to a rank every stored adapter fits in."""
         s0, r0 = self.num_slots, self.rank
         if slots == s0 and rank == r0:
             return
@@ -145,6 +146,19 @@ class MultiLoRAModel:
             else:
                 setattr(parent, attr, layer)
             self.layers[path] = layer
+
+    def fit_rank(self, rank: int) -> None:
+        """Set the stacks' rank to exactly ``rank`` (grow or shrink). Shrinking replaces every
+        stack by a smaller array and returns the freed buffers to the system."""
+        if rank == self.rank:
+            return
+        shrink = rank < self.rank
+        self.rank = rank
+        for layer in self.layers.values():
+            layer.resize(self.slots, rank)
+        mx.eval([(layer.lora_a, layer.lora_b) for layer in self.layers.values()])
+        if shrink:
+            mx.clear_cache()
 
     def resize_slots(self, slots: int) -> None:
         self.slots = slots

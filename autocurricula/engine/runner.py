@@ -29,7 +29,7 @@ def _set_slots(engine, rows) -> None:
     engine.lora.ctx.slots = mx.array(slots, dtype=mx.uint32) if any(slots) else None
 
 
-def _sample_rows(engine, rows, logits: mx.array) -> tuple[np.ndarray, np.ndarray]:
+def _sample_batch(engine, rows, logits: mx.array) -> tuple[np.ndarray, np.ndarray]:
     params = [r.req.params for r in rows]
     args = dict(
         temps=np.array([p.temperature for p in params], dtype=np.float32),
@@ -45,7 +45,27 @@ def _sample_rows(engine, rows, logits: mx.array) -> tuple[np.ndarray, np.ndarray
     return np.array(tokens), np.array(logprobs)
 
 
-def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, list]:
+def _sample_rows(engine, rows, logits: mx.array) -> tuple[np.ndarray, np.ndarray, dict[int, Exception]]:
+    """Sample every row; returns (tokens, logprobs, errors by row index). When the batched call
+    fails, each row is sampled alone (same numbers: sampling is per-row), so one bad request
+    fails by itself instead of taking the batch, or the engine, with it."""
+    try:
+        return (*_sample_batch(engine, rows, logits), {})
+    except Exception:
+        if len(rows) == 1:
+            raise
+    tokens, logprobs = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.float32)
+    errors: dict[int, Exception] = {}
+    for i, row in enumerate(rows):
+        try:
+            t, lp = _sample_batch(engine, [row], logits[i : i + 1])
+            tokens[i], logprobs[i] = t[0], lp[0]
+        except Exception as exc:  # noqa: BLE001 - reported on that request's future
+            errors[i] = exc
+    return tokens, logprobs, errors
+
+
+def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, dict, list]:
     """Run the prompts of ``rows`` (left-padded) and sample each row's first token."""
     prompts = [r.req.prompt_ids for r in rows]
     width = max(len(p) for p in prompts)
@@ -59,12 +79,12 @@ def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, list]:
         engine.model(tokens[:, start:stop], cache=cache)
         mx.eval([c.state for c in cache])
     logits = engine.model(tokens[:, width - 1 :], cache=cache)[:, -1, :]
-    out = _sample_rows(engine, rows, logits)
-    return out[0], out[1], cache
+    tokens, logprobs, errors = _sample_rows(engine, rows, logits)
+    return tokens, logprobs, errors, cache
 
 
-def decode_step(engine, rows) -> tuple[np.ndarray, np.ndarray]:
-    """One token for every running row."""
+def decode_step(engine, rows) -> tuple[np.ndarray, np.ndarray, dict]:
+    """One token for every running row (and the rows whose sampling failed)."""
     last = mx.array(np.array([[r.tokens[-1]] for r in rows], dtype=np.int32))
     _set_slots(engine, rows)
     logits = engine.model(last, cache=engine.scheduler.cache)[:, -1, :]

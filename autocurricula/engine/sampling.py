@@ -27,24 +27,42 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self):
+        # Every integer ends up in a fixed-width array of the sampler (int32 / uint32 / int64), so
+        # each is bounded here: one request must never raise inside the batched step.
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
-        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens <= 0:
-            raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
-                and 0 <= self.temperature <= 100):
-            raise ValueError(f"temperature must be in [0, 100], got {self.temperature!r}")
-        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not _is_int(self.max_tokens) or not 1 <= self.max_tokens <= INT32_MAX:
+            raise ValueError(f"max_tokens must be an integer in [1, {INT32_MAX}], got {self.max_tokens!r}")
+        if not (_is_real(self.temperature) and math.isfinite(self.temperature) and 0 <= self.temperature <= 100):
+            raise ValueError(f"temperature must be a number in [0, 100], got {self.temperature!r}")
+        if 0 < self.temperature < TEMPERATURE_EPS:  # as vLLM: logits / 1e-40 overflow float32; greedy instead
+            self.temperature = 0.0
+        if not (_is_real(self.top_p) and 0 < self.top_p <= 1 and np.float32(self.top_p) > 0):
+            raise ValueError(f"top_p must be a number in (0, 1] (and not 0 in float32), got {self.top_p!r}")
+        if not _is_int(self.top_k) or not -1 <= self.top_k <= INT32_MAX:
+            raise ValueError(f"top_k must be an integer in [-1, {INT32_MAX}] (0 or -1 = off), got {self.top_k!r}")
         if self.top_k == -1:
             self.top_k = 0
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be a non-negative integer (0 or -1 = off), got {self.top_k!r}")
-        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**63):
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed <= SEED_MAX):
+            raise ValueError(f"seed must be an integer in [0, {SEED_MAX}], got {self.seed!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be true or false, got {self.ignore_eos!r}")
         if any(not isinstance(s, str) or not s for s in self.stop) or len(self.stop) > 16:
             raise ValueError("stop must be up to 16 non-empty strings")
+
+
+INT32_MAX = 2**31 - 1
+SEED_MAX = 2**63 - 1
+TEMPERATURE_EPS = 1e-5  # vLLM's _SAMPLING_EPS: smaller temperatures sample greedily
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
 
 
 def _fmix32(x: mx.array) -> mx.array:

@@ -33,6 +33,10 @@ def resolve(fut: Future, result: Any = None, exc: BaseException | None = None) -
         pass
 
 
+class RequestError(RuntimeError):
+    """Generating this one request failed (its cause is chained); the engine keeps serving the others."""
+
+
 @dataclass
 class Completion:
     """One finished generation. ``version_spans`` lists ``(start, end, version)`` over completion
@@ -93,6 +97,7 @@ class Row:
     emitted: int = 0  # characters already streamed
     finish: str | None = None
     cut: bool = False  # text was cut at a stop string
+    error: BaseException | None = None  # set with finish="error": the future gets it instead of a completion
 
 
 class Scheduler:
@@ -170,7 +175,12 @@ class Scheduler:
         if not admitted:
             return
         try:
-            tokens, logprobs, cache = prefill(e, admitted)
+            tokens, logprobs, errors, cache = prefill(e, admitted)
+        except Exception as exc:  # the forward pass of these prompts failed: fail them, keep serving
+            log.exception("prefill of %d request(s) failed", len(admitted))
+            for row in admitted:
+                self._fail(row.req, exc)
+            return
         except BaseException:
             for row in admitted:  # give the pins back and requeue, so nothing is lost or leaked
                 if row.req.player is not None:
@@ -184,49 +194,78 @@ class Scheduler:
             for mine, new in zip(self.cache, cache):
                 mine.extend(new)
         self.rows.extend(admitted)
-        self.accept(admitted, tokens, logprobs)
+        self.accept(admitted, tokens, logprobs, errors)
 
     def step(self) -> None:
         from autocurricula.engine.runner import decode_step
 
-        tokens, logprobs = decode_step(self.e, self.rows)
+        try:
+            tokens, logprobs, errors = decode_step(self.e, self.rows)
+        except Exception as exc:  # the shared forward pass failed: its rows fail, the engine goes on
+            log.exception("decode step of %d row(s) failed", len(self.rows))
+            for row in self.rows:
+                row.error, row.finish = exc, "error"
+            self.retire(list(range(len(self.rows))))
+            return
         self.e.stats["steps"] += 1
         self.e.stats["rows_stepped"] += len(self.rows)
-        self.accept(self.rows, tokens, logprobs)
+        self.accept(self.rows, tokens, logprobs, errors)
+
+    def _fail(self, req: Request, exc: BaseException) -> None:
+        """Settle a request that never joined the batch with ``exc``, releasing its slot pin."""
+        err = RequestError(f"request {req.id} failed: {exc!r}")
+        err.__cause__ = exc
+        resolve(req.future, exc=err)
+        self.e.stats["failed"] += 1
+        if req.player is not None:
+            self.e.slots.release(req.player)
+            self.maybe_drop(req.player)
 
     # ------------------------------------------------------------------ per-token bookkeeping
-    def accept(self, rows: list[Row], tokens: np.ndarray, logprobs: np.ndarray) -> None:
-        """Append one sampled token per row, stream it, and retire rows that are done."""
-        e = self.e
-        for row, tok, lp in zip(rows, tokens.tolist(), logprobs.tolist()):
-            req, p = row.req, row.req.params
-            if req.cancelled:  # the token sampled after the cancel is dropped
-                row.finish = "cancelled"
-                self._emit(row, None, None)
+    def accept(self, rows: list[Row], tokens: np.ndarray, logprobs: np.ndarray,
+               errors: dict[int, BaseException] | None = None) -> None:
+        """Append one sampled token per row, stream it, and retire rows that are done. A row whose
+        sampling (``errors``) or bookkeeping raises fails alone."""
+        for i, (row, tok, lp) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist())):
+            if errors and i in errors:
+                row.error, row.finish = errors[i], "error"
                 continue
-            rec = e.slots.records.get(req.player) if req.player else None
-            row.tokens.append(tok)
-            row.logprobs.append(lp)
-            row.versions.append(rec.version if rec else None)
-            if rec and len(row.versions) > 1 and row.versions[-2] != row.versions[-1]:
-                e.stats["swaps_mid_request"] += 1
-            e.stats["tokens"] += 1
-            if tok in e.eos_ids and not p.ignore_eos:
-                row.finish = "stop"
-            elif len(row.tokens) >= p.max_tokens or len(req.prompt_ids) + len(row.tokens) >= e.max_context:
-                row.finish = "length"
-            if p.stop or req.on_token is not None:
-                self._advance_text(row)
-                for s in p.stop:
-                    at = row.text.find(s, max(0, row.checked - len(s) + 1))
-                    if at >= 0:
-                        row.text, row.finish, row.cut = row.text[:at], "stop", True
-                        break
-                row.checked = len(row.text)
-            self._emit(row, tok, lp)
+            try:
+                self._accept_one(row, tok, lp)
+            except Exception as exc:  # noqa: BLE001 - e.g. detokenising; reported on that request
+                log.exception("request %s failed", row.req.id)
+                row.error, row.finish = exc, "error"
         done = [i for i, r in enumerate(self.rows) if r.finish]
         if done:
             self.retire(done)
+
+    def _accept_one(self, row: Row, tok: int, lp: float) -> None:
+        e = self.e
+        req, p = row.req, row.req.params
+        if req.cancelled:  # the token sampled after the cancel is dropped
+            row.finish = "cancelled"
+            self._emit(row, None, None)
+            return
+        rec = e.slots.records.get(req.player) if req.player else None
+        row.tokens.append(tok)
+        row.logprobs.append(lp)
+        row.versions.append(rec.version if rec else None)
+        if rec and len(row.versions) > 1 and row.versions[-2] != row.versions[-1]:
+            e.stats["swaps_mid_request"] += 1
+        e.stats["tokens"] += 1
+        if tok in e.eos_ids and not p.ignore_eos:
+            row.finish = "stop"
+        elif len(row.tokens) >= p.max_tokens or len(req.prompt_ids) + len(row.tokens) >= e.max_context:
+            row.finish = "length"
+        if p.stop or req.on_token is not None:
+            self._advance_text(row)
+            for s in p.stop:
+                at = row.text.find(s, max(0, row.checked - len(s) + 1))
+                if at >= 0:
+                    row.text, row.finish, row.cut = row.text[:at], "stop", True
+                    break
+            row.checked = len(row.text)
+        self._emit(row, tok, lp)
 
     def _advance_text(self, row: Row) -> None:
         # decode only a short suffix each token: text grows when the new suffix decodes cleanly
@@ -273,10 +312,16 @@ class Scheduler:
                 if j == len(row.versions) or row.versions[j] != row.versions[start]:
                     spans.append((start, j, row.versions[start]))
                     start = j
-            resolve(req.future, Completion(req.id, req.player, req.prompt_ids, row.tokens, row.logprobs,
-                                           self._final_text(row), row.finish,
-                                           row.versions[-1] if row.versions else None, spans))
-            e.stats["completions"] += 1
+            if row.error is not None:
+                err = RequestError(f"request {req.id} failed: {row.error!r}")
+                err.__cause__ = row.error
+                resolve(req.future, exc=err)
+                e.stats["failed"] += 1
+            else:
+                resolve(req.future, Completion(req.id, req.player, req.prompt_ids, row.tokens, row.logprobs,
+                                               self._final_text(row), row.finish,
+                                               row.versions[-1] if row.versions else None, spans))
+                e.stats["completions"] += 1
             if req.player is not None:
                 e.slots.release(req.player)
                 self.maybe_drop(req.player)
