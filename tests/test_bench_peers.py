@@ -95,3 +95,12 @@ def test_torch_worker_does_not_import_autocurricula(tmp_path):
     finally:
         w.close()
     assert w.proc.returncode == 0
+
+
+def test_prefix_hit_rate_reads_engine_stats():
+    """The figure lights up once the engine counts prefix-cache hits; without them it is None."""
+    from autocurricula.bench.peers import _hit_rate
+
+    assert _hit_rate({"prefix_hit_tokens": 4}, {"prefix_hit_tokens": 14}, 20) == 0.5
+    assert _hit_rate({}, {"prefix_hit_rate": 0.25}, 20) == 0.25
+    assert _hit_rate({"prefill_tokens": 5}, {"prefill_tokens": 25}, 20) is None

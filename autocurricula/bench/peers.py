@@ -102,6 +102,7 @@ def _widen_vocab(src: Path, dst: Path, vocab: int) -> Path:
         config["vocab_size"] = vocab
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         (tmp / "peers_model.json").write_text(json.dumps(marker))  # last: the folder is complete
+        os.chmod(tmp, 0o755)
         if dst.exists():
             shutil.rmtree(dst)
         os.replace(tmp, dst)
@@ -172,6 +173,14 @@ def _engine(spec: dict):
     return engine
 
 
+def _hit_rate(before: dict, after: dict, prompt_tokens: int) -> float | None:
+    """Share of this run's prompt tokens served from a prefix cache: from ``prefix_hit_tokens``
+    (a counter) or ``prefix_hit_rate`` in ``engine.stats``; None when the engine has neither."""
+    if "prefix_hit_tokens" in after:
+        return (after["prefix_hit_tokens"] - before.get("prefix_hit_tokens", 0)) / max(1, prompt_tokens)
+    return after.get("prefix_hit_rate")
+
+
 def setup_engine(spec: dict):
     from autocurricula.engine import SamplingParams
 
@@ -188,9 +197,8 @@ def setup_engine(spec: dict):
         go.set()
         outs = [f.result() for f in futs]
         dt = time.perf_counter() - t0
-        hits = engine.stats.get("prefix_hit_tokens")
-        rate = None if hits is None else (hits - before.get("prefix_hit_tokens", 0)) / prompt_tokens
-        return {"seconds": dt, "tokens": sum(len(o.token_ids) for o in outs), "prefix_hit_rate": rate,
+        return {"seconds": dt, "tokens": sum(len(o.token_ids) for o in outs),
+                "prefix_hit_rate": _hit_rate(before, engine.stats, prompt_tokens),
                 "rows": [{"prompt_ids": o.prompt_ids, "token_ids": o.token_ids, "logprobs": o.logprobs} for o in outs]}
 
     warm = run()  # warm-up; its sampled turns are the update sides' rows
@@ -307,10 +315,15 @@ class Worker:
 
 
 def _rounds(sides, spec_path, log_dir, reps, timeout) -> tuple[dict, dict]:
-    """Start the sides together, wait until all are ready, then run them interleaved ``reps`` times."""
-    workers = [Worker(s, spec_path, log_dir) for s in sides]
+    """Start the sides one after another (warm-ups of 2-thread torch and MLX processes would fight
+    over the cores), then run them interleaved ``reps`` times."""
+    workers, ready = [], {}
     try:
-        ready = {w.side: w.answer(timeout) for w in workers}
+        for side in sides:
+            t0 = time.perf_counter()
+            workers.append(Worker(side, spec_path, log_dir))
+            ready[side] = workers[-1].answer(timeout)
+            ready[side]["startup_s"] = round(time.perf_counter() - t0, 1)
         runs = {s: [] for s in sides}
         for _ in range(reps):
             for w in workers:
@@ -373,6 +386,7 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
     else:
         result["prefix_hit_rate"] = summary(hits)
     result["tok_s"] = {s: summary(rate[s]) for s in rate}
+    result["startup_s"] = {s: r["startup_s"] for s, r in {**ready, **up_ready}.items()}
     ours, theirs = up_ready["update"], up_ready["torch_peft_update"]
     diff = abs(ours["first_loss"] - theirs["first_loss"])
     norm_diff = max(abs(ours["first_grad_norms"][n] - theirs["first_grad_norms"][n]) /

@@ -69,7 +69,11 @@ def _peft_model(spec: dict, trainable: bool):
                                       is_trainable=trainable)
     for n in names[1:]:
         model.load_adapter(spec["adapters"][n]["peft"], adapter_name=n, is_trainable=trainable)
-    return model if trainable else model.eval()
+    if trainable:
+        return model
+    # no eos: exactly max_new_tokens per row, as the engine's ignore_eos (no min-length logits processor)
+    model.get_base_model().generation_config.eos_token_id = None
+    return model.eval()
 
 
 def _generate(model, prompts, n_new, **kw) -> int:
@@ -78,7 +82,7 @@ def _generate(model, prompts, n_new, **kw) -> int:
     ids = torch.tensor(prompts, dtype=torch.long)  # equal-length prompts: no padding needed
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
-                             top_k=0, top_p=1.0, max_new_tokens=n_new, min_new_tokens=n_new, pad_token_id=0, **kw)
+                             top_k=0, top_p=1.0, max_new_tokens=n_new, pad_token_id=0, **kw)
     return int((out.shape[1] - ids.shape[1]) * ids.shape[0])
 
 
