@@ -215,7 +215,8 @@ def test_bad_requests_raise_clear_errors(engine):
 
 
 def test_quantized_base_mixed_batch(tiny_quantized_path):
-    eng = Engine(str(tiny_quantized_path), config=EngineConfig(max_slots=4))
+    # keep_quantized: on CPU the engine would otherwise dequantize, and this tests the quantized path
+    eng = Engine(str(tiny_quantized_path), config=EngineConfig(max_slots=4, keep_quantized=True))
     try:
         for i in range(3):
             eng.load_adapter(f"p{i}", random_adapter(eng, seed=i))

@@ -27,6 +27,8 @@ class LoraContext:
     """
 
     slots: mx.array | None = None
+    # rows grouped by slot in ascending order: gather_mm takes its segmented path (cheaper backward)
+    sorted_slots: bool = False
 
 
 def linear_dims(module: nn.Module) -> tuple[int, int]:
@@ -68,7 +70,9 @@ class MultiLoRALinear(nn.Module):
         # x: (B, L, in); slots: (B,) -> per-row (L, in) @ (in, R) @ (R, out)
         if x.dtype != self.lora_a.dtype:
             x = x.astype(self.lora_a.dtype)
-        delta = mx.gather_mm(mx.gather_mm(x, self.lora_a, rhs_indices=slots), self.lora_b, rhs_indices=slots)
+        srt = self._ctx.sorted_slots
+        delta = mx.gather_mm(mx.gather_mm(x, self.lora_a, rhs_indices=slots, sorted_indices=srt), self.lora_b,
+                             rhs_indices=slots, sorted_indices=srt)
         return y + (delta if delta.dtype == y.dtype else delta.astype(y.dtype))
 
     def resize(self, slots: int, rank: int) -> None:

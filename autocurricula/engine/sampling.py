@@ -110,34 +110,109 @@ def unit_np(x: np.ndarray) -> np.ndarray:
     return ((x >> np.uint32(9)).astype(np.float32) + np.float32(0.5)) * np.float32(1.0 / (1 << 23))
 
 
+def _uniforms_at(row_hash: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """:func:`row_uniforms_np` at chosen vocab indices: ``row_hash`` (n,) is each element's row
+    hash, ``cols`` (n,) or broadcastable its index. In-place passes, bit-identical values."""
+    u32 = np.uint32
+    x = cols.astype(u32) * u32(0x27D4EB2F) + row_hash
+    tmp = np.empty_like(x)
+    for shift, mult in ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None)):
+        np.right_shift(x, u32(shift), out=tmp)
+        x ^= tmp
+        if mult is not None:
+            x *= u32(mult)
+    x >>= u32(9)
+    u = x.astype(np.float32)
+    u += np.float32(0.5)
+    u *= np.float32(1.0 / (1 << 23))
+    return u
+
+
+def _row_hashes(seeds: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    u32 = np.uint32
+    pos = positions.astype(u32)
+    return _fmix32_np(seeds.astype(u32) ^ _fmix32_np(pos * u32(0x9E3779B1) + u32(0x7F4A7C15)))
+
+
+def _gumbel_keys(lp: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``lp - log(-log(u))`` in float32 (the Gumbel-max key), computed in place in ``u``."""
+    np.log(u, out=u)
+    np.negative(u, out=u)
+    np.log(u, out=u)
+    np.subtract(lp, u, out=u)
+    return u
+
+
+# The largest Gumbel noise a 23-bit uniform can give: -log(-log(1 - 2**-24)) = 16.635; a token
+# whose log-probability is more than this below a known key can never win the draw.
+_GUMBEL_MAX = 16.7
+_DENSE_VOCAB = 16384  # below this, one vectorised pass beats per-row pruning
+
+
+def _truncated(lp: np.ndarray, k: int, p: float) -> np.ndarray:
+    """Indices (ascending) of the top-k / top-p set of one row: the smallest prefix, in stable
+    descending order of ``lp``, whose mass reaches ``p`` (at least one token), cut at ``k``.
+    Sorts only an upper set of the row, grown until the prefix ends inside it."""
+    vocab = lp.shape[0]
+    k = k if k > 0 else vocab
+    m = min(vocab, max(64, min(k, 1024)))
+    while True:
+        # an upper set {lp >= t}: its stable sort is exactly the head of the full stable sort
+        top = np.flatnonzero(lp >= np.partition(lp, vocab - m)[vocab - m]) if m < vocab else np.arange(vocab)
+        order = top[np.argsort(-lp[top], kind="stable")]
+        probs = np.exp(lp[order])
+        keep = np.arange(order.size) < k
+        keep &= (np.cumsum(probs) - probs) < p
+        n = int(keep.sum())  # keep is a prefix: cumsum never decreases
+        if n < order.size or order.size == vocab:
+            return np.sort(order[:n])
+        m = min(vocab, 4 * m)
+
+
 def sample_np(logits: np.ndarray, temps: np.ndarray, top_ps: np.ndarray, top_ks: np.ndarray,
               seeds: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """NumPy twin of :func:`sample`, used on the CPU backend where MLX's exp/log are scalar and
-    ~10x slower than NumPy's vectorised ones; same random numbers, so the same tokens."""
+    ~10x slower than NumPy's vectorised ones; same random numbers, so the same tokens.
+
+    One exp pass over the vocabulary (the log-softmax normaliser); the Gumbel noise is hashed
+    only where a token can still win: a row's argmax token gives a key, and tokens whose
+    log-probability lies more than the largest possible noise below it are skipped. Top-k/top-p
+    sort only the head of a row. Only rows that ask for top-k/top-p are truncated."""
     logits = logits.astype(np.float32, copy=False)
     greedy = temps <= 0
     t = np.where(greedy, 1.0, temps).astype(np.float32)[:, None]
-    scaled = logits / t
+    scaled = logits if (t == 1).all() else logits / t  # x / 1 == x: skip a pass
     m = scaled.max(axis=-1, keepdims=True)
-    logp = scaled - (m + np.log(np.exp(scaled - m).sum(axis=-1, keepdims=True)))
+    e = scaled - m
+    np.exp(e, out=e)
+    lse = m + np.log(e.sum(axis=-1, keepdims=True))
+    del e
     tokens = logits.argmax(axis=-1)
     rows = np.flatnonzero(~greedy)
     if rows.size:
-        lp = logp[rows]
-        k, p = top_ks[rows], top_ps[rows]
-        if (k > 0).any() or (p < 1).any():
-            order = np.argsort(-lp, axis=-1, kind="stable")
-            sorted_lp = np.take_along_axis(lp, order, axis=-1)
-            keep = np.ones(sorted_lp.shape, dtype=bool)
-            keep &= np.arange(lp.shape[-1])[None, :] < np.where(k > 0, k, lp.shape[-1])[:, None]
-            probs = np.exp(sorted_lp)
-            keep &= (np.cumsum(probs, axis=-1) - probs) < p[:, None]
-            mask = np.empty_like(keep)
-            np.put_along_axis(mask, order, keep, axis=-1)
-            lp = np.where(mask, lp, -np.inf)
-        u = row_uniforms_np(seeds[rows], positions[rows], lp.shape[-1])
-        tokens[rows] = (lp - np.log(-np.log(u))).argmax(axis=-1)
-    chosen = np.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+        vocab = logits.shape[-1]
+        hashes = _row_hashes(seeds[rows], positions[rows])
+        cut = (top_ks[rows] > 0) | (top_ps[rows] < 1)
+        dense = np.flatnonzero(~cut) if vocab <= _DENSE_VOCAB else np.empty(0, dtype=np.intp)
+        if dense.size:  # small vocabularies: every row at once
+            r = rows[dense]
+            keys = _gumbel_keys(scaled[r] - lse[r], _uniforms_at(hashes[dense, None], np.arange(vocab)[None, :]))
+            tokens[r] = keys.argmax(axis=-1)
+        for i in np.setdiff1d(np.arange(rows.size), dense):
+            r = rows[i]
+            if cut[i]:
+                lp_row = scaled[r] - lse[r]
+                cols = _truncated(lp_row, int(top_ks[r]), float(top_ps[r]))
+                lp = lp_row[cols]
+            else:
+                # only tokens that can beat the argmax token's key (the margin covers rounding)
+                top = tokens[r]
+                key = _gumbel_keys(scaled[r, top] - lse[r, 0], _uniforms_at(hashes[i], np.array([top])))[0]
+                cols = np.flatnonzero(scaled[r] >= key + lse[r, 0] - np.float32(_GUMBEL_MAX))
+                lp = scaled[r, cols] - lse[r, 0]
+            keys = _gumbel_keys(lp, _uniforms_at(hashes[i], cols))
+            tokens[r] = cols[int(keys.argmax())]
+    chosen = np.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0] - lse[:, 0]
     return tokens, chosen
 
 

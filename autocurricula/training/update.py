@@ -133,7 +133,8 @@ class Updater:
             width = w
         if cur:
             batches.append(cur)
-        return batches
+        # rows of one player together, so the multi-LoRA gather_mm runs on sorted indices
+        return [sorted(b, key=lambda r: r.player) for b in batches]
 
     def _arrays(self, batch: list[_Row]) -> dict:
         width = max(len(r.ids) for r in batch) - 1
@@ -182,7 +183,7 @@ class Updater:
                 else:  # a module none of these players adapts: all-zero entries
                     layer.lora_a = mx.zeros((len(names), layer.in_dims, 1), layer.lora_a.dtype)
                     layer.lora_b = mx.zeros((len(names), 1, layer.out_dims), layer.lora_b.dtype)
-            engine.lora.ctx.slots = batch["slots"]
+            engine.lora.ctx.slots, engine.lora.ctx.sorted_slots = batch["slots"], True
             out = completion_logprobs(engine.model, batch["ids"], batch["pos"], batch["tgt"], cfg.temperature,
                                       entropy=bool(cfg.entropy_coef))
             logp, ent = out if cfg.entropy_coef else (out, None)
@@ -210,7 +211,7 @@ class Updater:
         finally:
             for p, (a, b) in saved.items():
                 layers[p].lora_a, layers[p].lora_b = a, b
-            engine.lora.ctx.slots = None
+            engine.lora.ctx.slots, engine.lora.ctx.sorted_slots = None, False
         metrics = {"players": len(names), "rows": len(rows), "loss": totals["loss"], "tokens": int(totals["tokens"]),
                    "clip_ratio": totals["clip"] / max(1.0, totals["tokens"]),
                    "kl": totals["kl"] / max(1.0, totals["tokens"]) if cfg.beta else 0.0}
