@@ -14,12 +14,14 @@ def _env(args) -> None:
     import autocurricula
     from autocurricula import _blas
     from autocurricula.bench.engine import gemm_ceiling
+    from autocurricula.engine.cpu_kernels import describe as describe_cpu_paths
 
     import mlx.core as mx
 
     info = {"autocurricula": autocurricula.__version__, "python": platform.python_version(),
             "platform": platform.platform(), "mlx": mx.__version__, "device": str(mx.default_device()),
-            "blas": _blas.describe(), "gemm_gflops": round(gemm_ceiling(sizes=(1024,), seconds=0.3) / 1e9, 1)}
+            "blas": _blas.describe(), "gemm_gflops": round(gemm_ceiling(sizes=(1024,), seconds=0.3) / 1e9, 1),
+            "cpu_paths": describe_cpu_paths()}
     for mod in ("mlx_lm", "transformers", "peft", "trl", "torch"):
         try:
             info[mod] = __import__(mod).__version__
@@ -48,7 +50,8 @@ def _serve(args) -> None:
     serve(args.model, host=args.host, port=args.port, api_key=args.api_key, max_slots=args.max_slots,
           adapter_root=args.adapter_root, served_model_name=args.served_model_name, max_batch=args.max_batch,
           max_request_bytes=args.max_request_bytes, max_upload_bytes=args.max_upload_bytes,
-          max_lora_rank=args.max_lora_rank or None, timeout_keep_alive=args.timeout_keep_alive)
+          max_lora_rank=args.max_lora_rank or None, timeout_keep_alive=args.timeout_keep_alive,
+          keep_quantized=args.keep_quantized)
 
 
 LEAGUES = {"selfplay": ("SelfPlayTrainer", "SelfPlayConfig"), "league": ("LeagueTrainer", "LeagueConfig"),
@@ -150,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout-keep-alive", type=float, default=75.0,
                    help="seconds an idle HTTP connection stays open (default 75, as nginx); keep it above your "
                         "clients' idle timeout (httpx 5 s, aiohttp 15 s) so they never reuse a closing connection")
+    s.add_argument("--keep-quantized", action="store_true",
+                   help="CPU backend: keep a quantized or bf16/fp16 base as stored instead of converting it to "
+                        "float32 at load (MLX's CPU quantized/half matmuls are 3-18x slower; float32 takes 8x the "
+                        "memory of 4-bit). Metal and CUDA always keep the stored weights")
     s.set_defaults(func=_serve)
 
     t = sub.add_parser("tiny-model", help="write the built-in tiny model (no download)")

@@ -572,13 +572,15 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
           adapter_root: str | None = None, max_tokens_limit: int | None = None,
           served_model_name: str | None = None, max_batch: int = 64, max_request_bytes: int = 8 << 20,
           max_upload_bytes: int = 2 << 30, max_lora_rank: int | None = 64,
-          timeout_keep_alive: float = 75.0) -> None:
+          timeout_keep_alive: float = 75.0, keep_quantized: bool = False) -> None:
     """Load ``model`` (Hub id or folder) into an :class:`Engine` and serve it with uvicorn until stopped.
 
     ``served_model_name`` is the base model's name in the API (default: ``model`` as given).
     ``timeout_keep_alive``: seconds an idle connection stays open; above the clients' own idle
     limits (httpx 5 s, aiohttp 15 s), so the client, not the server, closes idle connections and
-    never sends on one the server has just closed. See :func:`create_app` for the other limits."""
+    never sends on one the server has just closed. ``keep_quantized``: on the CPU backend, keep a
+    quantized or half-precision base as stored (see :class:`EngineConfig`). See :func:`create_app`
+    for the other limits."""
     import uvicorn
 
     if not (isinstance(timeout_keep_alive, (int, float)) and math.isfinite(timeout_keep_alive)
@@ -587,7 +589,8 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
 
     if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who can reach it can load adapters", host)
-    engine = Engine(model, config=EngineConfig(max_slots=max_slots, max_batch=max_batch), name=served_model_name)
+    engine = Engine(model, config=EngineConfig(max_slots=max_slots, max_batch=max_batch, keep_quantized=keep_quantized),
+                    name=served_model_name)
     try:
         app = create_app(engine, api_key=api_key, adapter_root=adapter_root, max_tokens_limit=max_tokens_limit,
                          max_request_bytes=max_request_bytes, max_upload_bytes=max_upload_bytes,

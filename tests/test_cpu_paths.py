@@ -203,3 +203,17 @@ def _leaves(tree):
             yield from _leaves(v)
     else:
         yield None, tree
+
+
+def test_serve_flag_reaches_the_engine_config(monkeypatch, tiny_model_path):
+    import autocurricula.server as server
+    from autocurricula.cli import build_parser
+
+    seen = []
+    monkeypatch.setattr(server, "serve", lambda model, **kw: seen.append(kw["keep_quantized"]))
+    for argv, want in ((["--keep-quantized"], True), ([], False)):
+        args = build_parser().parse_args(["serve", "--model", str(tiny_model_path), *argv])
+        args.func(args)
+        assert seen.pop() is want
+    with pytest.raises(ValueError, match="keep_quantized must be True or False"):
+        EngineConfig(keep_quantized="yes")

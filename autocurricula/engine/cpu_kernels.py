@@ -224,3 +224,11 @@ def prepare(model, keep_quantized: bool = False, fast_kernels: bool = True) -> d
     if fast_kernels:
         info["fast_silu_mlps"] = install_fast_mlp(model)
     return info
+
+
+def describe() -> str:
+    """What engines of this process do at load (``autocurricula env``)."""
+    if not on_cpu():
+        return f"off ({mx.default_device()}: stored weights and MLX's kernels)"
+    return ("CPU backend: quantized and bf16/fp16 bases become float32 at load (serve --keep-quantized / "
+            "EngineConfig.keep_quantized keeps them); SwiGLU uses the rational SiLU (EngineConfig.cpu_fast_kernels)")
