@@ -19,7 +19,7 @@ METRICS = {
     "train/tokens": "completion tokens trained on",
     "rollout/reward_mean": "mean reward of trainable players' seats",
     "rollout/games": "games played this round",
-    "rollout/errors": "games whose play raised (no turns kept)",
+    "rollout/errors": "games whose play raised or ran past game_timeout_s (no turns kept)",
     "rollout/turns": "turns recorded for training",
     "rating/elo/<player>": "online Elo of each player",
     "pool/size": "players in the pool",
