@@ -45,7 +45,7 @@ def test_fuzz_no_5xx(case, fuzz_engine):
 
 @pytest.mark.slow
 @schema.parametrize()
-@settings(max_examples=100, **COMMON)
+@settings(max_examples=300, **COMMON)
 def test_fuzz_no_5xx_long(case, fuzz_engine):
     _no_5xx(case, fuzz_engine)
 
@@ -79,10 +79,7 @@ def fuzz_client(fuzz_engine, tmp_path_factory):
         yield c
 
 
-@given(chat=st.booleans(), prompt=PROMPTS, messages=MESSAGES, field=st.sampled_from(FIELDS), value=VALUES,
-       extra=st.dictionaries(st.sampled_from(FIELDS), VALUES, max_size=1))
-@settings(max_examples=150, **COMMON)
-def test_hostile_generation_bodies_never_5xx(fuzz_client, fuzz_engine, chat, prompt, messages, field, value, extra):
+def _hostile(fuzz_client, fuzz_engine, chat, prompt, messages, field, value, extra):
     """A mostly valid body with one or two hostile fields (so that many reach the engine)."""
     import json
 
@@ -94,3 +91,20 @@ def test_hostile_generation_bodies_never_5xx(fuzz_client, fuzz_engine, chat, pro
     if r.status_code >= 400:
         assert r.json()["error"]["message"], r.text
     assert fuzz_engine.health()["ok"], f"{body} left the engine unhealthy"
+
+
+HOSTILE = dict(chat=st.booleans(), prompt=PROMPTS, messages=MESSAGES, field=st.sampled_from(FIELDS), value=VALUES,
+               extra=st.dictionaries(st.sampled_from(FIELDS), VALUES, max_size=1))
+
+
+@given(**HOSTILE)
+@settings(max_examples=150, **COMMON)
+def test_hostile_generation_bodies_never_5xx(fuzz_client, fuzz_engine, **kw):
+    _hostile(fuzz_client, fuzz_engine, **kw)
+
+
+@pytest.mark.slow
+@given(**HOSTILE)
+@settings(max_examples=2000, **COMMON)
+def test_hostile_generation_bodies_never_5xx_long(fuzz_client, fuzz_engine, **kw):
+    _hostile(fuzz_client, fuzz_engine, **kw)
