@@ -106,8 +106,9 @@ def resume_checkpoint(output_dir: str | Path, resume: bool | str | Path) -> Path
         except CheckpointError as exc:
             log.warning("skipping a damaged checkpoint: %s; trying the one before", exc)
     if found:
-        raise CheckpointError(f"every checkpoint in {output_dir} failed verification ({', '.join(p.name for p in found)}); "
-                              "see the warnings above. Resume from a copy, or start afresh with overwrite_output_dir=True")
+        names = ", ".join(p.name for p in found)
+        raise CheckpointError(f"every checkpoint in {output_dir} failed verification ({names}); see the warnings "
+                              "above. Resume from a copy, or start afresh with overwrite_output_dir=True")
     return None
 
 
@@ -215,7 +216,8 @@ def save_checkpoint(trainer, tag: int) -> Path:
     return final
 
 
-def load_checkpoint(trainer, path: str | Path, policies: dict | None = None, opponents: list[dict] | None = None) -> None:
+def load_checkpoint(trainer, path: str | Path, policies: dict | None = None,
+                    opponents: list[dict] | None = None) -> None:
     """Restore ``trainer`` (already set up on the same base model) from ``path``; a failure is a
     :class:`CheckpointError` naming the checkpoint. Cuts ``metrics.jsonl`` back to its step."""
     path = Path(path)

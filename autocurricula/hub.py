@@ -132,8 +132,8 @@ def push_to_hub(weights: AdapterWeights, repo_id: str, base_model: str, *, name:
 
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, private=private, exist_ok=True, token=token)
-    card = model_card(name or repo_id.split("/")[-1], hub_base_model(base_model), role=role, parent=parent, elo=elo, games=games,
-                      epoch=epoch)
+    card = model_card(name or repo_id.split("/")[-1], hub_base_model(base_model), role=role, parent=parent, elo=elo,
+                      games=games, epoch=epoch)
     with tempfile.TemporaryDirectory() as tmp:
         folder = export_peft(weights, Path(tmp) / "adapter", base_model, use_rslora=use_rslora,
                              num_model_layers=num_model_layers, readme=card)
@@ -159,7 +159,8 @@ def league_card(trainer) -> str:
               ", trained with autocurricula "
               f"(`{type(trainer).__name__}`, {trainer.current_epoch + 1} epochs). Each player is a peft LoRA adapter "
               "in the folder named after it.", "", "## Leaderboard", "",
-              "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games |", "|---|---|---|---|---|---|---|---|"]
+              "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         bt = "-" if r.get("bt") is None else f"{r['bt']:.0f} ({r['bt_low']:.0f}-{r['bt_high']:.0f})"
         lines.append(f"| {r['rank']} | {r['id']} | {r.get('role')} | {r.get('epoch')} | {r.get('frozen')} | "
