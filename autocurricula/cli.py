@@ -38,6 +38,20 @@ def _tiny(args) -> None:
     print(path)
 
 
+def _adapter_args(items: list[str] | None) -> dict[str, str]:
+    """``--adapter name=folder`` (repeatable) as ``{name: folder}``."""
+    out = {}
+    for item in items or []:
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            raise SystemExit(f"autocurricula serve: --adapter {item!r}: write it as NAME=FOLDER (a peft or mlx-lm "
+                             "adapter folder)")
+        if name in out:
+            raise SystemExit(f"autocurricula serve: --adapter {name} is given twice")
+        out[name] = folder
+    return out
+
+
 def _serve(args) -> None:
     from autocurricula.hub import ModelNotFoundError, check_model_source
     from autocurricula.server import serve
@@ -51,7 +65,7 @@ def _serve(args) -> None:
           adapter_root=args.adapter_root, served_model_name=args.served_model_name, max_batch=args.max_batch,
           max_request_bytes=args.max_request_bytes, max_upload_bytes=args.max_upload_bytes,
           max_lora_rank=args.max_lora_rank or None, timeout_keep_alive=args.timeout_keep_alive,
-          keep_quantized=args.keep_quantized)
+          keep_quantized=args.keep_quantized, adapters=_adapter_args(args.adapter))
 
 
 LEAGUES = {"selfplay": ("SelfPlayTrainer", "SelfPlayConfig"), "league": ("LeagueTrainer", "LeagueConfig"),
@@ -141,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every route but /health")
     s.add_argument("--max-slots", type=int, default=16, help="adapters resident at once (LRU beyond)")
     s.add_argument("--adapter-root", default=None, help="folder that /v1/load_lora_adapter paths must lie under")
+    s.add_argument("--adapter", action="append", default=None, metavar="NAME=FOLDER",
+                   help="load a player's adapter (peft or mlx-lm folder) before serving; repeatable")
     s.add_argument("--served-model-name", default=None, help="the base model's name in the API (default: --model)")
     s.add_argument("--max-batch", type=int, default=64, help="rows decoded together in one step")
     s.add_argument("--max-request-bytes", type=int, default=8 << 20,

@@ -238,7 +238,8 @@ def _http_error(exc: StarletteHTTPException) -> JSONResponse:
 
 def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str | None = None,
                max_tokens_limit: int | None = None, max_upload_bytes: int = 2 << 30,
-               max_request_bytes: int = 8 << 20, max_lora_rank: int | None = 64) -> FastAPI:
+               max_request_bytes: int = 8 << 20, max_lora_rank: int | None = 64,
+               adapters: dict[str, str] | None = None) -> FastAPI:
     """Build the FastAPI app serving ``engine``.
 
     ``api_key``: require ``Authorization: Bearer <key>`` everywhere but ``/health``.
@@ -247,6 +248,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     ``max_tokens_limit``: largest ``max_tokens`` a request may ask for (default: the context).
     ``max_request_bytes``: largest JSON body (413 above); ``max_upload_bytes``: largest adapter
     upload (``PUT /v1/adapters/{name}``). ``max_lora_rank``: largest adapter rank (None: no limit).
+    ``adapters``: players to load before serving, ``{name: adapter folder}`` (the operator's own
+    folders: not limited to ``adapter_root``, but to ``max_lora_rank``).
     """
     for name, value in (("max_upload_bytes", max_upload_bytes), ("max_request_bytes", max_request_bytes)):
         if not isinstance(value, int) or value <= 0:
@@ -261,6 +264,10 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     limit = max_tokens_limit or engine.max_context
     root = os.path.realpath(adapter_root) if adapter_root else None
     folders: dict[str, str] = {}  # player -> folder it was loaded from (shown in /v1/models)
+    for name, folder in (adapters or {}).items():
+        check_name(name)
+        engine.load_adapter(name, load_folder(folder, None, max_lora_rank))
+        folders[name] = os.path.realpath(folder)
 
     handlers = {
         APIError: lambda r, e: _error(e.status, e.message, e.param),
@@ -572,15 +579,17 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
           adapter_root: str | None = None, max_tokens_limit: int | None = None,
           served_model_name: str | None = None, max_batch: int = 64, max_request_bytes: int = 8 << 20,
           max_upload_bytes: int = 2 << 30, max_lora_rank: int | None = 64,
-          timeout_keep_alive: float = 75.0, keep_quantized: bool = False) -> None:
+          timeout_keep_alive: float = 75.0, keep_quantized: bool = False,
+          adapters: dict[str, str] | None = None) -> None:
     """Load ``model`` (Hub id or folder) into an :class:`Engine` and serve it with uvicorn until stopped.
 
     ``served_model_name`` is the base model's name in the API (default: ``model`` as given).
     ``timeout_keep_alive``: seconds an idle connection stays open; above the clients' own idle
     limits (httpx 5 s, aiohttp 15 s), so the client, not the server, closes idle connections and
     never sends on one the server has just closed. ``keep_quantized``: on the CPU backend, keep a
-    quantized or half-precision base as stored (see :class:`EngineConfig`). See :func:`create_app`
-    for the other limits."""
+    quantized or half-precision base as stored (see :class:`EngineConfig`). ``adapters``:
+    ``{player: folder}`` loaded before the first request. See :func:`create_app` for the other
+    limits."""
     import uvicorn
 
     if not (isinstance(timeout_keep_alive, (int, float)) and math.isfinite(timeout_keep_alive)
@@ -594,7 +603,7 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     try:
         app = create_app(engine, api_key=api_key, adapter_root=adapter_root, max_tokens_limit=max_tokens_limit,
                          max_request_bytes=max_request_bytes, max_upload_bytes=max_upload_bytes,
-                         max_lora_rank=max_lora_rank)
+                         max_lora_rank=max_lora_rank, adapters=adapters)
         uvicorn.run(app, host=host, port=port, timeout_keep_alive=timeout_keep_alive)
     finally:
         engine.close()

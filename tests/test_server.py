@@ -410,3 +410,24 @@ def test_oversized_upload_is_refused(engine):
         assert len(data) > 1000
         error_of(put(small, "big", data), 413, "limit")
         assert "big" not in engine.players()
+
+
+def test_serve_preloads_adapters_given_on_the_command_line(engine, tmp_path):
+    from autocurricula.cli import _adapter_args, build_parser
+
+    folder = write_peft(tmp_path / "alice", weights(engine, seed=7, r=4), r=4, alpha=8)
+    args = build_parser().parse_args(["serve", "--model", "m", "--adapter", f"alice={folder}", "--adapter", "bob=x"])
+    assert _adapter_args(args.adapter) == {"alice": str(folder), "bob": "x"}
+    for bad in (["alice"], ["=x"], ["a=x", "a=y"]):
+        with pytest.raises(SystemExit, match="--adapter"):
+            _adapter_args(bad)
+    try:
+        with TestClient(create_app(engine, adapters={"alice-pre": str(folder)})) as c:
+            models = {m["id"]: m for m in c.get("/v1/models").json()["data"]}
+            assert models["alice-pre"]["root"] == str(folder.resolve())
+            assert complete(c, "alice-pre")["adapter_version"] == 1
+            assert complete(c, "alice-pre")["choices"][0]["text"] != complete(c, None)["choices"][0]["text"]
+    finally:
+        engine.unload_adapter("alice-pre")
+    with pytest.raises(Exception, match="rank"):  # the rank cap holds for preloaded folders too
+        create_app(engine, adapters={"wide": str(folder)}, max_lora_rank=2)
