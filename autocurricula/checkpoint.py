@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
 MANIFEST = "manifest.json"
-RUN_FILES = ("metrics.jsonl", "match_history.jsonl", "elo.png", "payoff.png")
+RUN_FILES = ("metrics.jsonl", "match_history.jsonl", "transcripts.jsonl", "elo.png", "payoff.png")
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 _PARTIAL = re.compile(r"^\.checkpoint-.*\.tmp$")
 

@@ -444,3 +444,14 @@ def test_stop_mid_epoch_then_resume_continues_that_epoch(tiny_model_path, tmp_pa
     resumed.engine.close()
     steps = [json.loads(x)["step"] for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_overwrite_deletes_every_run_file(tmp_path):
+    from autocurricula.checkpoint import RUN_FILES, prepare_output_dir
+
+    for name in RUN_FILES:
+        (tmp_path / name).write_text("old run\n")
+    (tmp_path / "notes.txt").write_text("mine")
+    prepare_output_dir(tmp_path, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    assert "transcripts.jsonl" in RUN_FILES
