@@ -330,7 +330,10 @@ class Arena:
         self.loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         coordinator = asyncio.create_task(self._coordinator()) if self.lockstep else None
-        gate = _StartGate(self, max_concurrent)
+        # a sync game is live before it has a thread: waiting for one, it would hold every lockstep
+        # tick for its grace period, so sync games start only as threads are free
+        sync = any(not _is_async(g[0]) for g in games)
+        gate = _StartGate(self, min(max_concurrent, sync_workers) if sync else max_concurrent)
         threads = asyncio.Semaphore(sync_workers)
 
         async def call(play, players, handle):
@@ -419,6 +422,10 @@ def _is_number(x) -> bool:
 def _describe(out) -> str:
     text = repr(out)
     return f"{type(out).__name__} {text[:80] + '...' if len(text) > 80 else text}"
+
+
+def _is_async(play) -> bool:
+    return inspect.iscoroutinefunction(play) or inspect.iscoroutinefunction(getattr(play, "__call__", None))
 
 
 class _StartGate:
