@@ -222,6 +222,7 @@ def setup_mlx_lm_reload(spec: dict):
             while responses := gen.next_generated():
                 tokens += len(responses)
             gen.close()
+            del model, gen  # one model in memory at a time, as a server holds one
         return {"seconds": time.perf_counter() - t0, "tokens": tokens}
 
     run(spec["player_names"][:1])  # warm-up
