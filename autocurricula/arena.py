@@ -1,18 +1,30 @@
-"""The ``model`` handed to ``play``: generation for players, turn recording, nested games.
+"""The ``model`` handed to ``play``: generation for players, turn recording, nested games, judges.
 
 Two styles of ``play(players, model, tokenizer)`` are supported:
 
 - recommended (async): ``await model.generate(player, prompt_or_messages, **sampling)`` returns a
   :class:`Generation` (text, token ids, logprobs). Every call for a trainable player is recorded
-  as that player's turn in this game; ``play`` returns one reward per player.
+  as that player's turn in this game; ``play`` returns one reward per player (or a
+  :class:`GameResult` with extras).
 - seed style (sync, transformers-like): ``set_player(model, player)`` then
   ``model.generate(**tokenizer(prompt, return_tensors="pt"), max_new_tokens=..., do_sample=True)``
   returns prompt + completion ids; ``play`` returns ``(rewards, experiences)`` as in the original
-  autocurricula README. Calls are recorded the same way.
+  autocurricula README. Calls are recorded the same way. In a sync game every other call of the
+  handle (``model.play``, ``model.judge``, ``model.generate(player, ...)``) blocks and returns its
+  result instead of a coroutine.
 
-Calls with ``trainable=False`` (judges, evaluation) never become turns. ``await model.play(sub, players)``
-runs a nested game whose turns carry ``level + 1`` and this game as ``parent`` (credit compares a
-turn only with turns of its own level and parent).
+Calls with ``trainable=False`` never become turns. A judge is ``await model.judge(prompt)`` (the
+base model, no adapter), ``model.judge(prompt, player=frozen_player)`` (that player's adapter) or
+``model.generate(None, prompt)``; judge calls are never trained.
+
+Nested games, as in the Legos / Self-Play Engine designs: ``await model.play(sub_play, players)``
+runs ``sub_play`` as a game of its own and returns its :class:`GameResult` (rewards and extras).
+The sub-game's rewards belong to its own turns: the arena sets ``Turn.reward`` of every turn made in
+the sub-game from the sub-game's rewards (the trainer fills only turns left without one). Sub-games
+spawned by the same game at the same call site (or with the same ``group=``) are siblings: their
+turns share ``level + 1``, ``parent`` (the spawning game) and ``group``, so GRPO compares them with
+each other only (e.g. 8 solver attempts at one question). ``trainable=False`` makes every turn of
+the sub-game (and of its own sub-games) non-trainable, as the seeds' ``is_trainable=False``.
 
 In lockstep mode (the default for training) the arena collects the pending calls of all running
 games and submits them to the engine together, in a fixed order, once every game is waiting: the
@@ -27,11 +39,13 @@ import concurrent.futures
 import contextlib
 import hashlib
 import inspect
+import sys
 import threading
 import time
 import traceback
 import weakref
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -90,6 +104,31 @@ class PlayTokenizer:
         return getattr(self._tok, name)
 
 
+class GameResult(Sequence):
+    """What a game returns: one reward per player, plus ``extras`` (e.g. a pass rate) for whoever
+    spawned it. Reads as the list of rewards (``result[0]``, ``list(result)``), so code written for
+    ``rewards = await model.play(...)`` keeps working. ``play`` may return one itself."""
+
+    def __init__(self, rewards, extras: dict | None = None, turns: int = 0):
+        self.rewards = [float(r) for r in rewards]
+        self.extras = dict(extras or {})
+        self.turns = turns  # turns recorded in the (sub-)game, its own sub-games included
+
+    def __getitem__(self, i):
+        return self.rewards[i]
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, GameResult):
+            return self.rewards == other.rewards and self.extras == other.extras
+        return isinstance(other, (list, tuple)) and list(other) == self.rewards
+
+    def __repr__(self) -> str:
+        return f"GameResult(rewards={self.rewards}, extras={self.extras}, turns={self.turns})"
+
+
 @dataclass
 class GameRecord:
     """What one game produced."""
@@ -101,20 +140,29 @@ class GameRecord:
     experiences: Any = None
     error: str | None = None
     traceback: str | None = None  # the full traceback of ``error``
+    extras: dict = field(default_factory=dict)  # a GameResult's extras
+
+
+BASE_JUDGE = {"id": "base", "adapter": None}  # the base model without any adapter
 
 
 class GameHandle:
-    """The ``model`` argument of one ``play`` call (one per game, so ``set_player`` state and turn
-    recording never mix between concurrent games)."""
+    """The ``model`` argument of one ``play`` call (one per game and per sub-game, so ``set_player``
+    state and turn recording never mix between concurrent games)."""
 
     def __init__(self, arena: "Arena", record: GameRecord, game: str, level: int = 0, parent: str | None = None,
-                 seats: list[dict] | None = None):
+                 seats: list[dict] | None = None, *, node: str | None = None, group: str | None = None,
+                 trainable: bool = True, root: "GameHandle | None" = None):
         self.arena, self.record, self.game = arena, record, game
         self.level, self.parent = level, parent
+        self.node = node or record.game_id  # this (sub-)game's id: the game_id of its turns
+        self.group = group  # the sibling key of a sub-game (None at the top level)
+        self.trainable = trainable  # False: none of this game's calls become turns
         self.seats = seats if seats is not None else record.players
         self.current_player: dict | None = None
         self._calls = 0
         self._subgames = 0
+        self._root = root or self  # cancellation is per top-level game, sub-games included
         self.cancelled = False  # set when the game timed out: its sync thread's next generate raises
         self._pending: set = set()  # a sync thread's in-flight generate calls (cancelled with the game)
         self._lock = threading.Lock()
@@ -123,15 +171,40 @@ class GameHandle:
     def seed(self) -> int:
         """A stable seed for the game's own randomness (openings, deals): the same run seed and game
         id give the same game again, so league runs and resumed runs stay reproducible."""
-        return derive_seed(self.arena.seed, self.record.game_id, self.level, self.parent, "game")
+        return derive_seed(self.arena.seed, self.node, self.level, self.parent, "game")
 
     # ------------------------------------------------------------------ both styles
     def generate(self, *args, **kwargs):
-        """``await model.generate(player, prompt, **sampling)`` (async style) or
-        ``model.generate(input_ids=..., max_new_tokens=...)`` after ``set_player`` (seed style)."""
-        if args and isinstance(args[0], dict):
-            return self._agenerate(*args, **kwargs)
+        """``await model.generate(player, prompt, **sampling)`` (async style; ``player=None``: a judge
+        call on the base model) or ``model.generate(input_ids=..., max_new_tokens=...)`` after
+        ``set_player`` (seed style; ``trainable=False`` keeps the call out of training)."""
+        if args and (isinstance(args[0], dict) or args[0] is None):
+            player, rest = args[0], args[1:]
+            if player is None:
+                return self.judge(*rest, **kwargs)
+            return self._blocking_in_sync(self._agenerate(player, *rest, **kwargs))
+        if "player" in kwargs:
+            player = kwargs.pop("player")
+            return self.judge(*args, **kwargs) if player is None else \
+                self._blocking_in_sync(self._agenerate(player, *args, **kwargs))
         return self._hf_generate(*args, **kwargs)
+
+    def judge(self, prompt, *, player: dict | str | None = None, **sampling):
+        """A judge's reply (a :class:`Generation`), never a turn: ``player=None`` asks the base model
+        (no adapter), a player dict or player id asks that player's adapter (e.g. a frozen
+        snapshot), a scripted player dict asks its policy. ``await`` it in an async game."""
+        if "trainable" in sampling:
+            raise TypeError("judge calls are never trained: drop trainable=")
+        if player is None:
+            judge = BASE_JUDGE
+        elif isinstance(player, str):
+            judge = {"id": player}
+        elif isinstance(player, dict) and "id" in player:
+            judge = player
+        else:
+            raise TypeError(f"judge(player=...) takes None (the base model), a player id or a player dict, "
+                            f"got {player!r}")
+        return self._blocking_in_sync(self._agenerate(judge, prompt, trainable=False, **sampling))
 
     async def _agenerate(self, player: dict, prompt, *, trainable: bool = True, max_tokens: int | None = None,
                          temperature: float | None = None, top_p: float = 1.0, top_k: int = 0, stop=None,
@@ -140,7 +213,7 @@ class GameHandle:
         call = self._calls
         self._calls += 1
         if seed is None:
-            seed = derive_seed(self.arena.seed, self.record.game_id, self.level, self.parent, call)
+            seed = derive_seed(self.arena.seed, self.node, self.level, self.parent, call)
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
             ids = self.arena.engine.apply_chat_template(prompt)
         elif isinstance(prompt, str):
@@ -153,18 +226,22 @@ class GameHandle:
         params = SamplingParams(max_tokens=max_tokens or self.arena.max_tokens,
                                 temperature=self.arena.temperature if temperature is None else temperature,
                                 top_p=top_p, top_k=top_k, stop=list(stop or []), seed=seed)
-        c = await self.arena.complete(self.record.game_id, (self.level, self.parent or "", call), ids, player, params)
+        c = await self.arena.complete(self.record.game_id, (self.level, self.node, call), ids, player, params)
         gen = Generation(c.text, c.token_ids, c.logprobs, c.prompt_ids, c.finish_reason, c.adapter_version, player["id"])
-        if trainable and self.arena.is_trainable(player) and c.token_ids:
+        if trainable and self.trainable and self.arena.is_trainable(player) and c.token_ids:
+            role = role or player.get("seat_role", f"seat{seat}")
+            if self.group is not None:  # siblings share the group; roles stay apart within it
+                group = f"{self.group}|{group if group is not None else 'role:' + role}"
             self.record.turns.append(Turn(
-                player=player["id"], game_id=self.record.game_id, role=role or player.get("seat_role", f"seat{seat}"),
+                player=player["id"], game_id=self.node, role=role,
                 prompt_ids=list(ids), completion_ids=list(c.token_ids), logprobs=list(c.logprobs),
                 version=c.adapter_version, game=self.game, group=group, level=self.level, parent=self.parent,
                 truncated=c.finish_reason == "length", seat=seat))
         return gen
 
     def _hf_generate(self, input_ids=None, attention_mask=None, max_new_tokens: int = 20, do_sample: bool = True,
-                     temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, **_ignored):
+                     temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, trainable: bool = True,
+                     **_ignored):
         if self.current_player is None:
             raise RuntimeError("call set_player(model, player) before model.generate(...) in a seed-style play")
         rows = np.asarray(input_ids.tolist() if hasattr(input_ids, "tolist") else input_ids)
@@ -172,7 +249,8 @@ class GameHandle:
         outs = []
         for row in rows:
             coro = self._agenerate(self.current_player, [int(t) for t in row], max_tokens=max_new_tokens,
-                                   temperature=temperature if do_sample else 0.0, top_p=top_p, top_k=top_k or 0)
+                                   temperature=temperature if do_sample else 0.0, top_p=top_p, top_k=top_k or 0,
+                                   trainable=trainable)
             gen = self._wait_in_thread(coro)
             outs.append(list(row) + list(gen.token_ids or self.arena.engine.encode(gen.text)))
         width = max(len(o) for o in outs)
@@ -184,38 +262,110 @@ class GameHandle:
             return torch.tensor(out)
         return out
 
+    def _blocking_in_sync(self, coro):
+        # On the arena's event loop (an async game) the caller awaits the coroutine; in a sync
+        # game's thread there is no running loop, so run it there and block for the result.
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._wait_in_thread(coro)
+        return coro
+
     def _wait_in_thread(self, coro):
-        with self._lock:
-            if self.cancelled:
+        root = self._root
+        with root._lock:
+            if root.cancelled:
                 coro.close()
                 raise GameCancelled("the game was cancelled (it ran past game_timeout_s)")
             cf = asyncio.run_coroutine_threadsafe(coro, self.arena.loop)
-            self._pending.add(cf)
+            root._pending.add(cf)
         try:
             return cf.result()
         except concurrent.futures.CancelledError:
             raise GameCancelled("the game was cancelled (it ran past game_timeout_s)") from None
         finally:
-            with self._lock:
-                self._pending.discard(cf)
+            with root._lock:
+                root._pending.discard(cf)
 
     def cancel(self) -> None:
         """Stop a timed-out game: a sync thread's waiting and future ``generate`` calls raise."""
-        with self._lock:
-            self.cancelled = True
-            pending, self._pending = list(self._pending), set()
+        root = self._root
+        with root._lock:
+            root.cancelled = True
+            pending, root._pending = list(root._pending), set()
         for cf in pending:
             cf.cancel()
 
     # ------------------------------------------------------------------ nested games
-    async def play(self, sub_play: Callable, players: list[dict], **kwargs):
-        """Run a nested game; its turns are recorded in this game with ``level + 1`` and this game
-        (plus a sub-game index) as ``parent``. Returns the sub-game's rewards."""
+    def play(self, sub_play: Callable, players: list[dict], *, group: str | None = None, trainable: bool = True,
+             name: str | None = None, **kwargs):
+        """Run ``sub_play(players, model, tokenizer, **kwargs)`` as a nested game and return its
+        :class:`GameResult` (``await`` it in an async game; a sync game gets the result directly).
+
+        The sub-game's rewards become the rewards of the turns made in it. Its turns carry
+        ``level + 1``, this game as ``parent`` and a sibling ``group``: by default the call site
+        (sub-games spawned by the same line of this game are compared with each other by GRPO),
+        or ``group`` when given. ``trainable=False``: none of its turns is trained. ``name``: the
+        sub-game's name in RAE baselines (default: ``sub_play``'s name)."""
         self._subgames += 1
-        child = GameHandle(self.arena, self.record, self.game, self.level + 1,
-                           f"{self.record.game_id}/{self.level}.{self._subgames}", seats=self.seats)
-        out = sub_play(players, child, self.arena.tokenizer, **kwargs)
-        return await out if inspect.isawaitable(out) else out
+        sub_name = name or getattr(sub_play, "__name__", None) or type(sub_play).__name__
+        if group is None:  # the call site: the same line spawns siblings, e.g. in a loop or gather
+            caller = sys._getframe(1)
+            group = f"{sub_name}@{caller.f_code.co_name}:{caller.f_lineno}"
+        child = GameHandle(self.arena, self.record, f"{self.game}/{sub_name}", self.level + 1, self.node,
+                           seats=list(players), node=f"{self.node}/{self._subgames}", group=str(group),
+                           trainable=self.trainable and trainable, root=self._root)
+        if self._root.cancelled:
+            raise GameCancelled("the game was cancelled (it ran past game_timeout_s)")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a sync game's thread
+            if _is_async(sub_play):
+                return self._wait_in_thread(self._run_sub(child, sub_play, players, kwargs))
+            try:
+                out = sub_play(players, child, self.arena.tokenizer, **kwargs)
+            except BaseException:
+                child._drop_turns()
+                raise
+            return child._finish(out, len(players))
+        return self._run_sub(child, sub_play, players, kwargs)
+
+    async def _run_sub(self, child: "GameHandle", sub_play: Callable, players: list[dict], kwargs: dict):
+        try:
+            if _is_async(sub_play):
+                out = await sub_play(players, child, self.arena.tokenizer, **kwargs)
+            else:  # a sync sub-game of an async game: its blocking calls need a thread of their own
+                out = await self.arena._in_thread(lambda: sub_play(players, child, self.arena.tokenizer, **kwargs))
+            if inspect.isawaitable(out):
+                out = await out
+        except BaseException:
+            child._drop_turns()
+            raise
+        return child._finish(out, len(players))
+
+    def _subtree(self, turn: Turn) -> bool:
+        return turn.game_id == self.node or turn.game_id.startswith(self.node + "/")
+
+    def _drop_turns(self) -> None:
+        # a sub-game that raised leaves no turns behind (as a failed top-level game)
+        self.record.turns[:] = [t for t in self.record.turns if not self._subtree(t)]
+
+    def _finish(self, out, n_players: int) -> GameResult:
+        try:
+            rewards, extras = game_result(out, n_players)
+        except Exception:
+            self._drop_turns()
+            raise
+        kept, count = [], 0
+        for t in self.record.turns:
+            if t.game_id == self.node:
+                if not 0 <= t.seat < len(rewards):
+                    continue  # made for a player not seated in this sub-game: no reward of its own
+                t.reward = rewards[t.seat]
+            count += self._subtree(t)
+            kept.append(t)
+        self.record.turns[:] = kept
+        return GameResult(rewards, extras, turns=count)
 
     def _seat(self, player: dict) -> int:
         for i, p in enumerate(self.seats):
@@ -225,6 +375,16 @@ class GameHandle:
             if p.get("id") == player.get("id"):
                 return i
         return -1  # a judge or another non-seated model call
+
+
+def game_result(out, n_players: int) -> tuple[list[float], dict]:
+    """Rewards and extras of what a (sub-)game returned: a :class:`GameResult`, or anything
+    :func:`normalise_rewards` accepts (then the extras are empty)."""
+    if isinstance(out, GameResult):
+        rewards, _ = normalise_rewards(list(out.rewards), n_players)
+        return rewards, dict(out.extras)
+    rewards, _ = normalise_rewards(out, n_players)
+    return rewards, {}
 
 
 class Arena:
@@ -337,7 +497,7 @@ class Arena:
         threads = asyncio.Semaphore(sync_workers)
 
         async def call(play, players, handle):
-            if inspect.iscoroutinefunction(play) or inspect.iscoroutinefunction(getattr(play, "__call__", None)):
+            if _is_async(play):
                 return await play(players, handle, self.tokenizer)
             async with threads:
                 return await self._in_thread(play, players, handle, self.tokenizer)
@@ -354,7 +514,10 @@ class Arena:
                         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # nobody awaits it
                         raise TimeoutError(f"the game ran past game_timeout_s={timeout_s:g} s and was cancelled")
                     out = task.result()
-                    record.rewards, record.experiences = normalise_rewards(out, len(players))
+                    if isinstance(out, GameResult):
+                        record.rewards, record.extras = game_result(out, len(players))
+                    else:
+                        record.rewards, record.experiences = normalise_rewards(out, len(players))
                 except Exception as exc:  # noqa: BLE001 - one broken game must not end the round
                     record.error = f"{type(exc).__name__}: {exc}"
                     record.traceback = traceback.format_exc()

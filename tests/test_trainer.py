@@ -274,7 +274,9 @@ def test_nested_games_tag_turns_with_level_and_parent(tiny_model_path, tmp_path)
     turns = t.seen[0]
     assert len(turns) == 2 * 2 * 2 and {x.level for x in turns} == {1}
     parents = {x.parent for x in turns}
-    assert len(parents) == 4 and all(p.count("/") == 1 for p in parents)  # 2 games x 2 sub-games
+    assert len(parents) == 2 and not any("/" in p for p in parents)  # the spawning game: one per game
+    assert len({x.game_id for x in turns}) == 4 and all(x.game_id.count("/") == 1 for x in turns)  # 2 x 2 sub-games
+    assert len({(x.parent, x.group.split("|")[0]) for x in turns}) == 4  # two call sites per game: two groups
     t.engine.close()
 
 
