@@ -40,6 +40,18 @@ class FakeModel:
         self.calls.append({"player": player["id"], "prompt": prompt, "text": text, **sampling})
         return SimpleNamespace(text=text, token_ids=[], logprobs=[])
 
+    async def judge(self, prompt, *, player=None, **sampling):
+        """A judge: ``player``'s policy, else a random verdict (a side, a score, or nonsense)."""
+        policy = player["policy"] if player else (lambda p, rng: str(rng.choice(["A", "B", "3", "7", "10", "?"])))
+        return await self.generate({"id": "judge", "policy": policy}, prompt, **sampling)
+
+    async def play(self, sub_play, players, *, group=None, trainable=True, name=None, **kwargs):
+        """A nested game on this same fake model (grouping and training do not apply here)."""
+        from autocurricula.arena import GameResult, game_result
+
+        rewards, extras = game_result(await sub_play(players, self, None, **kwargs), len(players))
+        return GameResult(rewards, extras)
+
 
 def run(play, players, model=None, **options):
     return asyncio.run(play(players, model or FakeModel(), None, **options))
@@ -114,7 +126,7 @@ def test_bad_penalty_and_player_count_are_refused(name):
     with pytest.raises(ValueError, match="finite"):
         run(mod.play, players, invalid_penalty=(float("nan"), 0.5))
     with pytest.raises(ValueError, match="players"):
-        run(mod.play, players[:1])
+        run(mod.play, players[:1] if len(players) > 1 else players * 2)
 
 
 # ---------------------------------------------------------------------- through the real Arena

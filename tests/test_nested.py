@@ -226,3 +226,28 @@ def test_game_result_reads_as_rewards():
     assert r[0] == 1.0 and list(r) == [1.0, 0.0] and r == [1.0, 0.0] and len(r) == 2
     assert math.isfinite(sum(r))
 
+
+
+def test_sub_game_rewards_reach_the_update(tiny_model_path, tmp_path):
+    """Through the trainer: sub-game turns keep the sub-game's reward (the outer game's is 5.0)."""
+    from test_trainer import Capture
+
+    from autocurricula import SelfPlayConfig
+
+    async def attempt(players, model, tokenizer):
+        await model.generate(players[0], "attempt:", max_tokens=3)
+        return [1.0]
+
+    async def outer(players, model, tokenizer):
+        await asyncio.gather(*(model.play(attempt, players[:1]) for _ in range(3)))
+        await model.generate(players[0], "outer:", max_tokens=3)
+        return [5.0, 5.0]
+
+    t = Capture(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), credit="grpo",
+                               progress=False, bt_bootstrap=0, max_tokens=3, past_share=0.0))
+    t.train(str(tiny_model_path), outer)
+    turns = t.seen[0]
+    t.engine.close()
+    subs = [x for x in turns if x.level == 1]
+    assert len(subs) == 2 * 3 and {x.reward for x in subs} == {1.0}
+    assert {x.reward for x in turns if x.level == 0} == {5.0}
