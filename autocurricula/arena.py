@@ -39,6 +39,7 @@ import concurrent.futures
 import contextlib
 import hashlib
 import inspect
+import logging
 import sys
 import threading
 import time
@@ -403,6 +404,7 @@ class Arena:
         self._inflight = 0  # submitted calls whose results have not reached their game yet
         self._live: set[str] = set()
         self._wake: asyncio.Event | None = None
+        self.split_ticks = 0  # lockstep ticks submitted without a game that was busy past the grace
         self._takes_rng = weakref.WeakKeyDictionary()  # policy -> whether it takes an rng
 
     def is_trainable(self, player: dict) -> bool:
@@ -455,6 +457,12 @@ class Arena:
                 await asyncio.sleep(0.001)
             if not self._waiting or self._inflight:
                 continue
+            if not self._ready():  # the tick goes without a busy game: its composition depends on timing
+                self.split_ticks += 1
+                if self.split_ticks == 1:
+                    logging.getLogger(__name__).warning(
+                        "lockstep: a game spent over %g s between model calls on other work; ticks went on "
+                        "without it, so batches now depend on timing and a rerun may differ in the last bits", grace_s)
             batch, self._waiting = sorted(self._waiting, key=lambda w: w[0]), []
             for (key, *_rest) in batch:
                 self._queued[key[0]] -= 1

@@ -63,6 +63,29 @@ def test_a_game_started_mid_round_joins_the_next_tick():
     assert engine.ticks == [[10, 20], [11, 30]]
 
 
+def test_a_tick_that_goes_without_a_busy_game_warns(caplog):
+    # The one case lockstep cannot make reproducible: a game busy on other work past the grace
+    # (1 s) between two model calls. It must not pass silently.
+    async def slow(players, model, tokenizer):
+        await model.generate(players[0], [1])
+        await asyncio.sleep(1.3)
+        await model.generate(players[0], [2])
+        return [0.0]
+
+    async def quick(players, model, tokenizer):
+        for i in range(2):
+            await model.generate(players[0], [3 + i])
+        return [0.0]
+
+    engine = TickEngine()
+    arena = Arena(engine, lockstep=True)
+    games = [(fn, [{"id": "p", "frozen": True}], GameRecord(name, []), "g") for name, fn in (("a", slow), ("b", quick))]
+    with caplog.at_level("WARNING", logger="autocurricula.arena"):
+        asyncio.run(arena.run(games, max_concurrent=2))
+    assert engine.ticks == [[1, 3], [4], [2]]
+    assert arena.split_ticks == 1 and "rerun may differ" in caplog.text
+
+
 def test_sync_games_beyond_the_thread_pool_do_not_stall_the_ticks():
     # A sync game admitted before a thread is free for it could not queue a call, so every tick
     # waited the coordinator's 1 s grace for it and was then composed by timing.
