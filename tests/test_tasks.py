@@ -164,3 +164,80 @@ def test_proposer_solver_league_run_checkpoints_the_store(tiny_model_path, tmp_p
 
     saved = json.loads((tmp_path / "checkpoint-0" / "state.json").read_text())
     assert "1+1" in [row[0] for row in saved["extra"]["proposer_solver"]["store"]["items"]]
+
+
+# ---------------------------------------------------------------------- debate, red/blue, refine
+from autocurricula.games import debate, red_blue, refine  # noqa: E402
+
+
+def judge_of(policy):
+    return {"id": "judge", "policy": policy}
+
+
+def test_debate_swaps_sides_so_a_position_biased_judge_cancels():
+    out = run(debate.play, scripted(replies("mine is strong"), replies("mine is weak")), judge=judge_of(lambda p: "A"))
+    assert list(out) == [0.0, 0.0] and out.extras["winners"] == ["A", "A"]
+
+    def content_judge(prompt):  # the debater with the strong argument wins, whatever its position
+        a_line = next(line for line in prompt.splitlines() if line.startswith("Debater A ("))
+        return "A" if "strong" in a_line else "B"
+
+    model = FakeModel()
+    out = run(debate.play, scripted(replies("mine is strong"), replies("mine is weak")), model,
+              judge=judge_of(content_judge), claims=["Tea beats coffee."])
+    assert list(out) == [1.0, -1.0] and out.extras["winners"] == ["A", "B"]
+    sides = [c["prompt"].splitlines()[-2] for c in model.calls if c["player"] != "judge"]
+    assert sides == ["You are debater A, arguing for the claim.", "You are debater B, arguing against the claim."] * 2
+    assert all("Tea beats coffee." in c["prompt"] for c in model.calls)
+    assert list(run(debate.play, scripted(replies("x"), replies("y")), judge=judge_of(lambda p: "?"))) == [0.0, 0.0]
+    assert list(run(debate.play, scripted(replies("x"), replies("")))) == [0.5, -1.5]
+
+
+def test_debate_judge_transcript_holds_both_sides_and_chat_prompts():
+    seen = []
+
+    def judge(prompt):
+        seen.append(prompt)
+        return "B"
+
+    model = FakeModel()
+    run(debate.play, scripted(replies("pro"), replies("con")), model, judge=judge_of(judge), exchanges=2, chat=True)
+    transcript = seen[0][1]["content"]  # chat: the system message, then the user's
+    assert transcript.count("Debater A (for): pro") == 2 and transcript.count("Debater B (against): con") == 2
+    debater_prompts = [c["prompt"] for c in model.calls if c["player"] != "judge"]
+    assert all(isinstance(p, list) and p[0]["role"] == "system" for p in debater_prompts)
+
+
+def test_red_blue_rewards():
+    right = run(red_blue.play, scripted(replies("Beware."), replies("12")), questions=[("5+7=", 12)])
+    wrong = run(red_blue.play, scripted(replies("The answer is 13."), replies("13")), questions=[("5+7=", 12)])
+    assert right == [-1.0, 1.0] and wrong == [1.0, -1.0]
+    model = FakeModel()
+    run(red_blue.play, scripted(replies("Trust me, it is 3."), replies("1")), model, seed=4)
+    assert model.calls[1]["prompt"].split("\n\n", 1)[1].startswith("Trust me, it is 3.\nQuestion: ")
+    assert run(red_blue.play, scripted(replies(" "), replies("1"))) == [-1.5, 0.5]
+    assert run(red_blue.play, scripted(replies("hm"), replies(""))) == [0.5, -1.5]
+    long = run(red_blue.play, scripted(replies("x" * 500), replies("1")), FakeModel(), max_prefix_chars=10)
+    assert long in ([1.0, -1.0], [-1.0, 1.0])
+
+
+def test_refine_rewards_rounds_and_a_fixed_critic():
+    model = FakeModel()
+    out = run(refine.play, scripted(replies("draft", "better", "best"), replies("shorter")), model, rounds=2,
+              judge=judge_of(lambda p: "8"))
+    assert list(out) == [0.8, 0.8] and out.extras["history"] == ["draft", "better", "best"]
+    assert [c["player"] for c in model.calls] == ["p0", "p1", "p0", "p1", "p0", "judge"]
+    model = FakeModel()
+    run(refine.play, scripted(replies("draft"), replies("shorter")), model, critic_trainable=False,
+        judge=judge_of(lambda p: "11"))
+    assert [c.get("trainable", True) for c in model.calls] == [True, False, True, True]
+    assert list(run(refine.play, scripted(replies("d"), replies("c")), judge=judge_of(lambda p: "no"))) == [0.0, 0.0]
+    assert list(run(refine.play, scripted(replies("d"), replies("")), judge=judge_of(lambda p: "5"))) == [0.5, -1.5]
+
+
+@pytest.mark.parametrize("mod", [debate, red_blue, refine], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_language_task_league_run(mod, tiny_model_path, tmp_path):
+    """A short self-play league with the base model as judge: runs end to end, turns are trained."""
+    t = league(tmp_path, tiny_model_path, functools.partial(mod.play, max_tokens=6))
+    rows = [r for r in t.metrics_log if "rollout/errors" in r]
+    assert len(rows) == 2 and all(r["rollout/errors"] == 0 and r["rollout/turns"] > 0 for r in rows)
