@@ -68,7 +68,7 @@ def preload() -> dict:
             continue
         ACTIVE.update(library=os.path.realpath(path), reason="preloaded")
         return ACTIVE
-    ACTIVE.update(reason="no OpenBLAS found; install libopenblas0-pthread (Debian) or run scripts/setup.sh"
+    ACTIVE.update(reason="no OpenBLAS found; install libopenblas0-pthread (Debian) or run `bash run.sh setup`"
                   + (f" ({'; '.join(errors)})" if errors else ""))
     return ACTIVE
 

@@ -44,7 +44,6 @@ import sys
 import threading
 import time
 import traceback
-import weakref
 from dataclasses import dataclass, field
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -53,6 +52,7 @@ import numpy as np
 
 from autocurricula.credit import Turn
 from autocurricula.engine import SamplingParams
+from autocurricula.pool import is_scripted, takes_rng
 
 
 @dataclass
@@ -221,7 +221,7 @@ class GameHandle:
             ids = self.arena.engine.encode(prompt)
         else:
             ids = [int(t) for t in prompt]
-        if "policy" in player:  # scripted player: a Python callable, never trained
+        if is_scripted(player):  # a Python callable, never trained
             text = prompt if isinstance(prompt, str) else self.arena.engine.decode(ids)
             return Generation(self.arena.scripted(player, text, seed), [], [], ids, "stop", None, player["id"])
         params = SamplingParams(max_tokens=max_tokens or self.arena.max_tokens,
@@ -405,31 +405,16 @@ class Arena:
         self._live: set[str] = set()
         self._wake: asyncio.Event | None = None
         self.split_ticks = 0  # lockstep ticks submitted without a game that was busy past the grace
-        self._takes_rng = weakref.WeakKeyDictionary()  # policy -> whether it takes an rng
 
     def is_trainable(self, player: dict) -> bool:
-        return "policy" not in player and not self._frozen(player)
+        return not is_scripted(player) and not self._frozen(player)
 
     def adapter_of(self, player: dict) -> str | None:
         return player.get("adapter", player["id"])
 
     def scripted(self, player: dict, prompt: str, seed: int) -> str:
         fn = player["policy"]
-        try:  # inspect.signature per call cost more than a minimax move; weak keys: per-game lambdas
-            takes_rng = self._takes_rng.get(fn)
-        except TypeError:  # not hashable or not weak-referenceable: no caching
-            takes_rng = None
-        if takes_rng is None:
-            try:
-                takes_rng = len(inspect.signature(fn).parameters) >= 2
-            except (TypeError, ValueError):
-                takes_rng = False
-            try:
-                self._takes_rng[fn] = takes_rng
-            except TypeError:
-                pass
-        out = fn(prompt, np.random.default_rng(seed)) if takes_rng else fn(prompt)
-        return str(out)
+        return str(fn(prompt, np.random.default_rng(seed)) if takes_rng(fn) else fn(prompt))
 
     async def complete(self, game_id: str, order: tuple, ids: list[int], player: dict, params: SamplingParams):
         if not self.lockstep:

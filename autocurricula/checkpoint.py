@@ -174,6 +174,7 @@ def _atomic_text(path: Path, text: str) -> None:
 def save_checkpoint(trainer, tag: int) -> Path:
     """Write ``checkpoint-<tag>`` for ``trainer`` and prune to ``save_total_limit``."""
     from autocurricula.export import export_peft
+    from autocurricula.pool import is_scripted
 
     cfg = trainer.config
     root = Path(cfg.output_dir)
@@ -182,7 +183,7 @@ def save_checkpoint(trainer, tag: int) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".checkpoint-{tag}.", suffix=".tmp", dir=root))
     try:
         for p in trainer.players:
-            if "policy" in p:
+            if is_scripted(p):
                 continue
             export_peft(trainer.engine.adapter_weights(p["id"]), tmp / "adapters" / p["id"], trainer.model_name,
                         use_rslora=trainer.lora_spec.use_rslora)
@@ -191,8 +192,7 @@ def save_checkpoint(trainer, tag: int) -> Path:
                 opt.save(tmp / "optimizer" / p["id"])
         _write_json(tmp / "players.json", trainer._pool.registry())
         _write_json(tmp / "state.json", trainer.state_dict())
-        _write_json(tmp / "rng.json", {"numpy": trainer.rng.bit_generator.state,
-                                       "python": _py_state(trainer.py_rng.getstate())})
+        _write_json(tmp / "rng.json", {"numpy": trainer.rng.bit_generator.state})
         _write_json(tmp / "config.json", trainer.config_dict())
         if trainer.history_path.exists():
             shutil.copyfile(trainer.history_path, tmp / "match_history.jsonl")
@@ -234,12 +234,13 @@ def load_checkpoint(trainer, path: str | Path, policies: dict | None = None,
 
 def _load(trainer, path: Path, policies: dict | None, opponents: list[dict] | None) -> None:
     from autocurricula.export import import_peft
+    from autocurricula.pool import is_scripted
     from autocurricula.training.optim import AdamWState
 
     registry = json.loads((path / "players.json").read_text())
     trainer._pool.restore(registry, policies, opponents)
     for p in trainer.players:
-        if "policy" in p:
+        if is_scripted(p):
             continue
         trainer.engine.load_adapter(p["id"], import_peft(path / "adapters" / p["id"]), version=p.get("version"))
         opt = path / "optimizer" / p["id"]
@@ -247,21 +248,8 @@ def _load(trainer, path: Path, policies: dict | None, opponents: list[dict] | No
             trainer.updater.optim[p["id"]] = AdamWState.load(opt)
     trainer.load_state_dict(json.loads((path / "state.json").read_text()))
     rng = json.loads((path / "rng.json").read_text())
-    trainer.rng.bit_generator.state = rng["numpy"]
-    trainer.py_rng.setstate(_py_state_back(rng["python"]))
+    trainer.rng.bit_generator.state = rng["numpy"]  # any other entry (e.g. "python") is ignored
     if (path / "match_history.jsonl").is_file():  # the games up to the checkpoint, none replayed after it
         shutil.copyfile(path / "match_history.jsonl", trainer.history_path)
     else:
         trainer.history_path.unlink(missing_ok=True)
-
-
-def _py_state(state):
-    version, internal, gauss = state
-    return [version, list(internal), gauss]
-
-
-def _py_state_back(state):
-    version, internal, gauss = state
-    return (version, tuple(internal), gauss)
-
-

@@ -1,16 +1,24 @@
 """Configuration dataclasses. Field names follow trl's ``GRPOConfig`` and peft's ``LoraConfig`` so
-users can pass those objects directly (``coerce_grpo_config`` / ``LoraSpec.from_peft``)."""
+users can pass those objects directly (``coerce_grpo_config`` / ``LoraSpec.from_peft``).
+
+trl fields with no effect here: a ``trl.GRPOConfig`` (or a dict) may name ``num_generations``
+(GRPO groups are formed by key, see ``autocurricula.credit``; a dataset game takes its own
+``num_generations``), ``gradient_accumulation_steps`` (micro-batches
+come from ``max_tokens_per_microbatch`` and are always accumulated into one step) and ``seed`` (the
+league's ``AutocurriculumConfig.seed`` seeds everything); ``coerce_grpo_config`` ignores them."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
 
+from autocurricula.credit import CREDIT_METHODS
 from autocurricula.engine.adapters import LoraSpec
 
 __all__ = ["GRPOConfig", "LoraSpec", "coerce_grpo_config", "coerce_lora_spec"]
 
 _LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+_TRL_IGNORED = ("num_generations", "gradient_accumulation_steps", "seed")  # see the module docstring
 
 
 def _help(text: str, default):
@@ -37,7 +45,6 @@ class GRPOConfig:
     importance_sampling_level: str = _help("'token' (PPO/GRPO ratio per token) or 'sequence' (GSPO: one "
                                            "length-normalised ratio per sequence)", "token")
     scale_rewards: str = _help("GRPO advantage scaling: 'group', 'batch' or 'none'", "group")
-    num_generations: int = _help("completions per group (used by leagues to size GRPO groups)", 8)
     max_completion_length: int = _help("completion token limit; also dr_grpo's normaliser", 512)
     mask_truncated_completions: bool = _help("drop completions cut by the token limit from the loss "
                                              "(their reward is not about their text)", False)
@@ -49,13 +56,10 @@ class GRPOConfig:
     adam_epsilon: float = _help("AdamW epsilon", 1e-8)
     num_iterations: int = _help("optimizer steps over the same turns per update (trl's num_iterations, GRPO's "
                                 "mu); after the first, the clipped ratio against the sampler keeps them on-policy", 1)
-    gradient_accumulation_steps: int = _help("kept for trl compatibility: micro-batches are formed by "
-                                             "max_tokens_per_microbatch and always accumulated into one step", 1)
     max_tokens_per_microbatch: int = _help("padded tokens (rows x length) per forward/backward pass; bounds "
                                            "activation memory whatever the number of players (2048 measured fastest "
                                            "on a 2-core CPU; raise it on a GPU)", 2048)
     drop_zero_advantage: bool = _help("skip turns whose advantage is exactly 0 (no gradient signal)", True)
-    seed: int = _help("random seed", 42)
 
     def __post_init__(self):
         if self.loss_type not in _LOSS_TYPES:
@@ -83,17 +87,18 @@ class GRPOConfig:
 
 
 def coerce_grpo_config(cfg) -> GRPOConfig:
-    """Our ``GRPOConfig`` from ``None``, ours, a ``trl.GRPOConfig`` or a dict with the same names."""
+    """Our ``GRPOConfig`` from ``None``, ours, a ``trl.GRPOConfig`` or a dict with the same names
+    (trl's fields without an effect here are ignored: see the module docstring)."""
     if cfg is None:
         return GRPOConfig()
     if isinstance(cfg, GRPOConfig):
         return cfg
     names = {f.name for f in fields(GRPOConfig)}
     if isinstance(cfg, dict):
-        unknown = set(cfg) - names
+        unknown = set(cfg) - names - set(_TRL_IGNORED)
         if unknown:
             raise ValueError(f"unknown GRPO settings {sorted(unknown)}; known: {sorted(names)}")
-        return GRPOConfig(**cfg)
+        return GRPOConfig(**{k: v for k, v in cfg.items() if k in names})
     values = {n: getattr(cfg, n) for n in names if hasattr(cfg, n)}
     if isinstance(values.get("scale_rewards"), bool):  # older trl used a bool
         values["scale_rewards"] = "group" if values["scale_rewards"] else "none"
@@ -149,7 +154,8 @@ class AutocurriculumConfig:
     hub_private_repo: bool = _help("create the Hub repo as private", False)
     credit: str = _help("'rae' (SPIRAL role baselines), 'value' (per-move credit from a per-state value "
                         "table; for games whose states repeat), 'q' ('value' plus a (state, move) table: "
-                        "A = Q - V), 'grpo' (group-normalised) or 'constant'", "rae")
+                        "A = Q - V), 'grpo' (group-normalised), 'constant', or a name given to "
+                        "autocurricula.credit.register_credit", "rae")
     rae_alpha: float = _help("RAE baseline EMA factor", 0.95)
     rae_per_player: bool = _help("one RAE baseline per (game, role, player) instead of per (game, role)", False)
     value_lambda: float = _help("credit='value' or 'q': lambda of the lambda-return (1 = Monte-Carlo return "
@@ -199,8 +205,9 @@ class AutocurriculumConfig:
                              f"got {self.transcripts_per_pair!r}")
         if self.save_strategy not in ("epoch", "no"):
             raise ValueError("save_strategy must be 'epoch' or 'no'")
-        if self.credit not in ("rae", "value", "q", "grpo", "constant"):
-            raise ValueError(f"credit must be 'rae', 'value', 'q', 'grpo' or 'constant', got {self.credit!r}")
+        if self.credit not in CREDIT_METHODS:
+            raise ValueError(f"credit must be one of {sorted(CREDIT_METHODS)}, got {self.credit!r} (a method of your "
+                             f"own: autocurricula.credit.register_credit(name, factory) before the config)")
         if not 0 <= self.value_lambda <= 1:
             raise ValueError(f"value_lambda must be in [0, 1], got {self.value_lambda}")
         if not math.isfinite(self.q_target_coef) or self.q_target_coef < 0:

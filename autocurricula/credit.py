@@ -298,8 +298,8 @@ class StateValues:
         self.lam, self.alpha = float(state["lam"]), float(state["alpha"])
         self.per_player, self.max_states = bool(state["per_player"]), int(state["max_states"])
         self.values = OrderedDict((str(k), [float(v), int(n)]) for k, v, n in state["values"])
-        self.actions = bool(state.get("actions", False))  # checkpoints written before credit="q" lack both keys
-        # [key, Q, visits, completion ids, truncated]; checkpoints before greedy targets lack the last two
+        self.actions = bool(state.get("actions", False))  # a table without "actions" has no action values
+        # [key, Q, visits, completion ids, truncated]; rows of only [key, Q, visits] keep no moves
         rows = ((k, v, n, *rest, [], False)[:5] for k, v, n, *rest in state.get("action_values", []))
         self.action_values = OrderedDict((str(k), [float(v), int(n), [int(i) for i in ids], bool(cut)])
                                          for k, v, n, ids, cut in rows)
@@ -329,3 +329,152 @@ def assign_credit(turns: Iterable[Turn], method: str = "grpo", *, scale_rewards:
     for t, a in zip(turns, adv):
         t.advantage = float(a)
     return turns
+
+
+# ---------------------------------------------------------------------- credit methods as objects
+class Credit:
+    """A credit method as the trainer uses it, once per round:
+
+    1. :meth:`assign` sets ``turn.advantage`` on the round's turns (all with rewards), from
+       :meth:`advantages`, which may learn from them (baselines, value tables);
+    2. :meth:`extra_turns` may add turns to train on (e.g. a critic's picks), from the learners' turns;
+    3. :meth:`metrics` reports on it (``credit/...`` names).
+
+    ``state_dict`` / ``load_state_dict`` carry what it learnt through checkpoints: its keys sit next to
+    the trainer's own in ``state.json``, so a method names its sections (``"rae"``, ``"values"``).
+    Register a new method with :func:`register_credit` and select it by name (``credit="mine"``)."""
+
+    name = "credit"
+
+    def advantages(self, turns: list[Turn]) -> list[float]:
+        raise NotImplementedError
+
+    def assign(self, turns: Iterable[Turn]) -> list[Turn]:
+        turns = list(turns)
+        for t, a in zip(turns, self.advantages(turns)):
+            t.advantage = float(a)
+        return turns
+
+    def extra_turns(self, turns: list[Turn]) -> list[Turn]:
+        return []
+
+    def metrics(self) -> dict:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class GRPOCredit(Credit):
+    """Group-normalised rewards (:func:`grpo_advantages`); no state."""
+
+    name = "grpo"
+
+    def __init__(self, scale_rewards: str = "group"):
+        self.scale_rewards = scale_rewards
+
+    def advantages(self, turns: list[Turn]) -> list[float]:
+        return grpo_advantages(turns, self.scale_rewards)
+
+
+class ConstantCredit(Credit):
+    """``A = R`` (:func:`constant_advantages`); no state."""
+
+    name = "constant"
+
+    def advantages(self, turns: list[Turn]) -> list[float]:
+        return constant_advantages(turns)
+
+
+class RAECredit(Credit):
+    """SPIRAL's role baselines (:class:`RAE`); checkpointed as ``"rae"``."""
+
+    name = "rae"
+
+    def __init__(self, rae: RAE):
+        self.rae = rae
+
+    def advantages(self, turns: list[Turn]) -> list[float]:
+        return self.rae.advantages(turns)
+
+    def state_dict(self) -> dict:
+        return {"rae": self.rae.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("rae"):
+            self.rae.load_state_dict(state["rae"])
+
+
+class ValueCredit(Credit):
+    """Per-move credit from the tabular critic (:class:`StateValues`): "value", or "q" with action
+    values and, when ``target_coef`` > 0, the critic's best known moves as extra turns
+    (:meth:`StateValues.greedy_targets`); checkpointed as ``"values"``."""
+
+    def __init__(self, values: StateValues, target_coef: float = 0.0, target_min_visits: int = 2):
+        self.values, self.target_coef, self.target_min_visits = values, target_coef, target_min_visits
+        self.name = "q" if values.actions else "value"
+        self._targets = 0
+
+    def advantages(self, turns: list[Turn]) -> list[float]:
+        return self.values.advantages(turns)
+
+    def extra_turns(self, turns: list[Turn]) -> list[Turn]:
+        if not self.target_coef:
+            return []
+        targets = self.values.greedy_targets(turns, self.target_coef, self.target_min_visits)
+        self._targets = len(targets)
+        return targets
+
+    def metrics(self) -> dict:
+        out = {"credit/states": len(self.values.values)}
+        if self.values.actions:
+            out["credit/state_moves"] = len(self.values.action_values)
+        if self.target_coef:
+            out["credit/targets"] = self._targets
+        return out
+
+    def state_dict(self) -> dict:
+        return {"values": self.values.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("values"):
+            self.values.load_state_dict(state["values"])
+
+
+def _value_credit(config, grpo_config) -> ValueCredit:
+    values = StateValues(config.value_lambda, config.rae_alpha, config.rae_per_player, config.value_max_states,
+                         actions=config.credit == "q", completions=config.q_target_coef > 0)
+    return ValueCredit(values, config.q_target_coef, config.q_target_min_visits)
+
+
+CREDIT_METHODS = {
+    "rae": lambda config, grpo_config: RAECredit(RAE(config.rae_alpha, config.rae_per_player)),
+    "value": _value_credit,
+    "q": _value_credit,
+    "grpo": lambda config, grpo_config: GRPOCredit(grpo_config.scale_rewards),
+    "constant": lambda config, grpo_config: ConstantCredit(),
+}
+
+
+def register_credit(name: str, factory) -> None:
+    """Make ``credit=name`` build ``factory(config, grpo_config) -> Credit`` (register before
+    creating the config, which checks the name)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a credit method needs a non-empty string name, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"register_credit({name!r}, factory): factory(config, grpo_config) must be callable")
+    CREDIT_METHODS[name] = factory
+
+
+def make_credit(config, grpo_config) -> Credit:
+    """The credit method ``config.credit`` names, built from the trainer's config and GRPO settings."""
+    if config.credit not in CREDIT_METHODS:
+        raise ValueError(f"unknown credit method {config.credit!r}; use one of {sorted(CREDIT_METHODS)} "
+                         f"(or register_credit(name, factory) first)")
+    credit = CREDIT_METHODS[config.credit](config, grpo_config)
+    if not isinstance(credit, Credit):
+        raise TypeError(f"credit factory {config.credit!r} returned {type(credit).__name__}, not a Credit")
+    return credit

@@ -4,24 +4,77 @@ A player is a dict (``{"role": "main_agent", ...}`` as ``entry`` returns it); th
 ``id``, ``epoch``, ``parent``, ``frozen`` and ``version`` and keeps the LoRA weights in the engine
 under ``id``. New players inherit their parent's current weights (the original autocurricula
 started every player from scratch); ``reset`` gives a player a fresh adapter equal to the base
-model (B = 0, as peft initialises LoRA); ``snapshot`` adds a frozen copy.
+model (B = 0, as peft initialises LoRA). A snapshot is one more spec, :func:`snapshot_spec`: a frozen
+copy of its parent's weights at the moment it joins.
+
+A scripted player carries a ``"policy"`` callable instead of an adapter (:func:`is_scripted`); it
+is called as ``policy(prompt)`` or ``policy(prompt, rng)`` (:func:`call_scripted`).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Callable
+import weakref
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from autocurricula.engine import AdapterWeights, LoraSpec
+if TYPE_CHECKING:
+    from autocurricula.engine import AdapterWeights, LoraSpec
 
 RESERVED = ("id", "epoch", "parent", "frozen", "version")
+_REFERENCES = ("parent", "snapshot_of")  # spec fields that name another player
+
+
+def is_scripted(player: dict) -> bool:
+    """A scripted player: a Python ``policy`` callable, no adapter, never trained."""
+    return "policy" in player
+
+
+_TAKES_RNG: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def takes_rng(policy: Callable) -> bool:
+    """Whether a scripted policy is ``fn(prompt, rng)`` rather than ``fn(prompt)``. Cached: a signature
+    costs more than a minimax move; weak keys, so per-game lambdas are not kept alive."""
+    try:
+        known = _TAKES_RNG.get(policy)
+    except TypeError:  # not hashable or not weak-referenceable: no caching
+        known = None
+    if known is None:
+        try:
+            known = len(inspect.signature(policy).parameters) >= 2
+        except (TypeError, ValueError):
+            known = False
+        try:
+            _TAKES_RNG[policy] = known
+        except TypeError:
+            pass
+    return known
+
+
+def call_scripted(policy: Callable, prompt: str, rng: Any = None) -> str:
+    """The reply of a scripted policy: ``policy(prompt, rng)`` when it takes an rng, else ``policy(prompt)``."""
+    return str(policy(prompt, rng) if takes_rng(policy) else policy(prompt))
+
+
+def snapshot_spec(player: dict, **extra) -> dict:
+    """The spec of a frozen copy of ``player`` (its weights when the spec joins the pool), as ``entry``
+    or ``on_round_end`` return it: ``{..., "frozen": True, "parent": id, "snapshot_of": id}``.
+    ``player`` may also be a spec earlier in the same list (a player entering now): the pool links
+    the two when it adds them in order."""
+    spec = {k: v for k, v in player.items() if k not in RESERVED}
+    ref = player["id"] if "id" in player else player
+    spec.update({"frozen": True, "parent": ref, "snapshot_of": ref, **extra})
+    return spec
 
 
 def fresh_adapter(dims: dict[str, tuple[int, int]], spec: LoraSpec, rng: np.random.Generator) -> AdapterWeights:
     """peft's default LoRA init: A ~ kaiming-uniform(a=sqrt(5)) i.e. U(-1/sqrt(in), 1/sqrt(in)),
     B = 0, so the new player behaves exactly like the base model."""
+    from autocurricula.engine import AdapterWeights  # MLX only when adapters are made
+
     mods = {}
     for path, (din, dout) in dims.items():
         bound = 1.0 / math.sqrt(din)
@@ -62,8 +115,8 @@ class Pool:
 
     def _default_parent(self, spec: dict) -> dict | None:
         # latest trainable player of the same role, else the latest trainable player, else none (base)
-        same = [p for p in self.players if p.get("role") == spec.get("role") and not p["frozen"] and "policy" not in p]
-        anyone = [p for p in self.players if not p["frozen"] and "policy" not in p]
+        same = [p for p in self.players if p.get("role") == spec.get("role") and not p["frozen"] and not is_scripted(p)]
+        anyone = [p for p in self.players if not p["frozen"] and not is_scripted(p)]
         return (same or anyone or [None])[-1]
 
     def add(self, spec: dict, epoch: int, inherit: bool = True) -> dict:
@@ -78,7 +131,7 @@ class Pool:
             raise ValueError(f"player id {player['id']!r} already exists")
         player["epoch"] = epoch
         player["frozen"] = bool(spec.get("frozen", False))
-        if "policy" in player:  # scripted: no adapter, never trained
+        if is_scripted(player):  # no adapter, never trained
             if not callable(player["policy"]):
                 raise TypeError(f"player {player['id']}: 'policy' must be a callable prompt -> reply")
             player["frozen"], player["parent"], player["version"] = True, None, None
@@ -90,7 +143,7 @@ class Pool:
         elif inherit and spec.get("init") != "base":
             parent = self._default_parent(player)
         player["parent"] = parent["id"] if parent else None
-        if parent is not None and "policy" not in parent:
+        if parent is not None and not is_scripted(parent):
             weights = self.engine.adapter_weights(parent.get("adapter", parent["id"]))
         else:
             weights = fresh_adapter(self.dims, self.spec, self.rng)
@@ -98,11 +151,20 @@ class Pool:
         self.players.append(player)
         return player
 
-    def snapshot(self, player: dict, epoch: int, **extra) -> dict:
-        """A frozen copy of ``player``'s current weights joins the pool."""
-        spec = {k: v for k, v in player.items() if k not in RESERVED}
-        spec.update({"frozen": True, "parent": player["id"], "snapshot_of": player["id"], **extra})
-        return self.add(spec, epoch)
+    def add_all(self, specs: list[dict], epoch: int) -> list[dict]:
+        """Add ``specs`` in order; a ``parent`` or ``snapshot_of`` that is an earlier spec of the same
+        list (see :func:`snapshot_spec`) becomes that new player's id. Returns the new players."""
+        added: dict[int, dict] = {}  # id(spec) -> the player made from it
+        out = []
+        for spec in specs:
+            resolved = spec
+            if isinstance(spec, dict):
+                links = {k: spec[k] for k in _REFERENCES if isinstance(spec.get(k), dict)}
+                resolved = {**spec, **{k: added[id(v)]["id"] if id(v) in added else _ref_id(k, v)
+                                       for k, v in links.items()}}
+            added[id(spec)] = player = self.add(resolved, epoch)
+            out.append(player)
+        return out
 
     def reset(self, player: dict) -> None:
         """Back to the base model (fresh LoRA init); the caller drops its optimizer state."""
@@ -111,7 +173,7 @@ class Pool:
 
     def refresh_versions(self) -> None:
         for p in self.players:
-            if "policy" not in p:
+            if not is_scripted(p):
                 p["version"] = self.engine.adapter_info(p["id"])["version"]
 
     def registry(self) -> list[dict]:
@@ -119,7 +181,7 @@ class Pool:
         out = []
         for p in self.players:
             q = {k: v for k, v in p.items() if k != "policy" and _jsonable(v)}
-            if "policy" in p:
+            if is_scripted(p):
                 q["scripted"] = getattr(p["policy"], "__name__", "policy")
             out.append(q)
         return out
@@ -130,7 +192,7 @@ class Pool:
         their callable from ``policies`` (by id), else from the ``opponents`` without an id that
         have the same role and policy name."""
         self.players, self._counts = [], {}
-        spare = [o for o in opponents or [] if isinstance(o, dict) and "policy" in o and "id" not in o]
+        spare = [o for o in opponents or [] if isinstance(o, dict) and is_scripted(o) and "id" not in o]
         for q in registry:
             p = dict(q)
             if "scripted" in p:
@@ -150,6 +212,13 @@ class Pool:
             if k.isdigit():
                 self._counts[base] = max(self._counts.get(base, 0), int(k) + 1)
             self.players.append(p)
+
+
+def _ref_id(field: str, player: dict) -> str:
+    if "id" not in player:
+        raise ValueError(f"a spec's {field!r} names a player dict without an id that is not an earlier spec of the "
+                         f"same list: pass the player's id, or put its spec before this one")
+    return player["id"]
 
 
 def _jsonable(v) -> bool:

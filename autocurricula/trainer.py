@@ -1,13 +1,22 @@
 """AutocurriculumTrainer: the league loop, readable top to bottom.
 
-for each epoch:   entry() adds players (new ones inherit their parent's adapter)
-  for each round: match() says who plays whom; every game runs concurrently through the arena;
-                  ratings and the payoff matrix take the results; credit turns rewards into
-                  advantages; one fused update trains every learner; on_round_end() (snapshots)
+for each epoch:   entry() returns new players' specs; the pool adds them (new ones inherit their
+                  parent's adapter; a snapshot spec freezes a copy)
+  for each round: rollout  -- match() says who plays whom; every game runs concurrently in the arena
+                  rate     -- Elo, the payoff matrix and the match history take the results
+                  credit   -- the credit method turns rewards into advantages (plus extra turns)
+                  update   -- one fused update trains every learner
+                  league   -- on_round_end() may return more specs (snapshots), added in order
   checkpoint
 
-Subclasses override ``entry(self)`` and ``match(self)`` (and optionally ``play``), reading
-``self.players`` and ``self.current_epoch`` -- the API of the original autocurricula.
+Subclasses override ``entry(self)`` and ``match(self)`` (and optionally ``play`` and
+``on_round_end``), reading ``self.players``, ``self.current_epoch`` and ``self.rng``. Player specs
+are plain dicts; :func:`autocurricula.pool.snapshot_spec` makes the spec of a frozen copy.
+
+Compatibility layer: the API of the original autocurricula keeps working unchanged --
+``ac_config`` (the constructor argument and attribute, same object as ``config``),
+``entry``/``match`` returning lists, and in ``play`` the seed style ``set_player(model, player)``
+followed by a synchronous ``model.generate(**inputs)`` (``autocurricula.arena``).
 """
 
 from __future__ import annotations
@@ -15,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import signal
 import threading
 import time
@@ -27,7 +35,8 @@ import numpy as np
 
 from autocurricula.arena import Arena, GameRecord
 from autocurricula.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
-from autocurricula.credit import RAE, StateValues, assign_credit
+from autocurricula.credit import Turn, make_credit
+from autocurricula.pool import is_scripted
 from autocurricula.rating import Elo, Payoff, bradley_terry_bootstrap, format_leaderboard, leaderboard_rows
 
 log = logging.getLogger(__name__)
@@ -95,7 +104,7 @@ class AutocurriculumTrainer:
         self.opponents = list(opponents or [])
         config = ac_config if ac_config is not None else self.config_class()
         self.config = replace(config, **overrides) if overrides else config
-        self.ac_config = self.config  # the original attribute name
+        self.ac_config = self.config  # the original autocurricula's name (compatibility layer)
         self.current_epoch = 0
         self.current_round = 0
         self.engine = None
@@ -103,8 +112,7 @@ class AutocurriculumTrainer:
         self._stop_requested = False
         self._errors_seen: set[str] = set()
         self.metrics_log: list[dict] = []
-        self.rng = np.random.default_rng(self.config.seed)
-        self.py_rng = random.Random(self.config.seed)
+        self.rng = np.random.default_rng(self.config.seed)  # schedules, seats and adapter init
 
     # ------------------------------------------------------------------ the user's API
     @property
@@ -112,15 +120,24 @@ class AutocurriculumTrainer:
         return list(self._pool.players) if self._pool is not None else []
 
     def entry(self) -> list[dict]:
-        """New player dicts for ``self.current_epoch`` (default: one learner at epoch 0)."""
+        """Specs of the players joining at ``self.current_epoch`` (default: one learner at epoch 0).
+        The trainer adds them in order; ``snapshot_spec(player)`` is a frozen copy, and a spec may
+        name an earlier spec of the same list as its ``parent`` (see ``Pool.add_all``)."""
         return [{"role": "player"}] if self.current_epoch == 0 else []
 
     def match(self) -> list[tuple]:
         """Tuples of players to play this round (each played ``config.matches`` times)."""
         raise NotImplementedError("override match(self) to return a list of tuples of players")
 
-    def on_round_end(self, records: list[GameRecord]) -> None:
-        """Hook after each round's update (leagues take snapshots here)."""
+    def on_round_end(self, records: list[GameRecord]):
+        """After each round's update: specs of players to add now (e.g. snapshots), or None. The
+        trainer adds each spec as it comes, so a generator's later decisions see the earlier ones in
+        the pool. An override that extends a league's must pass those on (``yield from super()...``)."""
+        return None
+
+    def random_seats(self, player: dict, opponent: dict) -> tuple[dict, dict]:
+        """``(player, opponent)`` or ``(opponent, player)``, by a fair coin from ``self.rng``."""
+        return (player, opponent) if self.rng.random() < 0.5 else (opponent, player)
 
     @property
     def leaderboard(self) -> Leaderboard:
@@ -194,7 +211,7 @@ class AutocurriculumTrainer:
 
     def _scripted_policies(self, policies: dict | None) -> dict:
         # the opponents passed to the constructor bring their callables back; policies= adds the rest
-        out = {o["id"]: o["policy"] for o in self.opponents if isinstance(o, dict) and "id" in o and "policy" in o}
+        out = {o["id"]: o["policy"] for o in self.opponents if isinstance(o, dict) and "id" in o and is_scripted(o)}
         out.update(policies or {})
         return out
 
@@ -208,8 +225,7 @@ class AutocurriculumTrainer:
             self.current_epoch = epoch
             rounds = range(first_round if epoch == start else 0, cfg.rounds)
             if rounds.start == 0:  # a run resumed mid-epoch had its entries already
-                for spec in self.entry() or []:
-                    self._pool.add(spec, epoch)
+                self._pool.add_all(self.entry() or [], epoch)
             for rnd in rounds:
                 self.current_round = rnd
                 self._round(play)
@@ -221,18 +237,31 @@ class AutocurriculumTrainer:
             if metrics:
                 self._log(metrics)
             self._plots()
-            if cfg.save_strategy == "epoch" or self._stop_requested:
-                from autocurricula.checkpoint import save_checkpoint
-
-                save_checkpoint(self, epoch)
+            self._checkpoint(epoch)
             if self._stop_requested:
                 log.warning("%s: saved checkpoint-%d (epoch %d, round %d) and stopped", self._stop_requested, epoch,
                             epoch, self.current_round)
                 break
 
     def _round(self, play) -> None:
-        cfg = self.config
+        """One round; each stage returns its metrics."""
         t0 = time.perf_counter()
+        records, turns, rollout = self._rollout(play)
+        t_rollout = time.perf_counter() - t0
+        rating = self._rate(records)
+        turns, credit = self._credit(turns)
+        update = self._update(turns)
+        league = self._league_hooks(records)
+        metrics = {**rollout, **credit, **update, **league, "engine/occupancy": self.engine.occupancy,
+                   "time/round_s": time.perf_counter() - t0, "time/rollout_s": t_rollout, **rating}
+        self.step += 1
+        if self.step % self.config.logging_steps == 0:
+            self._log(metrics)
+
+    def _rollout(self, play) -> tuple[list[GameRecord], list[Turn], dict]:
+        """Play match()'s games; a failing round stops here. Each turn gets its reward: the arena's
+        (a sub-game's) if it set one, else its seat's reward in the game."""
+        cfg = self.config
         games = []
         for mi, tup in enumerate(self.match() or []):
             for k in range(cfg.matches):
@@ -240,14 +269,13 @@ class AutocurriculumTrainer:
                 gid = f"e{self.current_epoch}-r{self.current_round}-m{mi}-{k}"
                 games.append((play, seats, GameRecord(gid, seats), self.game_name))
         records = run_async(self.arena.run(games, cfg.max_concurrent_games, timeout_s=cfg.game_timeout_s))
-        t_rollout = time.perf_counter() - t0
         self._check_errors(records)
-        self._record(records)
         turns = []
         for r in records:
             for t in r.turns:
-                if 0 <= t.seat < len(r.rewards):
+                if t.reward is None and 0 <= t.seat < len(r.rewards):
                     t.reward = r.rewards[t.seat]
+                if t.reward is not None:
                     turns.append(t)
         metrics = {"rollout/games": len(records), "rollout/errors": sum(r.error is not None for r in records),
                    "rollout/turns": len(turns), "pool/size": len(self.players),
@@ -255,35 +283,49 @@ class AutocurriculumTrainer:
         learners = [(r, i) for r in records if not r.error for i, p in enumerate(r.players) if self.arena.is_trainable(p)]
         if learners:
             metrics["rollout/reward_mean"] = float(np.mean([r.rewards[i] for r, i in learners]))
-        if turns:
-            assign_credit(turns, cfg.credit, scale_rewards=self.grpo.scale_rewards, rae=self.rae, values=self.values)
-            if cfg.credit in ("value", "q"):
-                metrics["credit/states"] = len(self.values.values)
-            if cfg.credit == "q":
-                metrics["credit/state_moves"] = len(self.values.action_values)
-            frozen = {p["id"] for p in self.players if p["frozen"]}
-            if cfg.q_target_coef:
-                targets = self.values.greedy_targets([t for t in turns if t.player not in frozen], cfg.q_target_coef,
-                                                     cfg.q_target_min_visits)
-                metrics["credit/targets"] = len(targets)
-                turns = turns + targets
-            t_update = time.perf_counter()
-            out = self.updater.step(turns, skip=frozen)
-            metrics["time/update_s"] = time.perf_counter() - t_update
-            metrics.update({"train/loss": out.get("loss", 0.0), "train/kl": out.get("kl", 0.0),
-                            "train/clip_ratio": out.get("clip_ratio", 0.0), "train/tokens": out.get("tokens", 0)})
-            if "entropy" in out:
-                metrics["train/entropy"] = out["entropy"]
-            self._pool.refresh_versions()
-        metrics["engine/occupancy"] = self.engine.occupancy
-        metrics["time/round_s"] = time.perf_counter() - t0
-        metrics["time/rollout_s"] = t_rollout
-        for p in self.players:
-            metrics[f"rating/elo/{p['id']}"] = self.elo.rating(p["id"])
-        self.on_round_end(records)
-        self.step += 1
-        if self.step % cfg.logging_steps == 0:
-            self._log(metrics)
+        return records, turns, metrics
+
+    def _rate(self, records: list[GameRecord]) -> dict:
+        """Elo, payoff and the match history take the games; the players' Elo after them."""
+        self._record(records)
+        return {f"rating/elo/{p['id']}": self.elo.rating(p["id"]) for p in self.players}
+
+    def _credit(self, turns: list[Turn]) -> tuple[list[Turn], dict]:
+        """Advantages for every turn, plus the credit method's extra turns for the learners."""
+        if not turns:
+            return turns, {}
+        self.credit.assign(turns)
+        frozen = self._frozen_ids()
+        extra = self.credit.extra_turns([t for t in turns if t.player not in frozen])
+        return turns + extra, self.credit.metrics()
+
+    def _update(self, turns: list[Turn]) -> dict:
+        """One fused update of every learner on its turns (frozen players' turns are skipped)."""
+        if not turns:
+            return {}
+        t0 = time.perf_counter()
+        out = self.updater.step(turns, skip=self._frozen_ids())
+        metrics = {"time/update_s": time.perf_counter() - t0, "train/loss": out.get("loss", 0.0),
+                   "train/kl": out.get("kl", 0.0), "train/clip_ratio": out.get("clip_ratio", 0.0),
+                   "train/tokens": out.get("tokens", 0)}
+        if "entropy" in out:
+            metrics["train/entropy"] = out["entropy"]
+        self._pool.refresh_versions()
+        return metrics
+
+    def _league_hooks(self, records: list[GameRecord]) -> dict:
+        """The players on_round_end() adds (snapshots), each joining before the next is decided."""
+        self._pool.add_all(self.on_round_end(records) or (), self.current_epoch)
+        return {}
+
+    def _checkpoint(self, epoch: int) -> None:
+        if self.config.save_strategy == "epoch" or self._stop_requested:
+            from autocurricula.checkpoint import save_checkpoint
+
+            save_checkpoint(self, epoch)
+
+    def _frozen_ids(self) -> set[str]:
+        return {p["id"] for p in self.players if p["frozen"]}
 
     def _check_errors(self, records: list[GameRecord]) -> None:
         """Log the first traceback of each distinct error; stop when all games, or more than
@@ -369,9 +411,7 @@ class AutocurriculumTrainer:
         self.game_name = cfg.game_name or getattr(play, "__module__", "game").rsplit(".", 1)[-1]
         self._pool = Pool(self.engine, self.lora_spec, self.rng)
         self.updater = Updater(self.engine, self.grpo)
-        self.rae = RAE(cfg.rae_alpha, cfg.rae_per_player)
-        self.values = StateValues(cfg.value_lambda, cfg.rae_alpha, cfg.rae_per_player, cfg.value_max_states,
-                                  actions=cfg.credit == "q", completions=cfg.q_target_coef > 0)
+        self.credit = make_credit(cfg, self.grpo)
         self.elo = Elo(k=cfg.elo_k, scale=cfg.elo_scale, initial=cfg.elo_initial)
         self.payoff = Payoff(cfg.payoff_decay)
         self.bt_records: list[tuple] = []
@@ -390,8 +430,7 @@ class AutocurriculumTrainer:
     def state_dict(self) -> dict:
         return {"epoch": self.current_epoch, "round": self.current_round, "step": self.step,
                 "updater_steps": self.updater.steps, "elo": self.elo.state_dict(), "payoff": self.payoff.state_dict(),
-                "bt_records": [list(r) for r in self.bt_records], "rae": self.rae.state_dict(),
-                "values": self.values.state_dict() if self.config.credit in ("value", "q") else None,
+                "bt_records": [list(r) for r in self.bt_records], **self.credit.state_dict(),
                 "extra": self.extra_state()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -400,9 +439,7 @@ class AutocurriculumTrainer:
         self.elo.load_state_dict(state["elo"])
         self.payoff.load_state_dict(state["payoff"])
         self.bt_records = [tuple(r) for r in state["bt_records"]]
-        self.rae.load_state_dict(state["rae"])
-        if state.get("values"):
-            self.values.load_state_dict(state["values"])
+        self.credit.load_state_dict(state)
         self.load_extra_state(state.get("extra") or {})
 
     def extra_state(self) -> dict:
@@ -428,14 +465,12 @@ class AutocurriculumTrainer:
 
         return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
-    # ------------------------------------------------------------------ pool helpers for leagues
-    def add_player(self, spec: dict) -> dict:
-        return self._pool.add(spec, self.current_epoch)
+    @property
+    def values(self):
+        """The tabular critic (``StateValues``) of credit "value" or "q"; None for other methods."""
+        return getattr(getattr(self, "credit", None), "values", None)
 
-    def snapshot(self, player: dict, **extra) -> dict:
-        """Add a frozen copy of ``player`` to the pool."""
-        return self._pool.snapshot(player, self.current_epoch, **extra)
-
+    # ------------------------------------------------------------------ league rules
     def reset_player(self, player: dict) -> None:
         """Back to the base model; its optimizer state is dropped."""
         self._pool.reset(player)
@@ -448,7 +483,7 @@ class AutocurriculumTrainer:
         from autocurricula.export import export_mlx, export_peft, model_num_layers
 
         player = self._pool.get(player_id)
-        if "policy" in player:
+        if is_scripted(player):
             raise ValueError(f"{player_id} is a scripted player: it has no adapter to export")
         weights = self.engine.adapter_weights(player_id)
         if format == "peft":

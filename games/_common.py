@@ -5,12 +5,13 @@ Not a game (the leading underscore keeps it out of game discovery).
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from autocurricula.pool import call_scripted
 
 DEFAULT_INVALID_PENALTY = (-1.5, 0.5)  # (offender, every other player), as in SPIRAL
 
@@ -72,11 +73,7 @@ def check_players(players, n: int | None = 2, game: str = "this game") -> None:
 
 def call_policy(policy: Callable, prompt: str, rng: Any) -> str:
     """Call a scripted policy ``fn(prompt)`` or ``fn(prompt, rng)`` as the Arena does."""
-    try:
-        takes_rng = len(inspect.signature(policy).parameters) >= 2
-    except (TypeError, ValueError):
-        takes_rng = False
-    return str(policy(prompt, rng) if takes_rng else policy(prompt))
+    return call_scripted(policy, prompt, rng)
 
 
 async def ask(model, player: dict, prompt, *, max_tokens: int, temperature: float | None = None,

@@ -16,7 +16,7 @@ each free cell as its number, so the legal moves are written on the board::
 
 Why this shape: a llama knows positions only through RoPE, so a token's value says *what* it is, not
 *where*; a numbered free cell carries its location in its value. The prompt is short because
-attention cost grows with its square (19 tokens here; README, Results, has the measurements).
+attention cost grows with its square (19 tokens here).
 
 The perfect-play helpers (``minimax_values``, ``optimal_moves``) are memoised over all positions.
 """

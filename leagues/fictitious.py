@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autocurricula.config import AutocurriculumConfig
-from autocurricula.trainer import AutocurriculumTrainer
 from autocurricula.leagues.league import WEIGHTINGS, pfsp
+from autocurricula.pool import snapshot_spec
+from autocurricula.trainer import AutocurriculumTrainer
 
 
 @dataclass
@@ -32,11 +33,9 @@ class FictitiousPlayTrainer(AutocurriculumTrainer):
 
     def entry(self) -> list[dict]:
         if self.current_epoch == 0:
-            me = self.add_player({"role": "learner"})
-            self.snapshot(me, snapshot_of=me["id"])
-            return [dict(o) for o in self.opponents]
-        me = self.learner()
-        return [{"role": "learner", "frozen": True, "parent": me["id"], "snapshot_of": me["id"]}]
+            me = {"role": "learner"}
+            return [me, snapshot_spec(me)] + [dict(o) for o in self.opponents]  # the past starts with itself
+        return [snapshot_spec(self.learner())]
 
     def match(self) -> list[tuple]:
         me = self.learner()
@@ -45,5 +44,5 @@ class FictitiousPlayTrainer(AutocurriculumTrainer):
         for _ in range(self.config.games_per_round):
             probs = pfsp(self.payoff.win_rates(me["id"], [p["id"] for p in past]), self.config.weighting)
             opponent = past[int(self.rng.choice(len(past), p=probs))]
-            games.append((me, opponent) if self.rng.random() < 0.5 else (opponent, me))
+            games.append(self.random_seats(me, opponent))
         return games

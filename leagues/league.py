@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autocurricula.config import AutocurriculumConfig
+from autocurricula.pool import snapshot_spec
 from autocurricula.trainer import AutocurriculumTrainer
 
 WEIGHTINGS = {
@@ -112,17 +113,13 @@ class LeagueTrainer(AutocurriculumTrainer):
         if self.current_epoch != 0:
             return []
         cfg = self.config
+        specs = []
         for _ in range(cfg.main_agents):
-            main = self.add_player({"role": "main_agent"})
-            self.snapshot(main, snapshot_of=main["id"])  # AlphaStar seeds the league with the initial agent
-            self._last_snapshot[main["id"]] = 0
+            main = {"role": "main_agent"}
+            specs += [main, snapshot_spec(main)]  # AlphaStar seeds the league with the initial agent
         for role, n in (("main_exploiter", cfg.main_exploiters), ("league_exploiter", cfg.league_exploiters)):
-            for _ in range(n):
-                p = self.add_player({"role": role, "init": "base"})
-                self._last_snapshot[p["id"]] = 0
-        for o in self.opponents:
-            self.add_player(dict(o))
-        return []
+            specs += [{"role": role, "init": "base"} for _ in range(n)]
+        return specs + [dict(o) for o in self.opponents]
 
     # match -----------------------------------------------------------------
     def match(self) -> list[tuple]:
@@ -133,8 +130,7 @@ class LeagueTrainer(AutocurriculumTrainer):
             if learner.get("role") in ("main_exploiter", "league_exploiter") and cfg.exploiter_games is not None:
                 n = cfg.exploiter_games
             for _ in range(n):
-                opponent = self.opponent_for(learner)
-                games.append((learner, opponent) if self.rng.random() < 0.5 else (opponent, learner))
+                games.append(self.random_seats(learner, self.opponent_for(learner)))
         return games
 
     def opponent_for(self, player: dict) -> dict:
@@ -203,10 +199,16 @@ class LeagueTrainer(AutocurriculumTrainer):
         return self._choose(player, historical, self.config.league_exploiter_weighting)
 
     # snapshots ---------------------------------------------------------------
-    def on_round_end(self, records) -> None:
+    def on_round_end(self, records):
+        """Snapshot every learner that is ready, one at a time: each snapshot joins the pool (the
+        trainer adds the yielded spec) before the next learner's win rates are read; then the
+        exploiters' reset rules apply."""
         for player in self.learners():
             if self.ready_to_snapshot(player):
-                self.take_snapshot(player)
+                yield snapshot_spec(player)
+                self._last_snapshot[player["id"]] = self.step + 1
+                if self.resets_after_snapshot(player):
+                    self.reset_player(player)
 
     def ready_to_snapshot(self, player: dict) -> bool:
         cfg = self.config
@@ -220,14 +222,11 @@ class LeagueTrainer(AutocurriculumTrainer):
         rates = self._win_rates(player, opponents) if opponents else np.array([0.0])
         return bool(rates.min() > cfg.snapshot_win_rate or passed >= cfg.snapshot_max_rounds)
 
-    def take_snapshot(self, player: dict) -> dict:
-        snap = self.snapshot(player, snapshot_of=player["id"])
-        self._last_snapshot[player["id"]] = self.step + 1
+    def resets_after_snapshot(self, player: dict) -> bool:
+        """Main exploiters always restart from the base; league exploiters with a probability."""
         role = player.get("role")
-        if role == "main_exploiter" or (role == "league_exploiter"
-                                        and self.rng.random() < self.config.league_exploiter_reset_prob):
-            self.reset_player(player)
-        return snap
+        return role == "main_exploiter" or (role == "league_exploiter"
+                                            and self.rng.random() < self.config.league_exploiter_reset_prob)
 
     def extra_state(self) -> dict:
         return {"last_snapshot": dict(self._last_snapshot)}

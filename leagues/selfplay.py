@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autocurricula.config import AutocurriculumConfig
+from autocurricula.pool import snapshot_spec
 from autocurricula.trainer import AutocurriculumTrainer
 
 
@@ -37,8 +38,7 @@ class SelfPlayTrainer(AutocurriculumTrainer):
         if self.current_epoch == 0:
             return [{"role": "main"}] + [dict(o) for o in self.opponents]
         if self.current_epoch % self.config.snapshot_every == 0:
-            main = self.main_player()
-            return [{"role": "main", "frozen": True, "parent": main["id"], "snapshot_of": main["id"]}]
+            return [snapshot_spec(self.main_player())]
         return []
 
     def match(self) -> list[tuple]:
@@ -48,5 +48,5 @@ class SelfPlayTrainer(AutocurriculumTrainer):
         for _ in range(self.config.games_per_round):
             use_past = past and self.rng.random() < self.config.past_share
             opponent = past[int(self.rng.integers(len(past)))] if use_past else main
-            games.append((main, opponent) if self.rng.random() < 0.5 else (opponent, main))
+            games.append(self.random_seats(main, opponent))
         return games
