@@ -14,6 +14,7 @@ from pathlib import Path
 
 from autocurricula.engine.adapters import AdapterWeights
 from autocurricula.export import export_peft
+from autocurricula.pool import is_scripted
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -190,7 +191,7 @@ def push_league(trainer, repo_id: str, *, private: bool = False, token: str | No
     with tempfile.TemporaryDirectory() as tmp:
         stage = Path(tmp)
         for p in trainer.players:
-            if "policy" in p:
+            if is_scripted(p):
                 continue
             row = elo.get(p["id"], {})
             card = model_card(p["id"], base, role=p.get("role"), parent=p.get("parent") or "base",

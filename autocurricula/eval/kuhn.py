@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from autocurricula.games.kuhn_poker import CARDS, is_terminal, legal_actions, payoff, render_prompt
+from autocurricula.pool import is_scripted
 
 __all__ = ["INFOSETS", "best_response_value", "exploitability", "exploitability_callback", "mixture_strategy",
            "openspiel_key", "openspiel_policy", "prompt_of", "read_strategy", "uniform_strategy"]
@@ -206,7 +207,7 @@ def exploitability_callback(*, prefix: str = "eval/", completion: Callable[[str]
     from autocurricula.eval.players import main_agent
 
     def callback(trainer) -> dict:
-        ids = [p["id"] for p in trainer.players if "policy" not in p]
+        ids = [p["id"] for p in trainer.players if not is_scripted(p)]
         latest = main_agent(trainer)
         strategies = {pid: read_strategy(trainer.engine, pid, completion=completion, eos=eos) for pid in ids}
         weights = nash_mixture(trainer.payoff.matrix(ids))
