@@ -130,10 +130,11 @@ class AutocurriculumTrainer:
         raise NotImplementedError("override match(self) to return a list of tuples of players")
 
     def on_round_end(self, records: list[GameRecord]):
-        """After each round's update: specs of players to add now (e.g. snapshots), or None. The
-        trainer adds each spec as it comes, so a generator's later decisions see the earlier ones in
-        the pool. An override that extends a league's must pass those on (``yield from super()...``)."""
-        return None
+        """After each round's update: an iterable of specs of players to add now (e.g. snapshots), or
+        None. The trainer adds each spec as it comes, so a generator's later decisions see the earlier
+        ones in the pool. An override that extends a league's passes those on:
+        ``yield from super().on_round_end(records)``."""
+        return ()
 
     def random_seats(self, player: dict, opponent: dict) -> tuple[dict, dict]:
         """``(player, opponent)`` or ``(opponent, player)``, by a fair coin from ``self.rng``."""
@@ -319,6 +320,7 @@ class AutocurriculumTrainer:
         return {}
 
     def _checkpoint(self, epoch: int) -> None:
+        """After every epoch (``save_strategy="epoch"``), and whenever a signal stops the run."""
         if self.config.save_strategy == "epoch" or self._stop_requested:
             from autocurricula.checkpoint import save_checkpoint
 

@@ -109,6 +109,17 @@ def test_on_round_end_snapshots_join_one_by_one_then_exploiters_reset():
                                                                                  "main_exploiter-0": 1}
 
 
+def test_a_subclass_extends_on_round_end_by_yielding_more_specs():
+    class Guests(SelfPlayTrainer):
+        def on_round_end(self, records):
+            yield from super().on_round_end(records)
+            yield {"role": "guest", "init": "base"}
+
+    t = with_pool(Guests(SelfPlayConfig(**FAST)))
+    t._pool.add_all(t.entry(), 0)
+    assert t._league_hooks([]) == {} and [p["id"] for p in t.players] == ["main-0", "guest-0"]
+
+
 def test_random_seats_is_one_coin_from_the_trainer_rng():
     t = SelfPlayTrainer(SelfPlayConfig(seed=5, **FAST))
     coins = np.random.default_rng(5).random(50)
