@@ -29,6 +29,10 @@ Assigners:
   V)`` and no sampler logprobs (``Turn.target``). Policy improvement from the critic, as in policy
   iteration: a move the sampler did not pick this round still gets pulled up once its ``Q`` is known.
 - constant: ``A = R``.
+
+The maths above are pure functions and tables; the trainer uses them through :class:`Credit` objects
+(advantages, optional extra turns, metrics, state), built by name by :func:`make_credit`;
+:func:`register_credit` adds a method of your own.
 """
 
 from __future__ import annotations
