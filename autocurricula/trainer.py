@@ -411,6 +411,7 @@ class AutocurriculumTrainer:
             self.engine = Engine(self.model_name, config=EngineConfig(max_slots=cfg.max_slots, max_batch=cfg.max_batch,
                                                                       initial_rank=self.lora_spec.r))
         self.game_name = cfg.game_name or getattr(play, "__module__", "game").rsplit(".", 1)[-1]
+        self._game = play  # a play object with state_dict / load_state_dict (e.g. an artifact store) is checkpointed
         self._pool = Pool(self.engine, self.lora_spec, self.rng)
         self.updater = Updater(self.engine, self.grpo)
         self.credit = make_credit(cfg, self.grpo)
@@ -433,7 +434,8 @@ class AutocurriculumTrainer:
         return {"epoch": self.current_epoch, "round": self.current_round, "step": self.step,
                 "updater_steps": self.updater.steps, "elo": self.elo.state_dict(), "payoff": self.payoff.state_dict(),
                 "bt_records": [list(r) for r in self.bt_records], **self.credit.state_dict(),
-                "extra": self.extra_state()}
+                "extra": self.extra_state(),
+                "game": self._game.state_dict() if callable(getattr(self._game, "state_dict", None)) else None}
 
     def load_state_dict(self, state: dict) -> None:
         self.current_epoch, self.current_round, self.step = state["epoch"], state["round"], state["step"]
@@ -443,6 +445,8 @@ class AutocurriculumTrainer:
         self.bt_records = [tuple(r) for r in state["bt_records"]]
         self.credit.load_state_dict(state)
         self.load_extra_state(state.get("extra") or {})
+        if state.get("game") is not None and callable(getattr(self._game, "load_state_dict", None)):
+            self._game.load_state_dict(state["game"])
 
     def extra_state(self) -> dict:
         """Subclass state to checkpoint (JSON-able)."""

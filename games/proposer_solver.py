@@ -164,11 +164,15 @@ class ProposerSolver:
     def __init__(self, store: ArtifactStore | None = None, **options):
         self.store = store if store is not None else ArtifactStore()
         self.options = options
+        self.pass_rates: list[float] = []  # of every scored problem, in order (for logs; not checkpointed)
         self.__name__ = "proposer_solver"
         self.__module__ = __name__
 
     async def __call__(self, players, model, tokenizer=None, **options):
-        return await play(players, model, tokenizer, store=self.store, **{**self.options, **options})
+        out = await play(players, model, tokenizer, store=self.store, **{**self.options, **options})
+        if out.extras.get("pass_rate") is not None:
+            self.pass_rates.append(out.extras["pass_rate"])
+        return out
 
     def state_dict(self) -> dict:
         return {"store": self.store.state_dict()}

@@ -145,25 +145,24 @@ def test_dataset_league_run(tiny_model_path, tmp_path):
 
 
 def test_proposer_solver_league_run_checkpoints_the_store(tiny_model_path, tmp_path):
-    from autocurricula import SelfPlayTrainer
+    """The store lives in the league state: a checkpoint carries it and a resume restores it."""
+    import json
 
     game = ps.ProposerSolver(attempts=2)
     game.store.add("1+1", 1.0)  # so the replay path runs too
-
-    class Trainer(SelfPlayTrainer):  # the store lives in the league state: saved and restored with it
-        def extra_state(self):
-            return {"proposer_solver": game.state_dict()}
-
-        def load_extra_state(self, state):
-            game.load_state_dict(state["proposer_solver"])
-
-    t = league(tmp_path, tiny_model_path, game, Trainer)
+    t = league(tmp_path, tiny_model_path, game)
     rows = [r for r in t.metrics_log if "rollout/errors" in r]
     assert rows and all(r["rollout/errors"] == 0 for r in rows)
-    import json
-
     saved = json.loads((tmp_path / "checkpoint-0" / "state.json").read_text())
-    assert "1+1" in [row[0] for row in saved["extra"]["proposer_solver"]["store"]["items"]]
+    assert saved["game"] == game.state_dict() and "1+1" in game.store
+    fresh = ps.ProposerSolver(attempts=2)
+    from autocurricula import SelfPlayConfig, SelfPlayTrainer
+
+    again = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=2, output_dir=str(tmp_path),
+                                           progress=False, bt_bootstrap=0, max_tokens=6, past_share=0.0))
+    again.train(str(tiny_model_path), fresh, resume_from_checkpoint=True)
+    again.engine.close()
+    assert fresh.store.state_dict() == game.store.state_dict()
 
 
 # ---------------------------------------------------------------------- debate, red/blue, refine
