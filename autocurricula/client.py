@@ -46,12 +46,16 @@ class NotFoundError(ServerError):
     """404: unknown model/player, adapter or route."""
 
 
+class ConflictError(ServerError):
+    """409: an adapter upload's version is not newer than the one the server holds."""
+
+
 class UnavailableError(ServerError):
     """503 after all retries (engine dead or stuck), or the server could not be reached."""
 
 
 _BY_STATUS = {400: BadRequestError, 401: AuthError, 403: PermissionDeniedError, 404: NotFoundError,
-              415: BadRequestError, 422: BadRequestError, 503: UnavailableError}
+              409: ConflictError, 415: BadRequestError, 422: BadRequestError, 503: UnavailableError}
 # Retried: the connection failed before an answer came. ReadError / WriteError /
 # RemoteProtocolError are what a reused keep-alive connection gives when the server closed it as
 # the request went out; sending again is safe because every request of this client is idempotent
@@ -155,20 +159,30 @@ class _Base:
         """Remove a player."""
         return self._run(_Req("DELETE", f"/v1/adapters/{quote(name, safe='')}"))
 
-    def upload_adapter(self, name: str, weights, scale: float | None = None):
-        """Create or hot-swap a player from ``AdapterWeights`` or safetensors bytes; returns
-        ``{"name", "version"}``."""
+    def upload_adapter(self, name: str, weights, scale: float | None = None, version: int | None = None):
+        """Create or hot-swap a player from ``AdapterWeights`` or safetensors bytes, at ``version``
+        when given (:class:`ConflictError` if the server holds that version or a newer one);
+        returns ``{"name", "version"}``."""
         if not isinstance(weights, (bytes, bytearray, memoryview)):
             from autocurricula.engine.adapters import to_safetensors_bytes
 
             weights = to_safetensors_bytes(weights)
+        params = {k: v for k, v in (("scale", scale), ("version", version)) if v is not None}
         return self._run(_Req("PUT", f"/v1/adapters/{quote(name, safe='')}", content=bytes(weights),
-                              params=None if scale is None else {"scale": scale},
-                              headers={"Content-Type": "application/octet-stream"}))
+                              params=params or None, headers={"Content-Type": "application/octet-stream"}))
 
     def adapter_info(self, name: str):
         """Version, rank, scale and residency of a player's adapter."""
         return self._run(_Req("GET", f"/v1/adapters/{quote(name, safe='')}"))
+
+    def fingerprint(self):
+        """The base model's fingerprint (``kind``, ``config``, ``weights`` hashes), its ``model``
+        name and the server's ``instance`` id."""
+        return self._run(_Req("GET", "/v1/fingerprint"))
+
+    def stats(self):
+        """Engine counters, occupancy, health and loaded players."""
+        return self._run(_Req("GET", "/v1/stats"))
 
     def health(self):
         """The server's health dict (``status`` is ``"ok"`` or ``"unhealthy"``); not retried."""

@@ -6,8 +6,11 @@ names the player (a loaded LoRA adapter, as in vLLM); the base model's name or n
 no adapter. Adapters: ``POST /v1/load_lora_adapter`` / ``POST /v1/unload_lora_adapter`` (vLLM;
 folders must lie inside ``adapter_root``), ``PUT /v1/adapters/{name}`` (raw safetensors body,
 optional ``?scale=``; creates or hot-swaps), ``GET`` / ``DELETE /v1/adapters/{name}``.
-``load_lora_adapter`` with a loaded name hot-swaps it (vLLM refuses). Operations: ``GET /health``
-(503 when the engine thread is dead or stuck; never needs the key), ``GET /v1/stats``. Errors are
+``load_lora_adapter`` with a loaded name hot-swaps it (vLLM refuses). ``PUT`` takes an optional
+``?version=`` (the trainer's version of the weights; 409 when it is not newer than the loaded one).
+Operations: ``GET /health`` (503 when the engine thread is dead or stuck; never needs the key; its
+``instance`` changes when the server restarts), ``GET /v1/stats``, ``GET /v1/fingerprint`` (hashes
+of the base model's config and weights, see :mod:`autocurricula.engine.fingerprint`). Errors are
 OpenAI-style ``{"error": {"message", "type", "param", "code"}}`` with 4xx/503 statuses.
 
 Extension fields beyond OpenAI:
@@ -57,12 +60,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from autocurricula.engine import Engine, EngineConfig, EngineDeadError, SamplingParams, UnknownPlayerError
 from autocurricula.engine.adapters import (AdapterError, AdapterPathError, check_name, finite32,
                                            from_safetensors_bytes, load_folder)
+from autocurricula.engine.fingerprint import fingerprint_engine, fingerprint_folder
 from autocurricula.engine.sampling import INT32_MAX, SEED_MAX
 from autocurricula.engine.scheduler import RequestError
 
 log = logging.getLogger(__name__)
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-          404: "not_found_error", 413: "invalid_request_error", 415: "invalid_request_error",
+          404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 415: "invalid_request_error",
           503: "service_unavailable"}
 # Fields we do not implement: accepted only at their neutral value, so nobody gets silently ignored.
 _NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "repetition_penalty": 1, "best_of": 1,
@@ -239,7 +243,7 @@ def _http_error(exc: StarletteHTTPException) -> JSONResponse:
 def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str | None = None,
                max_tokens_limit: int | None = None, max_upload_bytes: int = 2 << 30,
                max_request_bytes: int = 8 << 20, max_lora_rank: int | None = 64,
-               adapters: dict[str, str] | None = None) -> FastAPI:
+               adapters: dict[str, str] | None = None, fingerprint: dict | None = None) -> FastAPI:
     """Build the FastAPI app serving ``engine``.
 
     ``api_key``: require ``Authorization: Bearer <key>`` everywhere but ``/health``.
@@ -250,6 +254,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     upload (``PUT /v1/adapters/{name}``). ``max_lora_rank``: largest adapter rank (None: no limit).
     ``adapters``: players to load before serving, ``{name: adapter folder}`` (the operator's own
     folders: not limited to ``adapter_root``, but to ``max_lora_rank``).
+    ``fingerprint``: the base model's fingerprint (``serve`` computes it from the model folder at
+    load); default: computed from the engine on the first ``GET /v1/fingerprint``.
     """
     for name, value in (("max_upload_bytes", max_upload_bytes), ("max_request_bytes", max_request_bytes)):
         if not isinstance(value, int) or value <= 0:
@@ -264,6 +270,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     limit = max_tokens_limit or engine.max_context
     root = os.path.realpath(adapter_root) if adapter_root else None
     folders: dict[str, str] = {}  # player -> folder it was loaded from (shown in /v1/models)
+    instance = uuid.uuid4().hex  # a client that sees it change knows the server lost its adapters
+    prints: list[dict] = [fingerprint] if fingerprint else []
     for name, folder in (adapters or {}).items():
         check_name(name)
         engine.load_adapter(name, load_folder(folder, None, max_lora_rank))
@@ -487,13 +495,18 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
              "parent": parent, "max_model_len": engine.max_context} for name, root_, parent in cards]}
 
     # ---------------------------------------------------------------- adapter routes
-    async def install(name: str, source) -> int:
+    async def install(name: str, source, version: int | None = None) -> int:
         check_name(name)
         try:
             if isinstance(source, str):  # a folder: every file must resolve inside the root
                 source = await run_in_threadpool(load_folder, source, root, max_lora_rank)
-            return await run_in_threadpool(engine.load_adapter, name, source)
-        except AdapterError:
+            if version is not None:
+                loaded = engine.adapter_info(name)["version"] if name in engine.players() else None
+                if loaded is not None and version <= loaded:
+                    raise APIError(409, f"adapter {name!r} is at version {loaded} already; send a newer "
+                                        "version (or none, to take the next one)", "version")
+            return await run_in_threadpool(engine.load_adapter, name, source, version)
+        except (AdapterError, APIError):
             raise
         except (ValueError, OSError) as exc:  # e.g. an unreadable folder or a broken adapter_config.json
             raise APIError(400, f"cannot load adapter {name!r}: {exc}") from None
@@ -525,9 +538,12 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         return await delete_adapter(body.lora_name)
 
     @app.put("/v1/adapters/{name:path}")
-    async def put_adapter(name: str, request: Request, scale: float | None = None):
-        """Create or hot-swap a player from raw safetensors bytes (peft or mlx-lm keys)."""
+    async def put_adapter(name: str, request: Request, scale: float | None = None, version: int | None = None):
+        """Create or hot-swap a player from raw safetensors bytes (peft or mlx-lm keys), at
+        ``version`` when given (it must be newer than the loaded one)."""
         check_name(name)
+        if version is not None and not 1 <= version <= INT32_MAX:
+            raise APIError(400, f"version must be an integer in [1, {INT32_MAX}]", "version")
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype not in ("", "application/octet-stream", "application/x-safetensors"):
             raise APIError(415, f"content-type {ctype!r} is not accepted; send the raw .safetensors bytes "
@@ -543,7 +559,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
             if len(body) > max_upload_bytes:
                 raise APIError(413, f"adapter upload exceeds the limit of {max_upload_bytes} bytes")
         weights = await run_in_threadpool(from_safetensors_bytes, bytes(body), scale, max_lora_rank)
-        version = await install(name, weights)
+        version = await install(name, weights, version)
         folders.pop(name, None)
         return {"name": name, "version": version}
 
@@ -564,7 +580,15 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     async def health():
         """200 while the engine thread runs and is not stuck, else 503."""
         h = engine.health()
-        return JSONResponse({"status": "ok" if h["ok"] else "unhealthy", **h}, status_code=200 if h["ok"] else 503)
+        return JSONResponse({"status": "ok" if h["ok"] else "unhealthy", "instance": instance, **h},
+                            status_code=200 if h["ok"] else 503)
+
+    @app.get("/v1/fingerprint")
+    async def get_fingerprint():
+        """Hashes of the base model's config and weights: clients check them before playing."""
+        if not prints:
+            prints.append(await run_in_threadpool(fingerprint_engine, engine))
+        return {"model": engine.name, "instance": instance, **prints[0]}
 
     @app.get("/v1/stats")
     async def stats():
@@ -601,9 +625,12 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     engine = Engine(model, config=EngineConfig(max_slots=max_slots, max_batch=max_batch, keep_quantized=keep_quantized),
                     name=served_model_name)
     try:
+        # hashed from the stored files, as the trainer does: the same folder gives the same print
+        # whatever the engine converted at load
+        print_ = fingerprint_folder(model) if isinstance(model, (str, os.PathLike)) else None
         app = create_app(engine, api_key=api_key, adapter_root=adapter_root, max_tokens_limit=max_tokens_limit,
                          max_request_bytes=max_request_bytes, max_upload_bytes=max_upload_bytes,
-                         max_lora_rank=max_lora_rank, adapters=adapters)
+                         max_lora_rank=max_lora_rank, adapters=adapters, fingerprint=print_)
         uvicorn.run(app, host=host, port=port, timeout_keep_alive=timeout_keep_alive)
     finally:
         engine.close()

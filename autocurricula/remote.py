@@ -1,0 +1,467 @@
+"""An engine made of ``autocurricula serve`` servers: rollouts over HTTP, adapters pushed to them.
+
+:class:`RemoteEngine` implements :class:`~autocurricula.engine.protocol.EngineProtocol` over one
+or many servers that run the same base model::
+
+    remote = RemoteEngine(["http://127.0.0.1:8000", "http://127.0.0.1:8001"], base="path/to/model")
+    remote.load_adapter("alice", weights, version=3)     # pushed to every server holding alice
+    c = remote.submit("Once upon", "alice", SamplingParams(max_tokens=16)).result()
+    c.token_ids, c.logprobs, c.adapter_version             # from the server, never re-tokenized
+
+- At connect, each server's base model must have the fingerprint of ``base`` (config and
+  weights, :mod:`autocurricula.engine.fingerprint`); a mismatch raises
+  :class:`~autocurricula.engine.fingerprint.BaseModelMismatchError` before any request.
+- Players are placed on servers: sticky per player (its adapter stays resident there), a new
+  player goes to the server with the fewest players. A server that does not hold a player's
+  current version gets it uploaded (binary safetensors, with the version) before the request.
+- A server that cannot be reached, answers 503 or times out is marked down; the request is sent
+  again to another server (after uploading the player there), counted in ``stats["retried"]``.
+  A background poll brings a down server back once it is healthy, its base model checked again
+  and every adapter it held re-uploaded at its current version, before it gets work.
+
+All HTTP work runs on one asyncio loop in a background thread; :meth:`RemoteEngine.submit`
+returns a ``concurrent.futures.Future`` like the in-process engine's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autocurricula.client import AsyncClient, ConflictError, NotFoundError, ServerError, UnavailableError
+from autocurricula.engine.adapters import AdapterWeights, check_name, from_tensors, load_folder, to_safetensors_bytes
+from autocurricula.engine.engine import UnknownPlayerError
+from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fingerprint_engine, fingerprint_folder
+from autocurricula.engine.sampling import SamplingParams
+from autocurricula.engine.scheduler import Completion
+
+__all__ = ["BaseModelMismatchError", "RemoteEngine"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Adapter:
+    data: bytes  # safetensors, scale in the metadata
+    version: int
+
+
+@dataclass
+class _Server:
+    url: str
+    client: AsyncClient  # generation and uploads
+    probe: AsyncClient  # health and fingerprint, short timeout
+    up: bool = False
+    instance: str | None = None
+    held: dict[str, int | None] = field(default_factory=dict)  # player -> version it holds (None: unknown)
+    inflight: int = 0
+    completions: int = 0
+    error: str | None = None
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    def lock(self, player: str) -> asyncio.Lock:
+        return self.locks.setdefault(player, asyncio.Lock())
+
+
+def _failed_server(exc: ServerError) -> bool:
+    """No answer (refused, reset, timed out) or 503: the server, not the request, is at fault."""
+    return exc.status in (None, 503)
+
+
+class RemoteEngine:
+    """The engine protocol over ``autocurricula serve`` servers (see the module docstring).
+
+    ``servers``: one URL or a list. ``base``: the trainer's base model, as a model folder / Hub
+    id or a loaded :class:`~autocurricula.engine.Engine`; it gives the tokenizer and the
+    fingerprint every server must match (or pass ``tokenizer`` and ``fingerprint``, or
+    ``check_base=False``). ``api_key``: sent to every server. ``timeout``: seconds one request may
+    take before its server counts as failed. ``poll_s``: how often down servers are probed.
+    """
+
+    def __init__(self, servers: str | list[str], base: Any = None, *, tokenizer: Any = None,
+                 api_key: str | None = None, timeout: float = 600.0, check_base: bool = True,
+                 fingerprint: dict | None = None, poll_s: float = 1.0, connect_timeout: float = 30.0):
+        urls = [servers] if isinstance(servers, str) else list(servers)
+        if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
+            raise ValueError(f"servers must be a list of http(s):// URLs of `autocurricula serve` servers, got {servers!r}")
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"servers lists a URL twice: {urls}")
+        if not (isinstance(poll_s, (int, float)) and poll_s > 0 and timeout > 0):
+            raise ValueError("poll_s and timeout must be positive numbers of seconds")
+        self.tokenizer = tokenizer if tokenizer is not None else _tokenizer_of(base)
+        if check_base and fingerprint is None:
+            if base is None:
+                raise ValueError("pass base= (the trainer's model folder, Hub id or Engine) so the servers' base "
+                                 "model can be checked, or check_base=False")
+            fingerprint = fingerprint_engine(base) if hasattr(base, "submit") else fingerprint_folder(base)
+        self.expected = fingerprint if check_base else None
+        self.poll_s = poll_s
+        self.name = getattr(base, "name", None) or (str(base) if base is not None else "base")
+        self.stats = {"completions": 0, "retried": 0, "uploads": 0, "resyncs": 0, "failed": 0}
+        self._adapters: dict[str, _Adapter] = {}
+        self._last_version: dict[str, int] = {}
+        self._placement: dict[str, _Server] = {}
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="autocurricula-remote", daemon=True)
+        self._thread.start()
+
+        async def make():
+            return [_Server(u, AsyncClient(u, api_key=api_key, timeout=timeout, max_retries=0),
+                            AsyncClient(u, api_key=api_key, timeout=min(10.0, timeout), max_retries=0)) for u in urls]
+
+        self.servers: list[_Server] = self._call(make()).result()
+        try:
+            self._call(self._connect()).result(connect_timeout)
+        except BaseException:
+            self.close()
+            raise
+        self._poller = self._call(self._poll())
+
+    # ------------------------------------------------------------------ protocol (any thread)
+    def submit(self, prompt: str | list[int], player: str | None = None, params: SamplingParams | None = None,
+               on_token=None, request_id: str | None = None) -> Future:
+        """Queue one completion on a server; returns a Future of
+        :class:`~autocurricula.engine.scheduler.Completion` with the server's token ids."""
+        if on_token is not None:
+            raise ValueError("RemoteEngine does not stream tokens to on_token; use the in-process Engine, or "
+                             "Client.stream_completions for one server")
+        self._check_open()
+        params = params or SamplingParams()
+        ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("prompt is empty; give at least one token")
+        if player == self.name:
+            player = None
+        if player is not None and player not in self._adapters:
+            raise UnknownPlayerError(f"unknown player {player!r}; load its adapter first (loaded: {self.players()})")
+        return self._call(self._complete(ids, player, params, request_id or f"remote-{next(self._ids)}"))
+
+    def generate(self, prompt, player=None, params=None, **sampling) -> Completion:
+        """Blocking :meth:`submit`; keyword sampling args build :class:`SamplingParams`."""
+        return self.submit(prompt, player, params or SamplingParams(**sampling)).result()
+
+    def load_adapter(self, name: str, source: Any, version: int | None = None) -> int:
+        """Install or hot-swap a player at ``version`` (default: the next one): pushed now to every
+        server that holds the player, uploaded to others on first use. Returns the version."""
+        check_name(name)
+        if name == self.name:
+            raise ValueError(f"{name!r} is the base model's name; choose another player name")
+        self._check_open()
+        data = _safetensors_of(source)
+        last = self._last_version.get(name, 0)
+        if version is None:
+            version = last + 1
+        elif not isinstance(version, int) or version <= last:
+            raise ValueError(f"version {version!r} of {name!r} is not newer than {last}; versions only grow")
+        return self._call(self._install(name, _Adapter(data, version))).result()
+
+    def unload_adapter(self, name: str) -> None:
+        """Drop a player on every server."""
+        if name not in self._adapters:
+            raise UnknownPlayerError(f"unknown player {name!r}")
+        self._call(self._drop(name)).result()
+
+    def adapter_info(self, name: str) -> dict:
+        """``{"name", "version", "servers"}``: the current version and the servers holding it."""
+        ad = self._adapters.get(name)
+        if ad is None:
+            raise UnknownPlayerError(f"unknown player {name!r}")
+        return {"name": name, "version": ad.version,
+                "servers": [s.url for s in self.servers if s.held.get(name) == ad.version]}
+
+    def players(self) -> list[str]:
+        return sorted(self._adapters)
+
+    def placement(self, name: str) -> str | None:
+        """The URL of the server a player's requests go to (None before its first request)."""
+        srv = self._placement.get(name)
+        return srv.url if srv else None
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+
+    def health(self) -> dict:
+        """``ok`` while at least one server takes work; one entry per server."""
+        servers = [{"url": s.url, "up": s.up, "inflight": s.inflight, "players": sorted(s.held),
+                    "completions": s.completions, "error": s.error} for s in self.servers]
+        return {"ok": not self._closed and any(s.up for s in self.servers), "servers": servers}
+
+    @property
+    def occupancy(self) -> float:
+        """Mean batch occupancy of the servers that are up (0.0 if none answers)."""
+        try:
+            return self._call(self._occupancy()).result(10)
+        except Exception:  # noqa: BLE001 - a metric must not stop training
+            return 0.0
+
+    def wait_until_up(self, url: str, timeout: float = 30.0) -> bool:
+        """Block until the server at ``url`` is up (re-synced) or ``timeout`` runs out."""
+        srv = next(s for s in self.servers if s.url == url.rstrip("/"))
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not srv.up and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return srv.up
+
+    def close(self) -> None:
+        """Stop polling and close every connection."""
+        if self._closed:
+            return
+        self._closed = True
+
+        async def shutdown():
+            for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+                task.cancel()
+            for s in getattr(self, "servers", []):
+                await s.client.aclose()
+                await s.probe.aclose()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ loop thread
+    def _call(self, coro) -> Future:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this RemoteEngine is closed; create a new one")
+
+    async def _connect(self) -> None:
+        results = await asyncio.gather(*(self._bring_up(s) for s in self.servers), return_exceptions=True)
+        for s, r in zip(self.servers, results):
+            if isinstance(r, BaseModelMismatchError):
+                raise r
+        if not any(s.up for s in self.servers):
+            raise UnavailableError(None, "no server could be reached: " + "; ".join(
+                f"{s.url}: {s.error}" for s in self.servers) + "; start them with `autocurricula serve --model M`")
+
+    async def _bring_up(self, srv: _Server) -> None:
+        """Check a server's base model and re-upload every adapter it held; then it takes work."""
+        try:
+            fp = await srv.probe.fingerprint()
+            if self.expected is not None:
+                compare(self.expected, fp, srv.url)
+            if fp.get("instance") != srv.instance and srv.instance is not None:
+                srv.held = dict.fromkeys(srv.held)  # restarted: it holds nothing it held before
+            for player in list(srv.held):
+                if player not in self._adapters:
+                    srv.held.pop(player, None)
+                    continue
+                try:
+                    info = await srv.client.adapter_info(player)
+                    srv.held[player] = info["version"]
+                except NotFoundError:
+                    srv.held[player] = None
+                await self._ensure(srv, player)
+            if srv.instance is not None:
+                self.stats["resyncs"] += 1
+            srv.instance, srv.error, srv.up = fp.get("instance"), None, True
+        except BaseModelMismatchError as exc:
+            srv.error = str(exc)
+            raise
+        except ServerError as exc:
+            srv.error = exc.message
+            if exc.status not in (None, 503):
+                raise
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_s)
+            for srv in self.servers:
+                try:
+                    h = await srv.probe.health()
+                except ServerError:
+                    h = {"status": "unreachable"}
+                ok = h.get("status") == "ok"
+                if srv.up and (not ok or h.get("instance") != srv.instance):
+                    self._down(srv, f"health: {h.get('status')}, instance {h.get('instance')}")
+                if not srv.up and ok:
+                    try:
+                        await self._bring_up(srv)
+                    except Exception as exc:  # noqa: BLE001 - stays down; said in health()
+                        if srv.error != str(exc):  # once per new reason, not every poll
+                            log.error("server %s stays out of rotation: %s", srv.url, exc)
+                        srv.error = str(exc)
+                    if srv.up:
+                        log.warning("server %s is back and re-synced (%d players)", srv.url, len(srv.held))
+
+    def _down(self, srv: _Server, why: str) -> None:
+        if srv.up:
+            log.warning("server %s is down (%s); its requests go to the other servers", srv.url, why)
+        srv.up, srv.error = False, why
+        srv.held = dict.fromkeys(srv.held)  # versions unknown until it is checked again
+
+    def _pick(self, player: str | None, tried: set[int]) -> _Server | None:
+        up = [s for s in self.servers if s.up and id(s) not in tried]
+        if not up:
+            return None
+        if player is None:
+            return min(up, key=lambda s: s.inflight)
+        cur = self._placement.get(player)
+        if cur is not None and cur in up:
+            return cur
+        counts = {id(s): 0 for s in up}
+        for s in self._placement.values():
+            if id(s) in counts:
+                counts[id(s)] += 1
+        srv = min(up, key=lambda s: (counts[id(s)], s.inflight))
+        self._placement[player] = srv
+        return srv
+
+    async def _ensure(self, srv: _Server, player: str) -> None:
+        """Upload the player's current version unless the server holds it already."""
+        async with srv.lock(player):
+            while True:
+                ad = self._adapters.get(player)
+                if ad is None:
+                    raise UnknownPlayerError(f"player {player!r} was unloaded")
+                if srv.held.get(player) == ad.version:
+                    return
+                try:
+                    got = (await srv.client.upload_adapter(player, ad.data, version=ad.version))["version"]
+                    self.stats["uploads"] += 1
+                except ConflictError:  # it has this version already (an upload whose answer was lost)
+                    got = (await srv.client.adapter_info(player))["version"]
+                    if got > ad.version:
+                        raise RuntimeError(f"server {srv.url} holds {player!r} at version {got}, newer than this "
+                                           f"trainer's {ad.version}: is another trainer pushing to it?") from None
+                srv.held[player] = got
+
+    async def _complete(self, ids: list[int], player: str | None, params: SamplingParams, rid: str) -> Completion:
+        tried: set[int] = set()
+        lost_adapter = False
+        while True:
+            srv = self._pick(player, tried)
+            if srv is None:
+                self.stats["failed"] += 1
+                raise UnavailableError(None, "no server is up to take the request (" + "; ".join(
+                    f"{s.url}: {s.error}" for s in self.servers) + ")")
+            srv.inflight += 1
+            try:
+                if player is not None:
+                    await self._ensure(srv, player)
+                body = await srv.client.completions(
+                    ids, model=player, max_tokens=params.max_tokens, temperature=params.temperature,
+                    top_p=params.top_p, top_k=params.top_k, stop=params.stop or None, seed=params.seed,
+                    ignore_eos=params.ignore_eos or None, logprobs=0, return_token_ids=True)
+            except NotFoundError:
+                if player is None or lost_adapter:
+                    raise
+                lost_adapter = True  # restarted between two polls: upload again, same server
+                srv.held[player] = None
+                continue
+            except ServerError as exc:
+                if not _failed_server(exc):
+                    raise
+                self._down(srv, exc.message)
+                tried.add(id(srv))
+                self.stats["retried"] += 1
+                continue
+            finally:
+                srv.inflight -= 1
+            srv.completions += 1
+            self.stats["completions"] += 1
+            return _completion(body, rid, player)
+
+    async def _install(self, name: str, ad: _Adapter) -> int:
+        old = self._adapters.get(name)
+        self._adapters[name], self._last_version[name] = ad, ad.version
+        holders = [s for s in self.servers if s.up and name in s.held]
+        results = await asyncio.gather(*(self._ensure(s, name) for s in holders), return_exceptions=True)
+        for s, r in zip(holders, results):
+            if isinstance(r, ServerError) and _failed_server(r):
+                self._down(s, r.message)  # re-synced when it is back
+            elif isinstance(r, BaseException):
+                if old is not None:  # a refused adapter (bad shapes): keep serving the old one
+                    self._adapters[name] = old
+                else:
+                    self._adapters.pop(name, None)
+                raise r
+        return ad.version
+
+    async def _drop(self, name: str) -> None:
+        self._adapters.pop(name, None)
+        self._placement.pop(name, None)
+        for s in self.servers:
+            if name in s.held:
+                s.held.pop(name)
+                if s.up:
+                    try:
+                        await s.client.unload_adapter(name)
+                    except NotFoundError:
+                        pass
+                    except ServerError as exc:
+                        if not _failed_server(exc):
+                            raise
+                        self._down(s, exc.message)
+
+    async def _occupancy(self) -> float:
+        vals = []
+        for s in self.servers:
+            if s.up:
+                try:
+                    vals.append(float((await s.probe.stats())["occupancy"]))
+                except ServerError:
+                    pass
+        return sum(vals) / len(vals) if vals else 0.0
+
+
+def _completion(body: dict, rid: str, player: str | None) -> Completion:
+    ch = body["choices"][0]
+    lps = (ch.get("logprobs") or {}).get("token_logprobs") or []
+    return Completion(request_id=rid, player=player, prompt_ids=list(ch["prompt_token_ids"]),
+                      token_ids=list(ch["token_ids"]), logprobs=[float(x) for x in lps], text=ch["text"],
+                      finish_reason=ch["finish_reason"], adapter_version=body.get("adapter_version"),
+                      version_spans=[tuple(s) for s in body.get("version_spans") or []])
+
+
+def _safetensors_of(source: Any) -> bytes:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source)
+    if isinstance(source, (str, Path)):
+        source = load_folder(source)
+    elif isinstance(source, dict) and isinstance(source.get("tensors"), dict):
+        import numpy as np
+
+        source = from_tensors({k: np.asarray(v) for k, v in source["tensors"].items()}, scale=source.get("scale"))
+    if not isinstance(source, AdapterWeights):
+        raise TypeError("source must be AdapterWeights, an adapter folder, safetensors bytes or "
+                        "{'tensors': {...}, 'scale': s}")
+    return to_safetensors_bytes(source)
+
+
+def _tokenizer_of(base: Any):
+    if base is None:
+        raise ValueError("pass base= (the trainer's model folder, Hub id or Engine) or tokenizer= so prompts "
+                         "can be tokenized as the servers do")
+    if hasattr(base, "tokenizer"):
+        return base.tokenizer
+    from mlx_lm.utils import load_tokenizer
+
+    return load_tokenizer(Path(base) if Path(base).exists() else str(base))
