@@ -1,4 +1,4 @@
-"""Engine demo, offline on the built-in tiny model (the league example replaces this later).
+"""The engine alone, offline on the built-in tiny model: many LoRA players in shared batches.
 
 Builds the tiny model, loads 8 LoRA players into a 4-slot engine (so LRU eviction happens),
 decodes 32 requests of all players in shared batches, hot-swaps one player mid-generation and

@@ -7,7 +7,7 @@ league (main agent, main exploiter, league exploiter, plus scripted random and m
 the pool), prints the leaderboard, and after every epoch evaluates the best player's greedy policy
 against uniform random and perfect play. The last line is one JSON object with the figures.
 
-Defaults (README, Results): credit "q" with q targets, half of the main agent's games against the
+Defaults (docs/results.md has their figures): credit "q" with q targets, half of the main agent's games against the
 scripted players (anchor_share) and the rest by AlphaStar's rules, 32 games per exploiter.
 """
 
@@ -27,7 +27,7 @@ def league_flags(parser):
     parser.add_argument("--pfsp-weighting", default="squared", help="main agent's PFSP weighting")
     parser.add_argument("--exploiter-games", type=int, default=32, help="games per exploiter and round")
     parser.add_argument("--anchor-share", type=float, default=0.5, help="main agent: share of games against the "
-                        "scripted random and minimax players (not in AlphaStar; README, Results)")
+                        "scripted random and minimax players (not in AlphaStar)")
 
 
 args = parse_args(__doc__, "--games-per-learner", 256, "runs/tictactoe-league", extra=league_flags)
@@ -42,6 +42,7 @@ config = LeagueConfig(
     main_pfsp_weighting=args.pfsp_weighting,
     snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),  # <= 2 per epoch
     output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=2, credit=args.credit,
+    game_name="tictactoe",
     q_target_coef=args.q_targets, max_concurrent_games=128, bt_bootstrap=50, progress=False,
 )
 trainer = LeagueTrainer(config, opponents=scripted_players())

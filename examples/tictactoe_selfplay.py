@@ -18,6 +18,7 @@ engine, figures = start(args)
 
 config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round, past_share=0.5,
                         output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=2,
+                        game_name="tictactoe",
                         credit=args.credit, q_target_coef=args.q_targets, max_concurrent_games=128, bt_bootstrap=50, progress=False)
 trainer = SelfPlayTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)

@@ -2,15 +2,14 @@
 
 import json
 import os
-import time
 from pathlib import Path
 
 from autocurricula import build_tiny_model
-from autocurricula.eval.tictactoe import adversarial_figures
+from autocurricula.eval.tictactoe import EpochEvaluator as Evaluator  # noqa: F401  (the examples import it here)
 from autocurricula.games import tictactoe
 from autocurricula.warmup import sft_warmup
 
-HEADS = 32  # the examples' head count: learns the board far faster than 4 (README, Results)
+HEADS = 32  # many small heads read the board far faster per step than 4 (research/README.md)
 CACHE = Path(os.environ.get("AUTOCURRICULA_CACHE", Path.home() / ".cache" / "autocurricula"))
 
 
@@ -26,43 +25,6 @@ def warm_base(hidden: int = 128, layers: int = 2, heads: int = HEADS, steps: int
     base = tiny_base(hidden, layers, heads, seed)
     return sft_warmup(base, CACHE / f"{base.name}-ttt-warm{steps}", tictactoe.warmup_examples(20000, seed),
                       steps=steps, batch_size=64, learning_rate=1e-3, seed=seed)
-
-
-class Evaluator:
-    """Callback: after every epoch, the greedy policy of the best learner (highest Elo) is played
-    against uniform random and minimax, and scored on all 4,520 reachable positions."""
-
-    def __init__(self, games: int = 2000):
-        self.games, self.start, self.rows = games, time.time(), []
-
-    def best(self, trainer) -> dict:
-        learners = [p for p in trainer.players if "policy" not in p]
-        return max(learners, key=lambda p: (not p["frozen"] and p.get("role") in ("main_agent", "main"),
-                                            trainer.elo.rating(p["id"])))
-
-    def __call__(self, trainer) -> dict:
-        player = self.best(trainer)
-        table = tictactoe.greedy_table(trainer.engine, player["id"])
-        figures = tictactoe.evaluate_table(table, games=self.games)
-        adversarial = adversarial_figures(table)  # the exact best response to the greedy policy
-        losses = {k: adversarial[k] for k in ("loses_to_best_response_as_x", "loses_to_best_response_as_o")}
-        row = {"epoch": trainer.current_epoch, "minutes": round((time.time() - self.start) / 60, 2),
-               "player": player["id"], **{k: round(v, 3) for k, v in figures.items()}, **losses,
-               "value_losing_share": round(adversarial["value_losing_share"], 4)}
-        self.rows.append(row)
-        print(json.dumps(row), flush=True)
-        return {**{f"eval/{k}": v for k, v in figures.items()}, **{f"eval/{k}": float(v) for k, v in losses.items()},
-                "eval/value_losing_share": adversarial["value_losing_share"]}
-
-    def summary(self, trainer, base_figures: dict) -> dict:
-        last = self.rows[-1]
-        peak = max(self.rows, key=lambda r: r["vs_random"])
-        return {**{k: last[k] for k in ("vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate",
-                                        "win_now_rate", "block_rate", "loses_to_best_response_as_x",
-                                        "loses_to_best_response_as_o", "value_losing_share")},
-                "epochs": trainer.config.epochs, "minutes": round((time.time() - self.start) / 60, 2),
-                "best_player": last["player"], "warm_base": base_figures,
-                "peak_vs_random": peak["vs_random"], "peak_epoch": peak["epoch"]}
 
 
 def base_figures(engine, games: int = 2000) -> dict:
@@ -84,7 +46,7 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     parser.add_argument("--hidden", type=int, default=128, help="tiny model width (the package default is 256)")
     parser.add_argument("--layers", type=int, default=2, help="tiny model depth (the package default is 4)")
     parser.add_argument("--heads", type=int, default=HEADS, help="attention heads (head size = hidden / heads); 32 "
-                        "learns the board several times faster per step than 4 (README, Results)")
+                        "learns the board several times faster per step than 4 (research/README.md)")
     parser.add_argument("--credit", default="q", choices=["rae", "value", "q", "grpo", "constant"],
                         help="credit assignment ('value' = per-move credit from a per-position value table, "
                         "'q' = from a (position, move) table as well)")
@@ -118,7 +80,6 @@ def game(args):
     async def play(players, model, tokenizer=None):
         return await tictactoe.play(players, model, tokenizer, opening_moves=args.openings)
 
-    play.__module__ = tictactoe.__name__  # the game's name in turns, cards and the match history
     return play
 
 

@@ -27,6 +27,7 @@ from autocurricula import AutocurriculumConfig, AutocurriculumTrainer, GRPOConfi
 from autocurricula.credit import Turn
 from autocurricula.engine import Engine, LoraSpec
 from autocurricula.games import tictactoe as T
+from autocurricula.pool import is_scripted
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # the examples' warm base
 from ttt_common import CACHE, HEADS, tiny_base, warm_base  # noqa: E402
@@ -111,7 +112,7 @@ class _Probe(AutocurriculumTrainer):
 
     def match(self):
         main = next(p for p in self.players if p["role"] == "main")
-        others = {p["id"]: p for p in self.players if "policy" in p}
+        others = {p["id"]: p for p in self.players if is_scripted(p)}
         return [self.spec(i, main, others) for i in range(self.n)]
 
 

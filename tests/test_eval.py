@@ -348,25 +348,19 @@ def test_exploitability_callback_on_a_tiny_model(tiny_engine):
     assert metrics["eval/exploitability_mixture"] == pytest.approx(metrics["eval/exploitability_latest"])
 
 
-def test_tictactoe_examples_report_the_best_response(tiny_engine):
-    """The examples' evaluator puts the best-response booleans in every row and the final JSON."""
-    import importlib
-    import sys
-    from pathlib import Path
-
+def test_tictactoe_epoch_evaluator_reports_the_best_response(tiny_engine):
+    """The examples' per-epoch evaluator puts the best-response booleans in every row and the summary."""
     from autocurricula.engine import LoraSpec
+    from autocurricula.eval.tictactoe import EpochEvaluator
     from autocurricula.pool import fresh_adapter
 
     engine, _ = tiny_engine
     engine.load_adapter("ex-main", fresh_adapter(engine.linear_dims, LoraSpec(r=2), np.random.default_rng(2)))
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-    try:
-        ttt_common = importlib.import_module("ttt_common")
-    finally:
-        sys.path.pop(0)
     trainer = _fake_trainer(engine, ["ex-main"])
     trainer.current_epoch, trainer.config = 0, SimpleNamespace(epochs=1)
-    evaluator = ttt_common.Evaluator(games=10)
+    evaluator = EpochEvaluator(games=10, printer=None)
+    with pytest.raises(ValueError, match="callbacks"):
+        evaluator.summary(trainer)
     metrics = evaluator(trainer)
     summary = evaluator.summary(trainer, {})
     from autocurricula.games.tictactoe import greedy_table
