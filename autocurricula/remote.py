@@ -254,8 +254,8 @@ class RemoteEngine:
 
     async def _connect(self) -> None:
         results = await asyncio.gather(*(self._bring_up(s) for s in self.servers), return_exceptions=True)
-        for s, r in zip(self.servers, results):
-            if isinstance(r, BaseModelMismatchError):
+        for r in results:  # a wrong key or base model is an error; an unreachable server is polled
+            if isinstance(r, BaseException):
                 raise r
         if not any(s.up for s in self.servers):
             raise UnavailableError(None, "no server could be reached: " + "; ".join(

@@ -1,0 +1,216 @@
+"""RemoteEngine against real `autocurricula serve` processes on loopback: same completions as the
+in-process engine, base-model fingerprint check, API key, placement, hot-swap push, failover when a
+server is SIGKILLed mid-batch, and re-sync of a server that comes back."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from autocurricula.client import AuthError, Client, ConflictError, NotFoundError
+from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams
+from autocurricula.engine.fingerprint import BaseModelMismatchError, fingerprint_engine, fingerprint_folder
+from autocurricula.engine.protocol import EngineProtocol
+from autocurricula.remote import RemoteEngine
+
+KEY = "remote-test-key"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Serve:
+    """One `autocurricula serve` process on a free 127.0.0.1 port (the same port on restart)."""
+
+    def __init__(self, model, log_dir, api_key=KEY):
+        self.model, self.api_key, self.port = str(model), api_key, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log_dir / f"serve-{self.port}.log"
+        self.proc = None
+
+    def start(self):
+        cmd = [sys.executable, "-c", "from autocurricula.cli import main; main()", "serve", "--model", self.model,
+               "--host", "127.0.0.1", "--port", str(self.port), "--api-key", self.api_key]
+        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+        return self
+
+    def wait(self, timeout=90.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"serve exited early:\n{self.log.read_text()[-2000:]}"
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"serve did not come up in {timeout} s:\n{self.log.read_text()[-2000:]}")
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def client(self):
+        return Client(self.url, api_key=self.api_key, max_retries=0, timeout=30)
+
+
+def start_all(model, log_dir, n):
+    servers = [Serve(model, log_dir).start() for _ in range(n)]
+    try:
+        return [s.wait() for s in servers]
+    except BaseException:
+        for s in servers:
+            s.kill()
+        raise
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path):
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=8))
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def other_model(tmp_path_factory):
+    from autocurricula.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-other-seed", seed=1)
+
+
+def weights(engine, seed):
+    spec = LoraSpec(r=4, lora_alpha=8)
+    dims = {p: engine.linear_dims[p] for p in spec.resolve(engine.linear_dims)}
+    return AdapterWeights.random(dims, spec, seed=seed, b_std=0.5)
+
+
+PROMPTS = ["the player wins", "x o x", "once upon a time the board"]
+
+
+def test_one_server_matches_the_in_process_engine(engine, tiny_model_path, other_model, tmp_path):
+    (server,) = start_all(tiny_model_path, tmp_path, 1)
+    try:
+        remote = RemoteEngine([server.url], base=engine, api_key=KEY)
+        try:
+            assert isinstance(engine, EngineProtocol) and isinstance(remote, EngineProtocol)
+            w = weights(engine, 7)
+            engine.load_adapter("alice", w, version=5)
+            assert remote.load_adapter("alice", w, version=5) == 5
+            for player in (None, "alice"):
+                for i, prompt in enumerate(PROMPTS):
+                    for params in (SamplingParams(max_tokens=12, temperature=0.0),
+                                   SamplingParams(max_tokens=12, temperature=1.0, seed=100 + i),
+                                   SamplingParams(max_tokens=12, temperature=0.8, top_k=20, top_p=0.9, seed=i)):
+                        want = engine.submit(prompt, player, params).result(60)
+                        got = remote.submit(prompt, player, params).result(60)
+                        assert got.token_ids == want.token_ids and got.prompt_ids == want.prompt_ids
+                        assert got.logprobs == want.logprobs
+                        assert (got.text, got.finish_reason) == (want.text, want.finish_reason)
+                        assert got.adapter_version == want.adapter_version == (5 if player else None)
+            # the server's version route: an upload that is not newer is a 409, which the remote absorbs
+            with server.client() as c:
+                with pytest.raises(ConflictError):
+                    c.upload_adapter("alice", w, version=5)
+                assert c.fingerprint()["weights"] == fingerprint_folder(tiny_model_path)["weights"]
+            assert fingerprint_engine(engine) == fingerprint_folder(tiny_model_path)
+            assert remote.stats["retried"] == 0 and remote.stats["uploads"] == 1
+        finally:
+            remote.close()
+        with pytest.raises(BaseModelMismatchError, match="weights differ"):
+            RemoteEngine([server.url], base=other_model, api_key=KEY)
+        with pytest.raises(AuthError):
+            RemoteEngine([server.url], base=tiny_model_path, api_key="wrong")
+    finally:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def two_servers(tiny_model_path, tmp_path_factory):
+    servers = start_all(tiny_model_path, tmp_path_factory.mktemp("serve-logs"), 2)
+    yield servers
+    for s in servers:
+        s.kill()
+
+
+def players_on(server):
+    with server.client() as c:
+        return set(c.stats()["players"])
+
+
+def test_placement_is_sticky_and_least_loaded_and_updates_reach_holders(engine, tiny_model_path, two_servers):
+    a, b = two_servers
+    with RemoteEngine([a.url, b.url], base=tiny_model_path, api_key=KEY) as remote:
+        names = [f"p{i}" for i in range(4)]
+        for i, name in enumerate(names):
+            remote.load_adapter(name, weights(engine, i))
+        assert players_on(a) == players_on(b) == set()  # uploaded on first use, not before
+        for name in names:
+            remote.generate("x o x", name, max_tokens=2, temperature=0.0)
+        placed = {name: remote.placement(name) for name in names}
+        assert sorted(placed.values()) == sorted([a.url, a.url, b.url, b.url])  # least loaded: 2 and 2
+        assert players_on(a) == {n for n in names if placed[n] == a.url}
+        assert players_on(b) == {n for n in names if placed[n] == b.url}
+        with a.client() as ca, b.client() as cb:
+            before = {s.url: c.stats()["stats"]["completions"] for s, c in ((a, ca), (b, cb))}
+            for _ in range(3):  # sticky: p0's requests all go where its adapter is
+                remote.generate("x o x", "p0", max_tokens=2, temperature=0.0)
+            after = {s.url: c.stats()["stats"]["completions"] for s, c in ((a, ca), (b, cb))}
+            home = placed["p0"]
+            assert after[home] - before[home] == 3 and sum(after.values()) - sum(before.values()) == 3
+            # install pushes to the holder at once, with the version; completions report it
+            assert remote.load_adapter("p0", weights(engine, 10)) == 2
+            holder = ca if home == a.url else cb
+            assert holder.adapter_info("p0")["version"] == 2
+            assert remote.generate("x o x", "p0", max_tokens=2).adapter_version == 2
+            remote.unload_adapter("p1")
+            with pytest.raises(NotFoundError):
+                (ca if placed["p1"] == a.url else cb).adapter_info("p1")
+            assert "p1" not in remote.players()
+
+
+def test_sigkill_mid_batch_retries_elsewhere_and_the_server_is_resynced_on_return(engine, tiny_model_path,
+                                                                                  two_servers):
+    a, b = two_servers
+    with RemoteEngine([a.url, b.url], base=tiny_model_path, api_key=KEY, poll_s=0.2, timeout=60) as remote:
+        names = [f"q{i}" for i in range(4)]
+        for i, name in enumerate(names):
+            remote.load_adapter(name, weights(engine, 20 + i))
+            remote.generate("o", name, max_tokens=1)
+        on_b = [n for n in names if remote.placement(n) == b.url]
+        assert len(on_b) == 2
+        prompts = [[1 + i, 2 + i, 3 + i] for i in range(16)]
+        params = SamplingParams(max_tokens=160, temperature=0.0, ignore_eos=True)
+        futures = [remote.submit(p, names[i % 4], params, request_id=f"r{i}") for i, p in enumerate(prompts)]
+        with b.client() as cb:  # kill b while it is decoding some of the batch
+            deadline = time.monotonic() + 30
+            while cb.stats()["health"]["running"] == 0:
+                assert time.monotonic() < deadline, "server b never got work"
+                time.sleep(0.02)
+        b.kill()
+        results = [f.result(120) for f in futures]
+        assert remote.stats["retried"] >= 1
+        assert [r.request_id for r in results] == [f"r{i}" for i in range(16)]  # each once, none lost
+        assert all(r.prompt_ids == p and len(r.token_ids) == 160 for r, p in zip(results, prompts))
+        assert all(r.adapter_version == 1 for r in results)
+        assert not next(s for s in remote.health()["servers"] if s["url"] == b.url)["up"]
+        assert all(remote.placement(n) == a.url for n in names)  # moved, and sticky there now
+        # a new version while b is down goes to a only; b gets it when it returns
+        assert remote.load_adapter(on_b[0], weights(engine, 99)) == 2
+        b.start().wait()
+        assert remote.wait_until_up(b.url, timeout=30)
+        with b.client() as cb:
+            assert cb.adapter_info(on_b[0])["version"] == 2 and cb.adapter_info(on_b[1])["version"] == 1
+            assert cb.stats()["stats"]["completions"] == 0  # re-synced before any work
+        assert remote.stats["resyncs"] >= 1
+        remote.load_adapter("fresh", weights(engine, 5))
+        assert remote.generate("o", "fresh", max_tokens=1).adapter_version == 1
+        assert remote.placement("fresh") == b.url  # the returned server has no players: least loaded
