@@ -240,3 +240,31 @@ def test_language_task_league_run(mod, tiny_model_path, tmp_path):
     t = league(tmp_path, tiny_model_path, functools.partial(mod.play, max_tokens=6))
     rows = [r for r in t.metrics_log if "rollout/errors" in r]
     assert len(rows) == 2 and all(r["rollout/errors"] == 0 and r["rollout/turns"] > 0 for r in rows)
+
+
+# ---------------------------------------------------------------------- the examples, at toy size
+@pytest.mark.parametrize("script,args,keys", [
+    ("dataset_rl.py", ["--rounds", "2", "--prompts", "4", "--generations", "4", "--warmup-steps", "5"],
+     {"before", "after", "held_out", "minutes"}),
+    ("proposer_solver.py", ["--epochs", "2", "--rounds", "1", "--games-per-round", "4", "--warmup-steps", "5"],
+     {"pass_rate_first_last", "distance_to_half_first_last", "store_size", "minutes"}),
+    ("language_tasks.py", ["--epochs", "1", "--rounds", "1", "--games-per-round", "2", "--max-tokens", "4"],
+     {"debate", "red_blue", "refine", "minutes"})])
+def test_task_examples_run_and_print_their_figures(script, args, keys, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / script
+    out = subprocess.run([sys.executable, str(path), *args, "--hidden", "32", "--layers", "1", "--heads", "8",
+                          "--output-dir", str(tmp_path / "run")] if script != "language_tasks.py" else
+                         [sys.executable, str(path), *args, "--output-dir", str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert keys <= set(summary)
+    if script == "language_tasks.py":
+        assert all(summary[name]["errors"] == 0 and summary[name]["turns"] > 0 for name in ("debate", "red_blue", "refine"))
