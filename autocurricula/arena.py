@@ -142,6 +142,8 @@ class GameRecord:
     error: str | None = None
     traceback: str | None = None  # the full traceback of ``error``
     extras: dict = field(default_factory=dict)  # a GameResult's extras
+    calls: list | None = None  # a list: every model call is logged as (key, player id, prompt ids, Generation, Turn)
+    replay: Any = None  # an autocurricula.replay plan: recorded answers for some calls, branch seeds for the rest
 
 
 BASE_JUDGE = {"id": "base", "adapter": None}  # the base model without any adapter
@@ -156,7 +158,8 @@ class GameHandle:
                  trainable: bool = True, root: "GameHandle | None" = None):
         self.arena, self.record, self.game = arena, record, game
         self.level, self.parent = level, parent
-        self.node = node or record.game_id  # this (sub-)game's id: the game_id of its turns
+        # this (sub-)game's id: the game_id of its turns (a replay keeps the recorded game's, hence its seeds)
+        self.node = node or getattr(record.replay, "node", None) or record.game_id
         self.group = group  # the sibling key of a sub-game (None at the top level)
         self.trainable = trainable  # False: none of this game's calls become turns
         self.seats = seats if seats is not None else record.players
@@ -221,9 +224,16 @@ class GameHandle:
             ids = self.arena.engine.encode(prompt)
         else:
             ids = [int(t) for t in prompt]
+        key = (self.level, self.node, call)
+        if self.record.replay is not None:  # autocurricula.replay: the recorded answer, or a branch's own seed
+            forced = self.record.replay.forced(key, player, ids)
+            if forced is not None:
+                return forced
+            seed = self.record.replay.seed(key, seed)
         if is_scripted(player):  # a Python callable, never trained
             text = prompt if isinstance(prompt, str) else self.arena.engine.decode(ids)
-            return Generation(self.arena.scripted(player, text, seed), [], [], ids, "stop", None, player["id"])
+            gen = Generation(self.arena.scripted(player, text, seed), [], [], ids, "stop", None, player["id"])
+            return self._logged(key, player, ids, gen, None)
         params = SamplingParams(max_tokens=max_tokens or self.arena.max_tokens,
                                 temperature=self.arena.temperature if temperature is None else temperature,
                                 top_p=top_p, top_k=top_k, stop=list(stop or []), seed=seed)
@@ -238,6 +248,12 @@ class GameHandle:
                 prompt_ids=list(ids), completion_ids=list(c.token_ids), logprobs=list(c.logprobs),
                 version=c.adapter_version, game=self.game, group=group, level=self.level, parent=self.parent,
                 truncated=c.finish_reason == "length", seat=seat))
+            return self._logged(key, player, ids, gen, self.record.turns[-1])
+        return self._logged(key, player, ids, gen, None)
+
+    def _logged(self, key: tuple, player: dict, ids: list[int], gen: Generation, turn: Turn | None) -> Generation:
+        if self.record.calls is not None:  # kept for replays (autocurricula.replay)
+            self.record.calls.append((key, player["id"], list(ids), gen, turn))
         return gen
 
     def _hf_generate(self, input_ids=None, attention_mask=None, max_new_tokens: int = 20, do_sample: bool = True,
