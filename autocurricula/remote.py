@@ -293,23 +293,26 @@ class RemoteEngine:
     async def _poll(self) -> None:
         while True:
             await asyncio.sleep(self.poll_s)
-            for srv in self.servers:
-                try:
-                    h = await srv.probe.health()
-                except ServerError:
-                    h = {"status": "unreachable"}
-                ok = h.get("status") == "ok"
-                if srv.up and (not ok or h.get("instance") != srv.instance):
-                    self._down(srv, f"health: {h.get('status')}, instance {h.get('instance')}")
-                if not srv.up and ok:
-                    try:
-                        await self._bring_up(srv)
-                    except Exception as exc:  # noqa: BLE001 - stays down; said in health()
-                        if srv.error != str(exc):  # once per new reason, not every poll
-                            log.error("server %s stays out of rotation: %s", srv.url, exc)
-                        srv.error = str(exc)
-                    if srv.up:
-                        log.warning("server %s is back and re-synced (%d players)", srv.url, len(srv.held))
+            # concurrently: a hung server's probe timing out must not delay noticing the others
+            await asyncio.gather(*(self._check(s) for s in self.servers))
+
+    async def _check(self, srv: _Server) -> None:
+        try:
+            h = await srv.probe.health()
+        except ServerError:
+            h = {"status": "unreachable"}
+        ok = h.get("status") == "ok"
+        if srv.up and (not ok or h.get("instance") != srv.instance):  # down, or restarted between polls
+            self._down(srv, f"health: {h.get('status')}, instance {h.get('instance')}")
+        if not srv.up and ok:
+            try:
+                await self._bring_up(srv)
+            except Exception as exc:  # noqa: BLE001 - stays down; said in health()
+                if srv.error != str(exc):  # once per new reason, not every poll
+                    log.error("server %s stays out of rotation: %s", srv.url, exc)
+                srv.error = str(exc)
+            if srv.up:
+                log.warning("server %s is back and re-synced (%d players)", srv.url, len(srv.held))
 
     def _down(self, srv: _Server, why: str) -> None:
         if srv.up:
@@ -349,8 +352,11 @@ class RemoteEngine:
                 except ConflictError:  # it has this version already (an upload whose answer was lost)
                     got = (await srv.client.adapter_info(player))["version"]
                     if got > ad.version:
-                        raise RuntimeError(f"server {srv.url} holds {player!r} at version {got}, newer than this "
-                                           f"trainer's {ad.version}: is another trainer pushing to it?") from None
+                        raise RuntimeError(
+                            f"server {srv.url} holds {player!r} at version {got}, newer than this trainer's "
+                            f"{ad.version}: another trainer pushes to it, or this run resumed from an earlier "
+                            "checkpoint; restart the server (it forgets its adapters) or give the players new "
+                            "names") from None
                 srv.held[player] = got
 
     async def _complete(self, ids: list[int], player: str | None, params: SamplingParams, rid: str) -> Completion:

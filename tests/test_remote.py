@@ -1,6 +1,8 @@
 """RemoteEngine against real `autocurricula serve` processes on loopback: same completions as the
 in-process engine, base-model fingerprint check, API key, placement, hot-swap push, failover when a
-server is SIGKILLed mid-batch, and re-sync of a server that comes back."""
+server is SIGKILLed or hangs mid-batch, and re-sync of a server that comes back.
+
+The tests with two server processes are marked slow (``pytest -m slow tests/test_remote.py``)."""
 
 import os
 import signal
@@ -146,6 +148,7 @@ def players_on(server):
         return set(c.stats()["players"])
 
 
+@pytest.mark.slow  # two server processes: ~50 s together with the others below
 def test_placement_is_sticky_and_least_loaded_and_updates_reach_holders(engine, tiny_model_path, two_servers):
     a, b = two_servers
     with RemoteEngine([a.url, b.url], base=tiny_model_path, api_key=KEY) as remote:
@@ -177,6 +180,7 @@ def test_placement_is_sticky_and_least_loaded_and_updates_reach_holders(engine, 
             assert "p1" not in remote.players()
 
 
+@pytest.mark.slow
 def test_sigkill_mid_batch_retries_elsewhere_and_the_server_is_resynced_on_return(engine, tiny_model_path,
                                                                                   two_servers):
     a, b = two_servers
@@ -214,3 +218,42 @@ def test_sigkill_mid_batch_retries_elsewhere_and_the_server_is_resynced_on_retur
         remote.load_adapter("fresh", weights(engine, 5))
         assert remote.generate("o", "fresh", max_tokens=1).adapter_version == 1
         assert remote.placement("fresh") == b.url  # the returned server has no players: least loaded
+
+
+@pytest.mark.slow
+def test_a_hung_server_times_out_and_is_taken_back_once_it_answers(engine, tiny_model_path, two_servers):
+    a, b = two_servers
+    with RemoteEngine([a.url, b.url], base=tiny_model_path, api_key=KEY, poll_s=0.2, timeout=3) as remote:
+        for i, name in enumerate(("h0", "h1")):
+            remote.load_adapter(name, weights(engine, 40 + i))
+            remote.generate("o", name, max_tokens=1)
+        hung = next(n for n in ("h0", "h1") if remote.placement(n) == b.url)
+        os.kill(b.proc.pid, signal.SIGSTOP)  # alive but silent: only the timeout can tell
+        try:
+            futures = [remote.submit([5, 6, 7], hung, SamplingParams(max_tokens=8, temperature=0.0),
+                                     request_id=f"h{i}") for i in range(4)]
+            results = [f.result(60) for f in futures]
+        finally:
+            os.kill(b.proc.pid, signal.SIGCONT)
+        assert [r.request_id for r in results] == [f"h{i}" for i in range(4)]
+        assert all(len(r.token_ids) >= 1 and r.adapter_version == 1 for r in results)
+        assert remote.stats["retried"] >= 1 and remote.placement(hung) == a.url
+        assert remote.wait_until_up(b.url, timeout=30)  # same instance: versions checked, nothing lost
+        with b.client() as cb:
+            assert cb.adapter_info(hung)["version"] == 1
+
+
+@pytest.mark.slow
+def test_a_server_restarted_between_polls_gets_the_adapter_again(engine, tiny_model_path, two_servers):
+    a, b = two_servers
+    with RemoteEngine([a.url, b.url], base=tiny_model_path, api_key=KEY, poll_s=600) as remote:  # no polls
+        for i, name in enumerate(("s0", "s1")):
+            remote.load_adapter(name, weights(engine, 60 + i))
+            remote.generate("o", name, max_tokens=1)
+        on_b = next(n for n in ("s0", "s1") if remote.placement(n) == b.url)
+        uploads = remote.stats["uploads"]
+        b.kill()
+        b.start().wait()
+        # b forgot its adapters; the 404 makes the remote upload again on the same server
+        assert remote.generate("o", on_b, max_tokens=1).adapter_version == 1
+        assert remote.stats["uploads"] == uploads + 1 and remote.placement(on_b) == b.url

@@ -225,6 +225,34 @@ def test_upload_hot_swap_info_delete(client, engine):
     error_of(client.delete("/v1/adapters/alice"), 404)
 
 
+def test_upload_at_a_version_and_fingerprint(client, engine, tiny_model_path):
+    from autocurricula.engine.fingerprint import fingerprint_engine, fingerprint_folder
+
+    data = to_safetensors_bytes(weights(engine, 3))
+    error_of(put(client, "vplayer", data, version=0), 400, "version")
+    assert put(client, "vplayer", data, version=7).json() == {"name": "vplayer", "version": 7}
+    assert complete(client, model="vplayer")["adapter_version"] == 7
+    error_of(put(client, "vplayer", data, version=7), 409, "version 7")  # not newer: refused, kept
+    assert client.get("/v1/adapters/vplayer").json()["version"] == 7
+    assert put(client, "vplayer", data, version=9).json()["version"] == 9
+    assert put(client, "vplayer", data).json()["version"] == 10  # no version: the next one
+    client.delete("/v1/adapters/vplayer")
+    # an engine named "tiny" has no folder: printed from its parameters, stable across calls
+    fp = client.get("/v1/fingerprint").json()
+    assert fp["kind"] == "params" and fp["model"] == "tiny" and fp == client.get("/v1/fingerprint").json()
+    assert fp["weights"] == fingerprint_engine(engine)["weights"]
+    assert fp["instance"] == client.get("/health").json()["instance"]
+    # the adapter stacks the engine wraps around linears are no part of the base model
+    from mlx_lm import load
+
+    from autocurricula.engine.fingerprint import fingerprint_model
+
+    plain = fingerprint_model(load(str(tiny_model_path))[0])
+    assert (plain["weights"], plain["config"], plain["tensors"]) == (fp["weights"], fp["config"], fp["tensors"])
+    folder = fingerprint_folder(tiny_model_path)
+    assert folder["kind"] == "files" and folder["tensors"] == fp["tensors"]
+
+
 def _tensors(engine, shape_a=None, dtype=np.float32, module="model.layers.0.self_attn.q_proj"):
     din, dout = engine.linear_dims.get(module, (256, 256))
     a = np.zeros(shape_a or (din, 4), dtype)

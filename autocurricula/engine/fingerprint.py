@@ -100,7 +100,7 @@ def fingerprint_model(model: Any, config: dict | None = None) -> dict:
         args = getattr(model, "args", None)
         config = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool, type(None)))} if args else {}
     h, count = hashlib.sha256(), 0
-    for name, value in sorted(tree_flatten(model.parameters()), key=lambda kv: kv[0]):
+    for name, value in sorted(_base_parameters(tree_flatten(model.parameters())), key=lambda kv: kv[0]):
         flat = value.reshape(-1)
         stride = max(1, flat.size // 4096)
         sample = flat[::stride][:4096]
@@ -111,6 +111,22 @@ def fingerprint_model(model: Any, config: dict | None = None) -> dict:
         count += 1
     cfg = hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
     return {"kind": "params", "config": cfg, "weights": h.hexdigest(), "tensors": count}
+
+
+def _base_parameters(params: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    # An engine wraps each adapted linear as {base, lora_a, lora_b} (engine/lora.py): the adapter
+    # stacks change with every player and are no part of the base; "x.base.weight" is "x.weight".
+    wrapped = {n[: -len(".lora_a")] for n, _ in params if n.endswith(".lora_a")}
+    out = []
+    for name, value in params:
+        if name.endswith((".lora_a", ".lora_b")):
+            continue
+        prefix, sep, rest = name.partition(".base.")
+        while sep and prefix not in wrapped:  # the ".base." of a wrapper, not of some module named base
+            head, sep, rest = rest.partition(".base.")
+            prefix = f"{prefix}.base.{head}"
+        out.append((f"{prefix}.{rest}" if sep else name, value))
+    return out
 
 
 def fingerprint_engine(engine: Any) -> dict:
