@@ -29,6 +29,7 @@ import asyncio
 import itertools
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +90,8 @@ class RemoteEngine:
                  fingerprint: dict | None = None, poll_s: float = 1.0, connect_timeout: float = 30.0):
         urls = [servers] if isinstance(servers, str) else list(servers)
         if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
-            raise ValueError(f"servers must be a list of http(s):// URLs of `autocurricula serve` servers, got {servers!r}")
+            raise ValueError("servers must be a list of http(s):// URLs of `autocurricula serve` servers, "
+                             f"got {servers!r}")
         if len(set(urls)) != len(urls):
             raise ValueError(f"servers lists a URL twice: {urls}")
         if not (isinstance(poll_s, (int, float)) and poll_s > 0 and timeout > 0):
@@ -143,6 +145,26 @@ class RemoteEngine:
         if player is not None and player not in self._adapters:
             raise UnknownPlayerError(f"unknown player {player!r}; load its adapter first (loaded: {self.players()})")
         return self._call(self._complete(ids, player, params, request_id or f"remote-{next(self._ids)}"))
+
+    def submit_many(self, requests: list[tuple]) -> list[Future]:
+        """:meth:`submit` each ``(prompt, player, params)`` in order. The requests leave together,
+        but each server batches them as they arrive: unlike one in-process engine, no server
+        admits a group atomically."""
+        return [self.submit(*r) for r in requests]
+
+    def sync_from(self, engine) -> dict:
+        """Make this engine's players those of ``engine`` (the trainer's in-process engine): push
+        every adapter whose version differs, at the engine's version, and drop players it no longer
+        has. Call it after every update and every change of the league. Returns
+        ``{"pushed": [...], "dropped": [...]}``."""
+        local = {name: engine.adapter_info(name)["version"] for name in engine.players()}
+        pushed = [n for n, v in sorted(local.items()) if n not in self._adapters or self._adapters[n].version != v]
+        for name in pushed:
+            self.load_adapter(name, engine.adapter_weights(name), version=local[name])
+        dropped = [n for n in self.players() if n not in local]
+        for name in dropped:
+            self.unload_adapter(name)
+        return {"pushed": pushed, "dropped": dropped}
 
     def generate(self, prompt, player=None, params=None, **sampling) -> Completion:
         """Blocking :meth:`submit`; keyword sampling args build :class:`SamplingParams`."""
@@ -212,8 +234,6 @@ class RemoteEngine:
     def wait_until_up(self, url: str, timeout: float = 30.0) -> bool:
         """Block until the server at ``url`` is up (re-synced) or ``timeout`` runs out."""
         srv = next(s for s in self.servers if s.url == url.rstrip("/"))
-        import time
-
         deadline = time.monotonic() + timeout
         while not srv.up and time.monotonic() < deadline:
             time.sleep(0.05)

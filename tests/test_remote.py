@@ -125,6 +125,20 @@ def test_one_server_matches_the_in_process_engine(engine, tiny_model_path, other
                 assert c.fingerprint()["weights"] == fingerprint_folder(tiny_model_path)["weights"]
             assert fingerprint_engine(engine) == fingerprint_folder(tiny_model_path)
             assert remote.stats["retried"] == 0 and remote.stats["uploads"] == 1
+            # the trainer's loop: update its own engine, then mirror the changes onto the servers
+            engine.load_adapter("alice", weights(engine, 9))
+            engine.load_adapter("bob", weights(engine, 8))
+            assert remote.sync_from(engine) == {"pushed": ["alice", "bob"], "dropped": []}
+            assert remote.sync_from(engine) == {"pushed": [], "dropped": []}
+            with server.client() as c:
+                assert c.adapter_info("alice")["version"] == 6  # pushed at once: alice lives there
+            params = SamplingParams(max_tokens=12, temperature=1.0, seed=5)
+            for player in ("alice", "bob"):
+                want = engine.submit("x o", player, params).result(60)
+                got = remote.submit("x o", player, params).result(60)
+                assert got.token_ids == want.token_ids and got.adapter_version == want.adapter_version
+            engine.unload_adapter("bob")
+            assert remote.sync_from(engine) == {"pushed": [], "dropped": ["bob"]} and remote.players() == ["alice"]
         finally:
             remote.close()
         with pytest.raises(BaseModelMismatchError, match="weights differ"):

@@ -98,7 +98,8 @@ def fingerprint_model(model: Any, config: dict | None = None) -> dict:
 
     if config is None:
         args = getattr(model, "args", None)
-        config = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool, type(None)))} if args else {}
+        scalars = (int, float, str, bool, type(None))
+        config = {k: v for k, v in vars(args).items() if isinstance(v, scalars)} if args else {}
     h, count = hashlib.sha256(), 0
     for name, value in sorted(_base_parameters(tree_flatten(model.parameters())), key=lambda kv: kv[0]):
         flat = value.reshape(-1)
