@@ -154,7 +154,9 @@ class AutocurriculumConfig:
     hub_private_repo: bool = _help("create the Hub repo as private", False)
     credit: str = _help("'rae' (SPIRAL role baselines), 'value' (per-move credit from a per-state value "
                         "table; for games whose states repeat), 'q' ('value' plus a (state, move) table: "
-                        "A = Q - V), 'grpo' (group-normalised), 'constant', or a name given to "
+                        "A = Q - V), 'branch' (per-move credit from branch rollouts: A = G - V(s), V the mean "
+                        "return of branch_samples replays of the game from s; no table, any replayable game), "
+                        "'grpo' (group-normalised), 'constant', or a name given to "
                         "autocurricula.credit.register_credit", "rae")
     rae_alpha: float = _help("RAE baseline EMA factor", 0.95)
     rae_per_player: bool = _help("one RAE baseline per (game, role, player) instead of per (game, role)", False)
@@ -167,6 +169,13 @@ class AutocurriculumConfig:
                                  "advantage coef * (score - V), unclipped on every pass: policy improvement from "
                                  "the critic, not only from the sampled move; 0 = off", 0.0)
     q_target_min_visits: int = _help("credit='q': visits a move needs before it can be a target", 2)
+    branch_samples: int = _help("credit='branch': K, the branch games played from each branched state; V(s) is "
+                                "the mean return of the K (cost: K extra games per branched turn, per round)", 4)
+    branch_turns_per_game: int = _help("credit='branch': learner turns branched per game, drawn at random (the "
+                                       "others get the RAE advantage); 0 = every top-level turn", 0)
+    branch_advantage: str = _help("credit='branch': 'return' (A = G - V(s_t)) or 'td' (VinePPO: A = V(s_t+1) - "
+                                  "V(s_t), the value after the move from branches too; up to twice the games)",
+                                  "return")
     game_name: str | None = _help("name of the game in turns and cards (default: play's module name)", None)
     max_concurrent_games: int = _help("games in flight at once (their calls share the engine's batches)", 64)
     lockstep: bool = _help("batch the calls of all running games in a fixed order: full batches and "
@@ -214,6 +223,13 @@ class AutocurriculumConfig:
             raise ValueError(f"q_target_coef must be a finite number >= 0 (0 = off), got {self.q_target_coef}")
         if not isinstance(self.q_target_min_visits, int) or self.q_target_min_visits < 1:
             raise ValueError(f"q_target_min_visits must be an integer >= 1, got {self.q_target_min_visits!r}")
+        for name in ("branch_samples", "branch_turns_per_game"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < (1 if name == "branch_samples" else 0):
+                raise ValueError(f"{name} must be an integer >= {1 if name == 'branch_samples' else 0}, got {v!r}")
+        if self.branch_advantage not in ("return", "td"):
+            raise ValueError(f"branch_advantage must be 'return' (A = G - V) or 'td' (A = V(next) - V), "
+                             f"got {self.branch_advantage!r}")
         if self.q_target_coef and self.credit != "q":
             raise ValueError(f"q_target_coef needs credit='q' (the (state, move) table), got credit={self.credit!r}")
         targets = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)

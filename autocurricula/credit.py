@@ -454,12 +454,19 @@ def _value_credit(config, grpo_config) -> ValueCredit:
     return ValueCredit(values, config.q_target_coef, config.q_target_min_visits)
 
 
+def _branch_credit(config, grpo_config):
+    from autocurricula.branch import make_branch_credit  # it replays games (arena), this module stays pure
+
+    return make_branch_credit(config, grpo_config)
+
+
 CREDIT_METHODS = {
     "rae": lambda config, grpo_config: RAECredit(RAE(config.rae_alpha, config.rae_per_player)),
     "value": _value_credit,
     "q": _value_credit,
     "grpo": lambda config, grpo_config: GRPOCredit(grpo_config.scale_rewards),
     "constant": lambda config, grpo_config: ConstantCredit(),
+    "branch": _branch_credit,
 }
 
 

@@ -250,7 +250,7 @@ class AutocurriculumTrainer:
         records, turns, rollout = self._rollout(play)
         t_rollout = time.perf_counter() - t0
         rating = self._rate(records)
-        turns, credit = self._credit(turns)
+        turns, credit = self._credit(turns, records)
         update = self._update(turns)
         league = self._league_hooks(records)
         metrics = {**rollout, **credit, **update, **league, "engine/occupancy": self.engine.occupancy,
@@ -268,7 +268,8 @@ class AutocurriculumTrainer:
             for k in range(cfg.matches):
                 seats = [dict(p, seat=i) for i, p in enumerate(tup)]
                 gid = f"e{self.current_epoch}-r{self.current_round}-m{mi}-{k}"
-                games.append((play, seats, GameRecord(gid, seats), self.game_name))
+                calls = [] if getattr(self.credit, "replays", False) else None  # a method that replays games
+                games.append((play, seats, GameRecord(gid, seats, calls=calls), self.game_name))
         records = run_async(self.arena.run(games, cfg.max_concurrent_games, timeout_s=cfg.game_timeout_s))
         self._check_errors(records)
         turns = []
@@ -291,10 +292,17 @@ class AutocurriculumTrainer:
         self._record(records)
         return {f"rating/elo/{p['id']}": self.elo.rating(p["id"]) for p in self.players}
 
-    def _credit(self, turns: list[Turn]) -> tuple[list[Turn], dict]:
-        """Advantages for every turn, plus the credit method's extra turns for the learners."""
+    def _credit(self, turns: list[Turn], records: list[GameRecord] = ()) -> tuple[list[Turn], dict]:
+        """Advantages for every turn, plus the credit method's extra turns for the learners. A method
+        with ``replays = True`` (branch credit) first sees the round's games and a replayer of them."""
         if not turns:
             return turns, {}
+        if getattr(self.credit, "replays", False):
+            from autocurricula.replay import Replayer
+
+            self.credit.see_round(records, Replayer(self.arena, self._game, self.game_name,
+                                                    max_concurrent=self.config.max_concurrent_games,
+                                                    timeout_s=self.config.game_timeout_s))
         self.credit.assign(turns)
         frozen = self._frozen_ids()
         extra = self.credit.extra_turns([t for t in turns if t.player not in frozen])

@@ -1,0 +1,147 @@
+"""Replaying recorded games: to a chosen model call with the earlier answers forced, then on.
+
+A game run with ``GameRecord(..., calls=[])`` logs every model call it makes (players, scripted
+players, judges, sub-games), in the order it makes them. A replay runs ``play`` again under the
+recorded game's id, so ``model.seed`` and every call's seed are the recorded ones; the first
+``position`` calls get their recorded answers back (no sampling, no engine call, no turn), each after
+a check that the same player is asked the same prompt, and the calls from ``position`` on are
+sampled again. A *branch* samples them with seeds of its own (``salt``), so K branches from one
+position are K independent continuations of the same state; that is what branch credit
+(:mod:`autocurricula.branch`) averages into a state value. Branches run through the arena together
+(:meth:`Replayer.run`: one ``Arena.run`` for all of them, so the engine batches them).
+
+Which games qualify: those whose prompts and rewards depend only on ``model.seed`` (or a seed they
+are given) and the answers of earlier calls. The built-in games do, when they take their randomness
+from ``model.seed`` as they do by default: tictactoe (openings), kuhn_poker (the deal), negotiation
+(pool and values), highest_string (no randomness of its own), dataset, debate, red_blue, refine and
+textarena (its global ``random`` runs on the game's saved state). What breaks a replay:
+
+- randomness from elsewhere: module ``random`` or NumPy's global generator, ``os.urandom``
+  (``games._common.make_rng(None)`` with no seed), the wall clock, or a ``seed=``/``rng=`` that
+  differs between the game and its replay;
+- state outside the game: a play object that learns across games (``ProposerSolver`` and its artifact
+  store: a replay would see a later store and add problems to it), files, servers, global counters;
+- prompts that depend on timing (which of two concurrent calls finishes first).
+
+A changed prompt or player at a forced call, or a replay that makes fewer calls than were forced,
+is detected (:class:`ReplayDiverged`); randomness that only changes rewards is detected by
+:meth:`Replayer.check` (every answer forced, the rewards must come out the same).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+from autocurricula.arena import Arena, GameRecord, derive_seed
+
+
+class ReplayDiverged(RuntimeError):
+    """A replayed game asked for something other than what the recorded game asked at that call."""
+
+
+@dataclass
+class ReplayPlan:
+    """What a replay answers from the record (``GameRecord.replay``; the arena consults it on every call)."""
+
+    node: str  # the recorded game's id: the replay's model.seed and call seeds follow from it
+    answers: dict = field(default_factory=dict)  # call key -> (player id, prompt ids, Generation)
+    salt: str | None = None  # None: calls not forced keep the recorded game's seeds
+    used: int = 0  # forced calls answered so far
+
+    def forced(self, key: tuple, player: dict, ids: list[int]):
+        """The recorded :class:`~autocurricula.arena.Generation` of call ``key``, or None to sample it."""
+        entry = self.answers.get(key)
+        if entry is None:
+            return None
+        pid, prompt_ids, gen = entry
+        if player.get("id") != pid or list(ids) != prompt_ids:
+            what = "player" if player.get("id") != pid else "prompt"
+            raise ReplayDiverged(
+                f"replay of game {self.node}: call {key} asked a different {what} than the recorded game "
+                f"({player.get('id')!r} vs {pid!r}); the game is not replayable: its prompts must depend only on "
+                f"model.seed and earlier answers (no module random, os.urandom, clock or outside state)")
+        self.used += 1
+        return dataclasses.replace(gen, token_ids=list(gen.token_ids), logprobs=list(gen.logprobs))
+
+    def seed(self, key: tuple, seed: int) -> int:
+        """The seed of a call that is sampled: the recorded one, mixed with the branch's salt."""
+        return seed if self.salt is None else derive_seed(seed, self.salt)
+
+
+def plan(record: GameRecord, position: int, salt: str | None = None) -> ReplayPlan:
+    """A plan that forces the first ``position`` calls of ``record`` (``len(record.calls)``: all)."""
+    if record.calls is None:
+        raise ValueError(f"game {record.game_id} was not logged: run it with GameRecord(..., calls=[]) to replay it")
+    if not 0 <= position <= len(record.calls):
+        raise ValueError(f"position must be in [0, {len(record.calls)}] (the calls of game {record.game_id}), "
+                         f"got {position}")
+    answers = {key: (pid, list(ids), gen) for key, pid, ids, gen, _ in record.calls[:position]}
+    return ReplayPlan(record.game_id, answers, salt)
+
+
+def turn_positions(record: GameRecord) -> dict[int, int]:
+    """``{id(turn): position of its call}`` for the turns a logged game recorded."""
+    return {id(turn): i for i, (*_, turn) in enumerate(record.calls or []) if turn is not None}
+
+
+class Replayer:
+    """Runs replays and branches of recorded games through ``arena`` (all of a call at once)."""
+
+    def __init__(self, arena: Arena, play: Callable, game: str = "game", *, max_concurrent: int = 64,
+                 timeout_s: float | None = None):
+        if callable(getattr(play, "state_dict", None)):
+            raise ValueError(f"{getattr(play, '__name__', type(play).__name__)} carries state across games "
+                             f"(state_dict): replays would see and change it, so its games cannot be replayed; "
+                             f"use a credit method that does not replay games (credit='rae' or 'grpo')")
+        self.arena, self.play, self.game = arena, play, game
+        self.max_concurrent, self.timeout_s = max_concurrent, timeout_s
+        self.games_run = 0
+
+    def run(self, requests: list[tuple[GameRecord, int, str | None]]) -> list[GameRecord]:
+        """Replay each ``(record, position, salt)`` (see :func:`plan`); one ``Arena.run`` for all.
+        A replay that asked for something else, or stopped before its forced calls were used, has
+        ``error`` set to a ``ReplayDiverged`` message."""
+        from autocurricula.trainer import run_async
+
+        games = []
+        for n, (record, position, salt) in enumerate(requests):
+            replay = plan(record, position, salt)
+            rec = GameRecord(f"{record.game_id}#{salt if salt is not None else 'replay'}#{n}", record.players,
+                             replay=replay)
+            games.append((self.play, record.players, rec, self.game))
+        if not games:
+            return []
+        out = run_async(self.arena.run(games, self.max_concurrent, timeout_s=self.timeout_s))
+        self.games_run += len(out)
+        for rec in out:
+            if rec.error is None and rec.replay.used < len(rec.replay.answers):
+                rec.error = (f"ReplayDiverged: replay of game {rec.replay.node} used {rec.replay.used} of its "
+                             f"{len(rec.replay.answers)} recorded answers (the game made other calls)")
+        return out
+
+    def replay(self, record: GameRecord) -> GameRecord:
+        """``record`` played again with every answer forced (no engine call)."""
+        return self.run([(record, len(record.calls or []), None)])[0]
+
+    def check(self, record: GameRecord) -> None:
+        """Raise :class:`ReplayDiverged` unless replaying ``record`` with every answer forced gives
+        back its rewards: the test that a game qualifies for branch rollouts."""
+        again = self.replay(record)
+        if again.error is not None:
+            raise ReplayDiverged(again.error)
+        if again.rewards != record.rewards:
+            raise ReplayDiverged(
+                f"replaying game {record.game_id} with every answer forced gave rewards {again.rewards}, not "
+                f"{record.rewards}: the game draws randomness that is not from model.seed (module random, "
+                f"os.urandom, the clock) or reads outside state, so it cannot be replayed")
+
+    def branch(self, requests: list[tuple[GameRecord, int]], samples: int, tag: str = "b") -> list[list[GameRecord]]:
+        """For each ``(record, position)``: ``samples`` branch games that force the calls before
+        ``position`` and sample the rest with seeds of their own; all run in one ``Arena.run``."""
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, got {samples}")
+        flat = [(record, position, f"{tag}{position}.{k}") for record, position in requests for k in range(samples)]
+        out = self.run(flat)
+        return [out[i * samples:(i + 1) * samples] for i in range(len(requests))]

@@ -1,0 +1,285 @@
+"""Replay with forced answers and branch credit: a replay reproduces the recorded game, branches
+estimate state values with known odds, unreplayable games are caught, and credit="branch" runs in
+a short league with one batched Arena.run of branches per round."""
+
+import asyncio
+import os
+import random
+import types
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+
+from autocurricula import SelfPlayConfig, SelfPlayTrainer
+from autocurricula.arena import Arena, GameRecord
+from autocurricula.branch import BranchCredit, branch_advantage, branch_value, pick_positions
+from autocurricula.credit import RAE
+from autocurricula.replay import ReplayDiverged, Replayer, turn_positions
+
+from toy_games import digits, first_digit_policy, nested, seed_style
+
+
+class DigitEngine:
+    """No model: every engine call answers a uniform digit drawn from its sampling seed."""
+
+    tokenizer = None
+
+    def __init__(self):
+        self.submits = 0
+
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(map(chr, ids))
+
+    def call(self, fn, *args):
+        pass  # nothing to hold: answers are ready at once
+
+    def submit(self, ids, adapter, params):
+        self.submits += 1
+        text = str(int(np.random.default_rng(params.seed).integers(10)))
+        fut = Future()
+        fut.set_result(types.SimpleNamespace(text=text, token_ids=[ord(text)], logprobs=[-2.3], prompt_ids=list(ids),
+                                             finish_reason="stop", adapter_version=1))
+        return fut
+
+
+async def dice(players, model, tokenizer=None):
+    """Seat 0 says a digit d, seat 1 a digit e after seeing d; the higher digit wins. With uniform
+    digits, seat 0's value after d is P(d > e) - P(d < e) = (2d - 9) / 10, and 0 before it."""
+    d = int((await model.generate(players[0], "roll", max_tokens=1)).text)
+    e = int((await model.generate(players[1], f"beat {d}", max_tokens=1)).text)
+    return [1.0, -1.0] if d > e else [-1.0, 1.0] if e > d else [0.0, 0.0]
+
+
+def scripted(pid):
+    return {"id": pid, "policy": first_digit_policy}
+
+
+def logged(arena, play, players_list, prefix="g"):
+    games = [(play, players, GameRecord(f"{prefix}{i}", players, calls=[]), "game")
+             for i, players in enumerate(players_list)]
+    return asyncio.run(arena.run(games))
+
+
+# ---------------------------------------------------------------------- pure maths
+def test_branch_maths_by_hand():
+    assert branch_value([1.0, -1.0, 1.0, 1.0]) == 0.5
+    assert branch_value([]) is None and branch_value([None, 2.0]) == 2.0
+    assert branch_advantage(1.0, 0.25) == 0.75  # G - V(s_t)
+    assert branch_advantage(1.0, 0.25, next_value=-0.5) == -0.75  # V(s_t+1) - V(s_t): the outcome is ignored
+    assert pick_positions([5, 1, 3], 0, seed=1) == [1, 3, 5]  # 0 = all
+    some = pick_positions(list(range(10)), 3, seed=7)
+    assert len(some) == 3 and some == sorted(some) and some == pick_positions(list(range(10)), 3, seed=7)
+
+
+def test_config_checks_branch_fields():
+    cfg = SelfPlayConfig(credit="branch", branch_samples=3, branch_turns_per_game=2, branch_advantage="td")
+    assert cfg.branch_samples == 3
+    for bad in (dict(branch_samples=0), dict(branch_turns_per_game=-1), dict(branch_advantage="gae")):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SelfPlayConfig(credit="branch", **bad)
+
+
+# ---------------------------------------------------------------------- replay reproduces the game
+def test_replay_reproduces_every_game_with_no_engine_call(tiny_model_path):
+    from autocurricula.engine import Engine, EngineConfig
+    from autocurricula.games import kuhn_poker, tictactoe
+
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2))
+    try:
+        arena = Arena(eng, seed=3, max_tokens=3)
+        a, b = {"id": "a", "adapter": None}, {"id": "b", "adapter": None}
+        cases = [(tictactoe.play, [[a, b], [b, scripted("r")]]),  # trainable and scripted seats
+                 (kuhn_poker.play, [[a, b]]),  # the deal comes from model.seed
+                 (nested, [[a, b]]),  # sub-games, with a judge call (trainable=False) in each
+                 (seed_style, [[a, b]])]  # sync play: set_player + model.generate(**inputs)
+        for play, seats in cases:
+            records = logged(arena, play, seats)
+            replayer = Replayer(arena, play)
+            for rec in records:
+                assert rec.error is None and rec.calls, rec.error
+                again = replayer.replay(rec)  # every answer forced
+                assert again.error is None and again.rewards == rec.rewards, (play, again.error)
+                assert again.replay.used == len(rec.calls) and again.turns == []  # forced calls make no turns
+                replayer.check(rec)
+            # the log maps every recorded turn to its call
+            pos = turn_positions(records[0])
+            assert len(pos) == len(records[0].turns) and all(records[0].calls[p][4] is t
+                                                             for t in records[0].turns for p in [pos[id(t)]])
+    finally:
+        eng.close()
+
+
+def test_replay_makes_no_engine_call_and_branches_resample_from_the_state():
+    eng = DigitEngine()
+    arena = Arena(eng, seed=0)
+    p0, p1 = {"id": "p0"}, {"id": "p1"}
+    rec, = logged(arena, dice, [[p0, p1]])
+    assert eng.submits == 2 and [t.player for t in rec.turns] == ["p0", "p1"]
+    replayer = Replayer(arena, dice)
+    again = replayer.replay(rec)
+    assert eng.submits == 2 and again.rewards == rec.rewards
+    d = rec.calls[0][3].text
+    (b1,), = replayer.branch([(rec, 1)], 1)
+    assert [t.prompt_ids for t in b1.turns] == [rec.calls[1][2]]  # seat 0's move is forced: "beat d" again
+    assert b1.turns[0].game_id == rec.game_id  # the branch keeps the game's node, hence model.seed
+    branches, = replayer.branch([(rec, 0)], 20)
+    firsts = {eng.decode(b.turns[0].completion_ids) for b in branches}
+    assert len(firsts) > 3 and all(b.turns[0].prompt_ids == rec.calls[0][2] for b in branches)
+    assert d in "0123456789"
+
+
+# ---------------------------------------------------------------------- values with known odds
+@pytest.mark.parametrize("mode", ["return", "td"])
+def test_branch_values_match_known_odds(mode):
+    arena = Arena(DigitEngine(), seed=1)
+    records = logged(arena, dice, [[{"id": "p0"}, {"id": "p1"}] for _ in range(3)])
+    for r in records:
+        for t in r.turns:
+            t.reward = r.rewards[t.seat]
+    credit = BranchCredit(samples=400, advantage=mode)
+    credit.see_round(records, Replayer(arena, dice))
+    turns = [t for r in records for t in r.turns]
+    adv = credit.advantages(turns)
+    tol = 0.2  # 4 standard errors of a mean of 400 returns in [-1, 1]
+    for r in records:
+        d = int(r.calls[0][3].text)
+        v_after = (2 * d - 9) / 10  # seat 0's value once d is said
+        a0, a1 = adv[turns.index(r.turns[0])], adv[turns.index(r.turns[1])]
+        g0, g1 = r.rewards
+        # seat 0 moves from the start (V = 0); seat 1 moves after d (its V is -v_after)
+        assert abs(a0 - ((g0 - 0.0) if mode == "return" else v_after)) < tol, (mode, d, a0)
+        assert abs(a1 - (g1 + v_after)) < tol, (mode, d, a1)  # td: the next state is the end, V = G
+    # both modes branch from 0 and 1 (after the last call, td's V is the game's return)
+    assert credit.metrics()["credit/branched_turns"] == 6 and credit.metrics()["credit/branch_games"] == 3 * 2 * 400
+
+
+def test_budget_and_fallback():
+    arena = Arena(DigitEngine(), seed=2)
+    records = logged(arena, dice, [[{"id": "p0"}, {"id": "p1"}] for _ in range(4)])
+    for r in records:
+        for t in r.turns:
+            t.reward = r.rewards[t.seat]
+    credit = BranchCredit(samples=2, turns_per_game=1)
+    credit.see_round(records, Replayer(arena, dice))
+    assert credit.metrics()["credit/branched_turns"] == 4  # one turn per game
+    assert credit.metrics()["credit/branch_games"] == 4 * 2
+    turns = [t for r in records for t in r.turns]
+    branched = set(credit._adv)
+    adv = credit.advantages(turns)
+    rae = RAE().advantages(turns)  # the fallback: a fresh RAE's advantages for the turns not branched
+    assert [a for t, a in zip(turns, adv) if id(t) not in branched] == \
+        [a for t, a in zip(turns, rae) if id(t) not in branched]
+    assert len(branched) == 4 and credit._adv == {}  # branch values serve their round once
+
+
+# ---------------------------------------------------------------------- games that do not qualify
+async def module_random_prompt(players, model, tokenizer=None):
+    """Not replayable: the prompt draws from module random, not model.seed."""
+    a = await model.generate(players[0], f"pick {random.random()}")
+    b = await model.generate(players[1], "pick")
+    return [1.0, -1.0] if a.text > b.text else [-1.0, 1.0]
+
+
+async def urandom_reward(players, model, tokenizer=None):
+    """Not replayable: same prompts, but the reward comes from os.urandom."""
+    await model.generate(players[0], "pick")
+    x = float(int.from_bytes(os.urandom(6), "little"))
+    return [x, -x]
+
+
+CALLS = {"n": 0}
+
+
+async def counter_game(players, model, tokenizer=None):
+    """Not replayable: how many calls it makes depends on a global counter."""
+    CALLS["n"] += 1
+    for _ in range(3 if CALLS["n"] == 1 else 1):
+        await model.generate(players[0], "pick")
+    return [0.0, 0.0]
+
+
+class Stateful:
+    def __call__(self, players, model, tokenizer=None):
+        return dice(players, model, tokenizer)
+
+    def state_dict(self):
+        return {}
+
+
+@pytest.mark.parametrize("play, match", [(module_random_prompt, "different prompt"),
+                                         (urandom_reward, "gave rewards"),
+                                         (counter_game, "used 1 of its 3")])
+def test_unreplayable_games_are_detected(play, match):
+    arena = Arena(DigitEngine(), seed=0)
+    rec, = logged(arena, play, [[scripted("s0"), scripted("s1")]])
+    with pytest.raises(ReplayDiverged, match=match):
+        Replayer(arena, play).check(rec)
+
+
+def test_branch_credit_refuses_unreplayable_games():
+    arena = Arena(DigitEngine(), seed=0)
+    with pytest.raises(ValueError, match="carries state"):
+        Replayer(arena, Stateful())
+    records = logged(arena, module_random_prompt, [[{"id": "p0"}, {"id": "p1"}]])
+    with pytest.raises(ReplayDiverged, match="not replayable"):
+        BranchCredit(samples=2).see_round(records, Replayer(arena, module_random_prompt))
+
+
+@pytest.mark.parametrize("game", ["tictactoe", "kuhn_poker", "negotiation", "highest_string"])
+def test_builtin_games_replay(game):
+    import importlib
+
+    mod = importlib.import_module(f"autocurricula.games.{game}")
+    arena = Arena(DigitEngine(), seed=5)
+    seats = [[{"id": "s0", "policy": mod.random_policy}, {"id": "s1", "policy": mod.random_policy}] for _ in range(4)]
+    records = logged(arena, mod.play, seats)
+    replayer = Replayer(arena, mod.play)
+    for rec in records:
+        assert rec.error is None, rec.error
+        replayer.check(rec)
+
+
+# ---------------------------------------------------------------------- in a league
+def test_branch_credit_in_a_short_league(tiny_model_path, tmp_path, monkeypatch):
+    runs, seen, branched = [], [], []
+    real_run = Arena.run
+
+    async def counting_run(self, games, *a, **k):
+        runs.append(len(games))
+        return await real_run(self, games, *a, **k)
+
+    real_see, real_branch = BranchCredit.see_round, Replayer.branch
+
+    def see(self, records, replayer):
+        seen.append(records)
+        return real_see(self, records, replayer)
+
+    def branch(self, requests, samples, tag="b"):
+        out = real_branch(self, requests, samples, tag)
+        branched.append((requests, out))
+        return out
+
+    monkeypatch.setattr(Arena, "run", counting_run)
+    monkeypatch.setattr(BranchCredit, "see_round", see)
+    monkeypatch.setattr(Replayer, "branch", branch)
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=3, output_dir=str(tmp_path), progress=False,
+                                       bt_bootstrap=0, max_tokens=4, credit="branch", branch_samples=3))
+    t.train(str(tiny_model_path), digits)
+    t.engine.close()
+    # per round: the games, then all branches together (round 1 also replays one game to check it)
+    assert runs == [3, 1, 3 * 2 * 3, 3, 3 * 2 * 3]
+    assert [m["credit/branched_turns"] for m in t.metrics_log] == [6, 6]
+    differ = 0
+    for records, (requests, out) in zip(seen, branched):
+        index = {(r.game_id, p): i for i, (r, p) in enumerate(requests)}
+        for rec in records:
+            pos = turn_positions(rec)
+            for turn in rec.turns:  # A = G - mean of the K branch returns of the turn's seat
+                rows = [g.rewards[turn.seat] for g in out[index[(rec.game_id, pos[id(turn)])]]]
+                assert turn.advantage == pytest.approx(turn.reward - sum(rows) / len(rows))
+            differ += len({round(t.advantage, 9) for t in rec.turns}) > 1
+    assert differ > 0  # moves of one game get credit of their own
