@@ -82,7 +82,8 @@ class RemoteEngine:
     id or a loaded :class:`~autocurricula.engine.Engine`; it gives the tokenizer and the
     fingerprint every server must match (or pass ``tokenizer`` and ``fingerprint``, or
     ``check_base=False``). ``api_key``: sent to every server. ``timeout``: seconds one request may
-    take before its server counts as failed. ``poll_s``: how often down servers are probed.
+    take before its server counts as failed, and how long a request waits for a server to come
+    back when all are down. ``poll_s``: how often the servers' health is probed.
     """
 
     def __init__(self, servers: str | list[str], base: Any = None, *, tokenizer: Any = None,
@@ -103,7 +104,7 @@ class RemoteEngine:
                                  "model can be checked, or check_base=False")
             fingerprint = fingerprint_engine(base) if hasattr(base, "submit") else fingerprint_folder(base)
         self.expected = fingerprint if check_base else None
-        self.poll_s = poll_s
+        self.poll_s, self.timeout = poll_s, timeout
         self.name = getattr(base, "name", None) or (str(base) if base is not None else "base")
         self.stats = {"completions": 0, "retried": 0, "uploads": 0, "resyncs": 0, "failed": 0}
         self._adapters: dict[str, _Adapter] = {}
@@ -382,12 +383,17 @@ class RemoteEngine:
     async def _complete(self, ids: list[int], player: str | None, params: SamplingParams, rid: str) -> Completion:
         tried: set[int] = set()
         lost_adapter = False
+        deadline = time.monotonic() + self.timeout
         while True:
-            srv = self._pick(player, tried)
-            if srv is None:
-                self.stats["failed"] += 1
-                raise UnavailableError(None, "no server is up to take the request (" + "; ".join(
-                    f"{s.url}: {s.error}" for s in self.servers) + ")")
+            # another server first; the failed ones again once the poll has brought them back
+            srv = self._pick(player, tried) or self._pick(player, set())
+            if srv is None:  # every server down: wait for one to come back, up to the request timeout
+                if time.monotonic() > deadline:
+                    self.stats["failed"] += 1
+                    raise UnavailableError(None, f"no server came up within {self.timeout:g} s (" + "; ".join(
+                        f"{s.url}: {s.error}" for s in self.servers) + ")")
+                await asyncio.sleep(min(0.1, self.poll_s))
+                continue
             srv.inflight += 1
             try:
                 if player is not None:

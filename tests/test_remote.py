@@ -271,3 +271,16 @@ def test_a_server_restarted_between_polls_gets_the_adapter_again(engine, tiny_mo
         # b forgot its adapters; the 404 makes the remote upload again on the same server
         assert remote.generate("o", on_b, max_tokens=1).adapter_version == 1
         assert remote.stats["uploads"] == uploads + 1 and remote.placement(on_b) == b.url
+
+
+@pytest.mark.slow
+def test_with_every_server_down_a_request_waits_for_one_to_return(engine, tiny_model_path, two_servers):
+    _, b = two_servers
+    with RemoteEngine([b.url], base=tiny_model_path, api_key=KEY, poll_s=0.2, timeout=90) as remote:
+        remote.load_adapter("w0", weights(engine, 80))
+        remote.generate("o", "w0", max_tokens=1)
+        b.kill()
+        future = remote.submit("o", "w0", SamplingParams(max_tokens=4, temperature=0.0))
+        b.start().wait()
+        assert future.result(60).adapter_version == 1  # re-synced, then served
+        assert remote.stats["retried"] >= 1 and remote.stats["failed"] == 0
