@@ -11,10 +11,10 @@ position are K independent continuations of the same state; that is what branch 
 (:meth:`Replayer.run`: one ``Arena.run`` for all of them, so the engine batches them).
 
 Which games qualify: those whose prompts and rewards depend only on ``model.seed`` (or a seed they
-are given) and the answers of earlier calls. The built-in games do, when they take their randomness
-from ``model.seed`` as they do by default: tictactoe (openings), kuhn_poker (the deal), negotiation
-(pool and values), highest_string (no randomness of its own), dataset, debate, red_blue, refine and
-textarena (its global ``random`` runs on the game's saved state). What breaks a replay:
+are given) and the answers of earlier calls. Every built-in game does when it takes its randomness
+from ``model.seed``, as it does by default (tested: tictactoe and its openings, kuhn_poker's deal,
+negotiation's pool and values, highest_string, dataset's row, debate and refine with their judge
+calls, red_blue, textarena, and proposer_solver's module ``play``). What breaks a replay:
 
 - randomness from elsewhere: module ``random`` or NumPy's global generator, ``os.urandom``
   (``games._common.make_rng(None)`` with no seed), the wall clock, or a ``seed=``/``rng=`` that
