@@ -61,6 +61,9 @@ class _Server:
     up: bool = False
     instance: str | None = None
     held: dict[str, int | None] = field(default_factory=dict)  # player -> version it holds (None: unknown)
+    # player -> server version minus ours, for players the server knew from an earlier run (its
+    # versions of a name only grow); applied to every upload and every completion
+    offset: dict[str, int] = field(default_factory=dict)
     inflight: int = 0
     completions: int = 0
     error: str | None = None
@@ -296,7 +299,7 @@ class RemoteEngine:
                     continue
                 try:
                     info = await srv.client.adapter_info(player)
-                    srv.held[player] = info["version"]
+                    srv.held[player] = info["version"] - srv.offset.get(player, 0)
                 except NotFoundError:
                     srv.held[player] = None
                 await self._ensure(srv, player)
@@ -367,18 +370,21 @@ class RemoteEngine:
                     raise UnknownPlayerError(f"player {player!r} was unloaded")
                 if srv.held.get(player) == ad.version:
                     return
+                off = srv.offset.get(player, 0)
                 try:
-                    got = (await srv.client.upload_adapter(player, ad.data, version=ad.version))["version"]
-                    self.stats["uploads"] += 1
-                except ConflictError:  # it has this version already (an upload whose answer was lost)
-                    got = (await srv.client.adapter_info(player))["version"]
-                    if got > ad.version:
-                        raise RuntimeError(
-                            f"server {srv.url} holds {player!r} at version {got}, newer than this trainer's "
-                            f"{ad.version}: another trainer pushes to it, or this run resumed from an earlier "
-                            "checkpoint; restart the server (it forgets its adapters) or give the players new "
-                            "names") from None
-                srv.held[player] = got
+                    await srv.client.upload_adapter(player, ad.data, version=ad.version + off)
+                except ConflictError:
+                    try:
+                        now = (await srv.client.adapter_info(player))["version"]
+                    except NotFoundError:
+                        now = None
+                    if now != ad.version + off:  # not a lost answer: the name was used before there
+                        there = (await srv.client.upload_adapter(player, ad.data))["version"]
+                        srv.offset[player] = there - ad.version
+                        log.warning("server %s knew player %r from an earlier run (version %d there is %d "
+                                    "here); serving it under a version offset", srv.url, player, there, ad.version)
+                self.stats["uploads"] += 1
+                srv.held[player] = ad.version
 
     async def _complete(self, ids: list[int], player: str | None, params: SamplingParams, rid: str) -> Completion:
         tried: set[int] = set()
@@ -419,7 +425,7 @@ class RemoteEngine:
                 srv.inflight -= 1
             srv.completions += 1
             self.stats["completions"] += 1
-            return _completion(body, rid, player)
+            return _completion(body, rid, player, srv.offset.get(player, 0) if player else 0)
 
     async def _install(self, name: str, ad: _Adapter) -> int:
         old = self._adapters.get(name)
@@ -464,13 +470,14 @@ class RemoteEngine:
         return sum(vals) / len(vals) if vals else 0.0
 
 
-def _completion(body: dict, rid: str, player: str | None) -> Completion:
+def _completion(body: dict, rid: str, player: str | None, offset: int = 0) -> Completion:
     ch = body["choices"][0]
     lps = (ch.get("logprobs") or {}).get("token_logprobs") or []
+    ours = lambda v: None if v is None else v - offset  # noqa: E731 - the server's version in the trainer's numbering
     return Completion(request_id=rid, player=player, prompt_ids=list(ch["prompt_token_ids"]),
                       token_ids=list(ch["token_ids"]), logprobs=[float(x) for x in lps], text=ch["text"],
-                      finish_reason=ch["finish_reason"], adapter_version=body.get("adapter_version"),
-                      version_spans=[tuple(s) for s in body.get("version_spans") or []])
+                      finish_reason=ch["finish_reason"], adapter_version=ours(body.get("adapter_version")),
+                      version_spans=[(s, e, ours(v)) for s, e, v in body.get("version_spans") or []])
 
 
 def _safetensors_of(source: Any) -> bytes:

@@ -500,15 +500,15 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         try:
             if isinstance(source, str):  # a folder: every file must resolve inside the root
                 source = await run_in_threadpool(load_folder, source, root, max_lora_rank)
-            if version is not None:
-                loaded = engine.adapter_info(name)["version"] if name in engine.players() else None
-                if loaded is not None and version <= loaded:
-                    raise APIError(409, f"adapter {name!r} is at version {loaded} already; send a newer "
-                                        "version (or none, to take the next one)", "version")
             return await run_in_threadpool(engine.load_adapter, name, source, version)
         except (AdapterError, APIError):
             raise
-        except (ValueError, OSError) as exc:  # e.g. an unreadable folder or a broken adapter_config.json
+        except ValueError as exc:
+            if version is not None:  # the engine's one check of a given version: newer than every earlier one
+                raise APIError(409, f"adapter {name!r}: {exc}; send a newer version (or none, to take the "
+                                    "next one)", "version") from None
+            raise APIError(400, f"cannot load adapter {name!r}: {exc}") from None
+        except OSError as exc:  # e.g. an unreadable folder
             raise APIError(400, f"cannot load adapter {name!r}: {exc}") from None
 
     @app.post("/v1/load_lora_adapter")

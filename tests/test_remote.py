@@ -141,6 +141,14 @@ def test_one_server_matches_the_in_process_engine(engine, tiny_model_path, other
             assert remote.sync_from(engine) == {"pushed": [], "dropped": ["bob"]} and remote.players() == ["alice"]
         finally:
             remote.close()
+        # a new run against the same server: its alice is at 6 there, this run starts at 1
+        with RemoteEngine(server.url, base=tiny_model_path, api_key=KEY) as rerun:
+            rerun.load_adapter("alice", weights(engine, 1), version=1)
+            assert rerun.generate("x o", "alice", max_tokens=2).adapter_version == 1
+            assert rerun.load_adapter("alice", weights(engine, 2)) == 2
+            assert rerun.generate("x o", "alice", max_tokens=2).adapter_version == 2
+            with server.client() as c:
+                assert c.adapter_info("alice")["version"] == 8  # 7 and 8 there are this run's 1 and 2
         with pytest.raises(BaseModelMismatchError, match="weights differ"):
             RemoteEngine([server.url], base=other_model, api_key=KEY)
         with pytest.raises(AuthError):

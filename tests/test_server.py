@@ -237,6 +237,7 @@ def test_upload_at_a_version_and_fingerprint(client, engine, tiny_model_path):
     assert put(client, "vplayer", data, version=9).json()["version"] == 9
     assert put(client, "vplayer", data).json()["version"] == 10  # no version: the next one
     client.delete("/v1/adapters/vplayer")
+    error_of(put(client, "vplayer", data, version=3), 409, "not newer")  # a name's versions only grow
     # an engine named "tiny" has no folder: printed from its parameters, stable across calls
     fp = client.get("/v1/fingerprint").json()
     assert fp["kind"] == "params" and fp["model"] == "tiny" and fp == client.get("/v1/fingerprint").json()
