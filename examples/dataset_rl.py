@@ -2,11 +2,14 @@
 
     python examples/dataset_rl.py
 
-The tiny random model first gets a short supervised warm-up on the *format* (a prompt ``a+b=``
-answered by a number near the sum, never checked), so that its replies parse; then one learner
-trains with GRPO on ``autocurricula.games.dataset``: ``--generations`` completions per prompt form
-one group and each completion's reward is 1 if it is exactly right. Accuracy is greedy exact match
-on held-out prompts the learner never trains on. Offline, a few minutes on 2 CPU cores.
+Problems are ``a+b=`` with a, b in 0..19 (400 of them, built locally); 80 are held out. The tiny
+random model first gets a short supervised warm-up on the *format*: every prompt answered by a
+number near the sum (within +-2, right only by chance), so that its replies parse. Then one learner
+trains with GRPO on ``autocurricula.games.dataset`` over the other 320: ``--generations``
+completions per prompt form one group, and a completion's reward is 1 if it is exactly right.
+The figures, before and after: on the held-out problems, greedy exact match and the probability of
+a right answer (16 samples each at temperature 1); greedy exact match on the training problems.
+Offline, under 2 minutes on 2 CPU cores.
 """
 
 import argparse
@@ -27,16 +30,16 @@ CACHE = Path(os.environ.get("AUTOCURRICULA_CACHE", Path.home() / ".cache" / "aut
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--epochs", type=int, default=1)
-parser.add_argument("--rounds", type=int, default=40)
+parser.add_argument("--rounds", type=int, default=200)
 parser.add_argument("--prompts", type=int, default=16, help="prompts (games) per round")
 parser.add_argument("--generations", type=int, default=8, help="completions per prompt: one GRPO group")
-parser.add_argument("--max-operand", type=int, default=9, help="problems are a+b with a, b in 0..this")
-parser.add_argument("--held-out", type=int, default=20, help="problems kept out of training, for the figure")
-parser.add_argument("--warmup-steps", type=int, default=150)
+parser.add_argument("--max-operand", type=int, default=19, help="problems are a+b with a, b in 0..this")
+parser.add_argument("--held-out", type=int, default=80, help="problems kept out of training, for the figure")
+parser.add_argument("--warmup-steps", type=int, default=300)
 parser.add_argument("--warmup-spread", type=int, default=2, help="warm-up answers are the sum +- up to this")
 parser.add_argument("--warmup-on", default="all", choices=["all", "train"], help="prompts of the format "
                     "warm-up: all (held-out ones too; their answers are only near the sum) or the training ones")
-parser.add_argument("--learning-rate", type=float, default=2e-3)
+parser.add_argument("--learning-rate", type=float, default=5e-4)
 parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the warm base")
 parser.add_argument("--hidden", type=int, default=128)
 parser.add_argument("--layers", type=int, default=2)
