@@ -25,6 +25,11 @@ _LAZY = {
     "EngineConfig": "autocurricula.engine",
     "SamplingParams": "autocurricula.engine",
     "LoraSpec": "autocurricula.engine",
+    "GameResult": "autocurricula.arena",
+    "ArtifactStore": "autocurricula.artifacts",
+    "snapshot_spec": "autocurricula.pool",
+    "Credit": "autocurricula.credit",
+    "register_credit": "autocurricula.credit",
 }
 
 __all__ = ["__version__", *_LAZY]
