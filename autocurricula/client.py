@@ -59,8 +59,9 @@ _BY_STATUS = {400: BadRequestError, 401: AuthError, 403: PermissionDeniedError, 
 # Retried: the connection failed before an answer came. ReadError / WriteError /
 # RemoteProtocolError are what a reused keep-alive connection gives when the server closed it as
 # the request went out; sending again is safe because every request of this client is idempotent
-# (generation changes no state; adapter PUT / load set the same weights again). Timeouts are not
-# retried: the server may still be working on the request.
+# (generation changes no state; adapter PUT / load set the same weights again; a versioned PUT
+# that already went through answers 409, see RemoteEngine). Timeouts are not retried: the server
+# may still be working on the request.
 _RETRY_ON = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
              httpx.WriteError)
 

@@ -96,6 +96,7 @@ class RemoteEngine:
         if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
             raise ValueError("servers must be a list of http(s):// URLs of `autocurricula serve` servers, "
                              f"got {servers!r}")
+        urls = [u.rstrip("/") for u in urls]
         if len(set(urls)) != len(urls):
             raise ValueError(f"servers lists a URL twice: {urls}")
         if not (isinstance(poll_s, (int, float)) and poll_s > 0 and timeout > 0):
