@@ -364,6 +364,9 @@ class RemoteEngine:
 
     async def _ensure(self, srv: _Server, player: str) -> None:
         """Upload the player's current version unless the server holds it already."""
+        ad = self._adapters.get(player)
+        if ad is not None and srv.held.get(player) == ad.version:  # the common case: no lock
+            return
         async with srv.lock(player):
             while True:
                 ad = self._adapters.get(player)
