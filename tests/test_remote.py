@@ -41,7 +41,8 @@ class Serve:
     def start(self):
         cmd = [sys.executable, "-c", "from autocurricula.cli import main; main()", "serve", "--model", self.model,
                "--host", "127.0.0.1", "--port", str(self.port), "--api-key", self.api_key]
-        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+        with open(self.log, "ab") as out:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         return self
 
     def wait(self, timeout=90.0):
