@@ -468,18 +468,14 @@ class Arena:
             for (key, *_rest) in batch:
                 self._queued[key[0]] -= 1
             self._inflight += len(batch)
-            go = threading.Event()
-            self.engine.call(go.wait, 60)  # hold the engine so the whole batch is admitted together
-            try:
-                futs = [self.engine.submit(ids, adapter, params) for _, ids, adapter, params, _ in batch]
-            except BaseException as exc:
+            try:  # admitted together, in this order: the tick is one batch whatever else is queued
+                futs = self.engine.submit_many([(ids, adapter, params) for _, ids, adapter, params, _ in batch])
+            except BaseException as exc:  # noqa: BLE001 - the tick's games get the error, the coordinator lives on
                 self._inflight -= len(batch)
                 for *_x, waiter in batch:
                     if not waiter.done():  # a cancelled (timed-out) game's waiter is done already
                         waiter.set_exception(exc)
                 continue
-            finally:
-                go.set()
             for (_, _, _, _, waiter), f in zip(batch, futs):
                 f.add_done_callback(lambda cf, w=waiter: self.loop.call_soon_threadsafe(self._settle, w, cf))
 

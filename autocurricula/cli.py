@@ -119,7 +119,8 @@ def _train(args) -> None:
         raise SystemExit(f"autocurricula train: {exc}") from None
     trainer = getattr(leagues, trainer_name)(config)
     try:
-        trainer.train(args.model, play, lora_config=lora, grpo_config=grpo, resume_from_checkpoint=args.resume or None)
+        trainer.train(args.model, play, lora_config=lora, grpo_config=grpo, resume_from_checkpoint=args.resume or None,
+                      servers=args.server, api_key=args.api_key)
     except (ModelNotFoundError, FileExistsError, CheckpointError, HubAccessError, GameError) as exc:
         raise SystemExit(f"autocurricula train: {exc}") from None
     print(trainer.leaderboard)
@@ -195,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=int, default=None)
     tr.add_argument("--output-dir", dest="output_dir", default=None)
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    tr.add_argument("--server", action="append", default=None, metavar="URL",
+                    help="play the games on this running `autocurricula serve` (same base model); repeatable. "
+                         "Updates run here and each changed adapter is pushed to the servers")
+    tr.add_argument("--api-key", default=None, help="the servers' --api-key")
     tr.add_argument("--overwrite-output-dir", dest="overwrite_output_dir", action="store_true",
                     help="delete another run's checkpoints and logs in output_dir and start afresh")
     tr.set_defaults(func=_train)

@@ -159,7 +159,8 @@ class AutocurriculumTrainer:
 
     def train(self, model, play: Callable | None = None, *, lora_config=None, grpo_config=None,
               resume_from_checkpoint: bool | str | None = None, policies: dict | None = None,
-              callbacks: list[Callable] | None = None):
+              callbacks: list[Callable] | None = None, servers: str | list[str] | None = None,
+              api_key: str | None = None):
         """Train the league. ``model``: Hub id, local folder, an :class:`~autocurricula.engine.Engine`, or
         an already loaded ``(model, tokenizer)`` pair from ``mlx_lm.load``.
         ``play`` defaults to ``self.play``. ``lora_config``: a ``peft.LoraConfig`` (or ours);
@@ -167,7 +168,10 @@ class AutocurriculumTrainer:
         complete checkpoint in ``output_dir`` that passes verification) or a path. ``policies``:
         ``{player id: callable}`` for scripted players on resume that are not in ``opponents``
         (those get their policy from ``opponents``). ``callbacks``: ``fn(trainer) -> dict`` called
-        after every epoch; returned metrics are logged.
+        after every epoch; returned metrics are logged. ``servers``: URLs of running ``autocurricula
+        serve`` servers of the same base model (``api_key`` for them); games are then played there,
+        while updates run on this process's own copy of the weights and every changed adapter is
+        pushed to the servers before the next round.
 
         A fresh run refuses an ``output_dir`` that holds another run unless ``overwrite_output_dir``.
         SIGINT and SIGTERM finish the round, save a checkpoint and return (a second one stops at once)."""
@@ -183,7 +187,7 @@ class AutocurriculumTrainer:
             from autocurricula.hub import check_hub_access
 
             check_hub_access(cfg.hub_model_id, private=cfg.hub_private_repo)
-        self._setup(model, lora_config, grpo_config, play)
+        self._setup(model, lora_config, grpo_config, play, servers, api_key)
         ckpt.remove_partial_checkpoints(cfg.output_dir)
         start, first_round = 0, 0
         if resume_from_checkpoint:
@@ -206,6 +210,8 @@ class AutocurriculumTrainer:
                 signal.signal(sig, handler)
             for t in self.trackers:
                 t.finish()
+            if self.rollout is not self.engine:
+                self.rollout.close()
         if cfg.push_to_hub and not self._stop_requested:
             self.push_to_hub(cfg.hub_model_id, private=cfg.hub_private_repo)
         return self
@@ -253,7 +259,8 @@ class AutocurriculumTrainer:
         turns, credit = self._credit(turns, records)
         update = self._update(turns)
         league = self._league_hooks(records)
-        metrics = {**rollout, **credit, **update, **league, "engine/occupancy": self.engine.occupancy,
+        self._sync_rollout()  # servers serve the new versions as soon as they exist
+        metrics = {**rollout, **credit, **update, **league, "engine/occupancy": self.rollout.occupancy,
                    "time/round_s": time.perf_counter() - t0, "time/rollout_s": t_rollout, **rating}
         self.step += 1
         if self.step % self.config.logging_steps == 0:
@@ -263,6 +270,7 @@ class AutocurriculumTrainer:
         """Play match()'s games; a failing round stops here. Each turn gets its reward: the arena's
         (a sub-game's) if it set one, else its seat's reward in the game."""
         cfg = self.config
+        retried = self._sync_rollout()
         games = []
         for mi, tup in enumerate(self.match() or []):
             for k in range(cfg.matches):
@@ -282,10 +290,20 @@ class AutocurriculumTrainer:
         metrics = {"rollout/games": len(records), "rollout/errors": sum(r.error is not None for r in records),
                    "rollout/turns": len(turns), "pool/size": len(self.players),
                    "pool/learners": sum(not p["frozen"] for p in self.players)}
+        if retried is not None:  # requests a failed server left, served by another
+            metrics["rollout/retried"] = self.rollout.stats["retried"] - retried
         learners = [(r, i) for r in records if not r.error for i, p in enumerate(r.players) if self.arena.is_trainable(p)]
         if learners:
             metrics["rollout/reward_mean"] = float(np.mean([r.rewards[i] for r, i in learners]))
         return records, turns, metrics
+
+    def _sync_rollout(self) -> int | None:
+        """With servers: push every adapter that changed since the last round (updates, new players,
+        snapshots, resets) and drop removed players; returns the servers' retry count so far."""
+        if self.rollout is self.engine:
+            return None
+        self.rollout.sync_from(self.engine)
+        return self.rollout.stats["retried"]
 
     def _rate(self, records: list[GameRecord]) -> dict:
         """Elo, payoff and the match history take the games; the players' Elo after them."""
@@ -397,7 +415,7 @@ class AutocurriculumTrainer:
             log.warning("plotting failed: %s", exc)
 
     # ------------------------------------------------------------------ setup and state
-    def _setup(self, model, lora_config, grpo_config, play) -> None:
+    def _setup(self, model, lora_config, grpo_config, play, servers=None, api_key=None) -> None:
         from autocurricula.engine import Engine, EngineConfig
         from autocurricula.pool import Pool
         from autocurricula.tracking import make_trackers
@@ -418,6 +436,11 @@ class AutocurriculumTrainer:
             self.model_name = check_model_source(model)
             self.engine = Engine(self.model_name, config=EngineConfig(max_slots=cfg.max_slots, max_batch=cfg.max_batch,
                                                                       initial_rank=self.lora_spec.r))
+        self.rollout = self.engine  # where games are played: this engine, or running servers
+        if servers:
+            from autocurricula.remote import RemoteEngine
+
+            self.rollout = RemoteEngine(servers, base=self.engine, api_key=api_key)  # checks their base model
         self.game_name = cfg.game_name or getattr(play, "__module__", "game").rsplit(".", 1)[-1]
         self._game = play  # a play object with state_dict / load_state_dict (e.g. an artifact store) is checkpointed
         self._pool = Pool(self.engine, self.lora_spec, self.rng)
@@ -427,7 +450,7 @@ class AutocurriculumTrainer:
         self.payoff = Payoff(cfg.payoff_decay)
         self.bt_records: list[tuple] = []
         self.step = 0
-        self.arena = Arena(self.engine, seed=cfg.seed, temperature=self.grpo.temperature, max_tokens=cfg.max_tokens,
+        self.arena = Arena(self.rollout, seed=cfg.seed, temperature=self.grpo.temperature, max_tokens=cfg.max_tokens,
                            lockstep=cfg.lockstep)
         Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
         self.history_path = Path(cfg.output_dir) / "match_history.jsonl"

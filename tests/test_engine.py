@@ -1,6 +1,7 @@
 """Engine behaviour: mixed batches equal per-row runs, continuous batching, hot-swap, LRU, sampling."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -355,3 +356,21 @@ def test_engine_calls_from_the_engine_thread_run_inline(engine):
     assert engine.call(lambda: engine.call(lambda: 41).result() + 1).result(10) == 42
     with pytest.raises(RuntimeError, match="engine thread"):
         engine.call(lambda: engine.generate("x")).result(10)
+
+
+def test_submit_many_admits_a_group_together_or_not_at_all(engine):
+    jobs = [("the player wins", None, dict(max_tokens=6, temperature=0, ignore_eos=True)),
+            ("x o x", None, dict(max_tokens=6, seed=3, ignore_eos=True)),
+            ("once upon a time", None, dict(max_tokens=6, seed=4, ignore_eos=True))]
+    held = run_together(engine, jobs)
+    steps = engine.stats["steps"]
+    futs = engine.submit_many([(p, player, SamplingParams(**kw)) for p, player, kw in jobs])
+    many = [f.result(timeout=120) for f in futs]
+    assert [c.token_ids for c in many] == [c.token_ids for c in held]  # the same batch as a held engine
+    assert engine.stats["steps"] - steps <= 6  # all three decoded side by side, not one after another
+    done = engine.stats["completions"]
+    with pytest.raises(ValueError, match="context"):
+        engine.submit_many([("fine", None, SamplingParams(max_tokens=2)),
+                            ("too long", None, SamplingParams(max_tokens=10**6))])
+    time.sleep(0.2)
+    assert engine.stats["completions"] == done  # the valid request was not queued either

@@ -293,3 +293,66 @@ def test_with_every_server_down_a_request_waits_for_one_to_return(engine, tiny_m
         b.start().wait()
         assert future.result(60).adapter_version == 1  # re-synced, then served
         assert remote.stats["retried"] >= 1 and remote.stats["failed"] == 0
+
+
+def _selfplay(tiny_model_path, out, **train_kwargs):
+    from autocurricula import SelfPlayConfig, SelfPlayTrainer
+    from toy_games import digits
+
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=2, rounds=2, games_per_round=6, past_share=0.5, output_dir=str(out),
+                                       progress=False, bt_bootstrap=0, max_tokens=4))
+    t.train(str(tiny_model_path), digits, **train_kwargs)
+    history = [(g["game_id"], g["players"], g["rewards"], g["versions"]) for g in t.match_history]
+    adapters = {p["id"]: t.engine.adapter_weights(p["id"]) for p in t.players}
+    metrics = [json_line for json_line in (out / "metrics.jsonl").read_text().splitlines()]
+    t.engine.close()
+    return t, history, adapters, metrics
+
+
+def test_a_league_played_through_a_server_gives_the_in_process_games(tiny_model_path, tmp_path):
+    """`train(model, play, servers=[...])`: games on the server, updates here, every changed adapter
+    (updates and snapshots) pushed before the next round; the same seed gives the same games as
+    in-process training (lockstep), the weights agree to float rounding (batches differ)."""
+    import json
+
+    import numpy as np
+
+    local, local_history, local_adapters, _ = _selfplay(tiny_model_path, tmp_path / "local")
+    (server,) = start_all(tiny_model_path, tmp_path, 1)
+    try:
+        with pytest.raises(Exception, match="[Aa]uth|key"):  # the servers' key is checked at connect
+            _selfplay(tiny_model_path, tmp_path / "nokey", servers=[server.url], api_key="wrong")
+        remote, history, adapters, metrics = _selfplay(tiny_model_path, tmp_path / "remote", servers=[server.url],
+                                                       api_key=KEY)
+        served = {pid: httpx.get(f"{server.url}/v1/adapters/{pid}", headers={"Authorization": f"Bearer {KEY}"},
+                                 timeout=10).json() for pid in ("main-0", "main-1")}
+    finally:
+        server.kill()
+    assert history == local_history  # the same games: players, rewards, adapter versions
+    assert [p["id"] for p in remote.players] == ["main-0", "main-1"]  # the learner and its snapshot
+    for pid, w in local_adapters.items():
+        for path, (a, b) in w.modules.items():
+            a2, b2 = adapters[pid].modules[path]
+            np.testing.assert_allclose(a2, a, atol=1e-4)
+            np.testing.assert_allclose(b2, b, atol=1e-4)
+    rows = [json.loads(m) for m in metrics if '"rollout/retried"' in m]
+    assert len(rows) == 4 and all(r["rollout/retried"] == 0 for r in rows)
+    # the server holds the learner's last update and the snapshot, at the trainer's versions
+    assert {pid: info["version"] for pid, info in served.items()} == {p["id"]: p["version"] for p in remote.players}
+
+
+def test_cli_train_takes_servers_and_their_key(monkeypatch):
+    from autocurricula import cli
+    from autocurricula.trainer import AutocurriculumTrainer
+
+    seen = {}
+
+    def train(self, model, play, **kw):
+        seen.update(kw)
+        raise KeyboardInterrupt  # stop before the CLI prints a leaderboard of a league that never ran
+
+    monkeypatch.setattr(AutocurriculumTrainer, "train", train)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["train", "--model", "m", "--game", "tictactoe", "--server", "http://127.0.0.1:1", "--server",
+                  "http://127.0.0.1:2", "--api-key", "k"])
+    assert seen["servers"] == ["http://127.0.0.1:1", "http://127.0.0.1:2"] and seen["api_key"] == "k"

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -30,14 +29,12 @@ class TickEngine:
     def __init__(self):
         self.ticks: list[list[int]] = []
 
-    def call(self, fn, *args):
-        self.ticks.append([])
-        fut: Future = Future()
-        threading.Thread(target=lambda: fut.set_result(fn(*args)), daemon=True).start()
-        return fut
+    def submit_many(self, requests):
+        self.ticks.append([ids[0] for ids, _player, _params in requests])  # one lockstep tick
+        return [self._done(ids) for ids, _player, _params in requests]
 
-    def submit(self, ids, player, params):
-        self.ticks[-1].append(ids[0])
+    @staticmethod
+    def _done(ids):
         fut: Future = Future()
         fut.set_result(SimpleNamespace(text="x", token_ids=[1], logprobs=[0.0], prompt_ids=list(ids),
                                        finish_reason="stop", adapter_version=1))

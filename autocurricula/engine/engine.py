@@ -124,6 +124,19 @@ class Engine:
         Raises ``ValueError`` for a prompt that does not fit the context and ``UnknownPlayerError``
         for a player that is not loaded (``player=None`` or the engine's name means the base model).
         """
+        req = self._request(prompt, player, params, on_token, request_id)
+        self._put(("submit", req))
+        return req.future
+
+    def submit_many(self, requests: list[tuple]) -> list[Future]:
+        """Queue several completions at once, ``[(prompt, player, params), ...]``: they are admitted
+        together, in this order, so they share their first batch whatever else is queued (the
+        arena's lockstep ticks rely on it). All are checked first: one bad request queues none."""
+        reqs = [self._request(*r) for r in requests]
+        self._put(("submit_many", reqs))
+        return [r.future for r in reqs]
+
+    def _request(self, prompt, player=None, params=None, on_token=None, request_id=None) -> Request:
         self._check_alive()
         params = params or SamplingParams()
         ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
@@ -144,8 +157,7 @@ class Engine:
                       (seed ^ (seed >> 32)) & 0xFFFFFFFF)
         # a caller cancelling the future (e.g. asyncio.wait_for timing out) stops the generation
         req.future.add_done_callback(lambda f: f.cancelled() and self.cancel(req.id))
-        self._put(("submit", req))
-        return req.future
+        return req
 
     def generate(self, prompt, player=None, params=None, **sampling) -> Completion:
         """Blocking :meth:`submit`; keyword sampling args build :class:`SamplingParams`."""
@@ -391,9 +403,10 @@ class Engine:
                 return
             block = False
             kind = item[0]
-            if kind == "submit":
-                if not item[1].future.done():  # not cancelled by its caller meanwhile
-                    self.scheduler.pending.append(item[1])
+            if kind in ("submit", "submit_many"):
+                for req in item[1] if kind == "submit_many" else [item[1]]:
+                    if not req.future.done():  # not cancelled by its caller meanwhile
+                        self.scheduler.pending.append(req)
             elif kind == "cancel":
                 self.scheduler.cancel(item[1])
             elif kind == "job":

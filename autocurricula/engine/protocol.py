@@ -2,7 +2,7 @@
 
 Three backends implement it: the in-process :class:`~autocurricula.engine.Engine` (the default),
 :class:`~autocurricula.remote.RemoteEngine` (one or many ``autocurricula serve`` servers over
-HTTP) and Ray actors. Code that only plays games takes an ``EngineProtocol``; code that trains
+HTTP). Code that only plays games takes an ``EngineProtocol``; code that trains
 adapters (the updater, the pool) needs the in-process engine, whose weights it changes.
 """
 
@@ -30,6 +30,11 @@ class EngineProtocol(Protocol):
         :class:`~autocurricula.engine.scheduler.Completion` (``prompt_ids``, ``token_ids``,
         ``logprobs``, ``text``, ``finish_reason``, ``adapter_version``, ``version_spans``).
         Raises ``UnknownPlayerError`` for a player without an adapter."""
+        ...
+
+    def submit_many(self, requests: list[tuple]) -> list[Future]:
+        """Queue ``[(prompt, player, params), ...]`` so that they are admitted together, in order
+        (the arena's lockstep ticks); all are checked before any is queued."""
         ...
 
     def load_adapter(self, name: str, source: Any, version: int | None = None) -> int:
