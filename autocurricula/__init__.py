@@ -19,6 +19,8 @@ _LAZY = {
     "LeagueTrainer": "autocurricula.leagues",
     "LeagueConfig": "autocurricula.leagues",
     "FictitiousPlayTrainer": "autocurricula.leagues",
+    "RoundRobinTrainer": "autocurricula.leagues",
+    "RoundRobinConfig": "autocurricula.leagues",
     "set_player": "autocurricula.arena",
     "build_tiny_model": "autocurricula.tiny",
     "Engine": "autocurricula.engine",

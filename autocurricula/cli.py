@@ -69,7 +69,8 @@ def _serve(args) -> None:
 
 
 LEAGUES = {"selfplay": ("SelfPlayTrainer", "SelfPlayConfig"), "league": ("LeagueTrainer", "LeagueConfig"),
-           "fictitious": ("FictitiousPlayTrainer", "FictitiousConfig")}
+           "fictitious": ("FictitiousPlayTrainer", "FictitiousConfig"),
+           "roundrobin": ("RoundRobinTrainer", "RoundRobinConfig")}
 
 
 def _train(args) -> None:

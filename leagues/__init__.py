@@ -2,7 +2,8 @@
 
 from autocurricula.leagues.fictitious import FictitiousConfig, FictitiousPlayTrainer
 from autocurricula.leagues.league import LeagueConfig, LeagueTrainer, pfsp
+from autocurricula.leagues.round_robin import RoundRobinConfig, RoundRobinTrainer
 from autocurricula.leagues.selfplay import SelfPlayConfig, SelfPlayTrainer
 
-__all__ = ["FictitiousConfig", "FictitiousPlayTrainer", "LeagueConfig", "LeagueTrainer", "SelfPlayConfig",
-           "SelfPlayTrainer", "pfsp"]
+__all__ = ["FictitiousConfig", "FictitiousPlayTrainer", "LeagueConfig", "LeagueTrainer", "RoundRobinConfig",
+           "RoundRobinTrainer", "SelfPlayConfig", "SelfPlayTrainer", "pfsp"]

@@ -186,3 +186,23 @@ def test_fictitious_play_samples_past_by_pfsp():
     assert opponents["strong"] > 0.95 * 3000  # PFSP "squared": beaten opponents are rarely replayed
     with pytest.raises(ValueError, match="weighting"):
         FictitiousConfig(weighting="cubic")
+
+
+def test_round_robin_plays_every_pair_in_both_seat_orders(tiny_model_path, tmp_path):
+    from autocurricula import RoundRobinConfig, RoundRobinTrainer
+    from toy_games import digits, first_digit_policy
+
+    scripted = {"id": "digits", "role": "scripted", "policy": first_digit_policy}
+    t = RoundRobinTrainer(RoundRobinConfig(roles=["red", "blue"], epochs=2, rounds=1, matches=2, max_tokens=2,
+                                           progress=False, bt_bootstrap=0, output_dir=str(tmp_path)),
+                          opponents=[scripted])
+    t.train(str(tiny_model_path), digits)
+    ids = [p["id"] for p in t.players]
+    assert ids == ["red-0", "blue-0", "digits"]  # the same population every epoch
+    games = [tuple(g["players"]) for g in t.match_history]
+    assert len(games) == 2 * 3 * 2 * 2  # epochs x pairs x seat orders x matches
+    assert {g: games.count(g) for g in set(games)} == {(a, b): 4 for a in ids for b in ids if a != b}
+    assert {row["id"] for row in t.leaderboard.rows} == set(ids)
+    with pytest.raises(ValueError, match="roles"):
+        RoundRobinConfig(roles=[])
+    t.engine.close()

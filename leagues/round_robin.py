@@ -1,0 +1,43 @@
+"""Round robin (the seeds' HeadToHead / EloArena): a fixed population of players, every pair
+meets in both seat orders every round, and the Elo / Bradley-Terry leaderboard ranks them.
+For two-player zero-sum games; players are learners (``roles``) plus any fixed ``opponents``."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from autocurricula.config import AutocurriculumConfig
+from autocurricula.trainer import AutocurriculumTrainer
+
+
+@dataclass
+class RoundRobinConfig(AutocurriculumConfig):
+    roles: list[str] = field(default_factory=lambda: ["player", "player"],
+                             metadata={"help": "one learner per entry, all from the base model at epoch 0 (the same "
+                                               "role twice gives two players of that role)"})
+    init: str = field(default="base", metadata={"help": "'base' (every learner starts from the base model) or "
+                                                        "'inherit' (a learner of an existing role copies it)"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.roles or not all(isinstance(r, str) and r for r in self.roles):
+            raise ValueError(f"roles must be a non-empty list of role names, got {self.roles!r}")
+        if self.init not in ("base", "inherit"):
+            raise ValueError(f"init must be 'base' or 'inherit', got {self.init!r}")
+
+
+class RoundRobinTrainer(AutocurriculumTrainer):
+    """Every pair of players plays ``config.matches`` games per seat order every round; nobody is
+    added after epoch 0, so the leaderboard compares the same population throughout."""
+
+    config_class = RoundRobinConfig
+
+    def entry(self) -> list[dict]:
+        if self.current_epoch > 0:
+            return []
+        init = {"init": "base"} if self.config.init == "base" else {}
+        return [{"role": role, **init} for role in self.config.roles] + [dict(o) for o in self.opponents]
+
+    def match(self) -> list[tuple]:
+        return [pair for a, b in itertools.combinations(self.players, 2) for pair in ((a, b), (b, a))]
