@@ -60,6 +60,9 @@ SHAPES = {
 }
 GOALS = {"engine_vs_peft_mixed": 2.0, "engine_vs_peft_set_adapter": None, "engine_vs_mlx_lm_reload": 5.0,
          "update_vs_torch_peft": 1.5}
+# Rounds per phase (rollouts, updates): at the 0.5B shape one torch + peft step takes over a minute
+# on 2 cores, so the updates run 2 rounds after the compared first step, to keep the run near 10 min.
+ROUNDS = {"bench": (3, 3), "qwen0.5b": (3, 2), "tiny": (1, 1)}
 GRPO = {"learning_rate": 1e-4, "epsilon": 0.2, "epsilon_high": 0.2, "temperature": 1.0, "max_grad_norm": 1.0}
 LOSS_TOL = 1e-4  # relative agreement of the first step's loss
 
@@ -348,7 +351,7 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
     """Run every side at ``shape`` and return the figures (see the module docstring)."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; choose one of {sorted(SHAPES)}")
-    reps = reps or (1 if quick else 3)
+    rollout_reps, update_reps = (reps, reps) if reps else (1, 1) if quick else ROUNDS.get(shape, (3, 3))
     turns, players = turns or (16 if quick else 64), players or (4 if quick else 8)
     t_start = time.perf_counter()
     model = model_folder(shape)
@@ -357,9 +360,9 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
         spec = build_spec(work, model, turns, players)
         spec_path = work / "spec.json"
         spec_path.write_text(json.dumps(spec))
-        ready, runs = _rounds(ROLLOUT_SIDES, spec_path, work, reps, timeout)
+        ready, runs = _rounds(ROLLOUT_SIDES, spec_path, work, rollout_reps, timeout)
         Path(spec["turns"]).write_text(json.dumps(training_turns(ready["engine"]["rows"], spec["order"])))
-        up_ready, up_runs = _rounds(UPDATE_SIDES, spec_path, work, reps, timeout)
+        up_ready, up_runs = _rounds(UPDATE_SIDES, spec_path, work, update_reps, timeout)
         runs.update(up_runs)
         leaked = [s for s in TORCH_SIDES if {**ready, **up_ready}[s]["autocurricula_imported"]]
     finally:
@@ -371,7 +374,8 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
               "hidden_size": config["hidden_size"], "num_layers": config["num_hidden_layers"],
               "vocab_size": config["vocab_size"], "dtype": "float32", "turns": turns, "players": players,
               "prompt_len": len(spec["prompts"][0]), "new_tokens": spec["new_tokens"], "lora_rank": spec["rank"],
-              "lora_targets": "all-linear", "repetitions": reps, "cpu_count": os.cpu_count(), "quick": quick}
+              "lora_targets": "all-linear", "repetitions": {"rollouts": rollout_reps, "updates": update_reps},
+              "cpu_count": os.cpu_count(), "quick": quick}
 
     def paired(a, b):
         return summary([x / y for x, y in zip(rate[a], rate[b])])
@@ -404,7 +408,7 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
 def format_table(r: dict) -> str:
     lines = [f"shape {r['shape']} ({r['model_type']}, hidden {r['hidden_size']}, {r['num_layers']} layers, vocab "
              f"{r['vocab_size']}, fp32)  |  {r['turns']} turns over {r['players']} players, prompt {r['prompt_len']} "
-             f"+ {r['new_tokens']} sampled tokens, LoRA r={r['lora_rank']} all-linear  |  {r['repetitions']} rounds, "
+             f"+ {r['new_tokens']} sampled tokens, LoRA r={r['lora_rank']} all-linear  |  rounds {r['repetitions']}, "
              f"{r['cpu_count']} cores, {r['seconds']} s", ""]
     lines.append(f"{'':<28}{'median':>9}{'min':>9}{'max':>9}")
     for key, goal in GOALS.items():
