@@ -446,16 +446,18 @@ class Arena:
 
     async def _coordinator(self, grace_s: float = 1.0) -> None:
         # One tick: wait until every live game has its next call queued (or finished), submit all of
-        # them in a fixed order while the engine is held, let the results flow back, repeat. A game
-        # busy with something other than generate delays a tick by at most grace_s.
+        # them in a fixed order, let the results flow back, repeat. A game busy with something other
+        # than generate delays a tick by at most grace_s after the last call that arrived.
         while True:
             await self._wake.wait()
             self._wake.clear()
             if not self._waiting or self._inflight:
                 continue
-            deadline = time.monotonic() + grace_s
+            deadline, queued = time.monotonic() + grace_s, len(self._waiting)
             while not self._ready() and time.monotonic() < deadline and self._waiting and not self._inflight:
                 await asyncio.sleep(0.001)
+                if len(self._waiting) != queued:  # games are still arriving: the grace counts from the last one
+                    deadline, queued = time.monotonic() + grace_s, len(self._waiting)
             if not self._waiting or self._inflight:
                 continue
             if not self._ready():  # the tick goes without a busy game: its composition depends on timing
