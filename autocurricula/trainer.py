@@ -108,6 +108,7 @@ class AutocurriculumTrainer:
         self.current_epoch = 0
         self.current_round = 0
         self.engine = None
+        self.rollout = None  # where games are played: the engine, or running servers (train(servers=...))
         self._pool = None
         self._stop_requested = False
         self._errors_seen: set[str] = set()
@@ -210,7 +211,7 @@ class AutocurriculumTrainer:
                 signal.signal(sig, handler)
             for t in self.trackers:
                 t.finish()
-            if self.rollout is not self.engine:
+            if self.rollout is not None and self.rollout is not self.engine:
                 self.rollout.close()
         if cfg.push_to_hub and not self._stop_requested:
             self.push_to_hub(cfg.hub_model_id, private=cfg.hub_private_repo)
@@ -300,7 +301,7 @@ class AutocurriculumTrainer:
     def _sync_rollout(self) -> int | None:
         """With servers: push every adapter that changed since the last round (updates, new players,
         snapshots, resets) and drop removed players; returns the servers' retry count so far."""
-        if self.rollout is self.engine:
+        if self.rollout is None or self.rollout is self.engine:
             return None
         self.rollout.sync_from(self.engine)
         return self.rollout.stats["retried"]
@@ -436,7 +437,7 @@ class AutocurriculumTrainer:
             self.model_name = check_model_source(model)
             self.engine = Engine(self.model_name, config=EngineConfig(max_slots=cfg.max_slots, max_batch=cfg.max_batch,
                                                                       initial_rank=self.lora_spec.r))
-        self.rollout = self.engine  # where games are played: this engine, or running servers
+        self.rollout = self.engine
         if servers:
             from autocurricula.remote import RemoteEngine
 
