@@ -32,8 +32,10 @@ setup() {
   for v in $(pip_conf index-url) ${PIP_INDEX_URL:-}; do extra+=(--index-url "$v"); done
   # constraints.txt pins torch to 2.13.0 so peft/trl never pull CUDA wheels on a CPU machine.
   # ${extra[@]+...}: bash 3.2 (macOS) treats an empty array as unset under `set -u`.
-  "$UV" pip install -q --python "$PY" --compile-bytecode ${extra[@]+"${extra[@]}"} \
-      -c constraints.txt -e ".[dev,hf,hub,games]"
+  # unsafe-best-match: with several indexes (a mirror plus extra ones), take the best version from
+  # any of them, as pip does, instead of only the first index that lists a package.
+  "$UV" pip install -q --python "$PY" --compile-bytecode --index-strategy unsafe-best-match \
+      ${extra[@]+"${extra[@]}"} -c constraints.txt -e ".[dev,hf,hub,games]"
   if [ "$(uname -s)" = "Linux" ]; then fast_blas; fi
   "$PY" -m autocurricula.cli env | grep -E '^(blas|gemm_gflops|device)'
 }
