@@ -14,29 +14,11 @@ from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
 from autocurricula.engine.adapters import to_safetensors_bytes
 from autocurricula.server import create_app
 from helpers import running_server, write_peft
+from server_fixtures import client, engine, root  # noqa: F401  (shared fixtures)
 
 KEY = "test-key"
 GREEDY = {"temperature": 0, "ignore_eos": True}
 CHAT = [{"role": "user", "content": "who wins the game?"}]
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_model_path):
-    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=4), name="tiny")
-    yield eng
-    eng.close()
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("adapter-root")
-
-
-@pytest.fixture(scope="module")
-def client(engine, root):
-    with TestClient(create_app(engine, adapter_root=str(root), max_tokens_limit=256)) as c:
-        yield c
-
 
 
 @pytest.fixture(scope="module")

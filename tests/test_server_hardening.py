@@ -17,27 +17,10 @@ from autocurricula.engine.adapters import to_safetensors_bytes
 from autocurricula.engine.scheduler import RequestError
 from autocurricula.server import create_app
 from helpers import write_peft
+from server_fixtures import client, engine, root  # noqa: F401  (shared fixtures)
 
 GREEDY = {"temperature": 0, "ignore_eos": True}
 CHAT = [{"role": "user", "content": "who wins?"}]
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_model_path):
-    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=4), name="tiny")
-    yield eng
-    eng.close()
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("adapter-root")
-
-
-@pytest.fixture(scope="module")
-def client(engine, root):
-    with TestClient(create_app(engine, adapter_root=str(root), max_tokens_limit=256)) as c:
-        yield c
 
 
 def weights(engine, seed=0, r=8, b_std=0.5):
