@@ -7,7 +7,8 @@ over everyone with ``linear_capped`` weighting; reset with probability 0.25). A 
 joins when a learner's win rate against its opponents exceeds 0.7, or after a step budget.
 Differences from AlphaStar: budgets are counted in rounds (one update each), not agent steps;
 new players inherit their parent's adapter instead of the supervised initial weights, except
-where the rules reset; scripted players (e.g. a minimax bot) count as historical opponents.
+where the rules reset; scripted players (e.g. a minimax bot) count as historical opponents, unless
+``scripted_in_pool=False`` (a pure league) leaves them out.
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ class LeagueConfig(AutocurriculumConfig):
                                 "`opponents` (e.g. scripted baselines), drawn uniformly; the league rules pick "
                                 "the rest. Not in AlphaStar (0): there they only join PFSP, where a growing "
                                 "pool of snapshots dilutes them"})
+    scripted_in_pool: bool = field(default=True, metadata={"help": "add the fixed `opponents` (scripted players) "
+                                   "to the pool, where PFSP and the exploiters can draw them. False = a pure "
+                                   "league: they stay out of the pool entirely, and every game is self-play, PFSP "
+                                   "over snapshots or against exploiters (needs anchor_share=0)"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -78,6 +83,10 @@ class LeagueConfig(AutocurriculumConfig):
                              "games_per_learner; for no exploiters set main_exploiters=0 and league_exploiters=0)")
         if not 0 <= self.anchor_share <= 1:
             raise ValueError(f"anchor_share must be in [0, 1], got {self.anchor_share}")
+        if not self.scripted_in_pool and self.anchor_share > 0:
+            raise ValueError(f"anchor_share={self.anchor_share} sends games to the scripted opponents, but "
+                             "scripted_in_pool=False leaves them out of the pool: set anchor_share=0 for a pure "
+                             "league, or scripted_in_pool=True")
         if self.selfplay_share + self.pfsp_share > 1:
             raise ValueError("selfplay_share + pfsp_share must be <= 1 (the rest is verification)")
         for w in (self.main_pfsp_weighting, self.exploiter_weighting, self.league_exploiter_weighting):
@@ -119,6 +128,8 @@ class LeagueTrainer(AutocurriculumTrainer):
             specs += [main, snapshot_spec(main)]  # AlphaStar seeds the league with the initial agent
         for role, n in (("main_exploiter", cfg.main_exploiters), ("league_exploiter", cfg.league_exploiters)):
             specs += [{"role": role, "init": "base"} for _ in range(n)]
+        if not cfg.scripted_in_pool:  # a pure league: nothing can draw them
+            return specs
         return specs + [dict(o) for o in self.opponents]
 
     # match -----------------------------------------------------------------

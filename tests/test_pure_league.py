@@ -1,0 +1,85 @@
+"""A pure league (``LeagueConfig.scripted_in_pool=False``): the scripted players stay out of the pool."""
+
+from collections import Counter
+
+import pytest
+
+from autocurricula.leagues import LeagueConfig, LeagueTrainer
+from autocurricula.pool import is_scripted
+from autocurricula.rating import Payoff
+
+SCRIPTED = [{"id": "random", "role": "random", "policy": str}, {"id": "minimax", "role": "minimax", "policy": str}]
+
+
+class FakePool:
+    def __init__(self, players):
+        self.players = players
+
+
+def pool_from_entry(trainer: LeagueTrainer) -> list[dict]:
+    """The pool a league starts with: its entry specs as players (learners live, snapshots frozen)."""
+    players, counts, ids = [], Counter(), {}
+    for spec in trainer.entry():
+        role = spec.get("role", "player")
+        pid = spec.get("id") or f"{role}-{counts[role]}"
+        counts[role] += 1
+        ids[id(spec)] = pid
+        player = {**spec, "id": pid, "role": role, "frozen": "policy" in spec or spec.get("frozen", False)}
+        if isinstance(spec.get("snapshot_of"), dict):  # a snapshot of a spec earlier in the list
+            player["snapshot_of"] = player["parent"] = ids[id(spec["snapshot_of"])]
+        players.append(player)
+    return players
+
+
+def league(**cfg) -> LeagueTrainer:
+    t = LeagueTrainer(LeagueConfig(progress=False, **cfg), opponents=[dict(o) for o in SCRIPTED])
+    t.current_epoch, t.step, t.payoff = 0, 0, Payoff()
+    return t
+
+
+def test_entry_leaves_scripted_players_out_only_when_pure():
+    ids = {s.get("id") for s in league().entry()}
+    assert {"random", "minimax"} <= ids  # default: they join the pool as historical players
+    pure = league(scripted_in_pool=False).entry()
+    assert not any(s.get("id") in ("random", "minimax") or is_scripted(s) for s in pure)
+    assert [s["role"] for s in pure if "snapshot_of" not in s] == ["main_agent", "main_exploiter",
+                                                                   "league_exploiter", "league_exploiter"]
+
+
+@pytest.mark.parametrize("anchor_share", [0.0, 0.5])
+def test_default_league_still_sends_main_agent_games_to_scripted_players(anchor_share):
+    t = league(anchor_share=anchor_share, main_exploiters=1, league_exploiters=1)
+    t._pool = FakePool(pool_from_entry(t))
+    main = t.learners("main_agent")[0]
+    counts = Counter(t.opponent_for(main)["id"] for _ in range(4000))
+    scripted = (counts["random"] + counts["minimax"]) / 4000
+    assert scripted > (0.5 if anchor_share else 0.2)  # PFSP: 2 of 3 historical players at the start
+
+
+def test_pure_league_main_agent_never_meets_a_scripted_player():
+    t = league(scripted_in_pool=False, main_exploiters=1, league_exploiters=1, games_per_learner=64)
+    players = pool_from_entry(t)
+    # a later league: snapshots of every role join the pool
+    players += [{"id": f"main_agent-s{i}", "role": "main_agent", "frozen": True, "snapshot_of": "main_agent-0"}
+                for i in range(3)]
+    players += [{"id": "main_exploiter-s", "role": "main_exploiter", "frozen": True,
+                 "snapshot_of": "main_exploiter-0"}]
+    t._pool = FakePool(players)
+    for _ in range(20):
+        t.payoff.update("main_agent-0", "main_exploiter-s", "loss")  # verification games too
+    opponents = Counter()
+    for _ in range(20):
+        for game in t.match():
+            ids = [p["id"] for p in game]
+            assert not {"random", "minimax"} & set(ids)
+            assert not any(is_scripted(p) for p in game)
+            if "main_agent-0" in ids:
+                opponents[next((i for i in ids if i != "main_agent-0"), "main_agent-0")] += 1
+    assert opponents["main_agent-0"] > 0 and opponents["main_exploiter-s"] > 0  # self-play and verification
+    assert sum(v for k, v in opponents.items() if k.startswith("main_agent-s")) > 0  # PFSP over snapshots
+
+
+def test_pure_league_refuses_anchor_share():
+    with pytest.raises(ValueError, match="anchor_share=0"):
+        LeagueConfig(scripted_in_pool=False, anchor_share=0.5)
+    assert LeagueConfig().scripted_in_pool is True
