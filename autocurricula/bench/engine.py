@@ -166,7 +166,7 @@ def run(model: str | None = None, hidden: int = 256, layers: int = 4, heads: int
     n_req, n_players, short = 64, 8, max(8, new_tokens // 2)
     order = [f"p{i % n_players}" for i in range(n_req)]
     engine_rate = _throughput(engine, [prompt] * n_req, order, short, repeats=1)
-    folders = {p: write_mlx_folder(engine.slots.records[p].weights, work / p, engine.model.args.num_hidden_layers)
+    folders = {p: write_mlx_folder(engine.adapter_weights(p), work / p, engine.model.args.num_hidden_layers)
                for p in sorted(set(order))}
     reload_order = order[: 16] if quick else order
     result["reload_tok_s"] = round(_reload_baseline(model, folders, reload_order, prompt, short), 1)
@@ -186,7 +186,7 @@ def _hot_swap(engine, prompts, batch, new_tokens, dims, spec, every_steps=4):
 
     def applied(name, weights, asked_at):
         delays.append(engine.stats["steps"] - asked_at)
-        return engine._install(name, weights)
+        return engine.install(name, weights, validate=False)
 
     def swapper():
         seed = 10_000

@@ -213,10 +213,30 @@ class Engine:
             weights = from_tensors({k: np.asarray(v) for k, v in source["tensors"].items()}, scale=source.get("scale"))
         else:
             raise AdapterError("source must be an adapter folder, AdapterWeights, or {'tensors': {...}, 'scale': s}")
-        weights.validate(self.linear_dims)
-        return self.call(self._install, name, weights, version).result()
+        return self.install(name, weights, version)
 
     update_adapter = load_adapter
+
+    def install(self, name: str, weights: AdapterWeights, version: int | None = None, validate: bool = True) -> int:
+        """Install or hot-swap ``weights`` as player ``name``; returns the new version. Runs inline
+        when called on the engine thread (in a job such as a training step), else waits for it.
+        ``validate=False`` skips the shape/finiteness check (for weights derived from installed ones)."""
+        check_name(name)
+        if name == self.name:
+            raise AdapterError(f"{name!r} is the base model's name; choose another player name")
+        if validate:
+            weights.validate(self.linear_dims)
+        return self.call(self._install, name, weights, version).result()
+
+    def training_stacks(self, paths, rank: int):
+        """Context manager for a training forward, on the engine thread only: makes ``paths`` (module
+        paths) multi-LoRA layers with stacks at least ``rank`` wide, and yields a
+        :class:`~autocurricula.engine.lora.StackOverride` to put differentiable per-player stacks in
+        place (``.set``) and route rows to them (``.route``). On exit the serving stacks are back,
+        so decoding continues with the installed adapters."""
+        if threading.current_thread() is not self._thread:
+            raise RuntimeError("training_stacks() runs on the engine thread: call it inside engine.call(job)")
+        return self.lora.overridden(paths, rank)
 
     def unload_adapter(self, name: str) -> None:
         """Remove a player; rows already running finish with its weights first."""
@@ -236,7 +256,9 @@ class Engine:
                 "resident": rec.slot is not None, "modules": len(rec.weights.modules)}
 
     def adapter_weights(self, name: str) -> AdapterWeights:
-        """The host copy of a player's current weights (what export and checkpoints write)."""
+        """The host copy of a player's current weights (what export, checkpoints and the updater
+        read); ``UnknownPlayerError`` when none is held (a player unloaded while its last rows
+        still run is still held)."""
         rec = self.slots.records.get(name)
         if rec is None:
             raise UnknownPlayerError(f"unknown player {name!r}")
@@ -256,12 +278,9 @@ class Engine:
 
         rec = None
         if player is not None:
-            got = self.slots.acquire(player)
-            if got is None:
+            rec = self.residency.acquire(player)
+            if rec is None:
                 raise RuntimeError("every adapter slot is pinned by running rows; retry when they finish")
-            rec, needs_write = got
-            if needs_write:
-                self._write_slot(rec)
         try:
             self.lora.ctx.slots = mx.array([rec.slot], dtype=mx.uint32) if rec else None
             out = self.model(mx.array([ids], dtype=mx.int32))[0].astype(mx.float32)
@@ -371,6 +390,7 @@ class Engine:
 
         from autocurricula.engine.cpu_kernels import prepare as prepare_cpu
         from autocurricula.engine.lora import MultiLoRAModel, linear_dims
+        from autocurricula.engine.residency import Residency
         from autocurricula.engine.runner import make_batch_cache
 
         if isinstance(model, (str, Path)):
@@ -386,6 +406,7 @@ class Engine:
                  self.cpu_paths["weights"], self.cpu_paths["fast_silu_mlps"])
         make_batch_cache(model, [0])  # fails early for unsupported cache types
         self.lora = MultiLoRAModel(model, self.config.max_slots + 1, self.config.initial_rank)
+        self.residency = Residency(self.slots, self.lora, self.config.initial_rank)
         self.linear_dims = {p: linear_dims(m) for p, m in self.lora.linear_paths().items()}
         args = getattr(model, "args", None)
         limit = getattr(args, "max_position_embeddings", None) or 4096
@@ -425,12 +446,7 @@ class Engine:
 
     # adapters ----------------------------------------------------------
     def _install(self, name: str, weights: AdapterWeights, version: int | None = None) -> int:
-        self.lora.ensure(list(weights.modules), weights.rank)
-        rec = self.slots.add(name, weights, version)
-        self._fit_rank()  # a hot swap may have replaced the widest adapter
-        if rec.slot is not None:
-            self._write_slot(rec)
-        return rec.version
+        return self.residency.install(name, weights, version)
 
     def _unload(self, name: str) -> None:
         rec = self.slots.records.get(name)
@@ -442,33 +458,8 @@ class Engine:
                 req.keep = True
         self.scheduler.maybe_drop(name)
 
-    def _drop(self, rec) -> None:
-        slot = rec.slot
-        self.slots.remove(rec.name)
-        if slot is not None:
-            for layer in self.lora.layers.values():
-                layer.write_slot(slot, None, None, 0.0)
-        self._fit_rank()
-
-    def _fit_rank(self) -> None:
-        # The stacks are as wide as the widest adapter still held (at least initial_rank), so a
-        # high-rank adapter leaving gives its memory and its per-step cost back.
-        want = max([self.config.initial_rank] + [r.weights.rank for r in self.slots.records.values()])
-        if want < self.lora.rank:
-            self.lora.fit_rank(want)
-
     def _write_slot(self, rec) -> None:
-        import mlx.core as mx
-
-        w = rec.weights
-        for path, layer in self.lora.layers.items():
-            pair = w.modules.get(path)
-            if pair is None:
-                layer.write_slot(rec.slot, None, None, 0.0)
-            else:
-                layer.write_slot(rec.slot, mx.array(pair[0]), mx.array(pair[1]), w.scale)
-        mx.eval([(layer.lora_a, layer.lora_b) for layer in self.lora.layers.values()])
-        rec.loads += 1
+        self.residency.write(rec)
 
 
 class _BoundedCache:

@@ -12,7 +12,9 @@ stored ``lora_b`` so a row costs two gathered matmuls and one add.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -164,7 +166,49 @@ class MultiLoRAModel:
         if shrink:
             mx.clear_cache()
 
+    @contextmanager
+    def overridden(self, paths, rank: int) -> Iterator["StackOverride"]:
+        """Make ``paths`` multi-LoRA layers at least ``rank`` wide, then lend the stacks out: inside,
+        the caller may replace every layer's stacks (e.g. by differentiable per-player stacks) and
+        route rows; on exit the serving stacks and an empty routing are put back."""
+        self.ensure(paths, rank)
+        saved = {p: (layer.lora_a, layer.lora_b) for p, layer in self.layers.items()}
+        try:
+            yield StackOverride(self)
+        finally:
+            for p, (a, b) in saved.items():
+                self.layers[p].lora_a, self.layers[p].lora_b = a, b
+            self.ctx.slots, self.ctx.sorted_slots = None, False
+
     def resize_slots(self, slots: int) -> None:
         self.slots = slots
         for layer in self.layers.values():
             layer.resize(slots, self.rank)
+
+
+class StackOverride:
+    """The multi-LoRA stacks lent to a training forward (see :meth:`MultiLoRAModel.overridden`)."""
+
+    def __init__(self, lora: MultiLoRAModel):
+        self._lora = lora
+
+    @property
+    def dims(self) -> dict[str, tuple[int, int]]:
+        """``(input_dims, output_dims)`` of every multi-LoRA layer, by module path."""
+        return {p: (layer.in_dims, layer.out_dims) for p, layer in self._lora.layers.items()}
+
+    def set(self, stacks: dict[str, tuple[mx.array, mx.array]], entries: int) -> None:
+        """Use ``stacks[path] = (A: (entries, in, r), B: (entries, r, out))`` (scale folded into B)
+        in place of the serving stacks; layers not in ``stacks`` get all-zero entries."""
+        for p, layer in self._lora.layers.items():
+            if p in stacks:
+                layer.lora_a, layer.lora_b = stacks[p]
+            else:
+                layer.lora_a = mx.zeros((entries, layer.in_dims, 1), layer.lora_a.dtype)
+                layer.lora_b = mx.zeros((entries, 1, layer.out_dims), layer.lora_b.dtype)
+
+    def route(self, entries: mx.array | None, sorted_entries: bool = False) -> None:
+        """Row ``i`` of the next forward uses stack entry ``entries[i]`` (``(B,)`` uint32); None
+        runs the base model. ``sorted_entries``: rows are grouped by ascending entry (a cheaper
+        ``gather_mm`` backward)."""
+        self._lora.ctx.slots, self._lora.ctx.sorted_slots = entries, sorted_entries

@@ -3,7 +3,11 @@
 Three backends implement it: the in-process :class:`~autocurricula.engine.Engine` (the default),
 :class:`~autocurricula.remote.RemoteEngine` (one or many ``autocurricula serve`` servers over
 HTTP). Code that only plays games takes an ``EngineProtocol``; code that trains
-adapters (the updater, the pool) needs the in-process engine, whose weights it changes.
+adapters (the updater, the pool) needs the in-process engine, whose weights it changes, through
+three more public methods of :class:`~autocurricula.engine.Engine`: ``adapter_weights(name)`` (the
+host copy to train from), ``install(name, weights)`` (hot-swap the result, returns the version) and
+``training_stacks(paths, rank)`` (on the engine thread: lend the multi-LoRA stacks to a training
+forward and route rows to them). Nothing outside ``autocurricula/engine/`` touches more than these.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ class Scheduler:
         """Remove an unloaded player once no running row and no queued request needs it."""
         rec = self.e.slots.records.get(player) if player else None
         if rec is not None and rec.deleted and rec.pins == 0 and not any(r.player == player for r in self.pending):
-            self.e._drop(rec)
+            self.e.residency.drop(rec)
 
     # ------------------------------------------------------------------ admission
     def admit(self) -> None:
@@ -157,17 +157,14 @@ class Scheduler:
 
                     resolve(req.future, exc=UnknownPlayerError(f"unknown player {req.player!r} (unloaded)"))
                     continue
-                got = None if blocked else e.slots.acquire(req.player)
-                if got is None:  # every slot is pinned by running rows: wait for one
+                rec = None if blocked else e.residency.acquire(req.player)
+                if rec is None:  # every slot is pinned by running rows: wait for one
                     if req.blocked_at is None:
                         req.blocked_at = e.stats["steps"]
                     # waited too long: later slot users queue behind it until it gets a slot
                     blocked = blocked or e.stats["steps"] - req.blocked_at >= cfg.max_wait_steps
                     waiting.append(req)
                     continue
-                rec, needs_write = got
-                if needs_write:
-                    e._write_slot(rec)
                 slot = rec.slot
             admitted.append(Row(req, slot))
             width = grown

@@ -160,30 +160,45 @@ class Updater:
         cfg, engine = self.config, self.engine
         turns = [t for t in turns if t.player not in skip]
         names = sorted({t.player for t in turns})
-        unknown = [n for n in names if n not in engine.slots.records]
+        weights = {}
+        for n in names:
+            try:
+                weights[n] = engine.adapter_weights(n)
+            except KeyError:  # UnknownPlayerError
+                pass
+        unknown = [n for n in names if n not in weights]
         if unknown:
             raise ValueError(f"turns of players with no adapter loaded: {unknown}")
         if not names:
             return {"players": 0, "rows": 0}, {}
-        weights = {n: engine.slots.records[n].weights for n in names}
         paths = sorted({p for w in weights.values() for p in w.modules})
         rank = max(w.rank for w in weights.values())
-        engine.lora.ensure(paths, rank)
+        with engine.training_stacks(paths, rank) as stacks:
+            metrics, params, grads = self._forward_backward(stacks, turns, names, weights, paths, rank)
+        if grads is None:
+            return metrics, {}
+        norms = self._clip(grads)
+        new = self._apply(names, weights, paths, params, grads, lr)
+        for n in names:
+            metrics[f"grad_norm/{n}"] = float(norms[names.index(n)])
+            # the updater's own outputs fit the model by construction: no validation pass
+            metrics[f"version/{n}"] = engine.install(n, new[n], validate=False)
+        self.steps += 1
+        return metrics, new
+
+    def _forward_backward(self, stacks, turns, names, weights, paths, rank):
+        """(metrics, the stacked parameters, their loss gradients summed over every microbatch or
+        None without rows); runs inside :meth:`Engine.training_stacks`."""
+        cfg, engine = self.config, self.engine
         params = self._stack_params(names, weights, paths, rank)
         scales = mx.array([weights[n].scale for n in names], dtype=mx.float32)[:, None, None]
         rows = self._rows(turns, names)
-        layers = engine.lora.layers
-        saved = {p: (layer.lora_a, layer.lora_b) for p, layer in layers.items()}
         grads, totals = None, {"loss": 0.0, "tokens": 0.0, "clip": 0.0, "kl": 0.0, "entropy": 0.0}
 
         def loss_fn(params, batch):
-            for p, layer in layers.items():
-                if p in params:
-                    layer.lora_a, layer.lora_b = params[p]["a"], params[p]["b"] * scales
-                else:  # a module none of these players adapts: all-zero entries
-                    layer.lora_a = mx.zeros((len(names), layer.in_dims, 1), layer.lora_a.dtype)
-                    layer.lora_b = mx.zeros((len(names), 1, layer.out_dims), layer.lora_b.dtype)
-            engine.lora.ctx.slots, engine.lora.ctx.sorted_slots = batch["slots"], True
+            # modules none of these players adapts get all-zero entries
+            stacks.set({p: (params[p]["a"], params[p]["b"] * scales) for p in params}, len(names))
+            stacks.route(batch["slots"], sorted_entries=True)
             out = completion_logprobs(engine.model, batch["ids"], batch["pos"], batch["tgt"], cfg.temperature,
                                       entropy=bool(cfg.entropy_coef))
             logp, ent = out if cfg.entropy_coef else (out, None)
@@ -193,39 +208,26 @@ class Updater:
                                entropy=ent, entropy_coef=cfg.entropy_coef)
 
         grad_fn = mx.value_and_grad(loss_fn)
-        try:
-            for mb in self._microbatches(rows):
-                batch = self._arrays(mb)
-                if cfg.beta:
-                    engine.lora.ctx.slots = None  # the base model: same weights, adapter off
-                    batch["ref"] = mx.stop_gradient(completion_logprobs(
-                        engine.model, batch["ids"], batch["pos"], batch["tgt"], cfg.temperature))
-                (loss, m), g = grad_fn(params, batch)
-                grads = g if grads is None else {p: {k: grads[p][k] + g[p][k] for k in ("a", "b")} for p in g}
-                mx.eval(loss, m, grads)
-                totals["loss"] += loss.item()
-                totals["tokens"] += m["tokens"].item()
-                totals["clip"] += m["clip_ratio"].item()
-                totals["kl"] += m.get("kl_sum", mx.array(0.0)).item()
-                totals["entropy"] += m.get("entropy_sum", mx.array(0.0)).item()
-        finally:
-            for p, (a, b) in saved.items():
-                layers[p].lora_a, layers[p].lora_b = a, b
-            engine.lora.ctx.slots, engine.lora.ctx.sorted_slots = None, False
+        for mb in self._microbatches(rows):
+            batch = self._arrays(mb)
+            if cfg.beta:
+                stacks.route(None)  # the base model: same weights, adapter off
+                batch["ref"] = mx.stop_gradient(completion_logprobs(
+                    engine.model, batch["ids"], batch["pos"], batch["tgt"], cfg.temperature))
+            (loss, m), g = grad_fn(params, batch)
+            grads = g if grads is None else {p: {k: grads[p][k] + g[p][k] for k in ("a", "b")} for p in g}
+            mx.eval(loss, m, grads)
+            totals["loss"] += loss.item()
+            totals["tokens"] += m["tokens"].item()
+            totals["clip"] += m["clip_ratio"].item()
+            totals["kl"] += m.get("kl_sum", mx.array(0.0)).item()
+            totals["entropy"] += m.get("entropy_sum", mx.array(0.0)).item()
         metrics = {"players": len(names), "rows": len(rows), "loss": totals["loss"], "tokens": int(totals["tokens"]),
                    "clip_ratio": totals["clip"] / max(1.0, totals["tokens"]),
                    "kl": totals["kl"] / max(1.0, totals["tokens"]) if cfg.beta else 0.0}
         if cfg.entropy_coef:
             metrics["entropy"] = totals["entropy"] / max(1.0, totals["tokens"])
-        if grads is None:
-            return metrics, {}
-        norms = self._clip(grads)
-        new = self._apply(names, weights, paths, params, grads, lr)
-        for n in names:
-            metrics[f"grad_norm/{n}"] = float(norms[names.index(n)])
-            metrics[f"version/{n}"] = engine._install(n, new[n])
-        self.steps += 1
-        return metrics, new
+        return metrics, params, grads
 
     def _stack_params(self, names, weights, paths, rank) -> dict:
         params = {}
