@@ -203,6 +203,14 @@ class AutocurriculumConfig:
                                          "play cannot be killed: its next model.generate raises and the round goes "
                                          "on without it. Also bounds how long SIGINT/SIGTERM wait. None = no limit",
                                          None)
+    max_staleness: int = _help("rollouts overlapping updates: 0 = the serial loop (play a round, update, play the "
+                               "next); k >= 1 = round r+1 is played while round r's update runs, by the adapters "
+                               "from before that update (one update behind), and a turn sampled more than k adapter "
+                               "versions behind its player's current one is dropped from the update "
+                               "(rollout/stale_dropped). An update adds num_iterations versions, so k >= "
+                               "num_iterations keeps the overlapped turns. Overlaps in time only when games are "
+                               "played elsewhere (train(servers=...)); in-process the same schedule runs serially",
+                               0)
 
     def __post_init__(self):
         for name in ("epochs", "rounds", "matches", "logging_steps", "max_concurrent_games", "max_tokens"):
@@ -244,5 +252,9 @@ class AutocurriculumConfig:
                                                     and math.isfinite(self.game_timeout_s) and self.game_timeout_s > 0):
             raise ValueError(f"game_timeout_s must be a positive number of seconds or None (no limit), "
                              f"got {self.game_timeout_s!r}")
+        if not isinstance(self.max_staleness, int) or isinstance(self.max_staleness, bool) or self.max_staleness < 0:
+            raise ValueError(f"max_staleness must be an integer >= 0 (0 = serial rounds, k >= 1 = play the next round "
+                             f"while the update runs, dropping turns more than k versions old), "
+                             f"got {self.max_staleness!r}")
         if self.push_to_hub and not self.hub_model_id:
             raise ValueError("push_to_hub=True needs hub_model_id='owner/name'")

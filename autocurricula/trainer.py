@@ -9,6 +9,9 @@ for each epoch:   entry() returns new players' specs; the pool adds them (new on
                   league   -- on_round_end() may return more specs (snapshots), added in order
   checkpoint
 
+With ``max_staleness >= 1`` the rounds of an epoch overlap: round r+1's games are played while
+round r is rated, credited and updated (see ``_pipelined_rounds``).
+
 Subclasses override ``entry(self)`` and ``match(self)`` (and optionally ``play`` and
 ``on_round_end``), reading ``self.players``, ``self.current_epoch`` and ``self.rng``. Player specs
 are plain dicts; :func:`autocurricula.pool.snapshot_spec` makes the spec of a frozen copy.
@@ -27,6 +30,7 @@ import logging
 import signal
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
@@ -91,6 +95,22 @@ def run_async(coro):
     if "exc" in box:
         raise box["exc"]
     return box["out"]
+
+
+def drop_stale(turns: list[Turn], versions: dict[str, int], max_staleness: int) -> tuple[list[Turn], int, int]:
+    """``(kept, dropped, worst)``: the turns sampled at most ``max_staleness`` adapter versions behind
+    their player's current version (``versions``), how many were dropped, and the largest lag seen.
+    Turns without a version, of players not in ``versions``, or not sampled (``Turn.target``) are kept."""
+    kept, dropped, worst = [], 0, 0
+    for t in turns:
+        now = versions.get(t.player)
+        lag = now - t.version if now is not None and t.version is not None and not t.target else 0
+        worst = max(worst, lag)
+        if lag > max_staleness:
+            dropped += 1
+        else:
+            kept.append(t)
+    return kept, dropped, worst
 
 
 class AutocurriculumTrainer:
@@ -203,6 +223,7 @@ class AutocurriculumTrainer:
                 log.warning("no complete checkpoint in %s: starting from scratch", cfg.output_dir)
                 ckpt.clear_run_files(cfg.output_dir)
         self._stop_requested = False
+        self._explain_pipeline()
         previous = self._install_signal_handlers()
         try:
             self._loop(play, start, callbacks or [], first_round)
@@ -234,11 +255,14 @@ class AutocurriculumTrainer:
             rounds = range(first_round if epoch == start else 0, cfg.rounds)
             if rounds.start == 0:  # a run resumed mid-epoch had its entries already
                 self._pool.add_all(self.entry() or [], epoch)
-            for rnd in rounds:
-                self.current_round = rnd
-                self._round(play)
-                if self._stop_requested:
-                    break
+            if cfg.max_staleness:
+                self._pipelined_rounds(play, rounds)
+            else:
+                for rnd in rounds:
+                    self.current_round = rnd
+                    self._round(play)
+                    if self._stop_requested:
+                        break
             metrics = {}
             for cb in callbacks:
                 metrics.update(cb(self) or {})
@@ -267,11 +291,105 @@ class AutocurriculumTrainer:
         if self.step % self.config.logging_steps == 0:
             self._log(metrics)
 
+    def _pipelined_rounds(self, play, rounds: range) -> None:
+        """The rounds of one epoch with ``max_staleness >= 1``. As soon as round r's games end, round
+        r+1's are matched and started, by the adapters from before round r's update; round r is then
+        rated, credited, updated and its league hooks run, in order, while they play. The next
+        round's games start only after the changed adapters are pushed, so a turn is one update
+        behind when it is trained on (more after a reset or with num_iterations > 1; see
+        ``drop_stale``). Games played elsewhere (servers) overlap the update in time; with the
+        in-process engine, whose thread runs both, the same schedule runs serially. The pipeline
+        drains at the end of the epoch and on a stop signal: checkpoints never hold half a round."""
+        if not rounds:
+            return
+        overlap = self._overlaps()
+        background = ThreadPoolExecutor(1, thread_name_prefix="autocurricula-rollout") if overlap else None
+        clock = time.perf_counter()
+        try:
+            pending = self._start_rollout(play, rounds.start, background)
+            for rnd in rounds:
+                self.current_round = rnd
+                t_wait = time.perf_counter()
+                records, t_rollout, retried = pending.result()
+                waited = time.perf_counter() - t_wait
+                records, turns, rollout = self._rollout_results(records, retried)
+                pending = None
+                if rnd + 1 < rounds.stop and not self._stop_requested:
+                    pending = self._start_rollout(play, rnd + 1, background)
+                    self.current_round = rnd
+                rating = self._rate(records)
+                turns, credit = self._credit(turns, records)
+                update = self._update(turns)
+                league = self._league_hooks(records)
+                now = time.perf_counter()
+                metrics = {**rollout, **credit, **update, **league, "engine/occupancy": self.rollout.occupancy,
+                           "time/round_s": now - clock, "time/rollout_s": t_rollout,
+                           "time/rollout_wait_s": waited if overlap else 0.0, **rating}
+                clock = now
+                self.step += 1
+                if self.step % self.config.logging_steps == 0:
+                    self._log(metrics)
+                if pending is None:
+                    break
+        finally:
+            if background is not None:  # after an error: the next round's games end before the servers close
+                background.shutdown(wait=True)
+        self._sync_rollout()  # drained: the servers hold the epoch's last versions
+
+    def _overlaps(self) -> bool:
+        """Whether the next round's games can play while this round updates: only when they run
+        elsewhere (this process's engine thread runs the update), and not while a credit method
+        replays games through the same arena."""
+        return self.rollout is not self.engine and not getattr(self.credit, "replays", False)
+
+    def _explain_pipeline(self) -> None:
+        cfg = self.config
+        if not cfg.max_staleness:
+            return
+        if self.rollout is self.engine:
+            log.warning("max_staleness=%d with the in-process engine: its one thread runs both the games and the "
+                        "updates, so round r+1 is played before round r's update instead of during it (the same "
+                        "games as through servers, no overlap in time); pass servers=[...] (a running "
+                        "`autocurricula serve`) to overlap them", cfg.max_staleness)
+        elif getattr(self.credit, "replays", False):
+            log.warning("max_staleness=%d with credit %r: its replays share the arena with the games, so the "
+                        "rounds run one after another (same schedule, no overlap in time)", cfg.max_staleness,
+                        cfg.credit)
+        if cfg.max_staleness < self.grpo.num_iterations:
+            log.warning("max_staleness=%d < num_iterations=%d: an update adds %d adapter versions, so every turn "
+                        "played during an update is dropped; set max_staleness >= num_iterations",
+                        cfg.max_staleness, self.grpo.num_iterations, self.grpo.num_iterations)
+
+    def _start_rollout(self, play, rnd: int, background: ThreadPoolExecutor | None) -> Future:
+        """Push the changed adapters, match round ``rnd``'s games and play them: in ``background``
+        when given, else now. A future of ``(records, seconds, retried count before)``."""
+        retried = self._sync_rollout()
+        self.current_round = rnd
+        games = self._games(play)
+
+        def run():
+            t0 = time.perf_counter()
+            records = run_async(self.arena.run(games, self.config.max_concurrent_games,
+                                               timeout_s=self.config.game_timeout_s))
+            return records, time.perf_counter() - t0, retried
+
+        if background is not None:
+            return background.submit(run)
+        done = Future()
+        done.set_result(run())
+        return done
+
     def _rollout(self, play) -> tuple[list[GameRecord], list[Turn], dict]:
         """Play match()'s games; a failing round stops here. Each turn gets its reward: the arena's
         (a sub-game's) if it set one, else its seat's reward in the game."""
         cfg = self.config
         retried = self._sync_rollout()
+        records = run_async(self.arena.run(self._games(play), cfg.max_concurrent_games, timeout_s=cfg.game_timeout_s))
+        return self._rollout_results(records, retried)
+
+    def _games(self, play) -> list[tuple]:
+        """match()'s games of round ``self.current_round``, each tuple ``config.matches`` times."""
+        cfg = self.config
         games = []
         for mi, tup in enumerate(self.match() or []):
             for k in range(cfg.matches):
@@ -279,7 +397,11 @@ class AutocurriculumTrainer:
                 gid = f"e{self.current_epoch}-r{self.current_round}-m{mi}-{k}"
                 calls = [] if getattr(self.credit, "replays", False) else None  # a method that replays games
                 games.append((play, seats, GameRecord(gid, seats, calls=calls), self.game_name))
-        records = run_async(self.arena.run(games, cfg.max_concurrent_games, timeout_s=cfg.game_timeout_s))
+        return games
+
+    def _rollout_results(self, records: list[GameRecord], retried: int | None) -> tuple[list[GameRecord], list[Turn],
+                                                                                          dict]:
+        """A played round's turns (with rewards) and metrics; too many failed games stop here."""
         self._check_errors(records)
         turns = []
         for r in records:
@@ -328,9 +450,18 @@ class AutocurriculumTrainer:
         return turns + extra, self.credit.metrics()
 
     def _update(self, turns: list[Turn]) -> dict:
-        """One fused update of every learner on its turns (frozen players' turns are skipped)."""
+        """One fused update of every learner on its turns (frozen players' turns are skipped). With
+        ``max_staleness`` k >= 1, turns more than k versions behind their player are dropped first."""
         if not turns:
             return {}
+        stale = {}
+        if self.config.max_staleness:
+            versions = {p["id"]: self.engine.adapter_info(p["id"])["version"] for p in self.players
+                        if not p["frozen"] and not is_scripted(p)}
+            turns, dropped, worst = drop_stale(turns, versions, self.config.max_staleness)
+            stale = {"rollout/stale_dropped": dropped, "rollout/staleness_max": worst}
+            if not turns:
+                return stale
         t0 = time.perf_counter()
         out = self.updater.step(turns, skip=self._frozen_ids())
         metrics = {"time/update_s": time.perf_counter() - t0, "train/loss": out.get("loss", 0.0),
@@ -339,7 +470,7 @@ class AutocurriculumTrainer:
         if "entropy" in out:
             metrics["train/entropy"] = out["entropy"]
         self._pool.refresh_versions()
-        return metrics
+        return {**metrics, **stale}
 
     def _league_hooks(self, records: list[GameRecord]) -> dict:
         """The players on_round_end() adds (snapshots), each joining before the next is decided."""
