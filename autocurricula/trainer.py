@@ -192,7 +192,8 @@ class AutocurriculumTrainer:
         after every epoch; returned metrics are logged. ``servers``: URLs of running ``autocurricula
         serve`` servers of the same base model (``api_key`` for them); games are then played there,
         while updates run on this process's own copy of the weights and every changed adapter is
-        pushed to the servers before the next round.
+        pushed to the servers before the next round. ``servers`` may also be an engine object with
+        ``sync_from`` (a :class:`~autocurricula.cluster.RayEngine`, a ``RemoteEngine``), used as is.
 
         A fresh run refuses an ``output_dir`` that holds another run unless ``overwrite_output_dir``.
         SIGINT and SIGTERM finish the round, save a checkpoint and return (a second one stops at once)."""
@@ -232,8 +233,8 @@ class AutocurriculumTrainer:
                 signal.signal(sig, handler)
             for t in self.trackers:
                 t.finish()
-            if self.rollout is not None and self.rollout is not self.engine:
-                self.rollout.close()
+            if self.rollout is not None and self.rollout is not self.engine and self.rollout is not servers:
+                self.rollout.close()  # the servers' connections it opened; an engine object passed in stays open
         if cfg.push_to_hub and not self._stop_requested:
             self.push_to_hub(cfg.hub_model_id, private=cfg.hub_private_repo)
         return self
@@ -569,7 +570,9 @@ class AutocurriculumTrainer:
             self.engine = Engine(self.model_name, config=EngineConfig(max_slots=cfg.max_slots, max_batch=cfg.max_batch,
                                                                       initial_rank=self.lora_spec.r))
         self.rollout = self.engine
-        if servers:
+        if servers is not None and hasattr(servers, "sync_from"):  # an engine object, e.g. cluster.RayEngine
+            self.rollout = servers
+        elif servers:
             from autocurricula.remote import RemoteEngine
 
             self.rollout = RemoteEngine(servers, base=self.engine, api_key=api_key)  # checks their base model

@@ -2,7 +2,7 @@
 
 Three backends implement it: the in-process :class:`~autocurricula.engine.Engine` (the default),
 :class:`~autocurricula.remote.RemoteEngine` (one or many ``autocurricula serve`` servers over
-HTTP). Code that only plays games takes an ``EngineProtocol``; code that trains
+HTTP) and :class:`~autocurricula.cluster.RayEngine` (Ray actors, each with its own Engine). Code that only plays games takes an ``EngineProtocol``; code that trains
 adapters (the updater, the pool) needs the in-process engine, whose weights it changes, through
 three more public methods of :class:`~autocurricula.engine.Engine`: ``adapter_weights(name)`` (the
 host copy to train from), ``install(name, weights)`` (hot-swap the result, returns the version) and

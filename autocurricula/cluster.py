@@ -1,0 +1,593 @@
+"""Rollouts on Ray actors: the engine protocol over a cluster (``pip install autocurricula[ray]``).
+
+:class:`RayEngine` implements :class:`~autocurricula.engine.protocol.EngineProtocol` over Ray
+actors, each owning an in-process :class:`~autocurricula.engine.Engine` of the same base model
+(loaded from the same path on its node). The trainer plays every game through it, exactly as
+through ``autocurricula serve`` servers::
+
+    import ray
+    from autocurricula.cluster import RayEngine
+
+    ray.init()                                   # or ray.init(address="auto") on a cluster node
+    rollout = RayEngine("path/to/model", num_actors=4)
+    trainer.train("path/to/model", play, servers=rollout)
+
+- At the first sync, every actor's base model must have the fingerprint of the trainer's
+  (config and weights); a mismatch raises
+  :class:`~autocurricula.engine.fingerprint.BaseModelMismatchError` before any game.
+- Players are placed on actors: sticky per player (its adapter stays resident there), a new
+  player goes to the actor with the fewest players. Adapters travel through Ray's object store:
+  one ``ray.put`` per version, fetched by each actor that serves the player.
+- An actor that dies (or does not answer within ``timeout``) is marked down; its in-flight
+  requests are sent again to another actor (counted in ``stats["retried"]``), so every game
+  finishes and none is played twice. Ray restarts a dead actor (``max_restarts``); a poll brings
+  it back once it answers, its base model checked again, before it gets work. A restarted actor
+  holds no adapter: each player it gets is uploaded at its current version first.
+
+All Ray calls of the driver run on one asyncio loop in a background thread; :meth:`submit`
+returns a ``concurrent.futures.Future`` like the in-process engine's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autocurricula.engine.adapters import AdapterWeights, check_name, from_tensors, load_folder
+from autocurricula.engine.engine import UnknownPlayerError
+from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fingerprint_engine
+from autocurricula.engine.sampling import SamplingParams
+from autocurricula.engine.scheduler import Completion
+
+__all__ = ["ActorRestartedError", "BaseModelMismatchError", "RayEngine", "RolloutActor", "require_ray"]
+
+log = logging.getLogger(__name__)
+
+
+def require_ray():
+    """``import ray``, or an ImportError that says how to install it."""
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("Ray is not installed; install the extra: pip install 'autocurricula[ray]'") from exc
+    return ray
+
+
+class ActorRestartedError(RuntimeError):
+    """A call meant for an actor instance that Ray has since restarted (it holds no adapter)."""
+
+
+class RolloutActor:
+    """What runs inside one Ray actor: an in-process Engine and a few calls on it.
+
+    Wrapped with ``ray.remote`` by :class:`RayEngine`; its async methods let one actor serve many
+    requests at once, so the engine batches them."""
+
+    def __init__(self, model: str, engine_config: dict | None = None, name: str | None = None):
+        from autocurricula.engine import Engine, EngineConfig
+
+        self.engine = Engine(model, config=EngineConfig(**(engine_config or {})), name=name)
+        self.instance = uuid.uuid4().hex  # a restarted actor has a new one: it holds no adapter
+        self._fingerprint: dict | None = None
+
+    async def ready(self) -> dict:
+        """``{"instance", "fingerprint", "players"}`` once the model is loaded."""
+        if self._fingerprint is None:
+            self._fingerprint = await asyncio.to_thread(fingerprint_engine, self.engine)
+        return {"instance": self.instance, "fingerprint": self._fingerprint,
+                "players": {n: self.engine.adapter_info(n)["version"] for n in self.engine.players()}}
+
+    def _same(self, instance: str) -> None:
+        # a call queued while Ray restarted this actor was meant for the old one and its adapters
+        if instance != self.instance:
+            raise ActorRestartedError(f"actor restarted (now {self.instance}, call meant for {instance})")
+
+    async def complete(self, ids: list[int], player: str | None, params: SamplingParams, rid: str,
+                       instance: str) -> Completion:
+        self._same(instance)
+        return await asyncio.wrap_future(self.engine.submit(ids, player, params, request_id=rid))
+
+    async def complete_many(self, requests: list[tuple], instance: str) -> list:
+        """``[(ids, player, params), ...]`` admitted together (one lockstep tick); an exception is
+        returned in place of the completion it stopped."""
+        self._same(instance)
+        futs = self.engine.submit_many(requests)
+        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futs), return_exceptions=True))
+
+    async def load(self, name: str, weights: AdapterWeights, version: int, instance: str) -> int:
+        self._same(instance)
+        return await asyncio.to_thread(self.engine.load_adapter, name, weights, version)
+
+    async def unload(self, name: str) -> None:
+        if name in self.engine.players():
+            await asyncio.to_thread(self.engine.unload_adapter, name)
+
+    async def health(self) -> dict:
+        return {**self.engine.health(), "instance": self.instance, "occupancy": self.engine.occupancy}
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+@dataclass
+class _Adapter:
+    ref: Any  # ray.ObjectRef of the AdapterWeights
+    version: int
+    weights: AdapterWeights
+
+
+@dataclass
+class _Actor:
+    index: int
+    handle: Any
+    up: bool = False
+    instance: str | None = None
+    held: dict[str, int] = field(default_factory=dict)  # player -> version it holds
+    inflight: int = 0
+    completions: int = 0
+    error: str | None = None
+    fingerprint: dict | None = None
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    def lock(self, player: str) -> asyncio.Lock:
+        return self.locks.setdefault(player, asyncio.Lock())
+
+
+class RayEngine:
+    """The engine protocol over Ray rollout actors (see the module docstring).
+
+    ``model``: the base model as a folder or Hub id every node can load (the same path on every
+    node, or a Hub id). ``num_actors``: rollout actors, each with its own Engine; ``num_cpus`` /
+    ``num_gpus`` and ``actor_options`` (any ``ray.remote`` option, e.g. ``resources``) place them.
+    ``engine_config``: an :class:`~autocurricula.engine.EngineConfig` (or its dict) for every
+    actor's engine. ``address``: passed to ``ray.init`` when Ray is not initialized yet (``"auto"``
+    joins the cluster this node belongs to; None starts a local one). ``max_restarts``: how often
+    Ray restarts a dead actor (-1: always). ``timeout``: seconds one request may take before its
+    actor counts as failed, and how long a request waits for an actor when all are down.
+    ``poll_s``: how often down actors are probed. ``base``: the trainer's base model as an Engine
+    or fingerprint dict to check now; otherwise it is checked at the first :meth:`sync_from`.
+    """
+
+    def __init__(self, model: str | Path, num_actors: int = 2, *, engine_config: Any = None,
+                 num_cpus: float = 1, num_gpus: float = 0, actor_options: dict | None = None,
+                 address: str | None = None, max_restarts: int = -1, timeout: float = 600.0,
+                 poll_s: float = 1.0, connect_timeout: float = 300.0, base: Any = None, tokenizer: Any = None,
+                 name: str | None = None):
+        if not isinstance(model, (str, Path)) or not str(model):
+            raise ValueError("model must be a model folder or Hub id that every Ray node can load, got "
+                             f"{model!r} (an Engine object cannot be sent to other processes)")
+        if not isinstance(num_actors, int) or num_actors < 1:
+            raise ValueError(f"num_actors must be a positive integer, got {num_actors!r}")
+        if not (isinstance(poll_s, (int, float)) and poll_s > 0 and timeout > 0 and connect_timeout > 0):
+            raise ValueError("poll_s, timeout and connect_timeout must be positive numbers of seconds")
+        ray = require_ray()
+        if not ray.is_initialized():
+            ray.init(address=address)
+        self._ray = ray
+        self.model = str(model)
+        self.name = name or self.model  # as the trainer's engine names a base loaded from the same path
+        if engine_config is not None and not isinstance(engine_config, dict):
+            engine_config = asdict(engine_config)
+        self.tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(self.model)
+        self.poll_s, self.timeout = poll_s, timeout
+        self.stats = {"completions": 0, "retried": 0, "uploads": 0, "resyncs": 0, "failed": 0}
+        self.expected: dict | None = None
+        self._adapters: dict[str, _Adapter] = {}
+        self._last_version: dict[str, int] = {}
+        self._placement: dict[str, _Actor] = {}
+        self._ids = itertools.count(1)
+        self._closed = False
+        remote_cls = ray.remote(RolloutActor)
+        opts = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": max_restarts, "max_task_retries": 0,
+                "max_concurrency": 1000, **(actor_options or {})}
+        self.actors = [_Actor(i, remote_cls.options(**opts).remote(self.model, engine_config, self.name))
+                       for i in range(num_actors)]
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="autocurricula-ray", daemon=True)
+        self._thread.start()
+        try:
+            if base is not None:
+                self.expected = base if isinstance(base, dict) else fingerprint_engine(base)
+            self._call(self._connect(connect_timeout)).result()
+        except BaseException:
+            self.close()
+            raise
+        self._poller = self._call(self._poll())
+
+    # ------------------------------------------------------------------ protocol (any thread)
+    def submit(self, prompt: str | list[int], player: str | None = None, params: SamplingParams | None = None,
+               on_token=None, request_id: str | None = None) -> Future:
+        """Queue one completion on an actor; returns a Future of
+        :class:`~autocurricula.engine.scheduler.Completion`."""
+        if on_token is not None:
+            raise ValueError("RayEngine does not stream tokens to on_token; use the in-process Engine")
+        ids, player, params = self._check(prompt, player, params)
+        return self._call(self._complete(ids, player, params, request_id or f"ray-{next(self._ids)}"))
+
+    def submit_many(self, requests: list[tuple]) -> list[Future]:
+        """Queue ``[(prompt, player, params), ...]``: all are checked first, then each actor admits
+        its share of them together, in order (one lockstep tick per actor)."""
+        checked = [self._check(*r) for r in requests]
+        futs = [Future() for _ in checked]
+        rids = [f"ray-{next(self._ids)}" for _ in checked]
+        self._call(self._complete_many(checked, rids, futs))
+        return futs
+
+    def sync_from(self, engine) -> dict:
+        """Make this engine's players those of ``engine`` (the trainer's in-process engine): check
+        the base model once, push every adapter whose version differs, drop the players it no
+        longer has. Returns ``{"pushed": [...], "dropped": [...]}``."""
+        if self.expected is None:
+            self.expected = fingerprint_engine(engine)
+            self._call(self._check_all_bases()).result()
+        local = {name: engine.adapter_info(name)["version"] for name in engine.players()}
+        pushed = [n for n, v in sorted(local.items()) if n not in self._adapters or self._adapters[n].version != v]
+        for name in pushed:
+            self.load_adapter(name, engine.adapter_weights(name), version=local[name])
+        dropped = [n for n in self.players() if n not in local]
+        for name in dropped:
+            self.unload_adapter(name)
+        return {"pushed": pushed, "dropped": dropped}
+
+    def generate(self, prompt, player=None, params=None, **sampling) -> Completion:
+        """Blocking :meth:`submit`; keyword sampling args build :class:`SamplingParams`."""
+        return self.submit(prompt, player, params or SamplingParams(**sampling)).result()
+
+    def load_adapter(self, name: str, source: Any, version: int | None = None) -> int:
+        """Install or hot-swap a player at ``version`` (default: the next one): put once into the
+        object store, installed now on every actor that holds the player, on others at first use."""
+        check_name(name)
+        if name == self.name:
+            raise ValueError(f"{name!r} is the base model's name; choose another player name")
+        self._check_open()
+        weights = _weights_of(source)
+        last = self._last_version.get(name, 0)
+        if version is None:
+            version = last + 1
+        elif not isinstance(version, int) or version <= last:
+            raise ValueError(f"version {version!r} of {name!r} is not newer than {last}; versions only grow")
+        ad = _Adapter(self._ray.put(weights), version, weights)
+        return self._call(self._install(name, ad)).result()
+
+    def unload_adapter(self, name: str) -> None:
+        """Drop a player on every actor."""
+        if name not in self._adapters:
+            raise UnknownPlayerError(f"unknown player {name!r}")
+        self._call(self._drop(name)).result()
+
+    def adapter_info(self, name: str) -> dict:
+        """``{"name", "version", "actors"}``: the current version and the actors holding it."""
+        ad = self._adapters.get(name)
+        if ad is None:
+            raise UnknownPlayerError(f"unknown player {name!r}")
+        return {"name": name, "version": ad.version,
+                "actors": [a.index for a in self.actors if a.held.get(name) == ad.version]}
+
+    def adapter_weights(self, name: str) -> AdapterWeights:
+        ad = self._adapters.get(name)
+        if ad is None:
+            raise UnknownPlayerError(f"unknown player {name!r}")
+        return ad.weights
+
+    def players(self) -> list[str]:
+        return sorted(self._adapters)
+
+    def placement(self, name: str) -> int | None:
+        """The index of the actor a player's requests go to (None before its first request)."""
+        a = self._placement.get(name)
+        return a.index if a else None
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+
+    def health(self) -> dict:
+        """``ok`` while at least one actor takes work; one entry per actor."""
+        actors = [{"index": a.index, "up": a.up, "inflight": a.inflight, "players": sorted(a.held),
+                   "completions": a.completions, "error": a.error} for a in self.actors]
+        return {"ok": not self._closed and any(a.up for a in self.actors), "actors": actors}
+
+    @property
+    def occupancy(self) -> float:
+        """Mean batch occupancy of the actors that are up (0.0 if none answers)."""
+        try:
+            return self._call(self._occupancy()).result(10)
+        except Exception:  # noqa: BLE001 - a metric must not stop training
+            return 0.0
+
+    def wait_until_up(self, index: int, timeout: float = 60.0) -> bool:
+        """Block until actor ``index`` is up (re-checked) or ``timeout`` runs out."""
+        deadline = time.monotonic() + timeout
+        while not self.actors[index].up and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.actors[index].up
+
+    def close(self) -> None:
+        """Stop polling and kill the actors (Ray itself stays initialized)."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            async def shutdown():
+                for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+                    task.cancel()
+
+            try:
+                asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
+            finally:
+                loop.call_soon_threadsafe(loop.stop)
+                self._thread.join(10)
+        for a in getattr(self, "actors", []):
+            try:
+                self._ray.kill(a.handle, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ loop thread
+    def _call(self, coro) -> Future:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this RayEngine is closed; create a new one")
+
+    def _check(self, prompt, player, params) -> tuple[list[int], str | None, SamplingParams]:
+        self._check_open()
+        params = params or SamplingParams()
+        ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("prompt is empty; give at least one token")
+        if player == self.name:
+            player = None
+        if player is not None and player not in self._adapters:
+            raise UnknownPlayerError(f"unknown player {player!r}; load its adapter first (loaded: {self.players()})")
+        return ids, player, params
+
+    async def _connect(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(asyncio.gather(*(self._bring_up(a) for a in self.actors)), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"the rollout actors did not load the model within {timeout:g} s; check that the "
+                               "cluster has the CPUs/GPUs they ask for (num_cpus, num_gpus)") from None
+
+    async def _bring_up(self, actor: _Actor) -> None:
+        """Check an actor's base model and re-install what it held; then it takes work."""
+        info = await actor.handle.ready.remote()
+        if self.expected is not None:
+            compare(self.expected, info["fingerprint"], f"rollout actor {actor.index}")
+        actor.fingerprint = info["fingerprint"]
+        if info["instance"] != actor.instance:  # new or restarted: it holds what it says it holds
+            if actor.instance is not None:
+                self.stats["resyncs"] += 1
+            actor.held, actor.instance = dict(info["players"]), info["instance"]
+        for player in list(actor.held):
+            if player not in self._adapters:
+                actor.held.pop(player)
+                await actor.handle.unload.remote(player)
+            else:
+                await self._ensure(actor, player)
+        actor.error, actor.up = None, True
+
+    async def _check_all_bases(self) -> None:
+        for a in self.actors:
+            if a.fingerprint is not None:
+                compare(self.expected, a.fingerprint, f"rollout actor {a.index}")
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_s)
+            await asyncio.gather(*(self._revive(a) for a in self.actors if not a.up), return_exceptions=True)
+
+    async def _revive(self, actor: _Actor) -> None:
+        try:
+            await asyncio.wait_for(self._bring_up(actor), max(self.poll_s, 30.0))
+        except BaseModelMismatchError as exc:
+            if actor.error != str(exc):
+                log.error("rollout actor %d stays out of rotation: %s", actor.index, exc)
+            actor.error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - dead for good, or still restarting: stays down
+            actor.error = f"{type(exc).__name__}: {exc}"
+        else:
+            log.warning("rollout actor %d is back and re-synced (%d players)", actor.index, len(actor.held))
+
+    def _down(self, actor: _Actor, why: str) -> None:
+        if actor.up:
+            log.warning("rollout actor %d is down (%s); its requests go to the other actors", actor.index, why)
+        actor.up, actor.error = False, why
+
+    def _pick(self, player: str | None, tried: set[int]) -> _Actor | None:
+        up = [a for a in self.actors if a.up and a.index not in tried]
+        if not up:
+            return None
+        if player is None:
+            return min(up, key=lambda a: a.inflight)
+        cur = self._placement.get(player)
+        if cur is not None and cur in up:
+            return cur
+        counts = {a.index: 0 for a in up}
+        for a in self._placement.values():
+            if a.index in counts:
+                counts[a.index] += 1
+        actor = min(up, key=lambda a: (counts[a.index], a.inflight))
+        self._placement[player] = actor
+        return actor
+
+    async def _ensure(self, actor: _Actor, player: str) -> None:
+        """Install the player's current version unless the actor holds it already."""
+        ad = self._adapters.get(player)
+        if ad is not None and actor.held.get(player) == ad.version:
+            return
+        async with actor.lock(player):
+            while True:
+                ad = self._adapters.get(player)
+                if ad is None:
+                    raise UnknownPlayerError(f"player {player!r} was unloaded")
+                if actor.held.get(player) == ad.version:
+                    return
+                await actor.handle.load.remote(player, ad.ref, ad.version, actor.instance)
+                self.stats["uploads"] += 1
+                actor.held[player] = ad.version
+
+    async def _pick_up(self, player: str | None, tried: set[int], deadline: float) -> _Actor:
+        """An actor that is up, another than the ones tried first; waits while all are down."""
+        while True:
+            actor = self._pick(player, tried) or self._pick(player, set())
+            if actor is not None:
+                return actor
+            if time.monotonic() > deadline:
+                self.stats["failed"] += 1
+                raise RuntimeError(f"no rollout actor came up within {self.timeout:g} s (" + "; ".join(
+                    f"actor {a.index}: {a.error}" for a in self.actors) + ")")
+            await asyncio.sleep(min(0.1, self.poll_s))
+
+    async def _on_actor(self, actor: _Actor, player: str | None, call):
+        """Run ``call()`` (an ObjectRef maker) on ``actor`` after installing the player there;
+        returns ``(ok, result)``, ``ok`` False when the actor died or timed out."""
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        actor.inflight += 1
+        try:
+            if player is not None:
+                await self._ensure(actor, player)
+            return True, await asyncio.wait_for(call(), self.timeout)
+        except (RayActorError, asyncio.TimeoutError, GetTimeoutError, RayTaskError) as exc:
+            if isinstance(exc, RayTaskError) and not isinstance(getattr(exc, "cause", None), ActorRestartedError):
+                raise  # the request's own error (e.g. a prompt too long), not the actor's
+            self._down(actor, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            return False, exc
+        finally:
+            actor.inflight -= 1
+
+    async def _complete(self, ids: list[int], player: str | None, params: SamplingParams, rid: str) -> Completion:
+        tried: set[int] = set()
+        deadline = time.monotonic() + self.timeout
+        while True:
+            actor = await self._pick_up(player, tried, deadline)
+            ok, out = await self._on_actor(actor, player, lambda: _awaitable(actor.handle.complete.remote(
+                ids, player, params, rid, actor.instance)))
+            if ok:
+                actor.completions += 1
+                self.stats["completions"] += 1
+                return out
+            tried.add(actor.index)
+            self.stats["retried"] += 1
+
+    async def _complete_many(self, checked: list[tuple], rids: list[str], futs: list[Future]) -> None:
+        """One ``complete_many`` per actor (its share, in order); a failed actor's share is sent
+        again request by request."""
+        groups: dict[int, list[int]] = {}
+        actors: dict[int, _Actor] = {}
+        try:
+            for i, (_, player, _) in enumerate(checked):
+                actor = await self._pick_up(player, set(), time.monotonic() + self.timeout)
+                groups.setdefault(actor.index, []).append(i)
+                actors[actor.index] = actor
+        except BaseException as exc:  # noqa: BLE001 - every future gets the error
+            for f in futs:
+                f.set_exception(exc)
+            return
+
+        async def run(actor: _Actor, idx: list[int]) -> None:
+            reqs = [checked[i] for i in idx]
+            players = sorted({p for _, p, _ in reqs if p is not None})
+
+            async def install_then_call():
+                for p in players:
+                    await self._ensure(actor, p)
+                return await actor.handle.complete_many.remote(reqs, actor.instance)
+
+            ok, out = await self._on_actor(actor, None, install_then_call)
+            if not ok:
+                self.stats["retried"] += len(idx)
+                outs = await asyncio.gather(*(self._complete(*checked[i], rids[i]) for i in idx),
+                                            return_exceptions=True)
+            else:
+                actor.completions += len(idx)
+                self.stats["completions"] += len(idx)
+                outs = out
+            for i, r in zip(idx, outs):
+                if isinstance(r, BaseException):
+                    futs[i].set_exception(r)
+                else:
+                    futs[i].set_result(r)
+
+        await asyncio.gather(*(run(actors[k], idx) for k, idx in groups.items()))
+
+    async def _install(self, name: str, ad: _Adapter) -> int:
+        old = self._adapters.get(name)
+        self._adapters[name], self._last_version[name] = ad, ad.version
+        holders = [a for a in self.actors if a.up and name in a.held]
+        results = await asyncio.gather(*(self._on_actor(a, name, _noop) for a in holders), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):  # a refused adapter (bad shapes): keep serving the old one
+                if old is not None:
+                    self._adapters[name] = old
+                else:
+                    self._adapters.pop(name, None)
+                raise r
+        return ad.version
+
+    async def _drop(self, name: str) -> None:
+        self._adapters.pop(name, None)
+        self._placement.pop(name, None)
+        for a in self.actors:
+            if name in a.held:
+                a.held.pop(name)
+                if a.up:
+                    await self._on_actor(a, None, lambda a=a: _awaitable(a.handle.unload.remote(name)))
+
+    async def _occupancy(self) -> float:
+        vals = []
+        for a in self.actors:
+            if a.up:
+                ok, h = await self._on_actor(a, None, lambda a=a: _awaitable(a.handle.health.remote()))
+                if ok:
+                    vals.append(float(h["occupancy"]))
+        return sum(vals) / len(vals) if vals else 0.0
+
+
+async def _awaitable(ref):
+    return await ref
+
+
+async def _noop():
+    return None
+
+
+def _weights_of(source: Any) -> AdapterWeights:
+    if isinstance(source, AdapterWeights):
+        return source
+    if isinstance(source, (str, Path)):
+        return load_folder(source)
+    if isinstance(source, dict) and isinstance(source.get("tensors"), dict):
+        import numpy as np
+
+        return from_tensors({k: np.asarray(v) for k, v in source["tensors"].items()}, scale=source.get("scale"))
+    raise TypeError("source must be AdapterWeights, an adapter folder or {'tensors': {...}, 'scale': s}")
+
+
+def _load_tokenizer(model: str):
+    from mlx_lm.utils import load_tokenizer
+
+    return load_tokenizer(Path(model) if Path(model).exists() else str(model))

@@ -1,0 +1,87 @@
+"""RayEngine on a local Ray instance (``ray.init(num_cpus=2)``, 2 rollout actors of the tiny model):
+a league played through the actors, one actor killed mid-round with ``ray.kill``; the round
+completes with no game lost or counted twice, the killed actor's requests retried elsewhere, and
+the restarted actor re-checked and serving again. Skipped when Ray is not installed; the tests that
+start Ray are slow (``pytest -m slow tests/test_ray.py``)."""
+
+import json
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from autocurricula.cluster import RayEngine  # noqa: E402
+from autocurricula.engine import AdapterWeights, LoraSpec, SamplingParams  # noqa: E402
+from autocurricula.engine.fingerprint import BaseModelMismatchError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.slow  # a local Ray instance and 3 rounds of a league: about a minute on 2 cores
+def test_a_killed_rollout_actor_loses_no_game_and_comes_back(local_ray, tiny_model_path, tmp_path):
+    from autocurricula import SelfPlayConfig, SelfPlayTrainer
+    from toy_games import digits
+
+    rollout = RayEngine(tiny_model_path, num_actors=2, poll_s=0.2, timeout=60)
+    killed = {}
+
+    async def play(players, model, tokenizer):
+        # the first game of round 1 kills the actor that serves the learner, while games are in flight
+        if trainer.current_round == 1 and not killed:
+            killed["index"] = rollout.placement("main-0")
+            ray.kill(rollout.actors[killed["index"]].handle, no_restart=False)  # Ray restarts it
+        return await digits(players, model, tokenizer)
+
+    play.__module__ = digits.__module__
+    out = tmp_path / "run"
+    trainer = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=3, games_per_round=6, past_share=0.5,
+                                             output_dir=str(out), progress=False, bt_bootstrap=0, max_tokens=4))
+    try:
+        trainer.train(str(tiny_model_path), play, servers=rollout)
+        history = list(trainer.match_history)
+        metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert "index" in killed
+        # every game of every round once: none lost, none replayed as a second game
+        assert len(history) == 3 * 6
+        assert len({g["game_id"] for g in history}) == len(history)
+        rated = [g for g in history if len(set(g["players"])) > 1]
+        assert trainer.elo.updates == len(rated)
+        assert sum(trainer.elo.games.values()) == 2 * len(rated)
+        retried = [m.get("rollout/retried") for m in metrics if "rollout/games" in m]
+        assert retried[0] == 0 and retried[1] > 0  # the killed actor's in-flight requests, sent elsewhere
+        assert rollout.stats["failed"] == 0
+        # the restarted actor is re-checked and takes work again: new players go to the actor with
+        # the fewest players, so some land on it, each installed there before its first request
+        assert rollout.wait_until_up(killed["index"], timeout=60)
+        assert rollout.stats["resyncs"] >= 1
+        w = AdapterWeights.random(trainer.engine.linear_dims, LoraSpec(r=4), seed=1)
+        news = [f"newbie-{i}" for i in range(4)]
+        for name in news:
+            rollout.load_adapter(name, w, version=7)
+        done = [rollout.submit("o", n, SamplingParams(max_tokens=2, temperature=0.0)) for n in news]
+        assert [f.result(60).adapter_version for f in done] == [7] * 4
+        assert killed["index"] in {rollout.placement(n) for n in news}
+        # the trainer's players are on the actors at the trainer's versions
+        assert {p["id"]: rollout.adapter_info(p["id"])["version"] for p in trainer.players} == \
+            {p["id"]: p["version"] for p in trainer.players}
+    finally:
+        rollout.close()
+        trainer.engine.close()
+
+
+@pytest.mark.slow  # starts a local Ray instance
+def test_actors_of_another_base_model_are_refused(local_ray, tiny_model_path):
+    with pytest.raises(BaseModelMismatchError, match="not the trainer's"):
+        RayEngine(tiny_model_path, num_actors=1, base={"kind": "files", "config": "other", "weights": "other"})
+
+
+def test_bad_arguments_say_what_to_pass(tiny_model_path):
+    with pytest.raises(ValueError, match="num_actors"):
+        RayEngine(tiny_model_path, num_actors=0)
+    with pytest.raises(ValueError, match="model folder or Hub id"):
+        RayEngine(object())
