@@ -89,7 +89,7 @@ def _train(args) -> None:
             raise SystemExit(f"{args.config}: expected a mapping of settings")
     grpo = settings.pop("grpo", None)
     lora = settings.pop("lora", None)
-    for key in ("epochs", "rounds", "output_dir", "seed"):
+    for key in ("epochs", "rounds", "output_dir", "seed", "max_staleness"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
     if args.overwrite_output_dir:
@@ -141,6 +141,8 @@ def _bench(args) -> None:
         from autocurricula.bench.engine import main
     elif args.what == "peers":
         from autocurricula.bench.peers import main
+    elif args.what == "league":
+        from autocurricula.bench.league import main
     else:
         from autocurricula.bench.train import main
     main(args)
@@ -201,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="play the games on this running `autocurricula serve` (same base model); repeatable. "
                          "Updates run here and each changed adapter is pushed to the servers")
     tr.add_argument("--api-key", default=None, help="the servers' --api-key")
+    tr.add_argument("--max-staleness", dest="max_staleness", type=int, default=None, metavar="K",
+                    help="play round r+1 while round r updates (with --server), dropping turns more than K adapter "
+                         "versions old; 0 = serial rounds (the default)")
     tr.add_argument("--overwrite-output-dir", dest="overwrite_output_dir", action="store_true",
                     help="delete another run's checkpoints and logs in output_dir and start afresh")
     tr.set_defaults(func=_train)
@@ -216,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_env)
 
     b = sub.add_parser("bench", help="benchmarks (ratios measured side by side)")
-    b.add_argument("what", choices=["engine", "train", "peers"])
+    b.add_argument("what", choices=["engine", "train", "peers", "league"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--model", default=None, help="model id/folder instead of the tiny bench model")
     b.add_argument("--hidden", type=int, default=256)
