@@ -7,6 +7,11 @@ tasks by default), drawn from the game's seed. The critic is trained with the ge
 the seat). The judge is ``judge=None`` (the base model), a player id or a player dict; it is never
 trained. It answers with a score from 0 to 10.
 
+Each seat's prompts are one growing conversation: a turn's prompt is that seat's previous prompt,
+its reply and the new message (with ``chat``, a message list that grows the same way). The writer
+sees its whole revision history, and the engine's prefix cache serves the earlier part of every
+prompt from KV rows it already holds (see docs/engine.md, "Prefix caching").
+
 Rewards (cooperative): both players get the judge's score of the final text divided by 10, in
 [0, 1]; 0 for both when the judge gives no number. An empty draft or revision makes the generator
 the offender of ``invalid_penalty``; an empty critique makes the critic the offender. Not zero-sum.
@@ -32,6 +37,23 @@ CRITIC = "You are a critic. Name the single most important improvement to the te
 JUDGE = "You are a strict judge of writing. Score the text from 0 (bad) to 10 (excellent). Reply with the number."
 
 
+class Conversation:
+    """One seat's growing conversation: plain text, or chat messages for the model's template."""
+
+    def __init__(self, instructions: str, first: str, chat: bool):
+        self.chat = chat
+        self.text = f"{instructions}\n\n{first}"
+        self.messages = [{"role": "system", "content": instructions}, {"role": "user", "content": first}]
+
+    def prompt(self):
+        return [dict(m) for m in self.messages] if self.chat else self.text
+
+    def add(self, reply: str, message: str) -> None:
+        """Append the seat's own reply and the next message to it."""
+        self.text += f" {reply}\n{message}"
+        self.messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": message}]
+
+
 def random_policy(prompt_text: Any, rng: Any = None) -> str:
     """Scripted player for both seats: a canned text or critique."""
     return choice(rng, ["The waves roll in under a grey sky.", "Make it shorter.", "Use a concrete image.",
@@ -51,21 +73,25 @@ async def play(players: list[dict], model, tokenizer=None, *, tasks=None, rounds
     task = choice(rng, tasks or TASKS)
     generator, critic = players
     opts = dict(max_tokens=max_tokens, temperature=temperature, stop=("\n",))
-    text = await ask(model, generator, prompt(WRITER, f"Task: {task}\nText:", chat), **opts)
-    history = []
+    writer = Conversation(WRITER, f"Task: {task}\nText:", chat)
+    text = await ask(model, generator, writer.prompt(), **opts)
+    history, reviewer, note = [], None, ""
     for _ in range(rounds):
         if not text.strip():
             return GameResult(invalid_rewards(2, [0], penalty), {"task": task, "history": history})
         history.append(text.strip())
-        body = f"Task: {task}\nText: {text.strip()}\nImprovement:"
+        if reviewer is None:
+            reviewer = Conversation(CRITIC, f"Task: {task}\nText: {text.strip()}\nImprovement:", chat)
+        else:
+            reviewer.add(note.strip(), f"Text: {text.strip()}\nImprovement:")
         if critic_trainable:
-            note = await ask(model, critic, prompt(CRITIC, body, chat), **opts)
+            note = await ask(model, critic, reviewer.prompt(), **opts)
         else:  # a fixed critic: its calls never become turns
-            note = getattr(await model.generate(critic, prompt(CRITIC, body, chat), trainable=False, **opts), "text", "")
+            note = getattr(await model.generate(critic, reviewer.prompt(), trainable=False, **opts), "text", "")
         if not note.strip():
             return GameResult(invalid_rewards(2, [1], penalty), {"task": task, "history": history})
-        body = f"Task: {task}\nText: {text.strip()}\nCritique: {note.strip()}\nRevised text:"
-        text = await ask(model, generator, prompt(WRITER, body, chat), **opts)
+        writer.add(text.strip(), f"Critique: {note.strip()}\nRevised text:")
+        text = await ask(model, generator, writer.prompt(), **opts)
     if not text.strip():
         return GameResult(invalid_rewards(2, [0], penalty), {"task": task, "history": history})
     history.append(text.strip())

@@ -6,7 +6,10 @@ Every figure comes from the same process, model and prompts:
 - ``mixed_vs_reload``: 64 requests over 8 players through the engine / the same requests served as
   mlx-lm's server does (one adapter at a time, model reloaded from disk when the adapter changes);
 - ``ceiling_fraction``: decode FLOP/s at B=64 / the best dense fp32 GEMM FLOP/s measured here;
-- ``hot_swap_failed`` / ``hot_swap_delay_steps``: an adapter update every few steps during a B=64 run.
+- ``hot_swap_failed`` / ``hot_swap_delay_steps``: an adapter update every few steps during a B=64 run;
+- ``prefix_hit_rate``: share of prompt tokens whose KV rows came from the engine's prefix cache
+  (the runs repeat their prompts, so most of every prompt after the first run; run with
+  ``EngineConfig(prefix_cache_mb=0)`` for prefill-bound figures).
 """
 
 from __future__ import annotations
@@ -174,6 +177,8 @@ def run(model: str | None = None, hidden: int = 256, layers: int = 4, heads: int
     result["mixed_vs_reload"] = round(engine_rate / result["reload_tok_s"], 2)
 
     result.update(_hot_swap(engine, prompts, batch, new_tokens, dims, spec))
+    # share of prompt tokens served from the prefix cache (these runs repeat their prompts)
+    result["prefix_hit_rate"] = engine.stats.get("prefix_hit_rate", 0.0)
     engine.close()
     return result
 

@@ -71,16 +71,23 @@ class EngineConfig:
     max_wait_steps: int = field(default=32, metadata={"help": "decode steps a request may wait for an adapter slot while requests of resident players pass it; then those queue behind it (no starvation)"})
     stuck_after_s: float = field(default=120.0, metadata={"help": "health reports the engine stuck when one step or job runs longer than this"})
     keep_quantized: bool = field(default=False, metadata={"help": "CPU backend only: keep a quantized or bf16/fp16 base as stored instead of converting it to float32 at load (MLX's CPU quantized and half-precision matmuls are 3-14x slower than float32; float32 takes 8x the memory of 4-bit). Metal and CUDA always keep the stored weights"})
+    prefix_cache_mb: float = field(default=64.0, metadata={"help": "memory for KV rows of earlier prompts and completions, reused when a new prompt starts with the same tokens for the same adapter version (chat histories, shared system prompts); least recently used blocks are evicted. 0 turns prefix caching off"})
+    prefix_block: int = field(default=16, metadata={"help": "tokens per prefix-cache block: prefixes are matched and reused in whole blocks"})
     cpu_fast_kernels: bool = field(default=True, metadata={"help": "CPU backend only: compute SiLU in SwiGLU MLPs with a compiled rational approximation (within 3e-7 * max(1, |x|) of the exact one) instead of MLX's per-element exp"})
 
     def __post_init__(self):
-        for name in ("max_slots", "max_batch", "initial_rank", "prefill_chunk", "max_prefill_tokens", "max_wait_steps"):
+        for name in ("max_slots", "max_batch", "initial_rank", "prefill_chunk", "max_prefill_tokens", "max_wait_steps",
+                     "prefix_block"):
             v = getattr(self, name)
             if not isinstance(v, int) or v <= 0:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {v!r}")
         for name in ("keep_quantized", "cpu_fast_kernels"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"EngineConfig.{name} must be True or False, got {getattr(self, name)!r}")
+        if isinstance(self.prefix_cache_mb, bool) or not isinstance(self.prefix_cache_mb, (int, float)) \
+                or not self.prefix_cache_mb >= 0:
+            raise ValueError(f"EngineConfig.prefix_cache_mb must be a number of megabytes >= 0 (0 turns the prefix "
+                             f"cache off), got {self.prefix_cache_mb!r}")
         if self.max_context is not None and self.max_context <= 1:
             raise ValueError("EngineConfig.max_context must be > 1 (or None for the model's limit)")
 
@@ -108,7 +115,10 @@ class Engine:
         self._busy_since: float | None = None
         self.slots = SlotTable(self.config.max_slots)
         self.stats = {"steps": 0, "rows_stepped": 0, "tokens": 0, "prefill_tokens": 0, "completions": 0,
-                      "swaps_mid_request": 0, "failed": 0}
+                      "swaps_mid_request": 0, "failed": 0,
+                      # prompt tokens admitted, and those whose KV rows came from the prefix cache
+                      "prefix_query_tokens": 0, "prefix_hit_tokens": 0, "prefix_hit_rate": 0.0}
+        self.prefix_cache = None  # set on the engine thread when EngineConfig.prefix_cache_mb > 0
         ready: Future = Future()
         self._thread = threading.Thread(target=self._main, args=(model, tokenizer, ready),
                                         name="autocurricula-engine", daemon=True)
@@ -407,6 +417,11 @@ class Engine:
         make_batch_cache(model, [0])  # fails early for unsupported cache types
         self.lora = MultiLoRAModel(model, self.config.max_slots + 1, self.config.initial_rank)
         self.residency = Residency(self.slots, self.lora, self.config.initial_rank)
+        if self.config.prefix_cache_mb > 0:
+            from autocurricula.engine.prefix_cache import PrefixCache
+
+            self.prefix_cache = PrefixCache(int(self.config.prefix_cache_mb * 2**20), self.config.prefix_block)
+            self.residency.on_change.append(self.prefix_cache.forget)  # new or dropped weights: stale KV
         self.linear_dims = {p: linear_dims(m) for p, m in self.lora.linear_paths().items()}
         args = getattr(model, "args", None)
         limit = getattr(args, "max_position_embeddings", None) or 4096

@@ -66,21 +66,74 @@ def _sample_rows(engine, rows, logits: mx.array) -> tuple[np.ndarray, np.ndarray
 
 
 def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, dict, list]:
-    """Run the prompts of ``rows`` (left-padded) and sample each row's first token."""
+    """Run the prompts of ``rows`` (left-padded) and sample each row's first token. Rows whose
+    prompt starts with blocks in the engine's prefix cache start from those KV rows: only the
+    columns after the shortest reusable prefix are computed (one forward over a common suffix
+    width, so a row reuses at most ``len(prompt) - suffix`` cached tokens)."""
     prompts = [r.req.prompt_ids for r in rows]
     width = max(len(p) for p in prompts)
     pads = [width - len(p) for p in prompts]
     tokens = mx.array(np.array([[0] * pad + p for pad, p in zip(pads, prompts)], dtype=np.int32))
     cache = make_batch_cache(engine.model, pads)
+    hits = _prefix_hits(engine, rows)
+    suffix = max(len(p) - sum(b.kv.shape[3] for b in h) for p, h in zip(prompts, hits))
+    reused = [max(0, len(p) - suffix) for p in prompts]
+    start = width - suffix
+    if any(reused):
+        _fill_from_prefix(cache, hits, reused, pads, width, start)
+    else:
+        for c in cache:  # the first update allocates exactly the prompt width, not a 256-step block
+            c.step = width
+    stats = engine.stats
+    stats["prefix_query_tokens"] += sum(len(p) for p in prompts)
+    stats["prefix_hit_tokens"] += sum(reused)
+    stats["prefix_hit_rate"] = round(stats["prefix_hit_tokens"] / max(1, stats["prefix_query_tokens"]), 4)
     _set_slots(engine, rows)
     chunk = engine.config.prefill_chunk
-    for start in range(0, width - 1, chunk):  # all but the last token: only the cache is needed
-        stop = min(start + chunk, width - 1)
-        engine.model(tokens[:, start:stop], cache=cache)
+    for at in range(start, width - 1, chunk):  # all but the last token: only the cache is needed
+        stop = min(at + chunk, width - 1)
+        engine.model(tokens[:, at:stop], cache=cache)
         mx.eval([c.state for c in cache])
     logits = engine.model(tokens[:, width - 1 :], cache=cache)[:, -1, :]
+    for c in cache:
+        c.__dict__.pop("step", None)  # decoding grows the cache in the usual 256-step blocks
     tokens, logprobs, errors = _sample_rows(engine, rows, logits)
     return tokens, logprobs, errors, cache
+
+
+def _prefix_hits(engine, rows) -> list[list]:
+    pc = engine.prefix_cache
+    if pc is None:
+        return [[] for _ in rows]
+    # at least the last prompt token is computed: its logits give the first sampled token
+    return [pc.lookup(r.kv_key, r.req.prompt_ids, len(r.req.prompt_ids) - 1) for r in rows]
+
+
+def _fill_from_prefix(cache, hits, reused, pads, width, start) -> None:
+    """Place each row's reused KV rows at its columns ``[pad, start)`` of a ``width``-wide cache."""
+    some = next(b.kv for h in hits for b in h)
+    n_layers, _, heads, _, dim = some.shape
+    zeros = mx.zeros((n_layers, 2, heads, width, dim), dtype=some.dtype)
+    per_row = []
+    for h, n, pad in zip(hits, reused, pads):
+        if n == 0:
+            per_row.append(zeros)
+            continue
+        kv = mx.concatenate([b.kv for b in h], axis=3)[:, :, :, :n] if len(h) > 1 else h[0].kv[:, :, :, :n]
+        per_row.append(mx.pad(kv, [(0, 0), (0, 0), (0, 0), (pad, width - pad - n), (0, 0)]))
+    kv = mx.stack(per_row)  # (B, layers, 2, heads, width, dim)
+    for i, c in enumerate(cache):
+        c.keys, c.values = kv[:, i, 0], kv[:, i, 1]
+        c._idx = start
+        c.offset = c.offset + start
+
+
+def prefix_kv(cache, row: int, left_pad: int):
+    """``kv_of(start, stop)`` for :meth:`PrefixCache.insert`: a row's KV rows out of a batch cache."""
+    def kv_of(a: int, b: int) -> mx.array:
+        lo, hi = left_pad + a, left_pad + b
+        return mx.stack([mx.stack([c.keys[row, :, lo:hi], c.values[row, :, lo:hi]]) for c in cache])
+    return kv_of
 
 
 def decode_step(engine, rows) -> tuple[np.ndarray, np.ndarray, dict]:

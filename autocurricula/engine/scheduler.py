@@ -87,6 +87,7 @@ class Request:
 class Row:
     req: Request
     slot: int
+    kv_key: tuple = (None, 0)  # (player, adapter version) its KV rows are computed with
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int | None] = field(default_factory=list)
@@ -149,7 +150,7 @@ class Scheduler:
             if len(admitted) >= room or (admitted and grown * (len(admitted) + 1) > cfg.max_prefill_tokens):
                 waiting.append(req)
                 continue
-            slot = 0
+            slot, version = 0, 0
             if req.player is not None:
                 rec = e.slots.records.get(req.player)
                 if rec is None or (rec.deleted and not req.keep):
@@ -165,8 +166,8 @@ class Scheduler:
                     blocked = blocked or e.stats["steps"] - req.blocked_at >= cfg.max_wait_steps
                     waiting.append(req)
                     continue
-                slot = rec.slot
-            admitted.append(Row(req, slot))
+                slot, version = rec.slot, rec.version
+            admitted.append(Row(req, slot, (req.player, version)))
             width = grown
         self.pending = waiting
         if not admitted:
@@ -296,11 +297,35 @@ class Scheduler:
             log.exception("on_token callback failed; cancelling %s", req.id)
             req.cancelled = True
 
+    def _cache_prefixes(self, done: list[int]) -> None:
+        """Keep finished rows' KV (prompt and completion) for prompts that extend them, when every
+        token was computed with the adapter version that is still current."""
+        from autocurricula.engine.runner import prefix_kv
+
+        pads = None
+        for i in done:
+            row = self.rows[i]
+            player, version = row.kv_key
+            if row.error is not None or not row.tokens:
+                continue
+            if player is not None:
+                rec = self.e.slots.records.get(player)
+                if rec is None or rec.deleted or rec.version != version or any(v != version for v in row.versions):
+                    continue
+            seq = row.req.prompt_ids + row.tokens[:-1]  # the last token was sampled, never fed back
+            if len(seq) < self.e.prefix_cache.block:
+                continue
+            if pads is None:
+                pads = self.cache[0].left_padding.tolist()
+            self.e.prefix_cache.insert(row.kv_key, seq, prefix_kv(self.cache, i, pads[i]))
+
     def retire(self, done: list[int]) -> None:
         import mlx.core as mx
 
         e = self.e
         done_set = set(done)
+        if e.prefix_cache is not None:
+            self._cache_prefixes(done)
         for i in done:
             row = self.rows[i]
             req = row.req

@@ -1,0 +1,111 @@
+"""Prefix cache: KV rows of earlier prompts and completions, reused by prompts that start the same.
+
+A radix tree over fixed-size token blocks, the block-hash layout of vLLM's automatic prefix caching
+with SGLang's per-prefix sharing (RadixAttention, arXiv 2312.07104): a block is found by its
+parent block and its own tokens, so a lookup walks a prompt block by block and stops at the first
+miss. Blocks are keyed per adapter (player and version): any LoRA changes the hidden states that
+later layers' keys and values are computed from, so KV rows of one adapter version are valid for
+that version only. Memory is bounded; the least recently used block goes first, and since a lookup
+or insert touches a path from its deepest block back to the root, that block is always a leaf.
+
+Owned by the engine thread; holds MLX arrays ``(layers, 2, kv_heads, block, head_dim)`` per block.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import mlx.core as mx
+
+AdapterKey = tuple  # (player or None, version)
+
+
+@dataclass(eq=False)
+class Block:
+    key: tuple  # (adapter key, parent block id, tokens)
+    id: int
+    kv: mx.array  # (layers, 2, kv_heads, block, head_dim)
+    nbytes: int
+    parent: "Block | None"
+    children: set = field(default_factory=set)  # keys of child blocks
+
+
+class PrefixCache:
+    def __init__(self, capacity_bytes: int, block: int = 16):
+        if block <= 0:
+            raise ValueError("prefix cache block size must be a positive number of tokens")
+        self.capacity, self.block = int(capacity_bytes), int(block)
+        self.blocks: OrderedDict[tuple, Block] = OrderedDict()  # LRU order: oldest first
+        self.nbytes = 0
+        self.evictions = 0
+        self._ids = itertools.count(1)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.blocks) * self.block
+
+    def lookup(self, adapter: AdapterKey, ids: list[int], limit: int) -> list[Block]:
+        """The longest chain of cached blocks that ``ids[:limit]`` starts with (touched as used)."""
+        path, parent = [], 0
+        for start in range(0, limit - self.block + 1, self.block):
+            blk = self.blocks.get((adapter, parent, tuple(ids[start : start + self.block])))
+            if blk is None:
+                break
+            path.append(blk)
+            parent = blk.id
+        self._touch(path)
+        return path
+
+    def insert(self, adapter: AdapterKey, ids: list[int], kv_of: Callable[[int, int], mx.array]) -> int:
+        """Cache every whole block of ``ids``; ``kv_of(start, stop)`` gives the KV rows of
+        ``ids[start:stop]`` (only called for blocks not cached yet). Returns the blocks added."""
+        path, parent, added = [], 0, []
+        for start in range(0, len(ids) - self.block + 1, self.block):
+            key = (adapter, parent, tuple(ids[start : start + self.block]))
+            blk = self.blocks.get(key)
+            if blk is None:
+                kv = kv_of(start, start + self.block)
+                blk = Block(key, next(self._ids), kv, kv.nbytes, path[-1] if path else None)
+                self.blocks[key] = blk
+                self.nbytes += blk.nbytes
+                if path:
+                    path[-1].children.add(key)
+                added.append(blk.kv)
+            path.append(blk)
+            parent = blk.id
+        if added:
+            mx.eval(added)  # own copies: a slice would keep the whole batch cache alive
+        self._touch(path)
+        self._evict()
+        return len(added)
+
+    def forget(self, player: Any) -> None:
+        """Drop every block of ``player`` (its weights changed or it left)."""
+        for key in [k for k in self.blocks if k[0][0] == player]:
+            self._remove(key)
+
+    def clear(self) -> None:
+        self.blocks.clear()
+        self.nbytes = 0
+
+    def _touch(self, path: list[Block]) -> None:
+        for blk in reversed(path):  # the root ends most recent: eviction takes leaves first
+            self.blocks.move_to_end(blk.key)
+
+    def _evict(self) -> None:
+        while self.nbytes > self.capacity and self.blocks:
+            self._remove(next(iter(self.blocks)))
+            self.evictions += 1
+
+    def _remove(self, key: tuple) -> None:
+        blk = self.blocks.pop(key, None)
+        if blk is None:
+            return
+        self.nbytes -= blk.nbytes
+        for child in list(blk.children):  # unreachable without their parent
+            self._remove(child)
+        if blk.parent is not None:
+            blk.parent.children.discard(key)

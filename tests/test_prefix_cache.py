@@ -1,0 +1,142 @@
+"""Prefix caching: reused KV rows give the tokens a full prefill gives (greedy), per adapter
+version, and the cache stays within its memory bound."""
+
+import numpy as np
+import pytest
+
+from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams
+
+SPEC = LoraSpec(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "down_proj"])
+GREEDY = dict(temperature=0.0, ignore_eos=True)
+
+
+def _engine(path, mb):
+    return Engine(str(path), config=EngineConfig(max_slots=4, prefix_cache_mb=mb, prefix_block=4))
+
+
+def _load(eng, names, seed=0):
+    dims = {p: eng.linear_dims[p] for p in SPEC.resolve(eng.linear_dims)}
+    for i, n in enumerate(names):
+        eng.load_adapter(n, AdapterWeights.random(dims, SPEC, seed=seed + i, b_std=0.3))
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_model_path):
+    cached, plain = _engine(tiny_model_path, 8.0), _engine(tiny_model_path, 0)
+    for e in (cached, plain):
+        _load(e, ["a", "b", "c"])
+    yield cached, plain
+    cached.close()
+    plain.close()
+
+
+def _run(eng, jobs, max_tokens=6):
+    futs = eng.submit_many([(ids, player, SamplingParams(max_tokens=max_tokens, **GREEDY)) for ids, player in jobs])
+    return [f.result(120).token_ids for f in futs]
+
+
+def _prompts(seed, n, shared=13, tail=(3, 9)):
+    rng = np.random.default_rng(seed)
+    head = rng.integers(3, 1000, shared).tolist()
+    return [head + rng.integers(3, 1000, int(rng.integers(*tail))).tolist() for _ in range(n)]
+
+
+def test_shared_prefixes_across_players_give_the_same_tokens(engines):
+    cached, plain = engines
+    players = ["a", "b", "c", None]
+    first = [(p, players[i % 4]) for i, p in enumerate(_prompts(0, 8))]
+    second = [(p, players[(i + 1) % 4]) for i, p in enumerate(_prompts(0, 8))]  # same prompts, other players too
+    hits0 = cached.stats["prefix_hit_tokens"]
+    for jobs in (first, second, first):
+        assert _run(cached, jobs) == _run(plain, jobs)
+    assert cached.stats["prefix_hit_tokens"] > hits0  # the cache was used, not bypassed
+    assert plain.stats["prefix_hit_tokens"] == 0 and plain.prefix_cache is None
+
+
+def test_a_prompt_extended_across_turns_reuses_the_previous_turn(engines):
+    cached, plain = engines
+    convo = _prompts(1, 1, shared=10, tail=(2, 3))[0]
+    for turn in range(4):  # each prompt = the previous prompt + its completion + new tokens
+        hits, queries = cached.stats["prefix_hit_tokens"], cached.stats["prefix_query_tokens"]
+        got = _run(cached, [(convo, "b")])[0]
+        assert got == _run(plain, [(convo, "b")])[0]
+        if turn:
+            reused = cached.stats["prefix_hit_tokens"] - hits
+            assert reused >= len(convo) - 1 - 4 - 9, (turn, reused, len(convo))  # all but < one block + new tokens
+        assert cached.stats["prefix_query_tokens"] - queries == len(convo)
+        convo = convo + got + [5, 6, 7, 8, 9][: turn + 2]
+    assert 0 < cached.stats["prefix_hit_rate"] <= 1
+
+
+def test_a_new_adapter_version_never_reuses_stale_kv(engines, tiny_model_path):
+    cached, plain = engines
+    prompt = _prompts(2, 1, shared=20, tail=(2, 3))[0]
+    before = _run(cached, [(prompt, "c")])
+    assert before == _run(plain, [(prompt, "c")])
+    _load(cached, ["c"], seed=50)  # new weights, same name: version 2
+    _load(plain, ["c"], seed=50)
+    assert not any(k[0] == ("c", 1) for k in cached.prefix_cache.blocks)  # forgotten at install
+    hits = cached.stats["prefix_hit_tokens"]
+    after = _run(cached, [(prompt, "c")])
+    assert after == _run(plain, [(prompt, "c")]) and after != before
+    assert cached.stats["prefix_hit_tokens"] == hits  # nothing of version 1 was reused
+    cached.unload_adapter("c")
+    assert not any(k[0][0] == "c" for k in cached.prefix_cache.blocks)
+    _load(cached, ["c"], seed=50)
+
+
+def test_the_memory_bound_evicts_least_recently_used_blocks(tiny_model_path):
+    eng = _engine(tiny_model_path, 0.05)  # ~52 KB: a few blocks of the tiny model
+    try:
+        _load(eng, ["a"])
+        pc = eng.prefix_cache
+        for seed in range(6):
+            _run(eng, [(p, "a") for p in _prompts(10 + seed, 4, shared=16, tail=(8, 12))], max_tokens=4)
+            assert pc.nbytes <= pc.capacity
+        assert pc.evictions > 0 and pc.blocks
+        assert pc.nbytes == sum(b.nbytes for b in pc.blocks.values())
+        for blk in pc.blocks.values():  # every kept block is reachable: its parent is kept too
+            assert blk.parent is None or blk.parent.key in pc.blocks
+    finally:
+        eng.close()
+
+
+def test_config_rejects_a_negative_budget():
+    with pytest.raises(ValueError, match="prefix_cache_mb"):
+        EngineConfig(prefix_cache_mb=-1)
+
+
+def test_refine_renders_each_seat_as_a_growing_conversation():
+    from autocurricula.games.refine import Conversation
+
+    for chat in (False, True):
+        c = Conversation("Be brief.", "Task: T\nText:", chat)
+        prompts = [c.prompt()]
+        for k in range(3):
+            c.add(f"reply {k}", f"Critique: note {k}\nRevised text:")
+            prompts.append(c.prompt())
+        for prev, cur, k in zip(prompts, prompts[1:], range(3)):
+            if chat:
+                assert cur[: len(prev)] == prev and cur[len(prev)] == {"role": "assistant", "content": f"reply {k}"}
+            else:
+                assert cur.startswith(prev + f" reply {k}\n")
+
+
+def test_refine_games_reuse_their_own_earlier_turns(tiny_model_path):
+    import asyncio
+    import functools
+
+    from autocurricula.arena import Arena, GameRecord
+    from autocurricula.games import refine
+
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=4))  # the default cache
+    try:
+        _load(eng, ["a", "b"])
+        players = [{"id": "a"}, {"id": "b"}]
+        play = functools.partial(refine.play, rounds=2, max_tokens=6)
+        games = [(functools.partial(play, seed=i), players, GameRecord(f"r{i}", players), "refine") for i in range(4)]
+        records = asyncio.run(Arena(eng, seed=0).run(games))
+        assert all(r.error is None for r in records)
+        assert eng.stats["prefix_hit_rate"] > 0.3, eng.stats
+    finally:
+        eng.close()
