@@ -1,0 +1,232 @@
+"""``autocurricula bench league``: games/s and round time of the tic-tac-toe league, side by side.
+
+One run trains the same league (the tic-tac-toe example's settings: main agent, main exploiter,
+league exploiter, scripted random and minimax players, credit "q", LoRA r=8 on all linears; fewer
+games per round so it fits a few minutes) once per way of playing its games:
+
+- ``inprocess``: the in-process engine, serial rounds (``max_staleness=0``);
+- ``inprocess_pipelined``: the same with ``max_staleness=1`` (round r+1 played during r's update);
+- ``server1``: one ``autocurricula serve`` subprocess on 127.0.0.1, serial;
+- ``server1_pipelined``: the same server, ``max_staleness=1``;
+- ``server2``: two servers, serial;
+- ``ray2``: a local Ray instance with 2 rollout actors (:class:`~autocurricula.cluster.RayEngine`),
+  serial; left out (``null``) when Ray is not installed.
+
+Each setting runs 2 epochs; the first warms up (model load, compilation, first uploads), the
+second is measured: ``games_per_s`` = games of epoch 1 / its wall time, ``round_s`` = that time /
+rounds. Ratios: ``remote_vs_inprocess`` (server1 / inprocess), ``two_servers_vs_one``,
+``pipelined_vs_serial`` (server1_pipelined / server1: the overlap with the server in its own
+process), ``pipelined_vs_serial_inprocess``, ``ray_vs_inprocess``. ``retried`` and
+``stale_dropped`` sum ``rollout/retried`` and ``rollout/stale_dropped`` over all settings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import autocurricula  # noqa: F401  (fast BLAS before mlx)
+
+SETTINGS = ("inprocess", "inprocess_pipelined", "server1", "server1_pipelined", "server2", "ray2")
+CACHE = Path(os.environ.get("AUTOCURRICULA_CACHE", Path.home() / ".cache" / "autocurricula"))
+
+
+def base_model(quick: bool = False) -> Path:
+    """The tic-tac-toe examples' base: tiny llama (hidden 128, 2 layers, 32 heads) after the
+    supervised warm-up on legal moves (the example's cache, so a run of the example reuses it).
+    ``quick``: the tiny model without warm-up (its games mostly end at an illegal first move)."""
+    from autocurricula.games import tictactoe
+    from autocurricula.tiny import build_tiny_model
+
+    base = build_tiny_model(CACHE / "tiny-h128-l2-a32", hidden_size=128, num_layers=2, num_heads=32,
+                            intermediate_size=256, seed=0)
+    if quick:
+        return base
+    from autocurricula.warmup import sft_warmup
+
+    return sft_warmup(base, CACHE / f"{base.name}-ttt-warm400", tictactoe.warmup_examples(20000, 0), steps=400,
+                      batch_size=64, learning_rate=1e-3, seed=0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Servers:
+    """``n`` ``autocurricula serve`` subprocesses on free 127.0.0.1 ports, killed on exit."""
+
+    def __init__(self, model: str, n: int, log_dir: Path):
+        self.procs, self.urls, self.logs = [], [], []
+        for _ in range(n):
+            port = _free_port()
+            log = log_dir / f"serve-{port}.log"
+            with open(log, "wb") as out:
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "autocurricula.cli", "serve", "--model", model, "--host", "127.0.0.1",
+                     "--port", str(port)], stdout=out, stderr=subprocess.STDOUT))
+            self.urls.append(f"http://127.0.0.1:{port}")
+            self.logs.append(log)
+
+    def __enter__(self):
+        import httpx
+
+        deadline = time.monotonic() + 120
+        for proc, url, log in zip(self.procs, self.urls, self.logs):
+            while True:
+                if proc.poll() is not None:
+                    self.__exit__()
+                    raise RuntimeError(f"autocurricula serve exited early:\n{log.read_text()[-2000:]}")
+                try:
+                    if httpx.get(url + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.__exit__()
+                    raise RuntimeError(f"autocurricula serve did not come up in 120 s:\n{log.read_text()[-2000:]}")
+                time.sleep(0.1)
+        return self.urls
+
+    def __exit__(self, *exc):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=None, seed: int = 0) -> dict:
+    """Train the bench league for 2 epochs; the figures of the second."""
+    from autocurricula import GRPOConfig, LeagueConfig, LeagueTrainer
+    from autocurricula.engine import LoraSpec
+    from autocurricula.games import tictactoe
+
+    rounds = 2 if quick else 4
+    cfg = dict(epochs=2, rounds=rounds, games_per_learner=8 if quick else 64, exploiter_games=4 if quick else 16,
+               main_agents=1, main_exploiters=1, league_exploiters=1, anchor_share=0.5, scripted_in_pool=True,
+               snapshot_min_rounds=max(4, rounds // 2), snapshot_max_rounds=max(8, rounds),
+               output_dir=str(out), overwrite_output_dir=True, seed=seed, max_tokens=2, game_name="tictactoe",
+               credit="q", q_target_coef=1.0, max_concurrent_games=128, bt_bootstrap=0, progress=False,
+               save_strategy="no")
+    if max_staleness:
+        cfg["max_staleness"] = max_staleness  # AutocurriculumConfig.max_staleness (rollouts overlapping updates)
+    trainer = LeagueTrainer(LeagueConfig(**cfg), opponents=[
+        {"id": "random", "role": "random", "policy": tictactoe.random_policy},
+        {"id": "minimax", "role": "minimax", "policy": tictactoe.minimax_policy}])
+    marks: list[float] = []
+    trainer.train(model, tictactoe.play, lora_config=LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
+                  grpo_config=GRPOConfig(learning_rate=2e-3, beta=0.0, loss_type="grpo", temperature=1.0,
+                                         num_iterations=1),
+                  callbacks=[lambda t: marks.append(time.perf_counter())], servers=servers)
+    trainer.engine.close()
+    games = sum(1 for line in (out / "match_history.jsonl").read_text().splitlines()
+                if json.loads(line)["epoch"] == 1)
+    wall = marks[1] - marks[0]
+    rows = [m for m in trainer.metrics_log if m.get("epoch") == 1]
+    return {"games": games, "seconds": round(wall, 3), "games_per_s": round(games / wall, 2),
+            "round_s": round(wall / rounds, 3),
+            "retried": sum(int(m.get("rollout/retried", 0)) for m in trainer.metrics_log),
+            "stale_dropped": sum(int(m.get("rollout/stale_dropped", 0)) for m in trainer.metrics_log),
+            "update_s": round(sum(m.get("time/update_s", 0.0) for m in rows) / max(1, len(rows)), 3)}
+
+
+def _ratio(a, b):
+    return round(a / b, 2) if a is not None and b else None
+
+
+def run(model: str | None = None, quick: bool = False, settings: tuple[str, ...] = SETTINGS) -> dict:
+    import mlx.core as mx
+
+    from autocurricula import _blas
+
+    model = str(model or base_model(quick))
+    per: dict[str, dict | None] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-league-") as tmp:
+        tmp = Path(tmp)
+        for name in settings:
+            staleness = 1 if name.endswith("_pipelined") else 0
+            out = tmp / name
+            if name.startswith("inprocess"):
+                per[name] = _league(model, out, max_staleness=staleness, quick=quick)
+            elif name.startswith("server"):
+                n = int(name[len("server")])
+                with _Servers(model, n, tmp) as urls:
+                    per[name] = _league(model, out, max_staleness=staleness, quick=quick, servers=urls)
+            elif name == "ray2":
+                per[name] = _ray_league(model, out, quick)
+            else:
+                raise ValueError(f"unknown setting {name!r}; choose from {SETTINGS}")
+    gps = {k: (v["games_per_s"] if v else None) for k, v in per.items()}
+    result = {"model": model, "blas": _blas.describe(), "device": str(mx.default_device()), "quick": quick,
+              "cpus": os.cpu_count(), "games_per_s": gps,
+              "round_s": {k: (v["round_s"] if v else None) for k, v in per.items()},
+              "update_s": {k: (v["update_s"] if v else None) for k, v in per.items()},
+              "remote_vs_inprocess": _ratio(gps.get("server1"), gps.get("inprocess")),
+              "two_servers_vs_one": _ratio(gps.get("server2"), gps.get("server1")),
+              "pipelined_vs_serial": _ratio(gps.get("server1_pipelined"), gps.get("server1")),
+              "pipelined_vs_serial_inprocess": _ratio(gps.get("inprocess_pipelined"), gps.get("inprocess")),
+              "ray_vs_inprocess": _ratio(gps.get("ray2"), gps.get("inprocess")),
+              "retried": sum(v["retried"] for v in per.values() if v),
+              "stale_dropped": sum(v["stale_dropped"] for v in per.values() if v),
+              "settings": per}
+    return result
+
+
+def _ray_league(model: str, out: Path, quick: bool) -> dict | None:
+    try:
+        import ray
+    except ImportError:
+        return None
+    from autocurricula.cluster import RayEngine
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        with RayEngine(model, num_actors=2) as rollout:
+            return _league(model, out, max_staleness=0, quick=quick, servers=rollout)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+GOALS = {"pipelined_vs_serial": 1.5}
+
+
+def format_table(r: dict) -> str:
+    lines = [f"model {r['model']}  |  BLAS {r['blas']}  |  device {r['device']}  |  {r['cpus']} CPUs", "",
+             f"{'setting':<22} {'games/s':>8} {'round s':>8} {'update s':>9}"]
+    for name in r["games_per_s"]:
+        g, rs, us = r["games_per_s"][name], r["round_s"][name], r["update_s"][name]
+        lines.append(f"{name:<22} {'-' if g is None else g:>8} {'-' if rs is None else rs:>8} "
+                     f"{'-' if us is None else us:>9}" + ("   (ray not installed)" if g is None else ""))
+    lines.append("")
+    for key in ("remote_vs_inprocess", "two_servers_vs_one", "pipelined_vs_serial", "pipelined_vs_serial_inprocess",
+                "ray_vs_inprocess"):
+        goal = GOALS.get(key)
+        v = r[key]
+        note = "" if goal is None or v is None else f"   goal >= {goal} ({'ok' if v >= goal else 'below goal'})"
+        lines.append(f"{key:<30} {'-' if v is None else v:>6}{note}")
+    lines.append(f"{'retried':<30} {r['retried']:>6}")
+    lines.append(f"{'stale_dropped':<30} {r['stale_dropped']:>6}")
+    return "\n".join(lines)
+
+
+def finite(r: dict) -> bool:
+    """Every figure a finite number (``None`` only where Ray is absent)."""
+    nums = [*r["games_per_s"].values(), *r["round_s"].values(), r["remote_vs_inprocess"], r["two_servers_vs_one"],
+            r["pipelined_vs_serial"], r["ray_vs_inprocess"], r["retried"], r["stale_dropped"]]
+    return all(v is None or (isinstance(v, (int, float)) and math.isfinite(v)) for v in nums)
+
+
+def main(args) -> None:
+    r = run(model=args.model, quick=args.quick)
+    print(json.dumps(r) if args.json else format_table(r))
