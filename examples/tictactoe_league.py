@@ -14,7 +14,7 @@ scripted players (anchor_share) and the rest by AlphaStar's rules, 32 games per 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import LeagueConfig, LeagueTrainer
 
-from ttt_common import Evaluator, finish, game, parse_args, scripted_players, start, update_settings
+from ttt_common import Evaluator, credit_settings, finish, game, parse_args, scripted_players, start, update_settings
 
 
 def league_flags(parser):
@@ -28,6 +28,9 @@ def league_flags(parser):
     parser.add_argument("--exploiter-games", type=int, default=32, help="games per exploiter and round")
     parser.add_argument("--anchor-share", type=float, default=0.5, help="main agent: share of games against the "
                         "scripted random and minimax players (not in AlphaStar)")
+    parser.add_argument("--pure", action="store_true", help="a pure league: the scripted random and minimax "
+                        "players stay out of the pool (scripted_in_pool=False, anchor_share=0); every game is "
+                        "self-play, PFSP over snapshots or against exploiters")
 
 
 args = parse_args(__doc__, "--games-per-learner", 256, "runs/tictactoe-league", extra=league_flags)
@@ -38,12 +41,12 @@ config = LeagueConfig(
     epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,
     exploiter_games=args.exploiter_games,
     main_agents=1, main_exploiters=args.main_exploiters, league_exploiters=args.league_exploiters,
-    anchor_share=args.anchor_share, selfplay_share=args.selfplay_share, pfsp_share=args.pfsp_share,
+    anchor_share=0.0 if args.pure else args.anchor_share, scripted_in_pool=not args.pure,
+    selfplay_share=args.selfplay_share, pfsp_share=args.pfsp_share,
     main_pfsp_weighting=args.pfsp_weighting,
     snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),  # <= 2 per epoch
-    output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=2, credit=args.credit,
-    game_name="tictactoe",
-    q_target_coef=args.q_targets, max_concurrent_games=128, bt_bootstrap=50, progress=False,
+    output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=2, game_name="tictactoe",
+    **credit_settings(args), max_concurrent_games=128, bt_bootstrap=50, progress=False,
 )
 trainer = LeagueTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)

@@ -47,9 +47,17 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     parser.add_argument("--layers", type=int, default=2, help="tiny model depth (the package default is 4)")
     parser.add_argument("--heads", type=int, default=HEADS, help="attention heads (head size = hidden / heads); 32 "
                         "learns the board several times faster per step than 4 (research/README.md)")
-    parser.add_argument("--credit", default="q", choices=["rae", "value", "q", "grpo", "constant"],
-                        help="credit assignment ('value' = per-move credit from a per-position value table, "
-                        "'q' = from a (position, move) table as well)")
+    parser.add_argument("--credit", default="q", choices=["rae", "value", "q", "branch", "grpo", "constant"],
+                        help="credit assignment. Tabular (keyed by the exact prompt, for small board games): "
+                        "'value' = per-move credit from a per-position value table, 'q' = from a (position, "
+                        "move) table as well. No table: 'branch' = per-move credit from branch rollouts "
+                        "(VinePPO-style), 'rae' = one baseline per role")
+    parser.add_argument("--branch-samples", type=int, default=4, help="with --credit branch: branch games per "
+                        "branched position (V(s) = their mean return)")
+    parser.add_argument("--branch-turns", type=int, default=0, help="with --credit branch: learner turns branched "
+                        "per game (0 = all)")
+    parser.add_argument("--branch-advantage", default="return", choices=["return", "td"],
+                        help="with --credit branch: A = G - V(s) ('return') or V(s') - V(s) ('td')")
     parser.add_argument("--q-targets", type=float, default=1.0, help="with --credit q: also train every visited "
                         "position toward its best known move, advantage COEF x (score - V) (q_target_coef; 0 = off)")
     parser.add_argument("--learning-rate", type=float, default=2e-3)
@@ -70,6 +78,12 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     if args.credit != "q":
         args.q_targets = 0.0  # the targets come from the (position, move) table of credit q
     return args
+
+
+def credit_settings(args) -> dict:
+    """The config fields of ``--credit`` and its options."""
+    return {"credit": args.credit, "q_target_coef": args.q_targets, "branch_samples": args.branch_samples,
+            "branch_turns_per_game": args.branch_turns, "branch_advantage": args.branch_advantage}
 
 
 def game(args):
@@ -110,6 +124,13 @@ def update_settings(args):
 
 
 def finish(trainer, evaluator, engine, figures) -> None:
+    """Prints the leaderboard, then the final JSON line: the last epoch's figures (with the exact best
+    response's verdict as X and as O), the credit method and the per-epoch curve."""
     print(trainer.leaderboard)
     engine.close()
-    print(json.dumps(evaluator.summary(trainer, figures)))
+    summary = evaluator.summary(trainer, figures)
+    summary["credit"] = trainer.config.credit
+    summary["curve"] = [{k: row[k] for k in ("epoch", "minutes", "optimal_move_rate", "loses_to_best_response_as_x",
+                                             "loses_to_best_response_as_o", "value_losing_share")}
+                        for row in evaluator.rows]
+    print(json.dumps(summary))

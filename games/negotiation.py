@@ -36,7 +36,7 @@ from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, chec
                                          drive, drive_sync, make_rng, uniform)
 
 __all__ = ["ITEMS", "NUM_PLAYERS", "ZERO_SUM", "Negotiation", "deal", "parse_prompt", "parse_reply", "play",
-           "play_out", "random_policy", "render_prompt", "shares"]
+           "play_out", "random_policy", "render_prompt", "shares", "warmup_examples"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True  # with the default reward="zero_sum"
@@ -102,6 +102,24 @@ def random_policy(prompt: str, rng: Any = None) -> str:
     if f["offer"] is not None and uniform(rng) < 0.5:
         return "accept"
     return "I get " + " ".join(str(choice(rng, range(n + 1))) for n in f["pool"])
+
+
+def warmup_examples(n: int, seed: int = 0, max_turns: int = 4) -> list[tuple[str, str]]:
+    """(prompt, reply) pairs of random valid moves in random states: a proposal within the pool, or
+    "accept" (a third of the time) when there is an offer. They teach the format, not strategy."""
+    rng = make_rng(seed)
+    out = []
+    for _ in range(n):
+        pool, values, _ = deal(rng)
+        turn = 1 + int(choice(rng, range(max_turns)))
+        offer = None if turn == 1 else tuple(int(choice(rng, range(k + 1))) for k in pool)
+        prompt = render_prompt(pool, values, offer, turn, max_turns)
+        if offer is not None and uniform(rng) < 1 / 3:
+            reply = "accept"
+        else:
+            reply = "I get " + " ".join(str(choice(rng, range(k + 1))) for k in pool)
+        out.append((prompt, reply))
+    return out
 
 
 class Negotiation(TurnGame):

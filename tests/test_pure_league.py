@@ -83,3 +83,29 @@ def test_pure_league_refuses_anchor_share():
     with pytest.raises(ValueError, match="anchor_share=0"):
         LeagueConfig(scripted_in_pool=False, anchor_share=0.5)
     assert LeagueConfig().scripted_in_pool is True
+
+
+def test_tictactoe_league_example_pure_with_branch_credit(tmp_path):
+    """The example's pure league with branch credit runs and reports the best-response verdicts."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    args = [sys.executable, str(root / "examples" / "tictactoe_league.py"), "--pure", "--credit", "branch",
+            "--branch-turns", "1", "--branch-samples", "2", "--epochs", "1", "--rounds", "1",
+            "--games-per-learner", "8", "--exploiter-games", "2", "--hidden", "32", "--layers", "1", "--heads", "8",
+            "--warmup-steps", "20", "--eval-games", "50", "--output-dir", str(tmp_path / "run")]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["credit"] == "branch"
+    assert isinstance(summary["loses_to_best_response_as_x"], bool)
+    assert isinstance(summary["loses_to_best_response_as_o"], bool)
+    assert [row["epoch"] for row in summary["curve"]] == [0] and 0 <= summary["optimal_move_rate"] <= 1
+    board = out.stdout.split("rank", 1)[1].strip().splitlines()[:-1]  # the leaderboard's rows
+    assert board and not any(row.split()[1] in ("random", "minimax") for row in board)  # never in the pool
+    assert (tmp_path / "run" / "checkpoint-0" / "COMPLETE").exists()
