@@ -145,8 +145,11 @@ def push_to_hub(weights: AdapterWeights, repo_id: str, base_model: str, *, name:
 
 
 def league_card(trainer) -> str:
-    """README.md of a league repo: leaderboard, payoff matrix, lineage and config."""
+    """README.md of a league repo: leaderboard, the league's meta-strategy (Nash mixture), payoff
+    matrix, lineage and config."""
     import json
+
+    from autocurricula.rating import nash_weights
 
     rows = trainer.leaderboard.rows
     ids = [p["id"] for p in trainer.players]
@@ -160,12 +163,17 @@ def league_card(trainer) -> str:
               ", trained with autocurricula "
               f"(`{type(trainer).__name__}`, {trainer.current_epoch + 1} epochs). Each player is a peft LoRA adapter "
               "in the folder named after it.", "", "## Leaderboard", "",
-              "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games | Nash weight |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    nash = {r["id"]: r["nash"] for r in rows if r.get("nash") is not None} or nash_weights(trainer.payoff, ids)
     for r in rows:
         bt = "-" if r.get("bt") is None else f"{r['bt']:.0f} ({r['bt_low']:.0f}-{r['bt_high']:.0f})"
         lines.append(f"| {r['rank']} | {r['id']} | {r.get('role')} | {r.get('epoch')} | {r.get('frozen')} | "
-                     f"{r['elo']:.1f} | {bt} | {r.get('games')} |")
+                     f"{r['elo']:.1f} | {bt} | {r.get('games')} | {nash.get(r['id'], 0.0):.3f} |")
+    mixture = ", ".join(f"`{pid}` {w:.3f}" for pid, w in sorted(nash.items(), key=lambda kv: -kv[1]) if w > 0)
+    lines += ["", "## Meta-strategy", "",
+              "The league's Nash mixture over the payoff matrix below (the mixture of players to deploy: draw one "
+              f"player per game by these weights): {mixture or '-'}."]
     lines += ["", "## Payoff matrix (win rate of row vs column)", "", "| | " + " | ".join(ids) + " |",
               "|---" * (len(ids) + 1) + "|"]
     lines += [f"| {a} | " + " | ".join(f"{v:.2f}" for v in row) + " |" for a, row in zip(ids, matrix)]

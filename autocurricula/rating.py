@@ -43,6 +43,7 @@ __all__ = [
     "bradley_terry_bootstrap",
     "format_leaderboard",
     "leaderboard_rows",
+    "nash_weights",
     "outcome",
 ]
 
@@ -296,11 +297,21 @@ def alpha_rank(payoff_matrix, players: list[str] | None = None, *, alpha: float 
 
 
 COLUMNS = ["rank", "id", "role", "epoch", "frozen", "elo", "bt", "bt_low", "bt_high", "games"]
+META_COLUMN = "nash"  # weight in the league's meta-strategy; printed when the rows carry it
+
+
+def nash_weights(payoff: Payoff, ids: list[str]) -> dict[str, float]:
+    """The league's meta-strategy: each player's weight in the symmetric Nash mixture over the
+    payoff matrix of ``ids`` (``autocurricula.eval.meta.nash_mixture``; uniform before any game)."""
+    from autocurricula.eval.meta import nash_mixture
+
+    return nash_mixture(payoff.matrix(list(ids)), list(ids)) if ids else {}
 
 
 def leaderboard_rows(players: list[dict], elo: Elo, bt: dict | None = None,
-                     games: dict[str, int] | None = None) -> list[dict]:
-    """One row per player, best Elo first. ``bt`` maps id -> rating or (rating, low, high)."""
+                     games: dict[str, int] | None = None, nash: dict[str, float] | None = None) -> list[dict]:
+    """One row per player, best Elo first. ``bt`` maps id -> rating or (rating, low, high); ``nash``
+    maps id -> weight in the league's Nash mixture (``nash_weights``), a ``"nash"`` column when given."""
     games = elo.games if games is None else games
     rows = []
     for p in players:
@@ -309,22 +320,28 @@ def leaderboard_rows(players: list[dict], elo: Elo, bt: dict | None = None,
         b, lo, hi = (tuple(b) if isinstance(b, (tuple, list)) else (b, None, None))
         rows.append({"id": pid, "role": p.get("role"), "epoch": p.get("epoch"), "frozen": p.get("frozen"),
                      "elo": elo.rating(pid), "bt": b, "bt_low": lo, "bt_high": hi, "games": games.get(pid, 0)})
+        if nash is not None:
+            rows[-1][META_COLUMN] = float(nash.get(pid, 0.0))
     rows.sort(key=lambda r: (-r["elo"], str(r["id"])))
     return [{"rank": i + 1, **r} for i, r in enumerate(rows)]
 
 
-def _cell(v) -> str:
+def _cell(v, column: str = "") -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.1f}" if math.isfinite(v) else str(v)
+        if not math.isfinite(v):
+            return str(v)
+        return f"{v:.3f}" if column == META_COLUMN else f"{v:.1f}"  # a mixture weight needs its decimals
     return str(v)
 
 
 def format_leaderboard(rows: list[dict], columns: list[str] | None = None) -> str:
-    """Aligned plain-text table: numbers right-aligned, text left-aligned, missing values "-"."""
-    columns = COLUMNS if columns is None else columns
-    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    """Aligned plain-text table: numbers right-aligned, text left-aligned, missing values "-". By
+    default the ``COLUMNS``, plus the league's Nash weight (``"nash"``) when the rows carry it."""
+    if columns is None:
+        columns = COLUMNS + ([META_COLUMN] if any(META_COLUMN in r for r in rows) else [])
+    cells = [[_cell(r.get(c), c) for c in columns] for r in rows]
     numeric = [all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) or r.get(c) is None
                    for r in rows) for c in columns]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]

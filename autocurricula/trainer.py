@@ -41,7 +41,8 @@ from autocurricula.arena import Arena, GameRecord
 from autocurricula.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
 from autocurricula.credit import Turn, make_credit
 from autocurricula.pool import is_scripted
-from autocurricula.rating import Elo, Payoff, bradley_terry_bootstrap, format_leaderboard, leaderboard_rows
+from autocurricula.rating import (Elo, Payoff, bradley_terry_bootstrap, format_leaderboard, leaderboard_rows,
+                                  nash_weights)
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,8 @@ class AutocurriculumTrainer:
         bt = None
         if self.bt_records and self.config.bt_bootstrap:
             bt = bradley_terry_bootstrap(self.bt_records, rounds=self.config.bt_bootstrap, seed=self.config.seed)
-        return Leaderboard(leaderboard_rows(self.players, self.elo, bt))
+        nash = nash_weights(self.payoff, [p["id"] for p in self.players])  # the league's meta-strategy
+        return Leaderboard(leaderboard_rows(self.players, self.elo, bt, nash=nash))
 
     @property
     def match_history(self):

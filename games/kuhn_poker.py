@@ -32,7 +32,7 @@ from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, chec
 
 __all__ = ["ACTIONS", "CARDS", "NUM_PLAYERS", "ZERO_SUM", "KuhnPoker", "deal", "equilibrium_strategy",
            "exact_value", "is_terminal", "legal_actions", "parse_action", "parse_prompt", "payoff", "play",
-           "play_out", "random_policy", "render_prompt", "strategy_policy"]
+           "play_out", "random_policy", "render_prompt", "strategy_policy", "warmup_examples", "warmup_strategy"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True
@@ -159,6 +159,33 @@ def strategy_policy(strategy: dict[str, float]) -> Callable[[str, Any], str]:
         return _aggressive(history) if uniform(rng) < p else _passive(history)
 
     return policy
+
+
+def warmup_strategy(seed: int = 0, spread: tuple[float, float] = (0.2, 0.8)) -> dict[str, float]:
+    """A random strategy per information set: P(bet or call) drawn uniformly from ``spread`` for each
+    of the 12 sets (``"Q:check bet"``), the targets of ``warmup_examples(n, seed, spread)``."""
+    if not 0.0 <= spread[0] <= spread[1] <= 1.0:
+        raise ValueError(f"spread must be (low, high) with 0 <= low <= high <= 1, got {spread!r}")
+    rng = make_rng(seed)
+    keys = [(c, h) for h in ((), ("check",), ("bet",), ("check", "bet")) for c in CARDS]
+    return {infoset(c, h): spread[0] + (spread[1] - spread[0]) * uniform(rng) for c, h in keys}
+
+
+def warmup_examples(n: int, seed: int = 0, spread: tuple[float, float] = (0.2, 0.8)) -> list[tuple[str, str]]:
+    """(prompt, action) pairs for a supervised warm-up that teaches the format but no strategy, with the
+    private card in the targets: every example samples its information set's action from
+    ``warmup_strategy(seed, spread)``, a different random mix per set, so a base that matches the
+    targets must read its card and the history (targets that ignore the card teach it not to)."""
+    strategy = warmup_strategy(seed, spread)
+    rng = make_rng(seed + 1)
+    keys = [(c, h) for h in ((), ("check",), ("bet",), ("check", "bet")) for c in CARDS]
+    out = []
+    for _ in range(n):
+        card, history = keys[rng.randrange(len(keys))]
+        p = strategy[infoset(card, history)]
+        out.append((render_prompt(card, history, len(history) % 2), _aggressive(history) if uniform(rng) < p
+                    else _passive(history)))
+    return out
 
 
 class KuhnPoker(TurnGame):

@@ -27,11 +27,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from autocurricula.games.kuhn_poker import CARDS, is_terminal, legal_actions, payoff, render_prompt
+from autocurricula.games.kuhn_poker import CARDS, exact_value, is_terminal, legal_actions, payoff, render_prompt
 from autocurricula.pool import is_scripted
 
-__all__ = ["INFOSETS", "best_response_value", "exploitability", "exploitability_callback", "mixture_strategy",
-           "openspiel_key", "openspiel_policy", "prompt_of", "read_strategy", "uniform_strategy"]
+__all__ = ["INFOSETS", "META_GAMES", "LeagueStrategies", "best_response_value", "chip_payoffs", "exploitability",
+           "exploitability_callback", "meta_mixture", "mixture_strategy", "openspiel_key", "openspiel_policy",
+           "prompt_of", "read_strategy", "uniform_strategy"]
 
 HISTORIES = ((), ("check",), ("bet",), ("check", "bet"))
 INFOSETS = tuple(f"{c}:{' '.join(h)}" for h in HISTORIES for c in CARDS)
@@ -196,23 +197,110 @@ def read_strategy(engine, player: str | None, *, completion: Callable[[str], str
     return out
 
 
+def chip_payoffs(strategies: Sequence[Mapping[str, float]]):
+    """The exact meta-game of full Kuhn policies: ``M[i][j]`` = chips per hand that ``i`` wins from
+    ``j``, averaged over the two seats (``exact_value`` both ways round). Antisymmetric, so the game
+    between the policies is symmetric and zero-sum (PSRO's restricted game, without sampling noise)."""
+    import numpy as np
+
+    for s in strategies:
+        _check(s)
+    n = len(strategies)
+    m = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1, n):
+            m[i, j] = (exact_value(strategies[i], strategies[j]) - exact_value(strategies[j], strategies[i])) / 2
+            m[j, i] = -m[i, j]
+    return m
+
+
+META_GAMES = ("league", "chips")
+
+
+def meta_mixture(strategies: Sequence[Mapping[str, float]], win_rates=None, *, meta: str = "chips"):
+    """Nash weights over players, from their strategies' exact chip meta-game (``meta="chips"``,
+    ``chip_payoffs``) or from the league's win-rate matrix (``meta="league"``: ``win_rates``, e.g.
+    ``trainer.payoff.matrix(ids)``, which counts a hand won by 1 chip as much as one won by 2)."""
+    import numpy as np
+
+    from autocurricula.eval.meta import nash_mixture, zero_sum_nash
+
+    if meta not in META_GAMES:
+        raise ValueError(f"meta must be one of {META_GAMES}, got {meta!r}")
+    if meta == "league":
+        if win_rates is None:
+            raise ValueError("meta='league' needs the league's win-rate matrix: win_rates=trainer.payoff.matrix(ids)")
+        return np.asarray(nash_mixture(win_rates), dtype=np.float64)
+    game = chip_payoffs(strategies)
+    return np.full(len(strategies), 1.0 / len(strategies)) if not np.any(np.abs(game) > 1e-12) else zero_sum_nash(game)[0]
+
+
+class LeagueStrategies:
+    """Every model player's strategy in a league (``read_strategy``), with frozen players read
+    once (their weights never change), and the exploitability of the main agent and of the
+    league's Nash mixtures. ``figures(trainer)`` returns plain names (no prefix):
+
+    * ``exploitability_latest``: the trainable main agent with the highest Elo;
+    * ``exploitability_mixture``: the Nash mixture of the ``meta`` game (default the exact chip
+      game of the players' strategies), made one policy by ``mixture_strategy``;
+    * ``exploitability_mixture_league`` / ``_chips``: both meta-games' mixtures, side by side;
+    * ``mixture``: ``{player: weight}`` of the ``meta`` game, players with weight > 0.
+
+    Scripted players are left out of the mixtures (they have no token probabilities)."""
+
+    def __init__(self, *, meta: str = "chips", completion: Callable[[str], str] = str, eos: bool = False,
+                 backend: str = "auto"):
+        if meta not in META_GAMES:
+            raise ValueError(f"meta must be one of {META_GAMES}, got {meta!r}")
+        self.meta, self.completion, self.eos, self.backend = meta, completion, eos, backend
+        self._frozen: dict[str, dict[str, float]] = {}
+
+    def strategies(self, trainer) -> dict[str, dict[str, float]]:
+        out = {}
+        for p in trainer.players:
+            if is_scripted(p):
+                continue
+            pid = p["id"]
+            if pid in self._frozen:
+                out[pid] = self._frozen[pid]
+                continue
+            out[pid] = read_strategy(trainer.engine, pid, completion=self.completion, eos=self.eos)
+            if p.get("frozen"):
+                self._frozen[pid] = out[pid]
+        return out
+
+    def figures(self, trainer) -> dict:
+        from autocurricula.eval.players import main_agent
+
+        strategies = self.strategies(trainer)
+        ids = list(strategies)
+        latest = main_agent(trainer)
+        out = {"exploitability_latest": exploitability(strategies[latest], backend=self.backend)}
+        weights = {}
+        for meta in META_GAMES:
+            w = meta_mixture([strategies[i] for i in ids], trainer.payoff.matrix(ids), meta=meta)
+            weights[meta] = w
+            mix = mixture_strategy([strategies[i] for i in ids], w)
+            out[f"exploitability_mixture_{meta}"] = exploitability(mix, backend=self.backend)
+        out["exploitability_mixture"] = out[f"exploitability_mixture_{self.meta}"]
+        out["mixture"] = {pid: round(float(x), 4) for pid, x in zip(ids, weights[self.meta]) if x > 0}
+        out["latest"] = latest
+        return out
+
+
 def exploitability_callback(*, prefix: str = "eval/", completion: Callable[[str], str] = str, eos: bool = False,
-                            backend: str = "auto") -> Callable:
+                            backend: str = "auto", meta: str = "league") -> Callable:
     """A ``train(..., callbacks=[...])`` callback for a Kuhn poker league. After every epoch it reads
-    every model player's strategy (``read_strategy``) and returns ``{prefix}exploitability_latest``
-    (the trainable main agent with the highest Elo) and ``{prefix}exploitability_mixture`` (the
-    league's Nash mixture, ``meta.nash_mixture`` over the payoff matrix of the model players,
-    combined by ``mixture_strategy``). Scripted players are left out of the mixture."""
-    from autocurricula.eval.meta import nash_mixture
-    from autocurricula.eval.players import main_agent
+    every model player's strategy (``read_strategy``; frozen players once) and returns
+    ``{prefix}exploitability_latest`` (the trainable main agent with the highest Elo) and
+    ``{prefix}exploitability_mixture`` (the league's Nash mixture combined by ``mixture_strategy``;
+    ``meta="league"``: over the league's win-rate matrix, ``meta="chips"``: over the exact chip
+    game of the players' strategies), plus both meta-games' figures as ``..._mixture_league`` and
+    ``..._mixture_chips``. Scripted players are left out of the mixture."""
+    league = LeagueStrategies(meta=meta, completion=completion, eos=eos, backend=backend)
 
     def callback(trainer) -> dict:
-        ids = [p["id"] for p in trainer.players if not is_scripted(p)]
-        latest = main_agent(trainer)
-        strategies = {pid: read_strategy(trainer.engine, pid, completion=completion, eos=eos) for pid in ids}
-        weights = nash_mixture(trainer.payoff.matrix(ids))
-        mix = mixture_strategy([strategies[pid] for pid in ids], weights)
-        return {f"{prefix}exploitability_latest": exploitability(strategies[latest], backend=backend),
-                f"{prefix}exploitability_mixture": exploitability(mix, backend=backend)}
+        figures = league.figures(trainer)
+        return {f"{prefix}{k}": v for k, v in figures.items() if k.startswith("exploitability")}
 
     return callback

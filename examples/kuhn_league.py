@@ -1,0 +1,212 @@
+"""Kuhn poker toward Nash through the league's mixture, next to self-play on the same budget.
+
+    python examples/kuhn_league.py              # league, then self-play: about 15 minutes on 2 cores
+    python examples/kuhn_league.py --mode league
+    python examples/kuhn_league.py --smoke      # a tiny budget, to check that it runs
+
+Builds (and caches) the tiny model and a supervised warm-up that teaches the format but no
+strategy, with the private card in the targets (a random P(bet or call) per information set,
+``kuhn_poker.warmup_examples``). Then a pure league (main agent, main exploiter, league exploiter;
+no scripted players) and, on the same number of games per round, mirror self-play. After every
+epoch every model player's strategy is read off its token probabilities at the 12 information
+sets and scored by exact exploitability (0 = Nash, 0.458 = uniform, 0.333 = always bet/call):
+
+* ``exploitability_latest``: the main agent;
+* ``exploitability_mixture``: the league's Nash mixture over its players (snapshots included), as
+  one policy (``mixture_strategy``: per-state action probabilities weighted by mixture and reach);
+  ``--meta chips`` (default) solves the exact chip game between the players' strategies, ``league``
+  the league's win-rate matrix; both figures are printed;
+* ``exploitability_selfplay``: the self-play player.
+
+Writes ``exploitability.png`` (per epoch) and ``exploitability.json`` in ``--output-dir``; the last
+line is one JSON object with the figures.
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import autocurricula  # noqa: F401  (fast BLAS before mlx)
+from autocurricula.games import kuhn_poker
+
+CURVES = ("mixture", "latest", "selfplay")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", default="both", choices=["both", "league", "selfplay"])
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=8, help="rounds per epoch (one update of every learner each)")
+    parser.add_argument("--games", type=int, default=64, help="main agent's games per round")
+    parser.add_argument("--exploiter-games", type=int, default=32, help="games per exploiter and round")
+    parser.add_argument("--main-exploiters", type=int, default=1)
+    parser.add_argument("--league-exploiters", type=int, default=1)
+    parser.add_argument("--snapshot-rounds", type=int, default=2, help="a snapshot of each learner every N rounds")
+    parser.add_argument("--credit", default="branch", choices=["branch", "rae", "grpo", "q", "value"],
+                        help="credit assignment; 'branch' (default) replays each game to a learner's turn and "
+                        "plays K continuations (per-move credit, no lookup table)")
+    parser.add_argument("--branch-samples", type=int, default=4, help="credit branch: K continuations per turn")
+    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the warm base")
+    parser.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus per completion token")
+    parser.add_argument("--meta", default="chips", choices=["chips", "league"],
+                        help="meta-game of exploitability_mixture: exact chips between the players' strategies, "
+                        "or the league's win-rate matrix")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--warmup-steps", type=int, default=120)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output-dir", default="runs/kuhn-league")
+    parser.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check the machinery")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.epochs, args.rounds, args.games, args.exploiter_games = 1, 1, 8, 4
+        args.hidden, args.layers, args.heads, args.warmup_steps, args.branch_samples = 32, 1, 8, 30, 2
+    return args
+
+
+def warm_base(args) -> Path:
+    """The tiny base after the per-information-set random warm-up (both cached by their arguments)."""
+    from autocurricula.warmup import sft_warmup
+    from ttt_common import CACHE, tiny_base
+
+    base = tiny_base(args.hidden, args.layers, args.heads, args.seed)
+    return sft_warmup(base, CACHE / f"{base.name}-kuhn-warm{args.warmup_steps}",
+                      kuhn_poker.warmup_examples(20000, args.seed), steps=args.warmup_steps, batch_size=64,
+                      learning_rate=1e-3, seed=args.seed)
+
+
+class Curve:
+    """Per-epoch callback: the exploitabilities of one run, printed as JSON rows."""
+
+    def __init__(self, name: str, meta: str, start: float):
+        from autocurricula.eval.kuhn import LeagueStrategies
+
+        self.name, self.start, self.rows = name, start, []
+        self.league = LeagueStrategies(meta=meta)
+
+    def __call__(self, trainer) -> dict:
+        figures = self.league.figures(trainer)
+        row = {"run": self.name, "epoch": trainer.current_epoch, "minutes": round((time.time() - self.start) / 60, 2),
+               **{k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}}
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+        return {f"eval/{k}": v for k, v in figures.items() if k.startswith("exploitability")}
+
+
+def settings(args):
+    from autocurricula import GRPOConfig
+    from autocurricula.engine import LoraSpec
+
+    return (LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
+            GRPOConfig(learning_rate=args.learning_rate, beta=args.beta, entropy_coef=args.entropy_coef,
+                       loss_type="grpo", temperature=1.0))
+
+
+def common(args, output_dir: str) -> dict:
+    return dict(epochs=args.epochs, rounds=args.rounds, output_dir=output_dir, overwrite_output_dir=True,
+                seed=args.seed, max_tokens=2, credit=args.credit, branch_samples=args.branch_samples,
+                game_name="kuhn_poker", max_concurrent_games=128, bt_bootstrap=0, progress=False,
+                save_total_limit=1)
+
+
+def run_league(args, engine, start: float) -> tuple:
+    from autocurricula import LeagueConfig, LeagueTrainer
+
+    config = LeagueConfig(main_agents=1, main_exploiters=args.main_exploiters,
+                          league_exploiters=args.league_exploiters, games_per_learner=args.games,
+                          exploiter_games=args.exploiter_games, anchor_share=0.0,
+                          snapshot_min_rounds=args.snapshot_rounds, snapshot_max_rounds=args.snapshot_rounds,
+                          **common(args, str(Path(args.output_dir) / "league")))
+    trainer = LeagueTrainer(config)
+    curve = Curve("league", args.meta, start)
+    lora, grpo = settings(args)
+    trainer.train(engine, kuhn_poker.play, lora_config=lora, grpo_config=grpo, callbacks=[curve])
+    print(trainer.leaderboard, flush=True)
+    return trainer, curve
+
+
+def run_selfplay(args, engine, start: float) -> tuple:
+    from autocurricula.leagues.selfplay import SelfPlayConfig, SelfPlayTrainer
+
+    games = args.games + args.exploiter_games * (args.main_exploiters + args.league_exploiters)  # the league's games
+    config = SelfPlayConfig(games_per_round=games, past_share=0.0, **common(args, str(Path(args.output_dir) / "selfplay")))
+    trainer = SelfPlayTrainer(config)
+    curve = Curve("selfplay", args.meta, start)
+    lora, grpo = settings(args)
+    trainer.train(engine, kuhn_poker.play, lora_config=lora, grpo_config=grpo, callbacks=[curve])
+    return trainer, curve
+
+
+def plot(path: Path, series: dict[str, list[float]], references: dict[str, float]) -> None:
+    """Exploitability per epoch, one line per curve, with the reference policies dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name, ys in series.items():
+        if ys:
+            ax.plot(range(len(ys)), ys, marker="o", label=name)
+    for name, y in references.items():
+        ax.axhline(y, linestyle="--", linewidth=0.8, color="grey")
+        ax.annotate(name, (0, y), textcoords="offset points", xytext=(2, 2), fontsize=7, color="grey")
+    ax.axhline(0.05, linestyle=":", color="green", linewidth=1.0)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("exploitability (chips per hand)")
+    ax.set_ylim(0, max(0.55, *(max(ys) for ys in series.values() if ys)))
+    ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def main(argv=None) -> dict:
+    from autocurricula.engine import Engine
+    from autocurricula.eval.kuhn import exploitability, read_strategy, uniform_strategy
+
+    args = parse_args(argv)
+    start = time.time()
+    base = warm_base(args)
+    engine = Engine(str(base), name=str(base))
+    base_figure = exploitability(read_strategy(engine, None))
+    print("warm-up base:", json.dumps({"exploitability": round(base_figure, 4),
+                                       "minutes": round((time.time() - start) / 60, 2)}), flush=True)
+    league = selfplay = None
+    if args.mode in ("both", "league"):
+        league = run_league(args, engine, start)[1]
+    if args.mode in ("both", "selfplay"):
+        selfplay = run_selfplay(args, engine, start)[1]
+    engine.close()
+
+    series = {"mixture": [r["exploitability_mixture"] for r in league.rows] if league else [],
+              "latest": [r["exploitability_latest"] for r in league.rows] if league else [],
+              "selfplay": [r["exploitability_latest"] for r in selfplay.rows] if selfplay else []}
+    last = {k: (v[-1] if v else None) for k, v in series.items()}
+    summary = {"exploitability_mixture": last["mixture"], "exploitability_latest": last["latest"],
+               "exploitability_selfplay": last["selfplay"],
+               "exploitability_mixture_league": league.rows[-1]["exploitability_mixture_league"] if league else None,
+               "exploitability_mixture_chips": league.rows[-1]["exploitability_mixture_chips"] if league else None,
+               "mixture": league.rows[-1]["mixture"] if league else None,
+               "per_epoch": series, "exploitability_base": round(base_figure, 4),
+               "references": {"nash": 0.0, "uniform": round(exploitability(uniform_strategy()), 4),
+                              "always_bet_call": round(exploitability(dict.fromkeys(uniform_strategy(), 1.0)), 4)},
+               "credit": args.credit, "meta": args.meta, "epochs": args.epochs, "rounds": args.rounds,
+               "minutes": round((time.time() - start) / 60, 2)}
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plot(out / "exploitability.png", series, {"uniform": summary["references"]["uniform"],
+                                              "always bet/call": summary["references"]["always_bet_call"]})
+    (out / "exploitability.json").write_text(json.dumps({"summary": summary, "rows": (league.rows if league else [])
+                                                         + (selfplay.rows if selfplay else [])}, indent=1))
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    main()
