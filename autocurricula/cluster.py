@@ -24,6 +24,15 @@ through ``autocurricula serve`` servers::
   it back once it answers, its base model checked again, before it gets work. A restarted actor
   holds no adapter: each player it gets is uploaded at its current version first.
 
+Learning is shared out by player with ``RayEngine(..., learners=N)``: N learner actors, each with
+its own Engine and :class:`~autocurricula.training.Updater`, own disjoint sets of players (sticky,
+least loaded first) and update them in parallel; players are independent learners (per-player
+loss weights, gradient clipping and optimizer state), so no gradient is all-reduced and the
+result is the fused update's. Each step ships a player's adapter and optimizer state through the
+object store and takes the new ones back into the trainer's engine, so checkpoints, export and
+the rollout sync work as with the in-process updater, and a learner that dies loses nothing: its
+share of the step runs again on another learner (``stats["learner_retried"]``).
+
 All Ray calls of the driver run on one asyncio loop in a background thread; :meth:`submit`
 returns a ``concurrent.futures.Future`` like the in-process engine's.
 """
@@ -47,7 +56,8 @@ from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fi
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
 
-__all__ = ["ActorRestartedError", "BaseModelMismatchError", "RayEngine", "RolloutActor", "require_ray"]
+__all__ = ["ActorRestartedError", "BaseModelMismatchError", "LearnerActor", "RayEngine", "RayUpdater", "RolloutActor",
+           "require_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +127,34 @@ class RolloutActor:
         self.engine.close()
 
 
+class LearnerActor:
+    """What runs inside one Ray learner actor: an Engine (the base model) and an Updater. It keeps
+    no state the driver lacks: every step brings the players' adapters and optimizer states."""
+
+    def __init__(self, model: str, engine_config: dict | None = None, grpo_config: Any = None,
+                 name: str | None = None):
+        from autocurricula.engine import Engine, EngineConfig
+        from autocurricula.training import Updater
+
+        self.engine = Engine(model, config=EngineConfig(**(engine_config or {})), name=name)
+        self.updater = Updater(self.engine, grpo_config)
+
+    def ready(self) -> dict:
+        return {"fingerprint": fingerprint_engine(self.engine)}
+
+    def step(self, players: dict, turns: list, lr: dict) -> tuple[dict, dict, dict]:
+        """``players``: ``{name: (AdapterWeights, version, AdamWState | None)}``. Returns
+        ``(metrics, {name: (new weights, new version)}, {name: new optimizer state})``."""
+        for name, (weights, version, _) in players.items():
+            held = self.engine.adapter_info(name)["version"] if name in self.engine.players() else None
+            if held != version:
+                self.engine.install(name, weights, version, validate=False)  # versions only grow
+        self.updater.optim = {n: st for n, (_, _, st) in players.items() if st is not None}
+        metrics = self.updater.step(turns, lr)
+        new = {n: (self.engine.adapter_weights(n), self.engine.adapter_info(n)["version"]) for n in players}
+        return metrics, new, {n: self.updater.optim[n] for n in players if n in self.updater.optim}
+
+
 @dataclass
 class _Adapter:
     ref: Any  # ray.ObjectRef of the AdapterWeights
@@ -154,18 +192,22 @@ class RayEngine:
     actor counts as failed, and how long a request waits for an actor when all are down.
     ``poll_s``: how often down actors are probed. ``base``: the trainer's base model as an Engine
     or fingerprint dict to check now; otherwise it is checked at the first :meth:`sync_from`.
+    ``learners``: learner actors the trainer's updates run on (0: the trainer's own process);
+    ``learner_options``: their ``ray.remote`` options (default: ``num_cpus``, ``num_gpus``).
     """
 
     def __init__(self, model: str | Path, num_actors: int = 2, *, engine_config: Any = None,
                  num_cpus: float = 1, num_gpus: float = 0, actor_options: dict | None = None,
                  address: str | None = None, max_restarts: int = -1, timeout: float = 600.0,
                  poll_s: float = 1.0, connect_timeout: float = 300.0, base: Any = None, tokenizer: Any = None,
-                 name: str | None = None):
+                 name: str | None = None, learners: int = 0, learner_options: dict | None = None):
         if not isinstance(model, (str, Path)) or not str(model):
             raise ValueError("model must be a model folder or Hub id that every Ray node can load, got "
                              f"{model!r} (an Engine object cannot be sent to other processes)")
         if not isinstance(num_actors, int) or num_actors < 1:
             raise ValueError(f"num_actors must be a positive integer, got {num_actors!r}")
+        if not isinstance(learners, int) or learners < 0:
+            raise ValueError(f"learners must be an integer >= 0 (0: updates in the trainer's process), got {learners!r}")
         if not (isinstance(poll_s, (int, float)) and poll_s > 0 and timeout > 0 and connect_timeout > 0):
             raise ValueError("poll_s, timeout and connect_timeout must be positive numbers of seconds")
         ray = require_ray()
@@ -190,6 +232,10 @@ class RayEngine:
                 "max_concurrency": 1000, **(actor_options or {})}
         self.actors = [_Actor(i, remote_cls.options(**opts).remote(self.model, engine_config, self.name))
                        for i in range(num_actors)]
+        self._engine_config = engine_config
+        self.learners, self._learner_options = learners, {"num_cpus": num_cpus, "num_gpus": num_gpus,
+                                                          **(learner_options or {})}
+        self._updaters: list[RayUpdater] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="autocurricula-ray", daemon=True)
         self._thread.start()
@@ -236,6 +282,16 @@ class RayEngine:
         for name in dropped:
             self.unload_adapter(name)
         return {"pushed": pushed, "dropped": dropped}
+
+    def make_updater(self, engine, grpo_config=None) -> RayUpdater | None:
+        """The trainer's updater: a :class:`RayUpdater` on ``learners`` learner actors, or None
+        (``learners=0``: the trainer updates in its own process)."""
+        if not self.learners:
+            return None
+        up = RayUpdater(engine, grpo_config, self.model, self.learners, engine_config=self._engine_config,
+                        actor_options=self._learner_options, name=self.name)
+        self._updaters.append(up)
+        return up
 
     def generate(self, prompt, player=None, params=None, **sampling) -> Completion:
         """Blocking :meth:`submit`; keyword sampling args build :class:`SamplingParams`."""
@@ -337,6 +393,8 @@ class RayEngine:
                 self._ray.kill(a.handle, no_restart=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+        for up in getattr(self, "_updaters", []):
+            up.close()
 
     def __enter__(self):
         return self
@@ -565,6 +623,133 @@ class RayEngine:
                 if ok:
                     vals.append(float(h["occupancy"]))
         return sum(vals) / len(vals) if vals else 0.0
+
+
+class RayUpdater:
+    """The trainer's :class:`~autocurricula.training.Updater` with the work on Ray learner actors
+    (see the module docstring): same ``step``, ``optim`` and ``steps``.
+
+    ``engine``: the trainer's in-process engine (it holds every player's current adapter and
+    takes the new ones). ``model``: the base model path every learner loads. ``num_learners``:
+    learner actors; ``actor_options``: their ``ray.remote`` options."""
+
+    def __init__(self, engine, config=None, model: str | Path | None = None, num_learners: int = 2, *,
+                 engine_config: dict | None = None, actor_options: dict | None = None, name: str | None = None,
+                 max_restarts: int = -1, connect_timeout: float = 300.0):
+        from autocurricula.config import coerce_grpo_config
+
+        ray = require_ray()
+        if not ray.is_initialized():
+            ray.init()
+        if not isinstance(num_learners, int) or num_learners < 1:
+            raise ValueError(f"num_learners must be a positive integer, got {num_learners!r}")
+        self._ray = ray
+        self.engine = engine
+        self.config = coerce_grpo_config(config)
+        self.model = str(model if model is not None else engine.name)
+        self.optim: dict = {}  # player -> AdamWState, kept here: checkpoints read it, learners get it each step
+        self.steps = 0
+        self.stats = {"learner_retried": 0}
+        self._owner: dict[str, int] = {}
+        opts = {"num_cpus": 1, "max_restarts": max_restarts, "max_task_retries": 0, **(actor_options or {})}
+        cls = ray.remote(LearnerActor)
+        self.learners = [cls.options(**opts).remote(self.model, engine_config, self.config, name or self.model)
+                         for _ in range(num_learners)]
+        try:
+            expected = fingerprint_engine(engine)
+            for i, info in enumerate(ray.get([a.ready.remote() for a in self.learners], timeout=connect_timeout)):
+                compare(expected, info["fingerprint"], f"learner actor {i}")
+        except BaseException:
+            self.close()
+            raise
+
+    def owner(self, player: str) -> int | None:
+        """The index of the learner that updates a player (None before its first update)."""
+        return self._owner.get(player)
+
+    def _assign(self, names: list[str], down: set[int]) -> dict[int, list[str]]:
+        live = [i for i in range(len(self.learners)) if i not in down]
+        if not live:
+            raise RuntimeError("every learner actor failed; see the Ray logs (ray status, ray logs)")
+        counts = {i: 0 for i in live}
+        for i in self._owner.values():
+            if i in counts:
+                counts[i] += 1
+        out: dict[int, list[str]] = {}
+        for n in names:
+            i = self._owner.get(n)
+            if i not in counts:  # new player, or its learner failed: the least loaded one takes it
+                i = min(live, key=lambda j: (counts[j], j))
+                self._owner[n] = i
+                counts[i] += 1
+            out.setdefault(i, []).append(n)
+        return out
+
+    def step(self, turns: list, lr: dict[str, float] | None = None, skip=()) -> dict:
+        """One update of every player with turns (except ``skip``), each learner updating its own
+        players in parallel; the new adapters are installed in the trainer's engine. Returns the
+        merged metrics."""
+        from ray.exceptions import RayActorError
+
+        skip, lr = set(skip), dict(lr or {})
+        turns = [t for t in turns if t.player not in skip]
+        names = sorted({t.player for t in turns})
+        unknown = [n for n in names if n not in self.engine.players()]
+        if unknown:
+            raise ValueError(f"turns of players with no adapter loaded: {unknown}")
+        if not names:
+            return {"players": 0, "rows": 0}
+        results, down, todo = [], set(), names
+        while todo:
+            groups = self._assign(todo, down)
+            refs = {}
+            for i, mine in groups.items():
+                players = {n: (self.engine.adapter_weights(n), self.engine.adapter_info(n)["version"],
+                               self.optim.get(n)) for n in mine}
+                share = [t for t in turns if t.player in players]
+                refs[i] = self.learners[i].step.remote(self._ray.put(players), share,
+                                                        {n: v for n, v in lr.items() if n in players})
+            todo = []
+            for i, ref in refs.items():
+                try:
+                    results.append(self._ray.get(ref))
+                except RayActorError as exc:  # its players' step runs again on another learner
+                    log.warning("learner actor %d failed (%s); its players' update runs on another", i,
+                                str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                    down.add(i)
+                    todo += groups[i]
+                    self.stats["learner_retried"] += 1
+        metrics: dict = {"players": 0, "rows": 0, "loss": 0.0, "tokens": 0}
+        weighted = {}
+        for m, new, optim in results:
+            for n, (w, v) in new.items():
+                if v != self.engine.adapter_info(n)["version"]:
+                    self.engine.install(n, w, v, validate=False)
+            self.optim.update(optim)
+            for k, v in m.items():
+                if k in ("players", "rows", "loss", "tokens"):
+                    metrics[k] += v
+                elif k in ("clip_ratio", "kl", "entropy"):  # per-token means: weight by tokens
+                    weighted[k] = weighted.get(k, 0.0) + v * m.get("tokens", 0)
+                else:
+                    metrics[k] = v  # grad_norm/NAME, version/NAME
+        for k, v in weighted.items():
+            metrics[k] = v / max(1, metrics["tokens"])
+        for n in names:  # the versions the trainer's engine now serves
+            metrics[f"version/{n}"] = self.engine.adapter_info(n)["version"]
+        self.steps += self.config.num_iterations
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"steps": self.steps}
+
+    def close(self) -> None:
+        for a in getattr(self, "learners", []):
+            try:
+                self._ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.learners = []
 
 
 async def _awaitable(ref):

@@ -581,7 +581,8 @@ class AutocurriculumTrainer:
         self.game_name = cfg.game_name or getattr(play, "__module__", "game").rsplit(".", 1)[-1]
         self._game = play  # a play object with state_dict / load_state_dict (e.g. an artifact store) is checkpointed
         self._pool = Pool(self.engine, self.lora_spec, self.rng)
-        self.updater = Updater(self.engine, self.grpo)
+        make = getattr(servers, "make_updater", None)  # cluster.RayEngine(learners=N): updates on Ray learner actors
+        self.updater = (make and make(self.engine, self.grpo)) or Updater(self.engine, self.grpo)
         self.credit = make_credit(cfg, self.grpo)
         self.elo = Elo(k=cfg.elo_k, scale=cfg.elo_scale, initial=cfg.elo_initial)
         self.payoff = Payoff(cfg.payoff_decay)

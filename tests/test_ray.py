@@ -10,7 +10,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from autocurricula.cluster import RayEngine  # noqa: E402
+from autocurricula.cluster import RayEngine, RayUpdater  # noqa: E402
 from autocurricula.engine import AdapterWeights, LoraSpec, SamplingParams  # noqa: E402
 from autocurricula.engine.fingerprint import BaseModelMismatchError  # noqa: E402
 
@@ -27,7 +27,8 @@ def test_a_killed_rollout_actor_loses_no_game_and_comes_back(local_ray, tiny_mod
     from autocurricula import SelfPlayConfig, SelfPlayTrainer
     from toy_games import digits
 
-    rollout = RayEngine(tiny_model_path, num_actors=2, poll_s=0.2, timeout=60)
+    # 2 rollout and 2 learner actors share the 2 CPUs of the local instance
+    rollout = RayEngine(tiny_model_path, num_actors=2, poll_s=0.2, timeout=60, num_cpus=0.5, learners=2)
     killed = {}
 
     async def play(players, model, tokenizer):
@@ -66,12 +67,65 @@ def test_a_killed_rollout_actor_loses_no_game_and_comes_back(local_ray, tiny_mod
         done = [rollout.submit("o", n, SamplingParams(max_tokens=2, temperature=0.0)) for n in news]
         assert [f.result(60).adapter_version for f in done] == [7] * 4
         assert killed["index"] in {rollout.placement(n) for n in news}
+        # the learner's updates ran on the learner actors; their optimizer state is checkpointed
+        assert isinstance(trainer.updater, RayUpdater) and trainer.updater.owner("main-0") is not None
+        assert trainer.updater.optim["main-0"].step == trainer.updater.steps == 3
+        assert (out / "checkpoint-0" / "optimizer" / "main-0" / "optimizer.json").is_file()
         # the trainer's players are on the actors at the trainer's versions
         assert {p["id"]: rollout.adapter_info(p["id"])["version"] for p in trainer.players} == \
             {p["id"]: p["version"] for p in trainer.players}
     finally:
         rollout.close()
         trainer.engine.close()
+
+
+@pytest.mark.slow  # starts a local Ray instance
+@pytest.mark.slow  # a local Ray instance and 2 learner actors
+def test_learner_actors_give_the_fused_update_and_survive_a_killed_learner(local_ray, tiny_model_path):
+    """Players shared out over 2 learner actors, updated in parallel: the same adapters and optimizer
+    states as one fused in-process update of all of them (players are independent learners), also
+    after a learner is killed mid-run (its players' step runs on the other one)."""
+    import numpy as np
+
+    from autocurricula.bench.train import _turns
+    from autocurricula.config import GRPOConfig
+    from autocurricula.engine import Engine
+    from autocurricula.training import Updater
+
+    grpo = GRPOConfig(learning_rate=1e-3, num_iterations=2)
+    names = ["p0", "p1", "p2"]
+    local, remote = Engine(str(tiny_model_path)), Engine(str(tiny_model_path))
+    up = None
+    try:
+        for eng in (local, remote):
+            for i, n in enumerate(names):
+                eng.load_adapter(n, AdapterWeights.random(eng.linear_dims, LoraSpec(r=4), seed=i))
+        fused = Updater(local, grpo)
+        up = RayUpdater(remote, grpo, tiny_model_path, num_learners=2, actor_options={"num_cpus": 0.5})
+        for k in range(2):
+            turns = _turns(names, 3, 12, 4, local.vocab_size, seed=k)
+            want = fused.step(turns)
+            got = up.step(turns)
+            # disjoint sets of players on both learners; after the kill, all on the survivor
+            assert {up.owner(n) for n in names} == ({0, 1} if k == 0 else {survivor})
+            assert got["players"] == want["players"] == 3 and got["rows"] == want["rows"]
+            assert got["loss"] == pytest.approx(want["loss"], rel=1e-4, abs=1e-6)
+            for n in names:
+                assert remote.adapter_info(n)["version"] == local.adapter_info(n)["version"] == 1 + 2 * (k + 1)
+                assert up.optim[n].step == fused.optim[n].step
+                for path, (a, b) in local.adapter_weights(n).modules.items():
+                    a2, b2 = remote.adapter_weights(n).modules[path]
+                    np.testing.assert_allclose(a2, a, atol=1e-5)
+                    np.testing.assert_allclose(b2, b, atol=1e-5)
+            if k == 0:  # the learner of p0 dies; the next step still updates every player once
+                ray.kill(up.learners[up.owner("p0")], no_restart=True)
+                survivor = 1 - up.owner("p0")
+        assert up.stats["learner_retried"] == 1 and up.steps == 4
+    finally:
+        if up is not None:
+            up.close()
+        local.close()
+        remote.close()
 
 
 @pytest.mark.slow  # starts a local Ray instance
