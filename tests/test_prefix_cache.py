@@ -140,3 +140,22 @@ def test_refine_games_reuse_their_own_earlier_turns(tiny_model_path):
         assert eng.stats["prefix_hit_rate"] > 0.3, eng.stats
     finally:
         eng.close()
+
+
+def test_server_stats_report_prefix_hits(tiny_model_path):
+    from fastapi.testclient import TestClient
+
+    from autocurricula.server import create_app
+
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2), name="tiny")
+    try:
+        with TestClient(create_app(eng)) as client:
+            body = {"model": "tiny", "prompt": "A prompt long enough to fill a few prefix blocks, twice.",
+                    "max_tokens": 3, "temperature": 0}
+            for _ in range(2):
+                assert client.post("/v1/completions", json=body).status_code == 200
+            stats = client.get("/v1/stats").json()["stats"]
+        assert stats["prefix_query_tokens"] > stats["prefix_hit_tokens"] > 0
+        assert 0 < stats["prefix_hit_rate"] < 1 and stats["prefix_cached_tokens"] > 0
+    finally:
+        eng.close()

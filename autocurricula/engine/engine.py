@@ -117,7 +117,8 @@ class Engine:
         self.stats = {"steps": 0, "rows_stepped": 0, "tokens": 0, "prefill_tokens": 0, "completions": 0,
                       "swaps_mid_request": 0, "failed": 0,
                       # prompt tokens admitted, and those whose KV rows came from the prefix cache
-                      "prefix_query_tokens": 0, "prefix_hit_tokens": 0, "prefix_hit_rate": 0.0}
+                      "prefix_query_tokens": 0, "prefix_hit_tokens": 0, "prefix_hit_rate": 0.0,
+                      "prefix_cached_tokens": 0, "prefix_evictions": 0}  # tokens held now, blocks evicted
         self.prefix_cache = None  # set on the engine thread when EngineConfig.prefix_cache_mb > 0
         ready: Future = Future()
         self._thread = threading.Thread(target=self._main, args=(model, tokenizer, ready),

@@ -59,9 +59,11 @@ class PrefixCache:
         self._touch(path)
         return path
 
-    def insert(self, adapter: AdapterKey, ids: list[int], kv_of: Callable[[int, int], mx.array]) -> int:
+    def insert(self, adapter: AdapterKey, ids: list[int], kv_of: Callable[[int, int], mx.array]) -> list[mx.array]:
         """Cache every whole block of ``ids``; ``kv_of(start, stop)`` gives the KV rows of
-        ``ids[start:stop]`` (only called for blocks not cached yet). Returns the blocks added."""
+        ``ids[start:stop]`` (only called for blocks not cached yet). Returns the new blocks' arrays:
+        the caller evaluates them (one ``mx.eval`` for many inserts) before the batch cache they
+        were sliced from changes."""
         path, parent, added = [], 0, []
         for start in range(0, len(ids) - self.block + 1, self.block):
             key = (adapter, parent, tuple(ids[start : start + self.block]))
@@ -76,11 +78,9 @@ class PrefixCache:
                 added.append(blk.kv)
             path.append(blk)
             parent = blk.id
-        if added:
-            mx.eval(added)  # own copies: a slice would keep the whole batch cache alive
         self._touch(path)
         self._evict()
-        return len(added)
+        return added
 
     def forget(self, player: Any) -> None:
         """Drop every block of ``player`` (its weights changed or it left)."""

@@ -26,7 +26,9 @@ class EngineProtocol(Protocol):
 
     name: str  # the base model's name: as a player it means "no adapter"
     tokenizer: Any  # the base model's tokenizer (games may tokenize with it)
-    stats: dict  # counters; backends add their own (e.g. "retried" for remote servers)
+    # counters; backends add their own (the in-process engine: "prefix_hit_tokens",
+    # "prefix_query_tokens", "prefix_hit_rate"; remote servers: "retried")
+    stats: dict
 
     def submit(self, prompt: str | list[int], player: str | None = None,
                params: SamplingParams | None = None) -> Future:

@@ -300,9 +300,11 @@ class Scheduler:
     def _cache_prefixes(self, done: list[int]) -> None:
         """Keep finished rows' KV (prompt and completion) for prompts that extend them, when every
         token was computed with the adapter version that is still current."""
+        import mlx.core as mx
+
         from autocurricula.engine.runner import prefix_kv
 
-        pads = None
+        pads, added = None, []
         for i in done:
             row = self.rows[i]
             player, version = row.kv_key
@@ -317,7 +319,11 @@ class Scheduler:
                 continue
             if pads is None:
                 pads = self.cache[0].left_padding.tolist()
-            self.e.prefix_cache.insert(row.kv_key, seq, prefix_kv(self.cache, i, pads[i]))
+            added += self.e.prefix_cache.insert(row.kv_key, seq, prefix_kv(self.cache, i, pads[i]))
+        if added:
+            mx.eval(added)  # own copies (stacked), not views that would keep the batch cache alive
+        self.e.stats["prefix_cached_tokens"] = self.e.prefix_cache.tokens
+        self.e.stats["prefix_evictions"] = self.e.prefix_cache.evictions
 
     def retire(self, done: list[int]) -> None:
         import mlx.core as mx
