@@ -575,7 +575,12 @@ class RayEngine:
                     await self._ensure(actor, p)
                 return await actor.handle.complete_many.remote(reqs, actor.instance)
 
-            ok, out = await self._on_actor(actor, None, install_then_call)
+            try:
+                ok, out = await self._on_actor(actor, None, install_then_call)
+            except BaseException as exc:  # noqa: BLE001 - a refused request or adapter: its games fail, none hangs
+                for i in idx:
+                    futs[i].set_exception(exc)
+                return
             if not ok:
                 self.stats["retried"] += len(idx)
                 outs = await asyncio.gather(*(self._complete(*checked[i], rids[i]) for i in idx),

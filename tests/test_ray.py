@@ -71,6 +71,12 @@ def test_a_killed_rollout_actor_loses_no_game_and_comes_back(local_ray, tiny_mod
         assert isinstance(trainer.updater, RayUpdater) and trainer.updater.owner("main-0") is not None
         assert trainer.updater.optim["main-0"].step == trainer.updater.steps == 3
         assert (out / "checkpoint-0" / "optimizer" / "main-0" / "optimizer.json").is_file()
+        # a request an actor refuses fails its future (a lockstep tick's too) and leaves the actor up
+        for fut in (rollout.submit([5000], None, SamplingParams(max_tokens=2)),
+                    rollout.submit_many([([5000], None, SamplingParams(max_tokens=2))])[0]):
+            with pytest.raises(Exception, match="token ids"):
+                fut.result(30)
+        assert all(a["up"] for a in rollout.health()["actors"])
         # the trainer's players are on the actors at the trainer's versions
         assert {p["id"]: rollout.adapter_info(p["id"])["version"] for p in trainer.players} == \
             {p["id"]: p["version"] for p in trainer.players}
