@@ -143,5 +143,7 @@ def test_actors_of_another_base_model_are_refused(local_ray, tiny_model_path):
 def test_bad_arguments_say_what_to_pass(tiny_model_path):
     with pytest.raises(ValueError, match="num_actors"):
         RayEngine(tiny_model_path, num_actors=0)
+    with pytest.raises(ValueError, match="learners must be an integer >= 0"):
+        RayEngine(tiny_model_path, learners=-1)
     with pytest.raises(ValueError, match="model folder or Hub id"):
         RayEngine(object())
