@@ -119,11 +119,22 @@ def _train(args) -> None:
     except ValueError as exc:
         raise SystemExit(f"autocurricula train: {exc}") from None
     trainer = getattr(leagues, trainer_name)(config)
+    servers = args.server
+    if args.ray_actors:  # rollout (and learner) actors on the Ray cluster RAY_ADDRESS names, or a local one
+        if args.server:
+            raise SystemExit("autocurricula train: give --server or --ray-actors, not both")
+        from autocurricula.cluster import RayEngine
+
+        servers = RayEngine(args.model, num_actors=args.ray_actors, learners=args.ray_learners,
+                            address=os.environ.get("RAY_ADDRESS"))
     try:
         trainer.train(args.model, play, lora_config=lora, grpo_config=grpo, resume_from_checkpoint=args.resume or None,
-                      servers=args.server, api_key=args.api_key)
+                      servers=servers, api_key=args.api_key)
     except (ModelNotFoundError, FileExistsError, CheckpointError, HubAccessError, GameError) as exc:
         raise SystemExit(f"autocurricula train: {exc}") from None
+    finally:
+        if servers is not args.server:
+            servers.close()
     print(trainer.leaderboard)
 
 
@@ -203,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="play the games on this running `autocurricula serve` (same base model); repeatable. "
                          "Updates run here and each changed adapter is pushed to the servers")
     tr.add_argument("--api-key", default=None, help="the servers' --api-key")
+    tr.add_argument("--ray-actors", dest="ray_actors", type=int, default=0, metavar="N",
+                    help="play the games on N Ray rollout actors (pip install 'autocurricula[ray]'; joins the "
+                         "cluster RAY_ADDRESS names, else starts a local one; docs/cluster.md)")
+    tr.add_argument("--ray-learners", dest="ray_learners", type=int, default=0, metavar="N",
+                    help="with --ray-actors: run the updates on N Ray learner actors, players shared out between them")
     tr.add_argument("--max-staleness", dest="max_staleness", type=int, default=None, metavar="K",
                     help="play round r+1 while round r updates (with --server), dropping turns more than K adapter "
                          "versions old; 0 = serial rounds (the default)")

@@ -147,3 +147,33 @@ def test_bad_arguments_say_what_to_pass(tiny_model_path):
         RayEngine(tiny_model_path, learners=-1)
     with pytest.raises(ValueError, match="model folder or Hub id"):
         RayEngine(object())
+
+
+def test_cli_train_plays_on_ray_actors(monkeypatch):
+    """`autocurricula train --ray-actors N --ray-learners M` passes a RayEngine as servers and closes
+    it after training; --server with it is refused."""
+    from autocurricula import cli, cluster
+    from autocurricula.trainer import AutocurriculumTrainer
+
+    seen = {}
+
+    class FakeRay:
+        def __init__(self, model, **kw):
+            seen.update(model=model, **kw)
+
+        def close(self):
+            seen["closed"] = True
+
+    def train(self, model, play, **kw):
+        seen["servers"] = kw["servers"]
+        raise KeyboardInterrupt  # stop before the CLI prints a leaderboard of a league that never ran
+
+    monkeypatch.setattr(cluster, "RayEngine", FakeRay)
+    monkeypatch.setattr(AutocurriculumTrainer, "train", train)
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["train", "--model", "m", "--game", "tictactoe", "--ray-actors", "3", "--ray-learners", "2"])
+    assert isinstance(seen["servers"], FakeRay) and seen["closed"]
+    assert (seen["model"], seen["num_actors"], seen["learners"], seen["address"]) == ("m", 3, 2, "auto")
+    with pytest.raises(SystemExit, match="not both"):
+        cli.main(["train", "--model", "m", "--game", "tictactoe", "--ray-actors", "2", "--server", "http://x:1"])
