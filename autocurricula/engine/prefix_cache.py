@@ -8,7 +8,8 @@ later layers' keys and values are computed from, so KV rows of one adapter versi
 that version only. Memory is bounded; the least recently used block goes first, and since a lookup
 or insert touches a path from its deepest block back to the root, that block is always a leaf.
 
-Owned by the engine thread; holds MLX arrays ``(layers, 2, kv_heads, block, head_dim)`` per block.
+Owned by the engine thread; holds MLX arrays ``(layers, 2, kv_heads, block, head_dim)`` per block,
+views into one array per insert (memory is counted per such array, freed with its last block).
 """
 
 from __future__ import annotations
@@ -24,11 +25,19 @@ AdapterKey = tuple  # (player or None, version)
 
 
 @dataclass(eq=False)
+class _Chunk:
+    """The array one insert copied its new blocks into: its memory is freed with its last block."""
+
+    nbytes: int
+    blocks: int
+
+
+@dataclass(eq=False)
 class Block:
     key: tuple  # (adapter key, parent block id, tokens)
     id: int
-    kv: mx.array  # (layers, 2, kv_heads, block, head_dim)
-    nbytes: int
+    kv: mx.array  # (layers, 2, kv_heads, block, head_dim): a view into its chunk
+    chunk: "_Chunk"
     parent: "Block | None"
     children: set = field(default_factory=set)  # keys of child blocks
 
@@ -59,28 +68,37 @@ class PrefixCache:
         self._touch(path)
         return path
 
-    def insert(self, adapter: AdapterKey, ids: list[int], kv_of: Callable[[int, int], mx.array]) -> list[mx.array]:
-        """Cache every whole block of ``ids``; ``kv_of(start, stop)`` gives the KV rows of
-        ``ids[start:stop]`` (only called for blocks not cached yet). Returns the new blocks' arrays:
-        the caller evaluates them (one ``mx.eval`` for many inserts) before the batch cache they
-        were sliced from changes."""
-        path, parent, added = [], 0, []
-        for start in range(0, len(ids) - self.block + 1, self.block):
-            key = (adapter, parent, tuple(ids[start : start + self.block]))
-            blk = self.blocks.get(key)
-            if blk is None:
-                kv = kv_of(start, start + self.block)
-                blk = Block(key, next(self._ids), kv, kv.nbytes, path[-1] if path else None)
-                self.blocks[key] = blk
-                self.nbytes += blk.nbytes
-                if path:
-                    path[-1].children.add(key)
-                added.append(blk.kv)
-            path.append(blk)
-            parent = blk.id
-        self._touch(path)
+    def insert_many(self, entries: list[tuple[AdapterKey, list[int], Any]],
+                    gather: Callable[[list[tuple[Any, int]]], mx.array]) -> int:
+        """Cache every whole block of each ``(adapter, ids, tag)`` entry. ``gather([(tag, start),
+        ...])`` returns the KV rows of the blocks not cached yet, ``(n, layers, 2, kv_heads, block,
+        head_dim)``, in one array (one copy for all, instead of a few ops per block). Returns the
+        number of blocks added."""
+        paths, new = [], []
+        for adapter, ids, tag in entries:
+            path, parent = [], 0
+            for start in range(0, len(ids) - self.block + 1, self.block):
+                key = (adapter, parent, tuple(ids[start : start + self.block]))
+                blk = self.blocks.get(key)
+                if blk is None:  # registered now, so an identical prefix later in ``entries`` shares it
+                    blk = self.blocks[key] = Block(key, next(self._ids), None, None, path[-1] if path else None)
+                    if path:
+                        path[-1].children.add(key)
+                    new.append((blk, tag, start))
+                path.append(blk)
+                parent = blk.id
+            paths.append(path)
+        if new:
+            kv = gather([(tag, start) for _, tag, start in new])
+            chunk = _Chunk(kv.nbytes, len(new))
+            for i, (blk, _, _) in enumerate(new):
+                blk.kv, blk.chunk = kv[i], chunk
+            self.nbytes += chunk.nbytes
+            mx.eval(kv)
+        for path in paths:
+            self._touch(path)
         self._evict()
-        return added
+        return len(new)
 
     def forget(self, player: Any) -> None:
         """Drop every block of ``player`` (its weights changed or it left)."""
@@ -104,7 +122,9 @@ class PrefixCache:
         blk = self.blocks.pop(key, None)
         if blk is None:
             return
-        self.nbytes -= blk.nbytes
+        blk.chunk.blocks -= 1
+        if blk.chunk.blocks == 0:
+            self.nbytes -= blk.chunk.nbytes
         for child in list(blk.children):  # unreachable without their parent
             self._remove(child)
         if blk.parent is not None:

@@ -128,12 +128,19 @@ def _fill_from_prefix(cache, hits, reused, pads, width, start) -> None:
         c.offset = c.offset + start
 
 
-def prefix_kv(cache, row: int, left_pad: int):
-    """``kv_of(start, stop)`` for :meth:`PrefixCache.insert`: a row's KV rows out of a batch cache."""
-    def kv_of(a: int, b: int) -> mx.array:
-        lo, hi = left_pad + a, left_pad + b
-        return mx.stack([mx.stack([c.keys[row, :, lo:hi], c.values[row, :, lo:hi]]) for c in cache])
-    return kv_of
+def gather_blocks(cache, pads: list[int], block: int):
+    """``gather`` for :meth:`PrefixCache.insert_many`: the KV rows of ``[(row, start), ...]``
+    blocks out of a batch cache (row ``r``'s token ``t`` sits at column ``pads[r] + t``), as one
+    ``(n, layers, 2, kv_heads, block, head_dim)`` array: one gather per layer, whatever ``n``."""
+    def gather(blocks: list[tuple[int, int]]) -> mx.array:
+        rows = np.array([r for r, _ in blocks])
+        cols = (np.array(pads)[rows] + np.array([s for _, s in blocks]))[:, None] + np.arange(block)  # (n, block)
+        b, heads, cap, dim = cache[0].keys.shape
+        flat = (rows[:, None, None] * heads + np.arange(heads)[None, :, None]) * cap + cols[:, None, :]
+        idx = mx.array(flat.reshape(-1).astype(np.uint32))
+        kv = mx.stack([mx.stack([c.keys.reshape(-1, dim)[idx], c.values.reshape(-1, dim)[idx]]) for c in cache])
+        return mx.contiguous(kv.reshape(len(cache), 2, len(blocks), heads, block, dim).transpose(2, 0, 1, 3, 4, 5))
+    return gather
 
 
 def decode_step(engine, rows) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -300,11 +300,12 @@ class Scheduler:
     def _cache_prefixes(self, done: list[int]) -> None:
         """Keep finished rows' KV (prompt and completion) for prompts that extend them, when every
         token was computed with the adapter version that is still current."""
-        import mlx.core as mx
+        from autocurricula.engine.runner import gather_blocks
 
-        from autocurricula.engine.runner import prefix_kv
-
-        pads, added = None, []
+        pc, entries = self.e.prefix_cache, []
+        keys, values = self.cache[0].keys, self.cache[0].values
+        if keys is None or keys.shape[-1] != values.shape[-1]:  # one array holds both: same head dims only
+            return
         for i in done:
             row = self.rows[i]
             player, version = row.kv_key
@@ -315,15 +316,12 @@ class Scheduler:
                 if rec is None or rec.deleted or rec.version != version or any(v != version for v in row.versions):
                     continue
             seq = row.req.prompt_ids + row.tokens[:-1]  # the last token was sampled, never fed back
-            if len(seq) < self.e.prefix_cache.block:
-                continue
-            if pads is None:
-                pads = self.cache[0].left_padding.tolist()
-            added += self.e.prefix_cache.insert(row.kv_key, seq, prefix_kv(self.cache, i, pads[i]))
-        if added:
-            mx.eval(added)  # own copies (stacked), not views that would keep the batch cache alive
-        self.e.stats["prefix_cached_tokens"] = self.e.prefix_cache.tokens
-        self.e.stats["prefix_evictions"] = self.e.prefix_cache.evictions
+            if len(seq) >= pc.block:
+                entries.append((row.kv_key, seq, i))
+        if entries:
+            pc.insert_many(entries, gather_blocks(self.cache, self.cache[0].left_padding.tolist(), pc.block))
+        self.e.stats["prefix_cached_tokens"] = pc.tokens
+        self.e.stats["prefix_evictions"] = pc.evictions
 
     def retire(self, done: list[int]) -> None:
         import mlx.core as mx
