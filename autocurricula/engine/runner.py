@@ -84,10 +84,6 @@ def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, dict, list]:
     else:
         for c in cache:  # the first update allocates exactly the prompt width, not a 256-step block
             c.step = width
-    stats = engine.stats
-    stats["prefix_query_tokens"] += sum(len(p) for p in prompts)
-    stats["prefix_hit_tokens"] += sum(reused)
-    stats["prefix_hit_rate"] = round(stats["prefix_hit_tokens"] / max(1, stats["prefix_query_tokens"]), 4)
     _set_slots(engine, rows)
     chunk = engine.config.prefill_chunk
     for at in range(start, width - 1, chunk):  # all but the last token: only the cache is needed
@@ -97,6 +93,10 @@ def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, dict, list]:
     logits = engine.model(tokens[:, width - 1 :], cache=cache)[:, -1, :]
     for c in cache:
         c.__dict__.pop("step", None)  # decoding grows the cache in the usual 256-step blocks
+    stats = engine.stats
+    stats["prefix_query_tokens"] += sum(len(p) for p in prompts)
+    stats["prefix_hit_tokens"] += sum(reused)
+    stats["prefix_hit_rate"] = round(stats["prefix_hit_tokens"] / max(1, stats["prefix_query_tokens"]), 4)
     tokens, logprobs, errors = _sample_rows(engine, rows, logits)
     return tokens, logprobs, errors, cache
 
