@@ -232,7 +232,7 @@ class RayEngine:
                 "max_concurrency": 1000, **(actor_options or {})}
         self.actors = [_Actor(i, remote_cls.options(**opts).remote(self.model, engine_config, self.name))
                        for i in range(num_actors)]
-        self._engine_config = engine_config
+        self._engine_config, self._connect_timeout = engine_config, connect_timeout
         self.learners, self._learner_options = learners, {"num_cpus": num_cpus, "num_gpus": num_gpus,
                                                           **(learner_options or {})}
         self._updaters: list[RayUpdater] = []
@@ -289,7 +289,7 @@ class RayEngine:
         if not self.learners:
             return None
         up = RayUpdater(engine, grpo_config, self.model, self.learners, engine_config=self._engine_config,
-                        actor_options=self._learner_options, name=self.name)
+                        actor_options=self._learner_options, name=self.name, connect_timeout=self._connect_timeout)
         self._updaters.append(up)
         return up
 
@@ -660,9 +660,17 @@ class RayUpdater:
         cls = ray.remote(LearnerActor)
         self.learners = [cls.options(**opts).remote(self.model, engine_config, self.config, name or self.model)
                          for _ in range(num_learners)]
+        from ray.exceptions import GetTimeoutError
+
         try:
             expected = fingerprint_engine(engine)
-            for i, info in enumerate(ray.get([a.ready.remote() for a in self.learners], timeout=connect_timeout)):
+            try:
+                infos = ray.get([a.ready.remote() for a in self.learners], timeout=connect_timeout)
+            except GetTimeoutError:
+                raise TimeoutError(f"the learner actors did not load the model within {connect_timeout:g} s; check "
+                                   "that the cluster has the CPUs/GPUs they ask for besides the rollout actors' "
+                                   "(num_cpus, learner_options; `ray status` shows what is free)") from None
+            for i, info in enumerate(infos):
                 compare(expected, info["fingerprint"], f"learner actor {i}")
         except BaseException:
             self.close()
