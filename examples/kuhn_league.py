@@ -36,18 +36,23 @@ CURVES = ("mixture", "latest", "selfplay")
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", default="both", choices=["both", "league", "selfplay"])
-    parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=8, help="rounds per epoch (one update of every learner each)")
-    parser.add_argument("--games", type=int, default=64, help="main agent's games per round")
-    parser.add_argument("--exploiter-games", type=int, default=32, help="games per exploiter and round")
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=6, help="rounds per epoch (one update of every learner each)")
+    parser.add_argument("--games", type=int, default=32, help="main agent's games per round")
+    parser.add_argument("--exploiter-games", type=int, default=64, help="games per exploiter and round")
     parser.add_argument("--main-exploiters", type=int, default=1)
     parser.add_argument("--league-exploiters", type=int, default=1)
+    parser.add_argument("--exploiters-vs", default="nash", choices=["nash", "league"],
+                        help="nash: both exploiters play the league's Nash mixture of frozen players (PSRO-style "
+                        "best responses); league: AlphaStar's rules (the main agent; PFSP over the past)")
+    parser.add_argument("--league-exploiter-reset", type=float, default=0.25,
+                        help="probability that the league exploiter restarts from the base at a snapshot")
     parser.add_argument("--snapshot-rounds", type=int, default=2, help="a snapshot of each learner every N rounds")
     parser.add_argument("--credit", default="branch", choices=["branch", "rae", "grpo", "q", "value"],
                         help="credit assignment; 'branch' (default) replays each game to a learner's turn and "
                         "plays K continuations (per-move credit, no lookup table)")
-    parser.add_argument("--branch-samples", type=int, default=4, help="credit branch: K continuations per turn")
-    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--branch-samples", type=int, default=2, help="credit branch: K continuations per turn")
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the warm base")
     parser.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus per completion token")
     parser.add_argument("--meta", default="chips", choices=["chips", "league"],
@@ -56,7 +61,10 @@ def parse_args(argv=None):
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=32)
-    parser.add_argument("--warmup-steps", type=int, default=120)
+    parser.add_argument("--warmup-steps", type=int, default=200)
+    parser.add_argument("--warmup-lr", type=float, default=2e-3)
+    parser.add_argument("--warmup-spread", type=float, default=0.9, help="the warm-up's P(bet or call) per "
+                        "information set is drawn from 0.5 +- spread/2: wide, so that matching it needs the card")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="runs/kuhn-league")
     parser.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check the machinery")
@@ -73,9 +81,10 @@ def warm_base(args) -> Path:
     from ttt_common import CACHE, tiny_base
 
     base = tiny_base(args.hidden, args.layers, args.heads, args.seed)
-    return sft_warmup(base, CACHE / f"{base.name}-kuhn-warm{args.warmup_steps}",
-                      kuhn_poker.warmup_examples(20000, args.seed), steps=args.warmup_steps, batch_size=64,
-                      learning_rate=1e-3, seed=args.seed)
+    spread = (0.5 - args.warmup_spread / 2, 0.5 + args.warmup_spread / 2)
+    return sft_warmup(base, CACHE / f"{base.name}-kuhn-warm{args.warmup_steps}-s{args.warmup_spread}",
+                      kuhn_poker.warmup_examples(20000, args.seed, spread), steps=args.warmup_steps, batch_size=64,
+                      learning_rate=args.warmup_lr, seed=args.seed)
 
 
 class Curve:
@@ -89,6 +98,8 @@ class Curve:
 
     def __call__(self, trainer) -> dict:
         figures = self.league.figures(trainer)
+        strategy = self.league.strategies(trainer)[figures["latest"]]
+        figures["strategy_latest"] = {k: round(v, 2) for k, v in strategy.items()}  # P(bet or call) per set
         row = {"run": self.name, "epoch": trainer.current_epoch, "minutes": round((time.time() - self.start) / 60, 2),
                **{k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}}
         self.rows.append(row)
@@ -112,16 +123,49 @@ def common(args, output_dir: str) -> dict:
                 save_total_limit=1)
 
 
+def mixture_league(strategies):
+    """A league whose exploiters train against the league's Nash mixture over its frozen players
+    (the exact chip game of their strategies): each snapshot of an exploiter is then an
+    approximate best response to the current mixture, as in PSRO (Lanctot et al. 2017)."""
+    import numpy as np
+
+    from autocurricula import LeagueTrainer
+    from autocurricula.eval.kuhn import meta_mixture
+
+    class MixtureLeague(LeagueTrainer):
+        def match(self):
+            self._mixture = None  # solved once per round, when an exploiter first needs it
+            return super().match()
+
+        def nash_opponent(self) -> dict:
+            if self._mixture is None:
+                frozen = strategies.strategies(self, frozen_only=True)
+                ids = list(frozen)
+                self._mixture = (ids, meta_mixture([frozen[i] for i in ids], meta="chips"))
+            ids, weights = self._mixture
+            pid = ids[int(self.rng.choice(len(ids), p=np.asarray(weights) / np.sum(weights)))]
+            return next(p for p in self.players if p["id"] == pid)
+
+        def _main_exploiter_match(self, player):
+            return self.nash_opponent()
+
+        def _league_exploiter_match(self, player):
+            return self.nash_opponent()
+
+    return MixtureLeague
+
+
 def run_league(args, engine, start: float) -> tuple:
     from autocurricula import LeagueConfig, LeagueTrainer
 
     config = LeagueConfig(main_agents=1, main_exploiters=args.main_exploiters,
                           league_exploiters=args.league_exploiters, games_per_learner=args.games,
                           exploiter_games=args.exploiter_games, anchor_share=0.0,
+                          league_exploiter_reset_prob=args.league_exploiter_reset,
                           snapshot_min_rounds=args.snapshot_rounds, snapshot_max_rounds=args.snapshot_rounds,
                           **common(args, str(Path(args.output_dir) / "league")))
-    trainer = LeagueTrainer(config)
     curve = Curve("league", args.meta, start)
+    trainer = (mixture_league(curve.league) if args.exploiters_vs == "nash" else LeagueTrainer)(config)
     lora, grpo = settings(args)
     trainer.train(engine, kuhn_poker.play, lora_config=lora, grpo_config=grpo, callbacks=[curve])
     print(trainer.leaderboard, flush=True)

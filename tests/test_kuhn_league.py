@@ -146,3 +146,23 @@ def test_the_trainers_leaderboard_and_the_hub_card_carry_the_meta_strategy():
     card = league_card(trainer)
     assert "| Nash weight |" in card and "| 1.000 |" in card.split("| main |")[1].splitlines()[0]
     assert "## Meta-strategy" in card and "`main` 1.000" in card and "`snap`" not in card.split("## Meta-strategy")[1].split("##")[0]
+
+
+def test_the_examples_exploiters_play_the_nash_mixture_of_the_frozen_players(monkeypatch, tmp_path):
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import kuhn_league
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    from autocurricula import LeagueConfig
+
+    strategies = {"main": NEVER, "snap-always": ALWAYS, "snap-nash": NASH, "snap-never": NEVER}
+    monkeypatch.setattr(kuhn, "read_strategy", lambda engine, player, **kw: strategies[player])
+    league = kuhn.LeagueStrategies()
+    trainer = kuhn_league.mixture_league(league)(LeagueConfig(output_dir=str(tmp_path), seed=0))
+    trainer._pool = _league(strategies, frozen=("snap-always", "snap-nash", "snap-never"))
+    trainer._mixture = None
+    # Nash wins chips from both pure policies, so the chip game's mixture is all on it
+    picked = {trainer.nash_opponent()["id"] for _ in range(20)}
+    assert picked == {"snap-nash"}
+    assert trainer._main_exploiter_match(trainer.players[0])["id"] == "snap-nash"

@@ -255,10 +255,11 @@ class LeagueStrategies:
         self.meta, self.completion, self.eos, self.backend = meta, completion, eos, backend
         self._frozen: dict[str, dict[str, float]] = {}
 
-    def strategies(self, trainer) -> dict[str, dict[str, float]]:
+    def strategies(self, trainer, *, frozen_only: bool = False) -> dict[str, dict[str, float]]:
+        """``{player id: strategy}`` of the model players (only the frozen ones with ``frozen_only``)."""
         out = {}
         for p in trainer.players:
-            if is_scripted(p):
+            if is_scripted(p) or (frozen_only and not p.get("frozen")):
                 continue
             pid = p["id"]
             if pid in self._frozen:
