@@ -25,6 +25,7 @@ def _check(r: dict, ray_expected: bool) -> None:
             continue
         assert isinstance(g, float) and math.isfinite(g) and g > 0, (name, g)
         assert math.isfinite(r["round_s"][name]) and r["round_s"][name] > 0
+        assert math.isfinite(r["turns_per_s"][name]) and r["turns_per_s"][name] > 0
     ratios = ["remote_vs_inprocess", "two_servers_vs_one", "pipelined_vs_serial"] + (
         ["ray_vs_inprocess"] if ray_expected else [])
     for key in ratios:
@@ -53,6 +54,7 @@ def _fake(ray=True) -> dict:
            "server2": 11.0, "ray2": 13.0 if ray else None}
     return {"model": "m", "blas": "b", "device": "cpu", "cpus": 2, "quick": True, "games_per_s": gps,
             "round_s": {k: (1.0 if v else None) for k, v in gps.items()},
+            "turns_per_s": {k: (20.0 if v else None) for k, v in gps.items()},
             "update_s": {k: (0.5 if v else None) for k, v in gps.items()},
             "remote_vs_inprocess": league._ratio(gps["server1"], gps["inprocess"]),
             "two_servers_vs_one": league._ratio(gps["server2"], gps["server1"]),
@@ -77,7 +79,7 @@ def test_cli_prints_the_table_with_ratios_and_goal(monkeypatch, capsys):
     assert seen == {"model": None, "quick": True}
     assert "pipelined_vs_serial" in out and "goal >= 1.5 (ok)" in out  # 14 / 9 = 1.56
     assert "ray2" in out and "(ray not installed)" in out
-    assert "stale_dropped" in out and "remote_vs_inprocess" in out
+    assert "stale_dropped" in out and "remote_vs_inprocess" in out and "turns/s" in out
     _check(_fake(ray=False), ray_expected=False)
     bad = _fake()
     bad["two_servers_vs_one"] = float("nan")

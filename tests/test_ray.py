@@ -127,6 +127,9 @@ def test_learner_actors_give_the_fused_update_and_survive_a_killed_learner(local
                 ray.kill(up.learners[up.owner("p0")], no_restart=True)
                 survivor = 1 - up.owner("p0")
         assert up.stats["learner_retried"] == 1 and up.steps == 4
+        with pytest.raises(TimeoutError, match="num_cpus"):  # a learner no node has room for
+            RayUpdater(remote, grpo, tiny_model_path, num_learners=1, actor_options={"num_cpus": 64},
+                       connect_timeout=3)
     finally:
         if up is not None:
             up.close()

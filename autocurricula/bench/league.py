@@ -14,7 +14,8 @@ games per round so it fits a few minutes) once per way of playing its games:
 
 Each setting runs 2 epochs; the first warms up (model load, compilation, first uploads), the
 second is measured: ``games_per_s`` = games of epoch 1 / its wall time, ``round_s`` = that time /
-rounds. Ratios: ``remote_vs_inprocess`` (server1 / inprocess), ``two_servers_vs_one``,
+rounds, ``turns_per_s`` = the turns played in it / that time (games get longer or shorter as the
+players learn, and each setting's players learn a little differently). Ratios: ``remote_vs_inprocess`` (server1 / inprocess), ``two_servers_vs_one``,
 ``pipelined_vs_serial`` (server1_pipelined / server1: the overlap with the server in its own
 process), ``pipelined_vs_serial_inprocess``, ``ray_vs_inprocess``. ``retried`` and
 ``stale_dropped`` sum ``rollout/retried`` and ``rollout/stale_dropped`` over all settings.
@@ -131,7 +132,9 @@ def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=N
                 if json.loads(line)["epoch"] == 1)
     wall = marks[1] - marks[0]
     rows = [m for m in trainer.metrics_log if m.get("epoch") == 1]
+    turns = sum(int(m.get("rollout/turns", 0)) for m in rows)  # games' lengths differ as the players learn
     return {"games": games, "seconds": round(wall, 3), "games_per_s": round(games / wall, 2),
+            "turns": turns, "turns_per_s": round(turns / wall, 2),
             "round_s": round(wall / rounds, 3),
             "retried": sum(int(m.get("rollout/retried", 0)) for m in trainer.metrics_log),
             "stale_dropped": sum(int(m.get("rollout/stale_dropped", 0)) for m in trainer.metrics_log),
@@ -168,6 +171,7 @@ def run(model: str | None = None, quick: bool = False, settings: tuple[str, ...]
     result = {"model": model, "blas": _blas.describe(), "device": str(mx.default_device()), "quick": quick,
               "cpus": os.cpu_count(), "games_per_s": gps,
               "round_s": {k: (v["round_s"] if v else None) for k, v in per.items()},
+              "turns_per_s": {k: (v["turns_per_s"] if v else None) for k, v in per.items()},
               "update_s": {k: (v["update_s"] if v else None) for k, v in per.items()},
               "remote_vs_inprocess": _ratio(gps.get("server1"), gps.get("inprocess")),
               "two_servers_vs_one": _ratio(gps.get("server2"), gps.get("server1")),
@@ -203,11 +207,13 @@ GOALS = {"pipelined_vs_serial": 1.5}
 
 def format_table(r: dict) -> str:
     lines = [f"model {r['model']}  |  BLAS {r['blas']}  |  device {r['device']}  |  {r['cpus']} CPUs", "",
-             f"{'setting':<22} {'games/s':>8} {'round s':>8} {'update s':>9}"]
+             f"{'setting':<22} {'games/s':>8} {'turns/s':>8} {'round s':>8} {'update s':>9}"]
     for name in r["games_per_s"]:
         g, rs, us = r["games_per_s"][name], r["round_s"][name], r["update_s"][name]
-        lines.append(f"{name:<22} {'-' if g is None else g:>8} {'-' if rs is None else rs:>8} "
-                     f"{'-' if us is None else us:>9}" + ("   (ray not installed)" if g is None else ""))
+        ts = r.get("turns_per_s", {}).get(name)
+        lines.append(f"{name:<22} {'-' if g is None else g:>8} {'-' if ts is None else ts:>8} "
+                     f"{'-' if rs is None else rs:>8} {'-' if us is None else us:>9}"
+                     + ("   (ray not installed)" if g is None else ""))
     lines.append("")
     for key in ("remote_vs_inprocess", "two_servers_vs_one", "pipelined_vs_serial", "pipelined_vs_serial_inprocess",
                 "ray_vs_inprocess"):
@@ -222,7 +228,8 @@ def format_table(r: dict) -> str:
 
 def finite(r: dict) -> bool:
     """Every figure a finite number (``None`` only where Ray is absent)."""
-    nums = [*r["games_per_s"].values(), *r["round_s"].values(), r["remote_vs_inprocess"], r["two_servers_vs_one"],
+    nums = [*r["games_per_s"].values(), *r["round_s"].values(), *r.get("turns_per_s", {}).values(),
+            r["remote_vs_inprocess"], r["two_servers_vs_one"],
             r["pipelined_vs_serial"], r["ray_vs_inprocess"], r["retried"], r["stale_dropped"]]
     return all(v is None or (isinstance(v, (int, float)) and math.isfinite(v)) for v in nums)
 
