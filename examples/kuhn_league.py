@@ -1,6 +1,6 @@
 """Kuhn poker toward Nash through the league's mixture, next to self-play on the same budget.
 
-    python examples/kuhn_league.py              # league, then self-play: about 15 minutes on 2 cores
+    python examples/kuhn_league.py              # league, then self-play (see the time below)
     python examples/kuhn_league.py --mode league
     python examples/kuhn_league.py --smoke      # a tiny budget, to check that it runs
 
@@ -17,6 +17,10 @@ sets and scored by exact exploitability (0 = Nash, 0.458 = uniform, 0.333 = alwa
   ``--meta chips`` (default) solves the exact chip game between the players' strategies, ``league``
   the league's win-rate matrix; both figures are printed;
 * ``exploitability_selfplay``: the self-play player.
+
+Credit is ``branch`` (per-move, no lookup table). Time on 2 cores shared with other jobs: league 14 and
+self-play 12 minutes, plus a 10-minute warm-up on the first run (cached afterwards); less on idle
+cores. Figures, and what limits them: docs/results.md.
 
 Writes ``exploitability.png`` (per epoch) and ``exploitability.json`` in ``--output-dir``; the last
 line is one JSON object with the figures.
