@@ -166,3 +166,18 @@ def test_the_examples_exploiters_play_the_nash_mixture_of_the_frozen_players(mon
     picked = {trainer.nash_opponent()["id"] for _ in range(20)}
     assert picked == {"snap-nash"}
     assert trainer._main_exploiter_match(trainer.players[0])["id"] == "snap-nash"
+
+
+def test_the_callback_logs_both_meta_games(monkeypatch):
+    strategies = {"main": ALWAYS, "snap": NASH}
+    monkeypatch.setattr(kuhn, "read_strategy", lambda engine, player, **kw: strategies[player])
+    trainer = _league(strategies, frozen=("snap",))
+    chips = kuhn.exploitability_callback(meta="chips", backend="python")(trainer)
+    league = kuhn.exploitability_callback(backend="python")(trainer)  # default: the league's win rates
+    assert set(chips) == {"eval/exploitability_latest", "eval/exploitability_mixture",
+                          "eval/exploitability_mixture_league", "eval/exploitability_mixture_chips"}
+    assert chips["eval/exploitability_mixture"] == chips["eval/exploitability_mixture_chips"] < 1e-9
+    assert league["eval/exploitability_mixture"] == league["eval/exploitability_mixture_league"]
+    # no games yet: the win-rate game is even, its mixture is half each
+    assert league["eval/exploitability_mixture"] == pytest.approx(
+        kuhn.exploitability(kuhn.mixture_strategy([ALWAYS, NASH], [0.5, 0.5]), backend="python"))
