@@ -8,8 +8,7 @@ later layers' keys and values are computed from, so KV rows of one adapter versi
 that version only. Memory is bounded; the least recently used block goes first, and since a lookup
 or insert touches a path from its deepest block back to the root, that block is always a leaf.
 
-Owned by the engine thread; holds MLX arrays ``(layers, 2, kv_heads, block, head_dim)`` per block,
-views into one array per insert (memory is counted per such array, freed with its last block).
+Owned by the engine thread; holds one MLX array ``(layers, 2, kv_heads, block, head_dim)`` per block.
 """
 
 from __future__ import annotations
@@ -20,24 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import mlx.core as mx
+import numpy as np
 
 AdapterKey = tuple  # (player or None, version)
-
-
-@dataclass(eq=False)
-class _Chunk:
-    """The array one insert copied its new blocks into: its memory is freed with its last block."""
-
-    nbytes: int
-    blocks: int
 
 
 @dataclass(eq=False)
 class Block:
     key: tuple  # (adapter key, parent block id, tokens)
     id: int
-    kv: mx.array  # (layers, 2, kv_heads, block, head_dim): a view into its chunk
-    chunk: "_Chunk"
+    kv: mx.array  # (layers, 2, kv_heads, block, head_dim), its own buffer
+    nbytes: int
     parent: "Block | None"
     children: set = field(default_factory=set)  # keys of child blocks
 
@@ -72,7 +64,7 @@ class PrefixCache:
                     gather: Callable[[list[tuple[Any, int]]], mx.array]) -> int:
         """Cache every whole block of each ``(adapter, ids, tag)`` entry. ``gather([(tag, start),
         ...])`` returns the KV rows of the blocks not cached yet, ``(n, layers, 2, kv_heads, block,
-        head_dim)``, in one array (one copy for all, instead of a few ops per block). Returns the
+        head_dim)``, in one array (one gather for all, instead of a few ops per block). Returns the
         number of blocks added."""
         paths, new = [], []
         for adapter, ids, tag in entries:
@@ -89,12 +81,15 @@ class PrefixCache:
                 parent = blk.id
             paths.append(path)
         if new:
+            # one gather, then one host copy split into a buffer per block: slices of a shared
+            # array would keep all of it alive until its last block is evicted
             kv = gather([(tag, start) for _, tag, start in new])
-            chunk = _Chunk(kv.nbytes, len(new))
+            half = kv.dtype == mx.bfloat16  # NumPy has no bfloat16: move the bits
+            host = np.array(kv.view(mx.uint16) if half else kv)
             for i, (blk, _, _) in enumerate(new):
-                blk.kv, blk.chunk = kv[i], chunk
-            self.nbytes += chunk.nbytes
-            mx.eval(kv)
+                blk.kv = mx.array(host[i]).view(mx.bfloat16) if half else mx.array(host[i])
+                blk.nbytes = blk.kv.nbytes
+                self.nbytes += blk.nbytes
         for path in paths:
             self._touch(path)
         self._evict()
@@ -122,9 +117,7 @@ class PrefixCache:
         blk = self.blocks.pop(key, None)
         if blk is None:
             return
-        blk.chunk.blocks -= 1
-        if blk.chunk.blocks == 0:
-            self.nbytes -= blk.chunk.nbytes
+        self.nbytes -= blk.nbytes
         for child in list(blk.children):  # unreachable without their parent
             self._remove(child)
         if blk.parent is not None:
