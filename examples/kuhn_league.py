@@ -180,7 +180,8 @@ def run_selfplay(args, engine, start: float) -> tuple:
     from autocurricula.leagues.selfplay import SelfPlayConfig, SelfPlayTrainer
 
     games = args.games + args.exploiter_games * (args.main_exploiters + args.league_exploiters)  # the league's games
-    config = SelfPlayConfig(games_per_round=games, past_share=0.0, **common(args, str(Path(args.output_dir) / "selfplay")))
+    config = SelfPlayConfig(games_per_round=games, past_share=0.0,
+                            **common(args, str(Path(args.output_dir) / "selfplay")))
     trainer = SelfPlayTrainer(config)
     curve = Curve("selfplay", args.meta, start)
     lora, grpo = settings(args)

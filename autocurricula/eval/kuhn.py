@@ -232,7 +232,9 @@ def meta_mixture(strategies: Sequence[Mapping[str, float]], win_rates=None, *, m
             raise ValueError("meta='league' needs the league's win-rate matrix: win_rates=trainer.payoff.matrix(ids)")
         return np.asarray(nash_mixture(win_rates), dtype=np.float64)
     game = chip_payoffs(strategies)
-    return np.full(len(strategies), 1.0 / len(strategies)) if not np.any(np.abs(game) > 1e-12) else zero_sum_nash(game)[0]
+    if not np.any(np.abs(game) > 1e-12):  # every pair even: uniform, as nash_mixture does
+        return np.full(len(strategies), 1.0 / len(strategies))
+    return zero_sum_nash(game)[0]
 
 
 class LeagueStrategies:
