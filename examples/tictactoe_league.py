@@ -9,6 +9,13 @@ against uniform random and perfect play. The last line is one JSON object with t
 
 Defaults (docs/results.md has their figures): credit "q" with q targets, half of the main agent's games against the
 scripted players (anchor_share) and the rest by AlphaStar's rules, 32 games per exploiter.
+
+    python examples/tictactoe_league.py --pure --credit branch   # a pure league, no lookup table
+
+``--pure`` leaves the scripted players out of the pool (every game is self-play, PFSP over snapshots or
+against exploiters); ``--credit branch`` gives each move its advantage from branch rollouts instead of
+the tabular "q"/"value" credit. The final JSON line holds ``loses_to_best_response_as_x/o``, ``credit``
+and the per-epoch ``curve``.
 """
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
