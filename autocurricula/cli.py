@@ -65,7 +65,8 @@ def _serve(args) -> None:
           adapter_root=args.adapter_root, served_model_name=args.served_model_name, max_batch=args.max_batch,
           max_request_bytes=args.max_request_bytes, max_upload_bytes=args.max_upload_bytes,
           max_lora_rank=args.max_lora_rank or None, timeout_keep_alive=args.timeout_keep_alive,
-          keep_quantized=args.keep_quantized, adapters=_adapter_args(args.adapter))
+          keep_quantized=args.keep_quantized, adapters=_adapter_args(args.adapter),
+          prefix_cache_mb=args.prefix_cache_mb)
 
 
 LEAGUES = {"selfplay": ("SelfPlayTrainer", "SelfPlayConfig"), "league": ("LeagueTrainer", "LeagueConfig"),
@@ -174,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="load a player's adapter (peft or mlx-lm folder) before serving; repeatable")
     s.add_argument("--served-model-name", default=None, help="the base model's name in the API (default: --model)")
     s.add_argument("--max-batch", type=int, default=64, help="rows decoded together in one step")
+    s.add_argument("--prefix-cache-mb", type=float, default=64.0,
+                   help="memory of the prefix cache: KV rows reused per adapter version when a prompt starts the "
+                        "same way as an earlier one (chat histories); 0 = off")
     s.add_argument("--max-request-bytes", type=int, default=8 << 20,
                    help="largest JSON request body in bytes; bigger ones get 413 before parsing (default 8 MiB)")
     s.add_argument("--max-upload-bytes", type=int, default=2 << 30,

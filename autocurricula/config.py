@@ -184,6 +184,8 @@ class AutocurriculumConfig:
                             "grpo_config.temperature, which the update uses too)", 64)
     max_slots: int = _help("adapter slots in the engine (more players are LRU-evicted)", 64)
     max_batch: int = _help("rows per decode step", 64)
+    prefix_cache_mb: float = _help("memory of the engine's prefix cache: KV rows of earlier prompts reused per "
+                                   "adapter version when a prompt starts the same way (chat histories); 0 = off", 64.0)
     elo_k: float = _help("Elo K factor", 20.0)
     elo_scale: float = _help("Elo scale", 400.0)
     elo_initial: float = _help("Elo of a new player", 1000.0)
@@ -256,5 +258,9 @@ class AutocurriculumConfig:
             raise ValueError(f"max_staleness must be an integer >= 0 (0 = serial rounds, k >= 1 = play the next round "
                              f"while the update runs, dropping turns more than k versions old), "
                              f"got {self.max_staleness!r}")
+        if isinstance(self.prefix_cache_mb, bool) or not isinstance(self.prefix_cache_mb, (int, float)) \
+                or not self.prefix_cache_mb >= 0:
+            raise ValueError(f"prefix_cache_mb must be a number of megabytes >= 0 (0 turns prefix caching off), "
+                             f"got {self.prefix_cache_mb!r}")
         if self.push_to_hub and not self.hub_model_id:
             raise ValueError("push_to_hub=True needs hub_model_id='owner/name'")

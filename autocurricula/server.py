@@ -604,7 +604,7 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
           served_model_name: str | None = None, max_batch: int = 64, max_request_bytes: int = 8 << 20,
           max_upload_bytes: int = 2 << 30, max_lora_rank: int | None = 64,
           timeout_keep_alive: float = 75.0, keep_quantized: bool = False,
-          adapters: dict[str, str] | None = None) -> None:
+          adapters: dict[str, str] | None = None, prefix_cache_mb: float = 64.0) -> None:
     """Load ``model`` (Hub id or folder) into an :class:`Engine` and serve it with uvicorn until stopped.
 
     ``served_model_name`` is the base model's name in the API (default: ``model`` as given).
@@ -612,7 +612,8 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     limits (httpx 5 s, aiohttp 15 s), so the client, not the server, closes idle connections and
     never sends on one the server has just closed. ``keep_quantized``: on the CPU backend, keep a
     quantized or half-precision base as stored (see :class:`EngineConfig`). ``adapters``:
-    ``{player: folder}`` loaded before the first request. See :func:`create_app` for the other
+    ``{player: folder}`` loaded before the first request. ``prefix_cache_mb``: memory of the
+    engine's prefix cache (0 = off). See :func:`create_app` for the other
     limits."""
     import uvicorn
 
@@ -622,7 +623,8 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
 
     if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who can reach it can load adapters", host)
-    engine = Engine(model, config=EngineConfig(max_slots=max_slots, max_batch=max_batch, keep_quantized=keep_quantized),
+    engine = Engine(model, config=EngineConfig(max_slots=max_slots, max_batch=max_batch, keep_quantized=keep_quantized,
+                                                prefix_cache_mb=prefix_cache_mb),
                     name=served_model_name)
     try:
         # hashed from the stored files, as the trainer does: the same folder gives the same print

@@ -564,13 +564,15 @@ class AutocurriculumTrainer:
         elif isinstance(model, tuple) and len(model) == 2:  # (model, tokenizer) from mlx_lm.load
             self.model_name = getattr(getattr(model[0], "args", None), "model_type", "model")
             self.engine = Engine(model[0], model[1], config=EngineConfig(
-                max_slots=cfg.max_slots, max_batch=cfg.max_batch, initial_rank=self.lora_spec.r), name=self.model_name)
+                max_slots=cfg.max_slots, max_batch=cfg.max_batch, initial_rank=self.lora_spec.r,
+                prefix_cache_mb=cfg.prefix_cache_mb), name=self.model_name)
         else:
             from autocurricula.hub import check_model_source
 
             self.model_name = check_model_source(model)
             self.engine = Engine(self.model_name, config=EngineConfig(max_slots=cfg.max_slots, max_batch=cfg.max_batch,
-                                                                      initial_rank=self.lora_spec.r))
+                                                                      initial_rank=self.lora_spec.r,
+                                                                      prefix_cache_mb=cfg.prefix_cache_mb))
         self.rollout = self.engine
         if servers is not None and hasattr(servers, "sync_from"):  # an engine object, e.g. cluster.RayEngine
             self.rollout = servers

@@ -159,3 +159,27 @@ def test_server_stats_report_prefix_hits(tiny_model_path):
         assert 0 < stats["prefix_hit_rate"] < 1 and stats["prefix_cached_tokens"] > 0
     finally:
         eng.close()
+
+
+def test_trainer_and_serve_settings_reach_the_engine(monkeypatch, tiny_model_path, tmp_path):
+    import autocurricula.server as server
+    from autocurricula import AutocurriculumConfig, SelfPlayConfig, SelfPlayTrainer
+    from autocurricula.cli import build_parser
+
+    from toy_games import digits
+
+    with pytest.raises(ValueError, match="prefix_cache_mb"):
+        AutocurriculumConfig(prefix_cache_mb=-1)
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), progress=False,
+                                       max_tokens=2, save_strategy="no", prefix_cache_mb=0))
+    t.train(str(tiny_model_path), digits)
+    try:
+        assert t.engine.config.prefix_cache_mb == 0 and t.engine.prefix_cache is None
+    finally:
+        t.engine.close()
+    seen = []
+    monkeypatch.setattr(server, "serve", lambda model, **kw: seen.append(kw["prefix_cache_mb"]))
+    for argv, want in ((["--prefix-cache-mb", "0"], 0.0), ([], 64.0)):
+        args = build_parser().parse_args(["serve", "--model", str(tiny_model_path), *argv])
+        args.func(args)
+        assert seen.pop() == want
