@@ -55,6 +55,7 @@ from autocurricula.engine.engine import UnknownPlayerError
 from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fingerprint_engine
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
+from autocurricula.placement import TokenizerFront, pick_worker
 
 __all__ = ["ActorRestartedError", "BaseModelMismatchError", "LearnerActor", "RayEngine", "RayUpdater", "RolloutActor",
            "require_ray"]
@@ -179,7 +180,7 @@ class _Actor:
         return self.locks.setdefault(player, asyncio.Lock())
 
 
-class RayEngine:
+class RayEngine(TokenizerFront):
     """The engine protocol over Ray rollout actors (see the module docstring).
 
     ``model``: the base model as a folder or Hub id every node can load (the same path on every
@@ -333,23 +334,11 @@ class RayEngine:
             raise UnknownPlayerError(f"unknown player {name!r}")
         return ad.weights
 
-    def players(self) -> list[str]:
-        return sorted(self._adapters)
 
     def placement(self, name: str) -> int | None:
         """The index of the actor a player's requests go to (None before its first request)."""
         a = self._placement.get(name)
         return a.index if a else None
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text))
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def apply_chat_template(self, messages: list[dict]) -> list[int]:
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
 
     def health(self) -> dict:
         """``ok`` while at least one actor takes work; one entry per actor."""
@@ -475,21 +464,8 @@ class RayEngine:
         actor.up, actor.error = False, why
 
     def _pick(self, player: str | None, tried: set[int]) -> _Actor | None:
-        up = [a for a in self.actors if a.up and a.index not in tried]
-        if not up:
-            return None
-        if player is None:
-            return min(up, key=lambda a: a.inflight)
-        cur = self._placement.get(player)
-        if cur is not None and cur in up:
-            return cur
-        counts = {a.index: 0 for a in up}
-        for a in self._placement.values():
-            if a.index in counts:
-                counts[a.index] += 1
-        actor = min(up, key=lambda a: (counts[a.index], a.inflight))
-        self._placement[player] = actor
-        return actor
+        return pick_worker([a for a in self.actors if a.up and a.index not in tried], self._placement, player,
+                           key=lambda a: a.index)
 
     async def _ensure(self, actor: _Actor, player: str) -> None:
         """Install the player's current version unless the actor holds it already."""

@@ -41,6 +41,7 @@ from autocurricula.engine.engine import UnknownPlayerError
 from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fingerprint_engine, fingerprint_folder
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
+from autocurricula.placement import TokenizerFront, pick_worker
 
 __all__ = ["BaseModelMismatchError", "RemoteEngine"]
 
@@ -78,7 +79,7 @@ def _failed_server(exc: ServerError) -> bool:
     return exc.status in (None, 503)
 
 
-class RemoteEngine:
+class RemoteEngine(TokenizerFront):
     """The engine protocol over ``autocurricula serve`` servers (see the module docstring).
 
     ``servers``: one URL or a list. ``base``: the trainer's base model, as a model folder / Hub
@@ -204,23 +205,11 @@ class RemoteEngine:
         return {"name": name, "version": ad.version,
                 "servers": [s.url for s in self.servers if s.held.get(name) == ad.version]}
 
-    def players(self) -> list[str]:
-        return sorted(self._adapters)
 
     def placement(self, name: str) -> str | None:
         """The URL of the server a player's requests go to (None before its first request)."""
         srv = self._placement.get(name)
         return srv.url if srv else None
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text))
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def apply_chat_template(self, messages: list[dict]) -> list[int]:
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
 
     def health(self) -> dict:
         """``ok`` while at least one server takes work; one entry per server."""
@@ -346,21 +335,7 @@ class RemoteEngine:
         srv.held = dict.fromkeys(srv.held)  # versions unknown until it is checked again
 
     def _pick(self, player: str | None, tried: set[int]) -> _Server | None:
-        up = [s for s in self.servers if s.up and id(s) not in tried]
-        if not up:
-            return None
-        if player is None:
-            return min(up, key=lambda s: s.inflight)
-        cur = self._placement.get(player)
-        if cur is not None and cur in up:
-            return cur
-        counts = {id(s): 0 for s in up}
-        for s in self._placement.values():
-            if id(s) in counts:
-                counts[id(s)] += 1
-        srv = min(up, key=lambda s: (counts[id(s)], s.inflight))
-        self._placement[player] = srv
-        return srv
+        return pick_worker([s for s in self.servers if s.up and id(s) not in tried], self._placement, player)
 
     async def _ensure(self, srv: _Server, player: str) -> None:
         """Upload the player's current version unless the server holds it already."""
