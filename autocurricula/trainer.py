@@ -486,6 +486,7 @@ class AutocurriculumTrainer:
             from autocurricula.checkpoint import save_checkpoint
 
             save_checkpoint(self, epoch)
+            self.engine.clear_prefix_cache()  # a resume from here starts with an empty cache too
 
     def _frozen_ids(self) -> set[str]:
         return {p["id"] for p in self.players if p["frozen"]}

@@ -183,3 +183,21 @@ def test_trainer_and_serve_settings_reach_the_engine(monkeypatch, tiny_model_pat
         args = build_parser().parse_args(["serve", "--model", str(tiny_model_path), *argv])
         args.func(args)
         assert seen.pop() == want
+
+
+def test_clearing_the_cache_forgets_every_prefix(tiny_model_path):
+    eng = _engine(tiny_model_path, 8.0)
+    try:
+        _load(eng, ["a"])
+        prompt = _prompts(7, 1, shared=40)[0]
+        _run(eng, [(prompt, "a")])
+        assert eng.stats["prefix_cached_tokens"] > 0
+        hits = eng.stats["prefix_hit_tokens"]
+        eng.clear_prefix_cache()
+        assert eng.stats["prefix_cached_tokens"] == 0
+        _run(eng, [(prompt, "a")])
+        assert eng.stats["prefix_hit_tokens"] == hits  # the repeat found nothing to reuse
+        _run(eng, [(prompt, "a")])
+        assert eng.stats["prefix_hit_tokens"] > hits  # and caches it again
+    finally:
+        eng.close()

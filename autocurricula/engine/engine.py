@@ -199,6 +199,20 @@ class Engine:
         self._put(("job", (fn, args, kwargs), fut))
         return fut
 
+    def clear_prefix_cache(self) -> None:
+        """Forget every cached prefix. The trainer calls it at each checkpoint, so a run resumed
+        from there starts from the same (empty) cache as the uninterrupted run: reused KV rows are
+        not bit-identical to recomputed ones, and sampled tokens could otherwise differ."""
+        def clear():
+            if self.prefix_cache is not None:
+                self.prefix_cache.clear()
+                self.stats["prefix_cached_tokens"] = 0
+
+        if threading.current_thread() is self._thread or not self._thread.is_alive():
+            clear()
+        else:
+            self.call(clear).result()
+
     def _put(self, item) -> None:
         with self._lock:
             if self._closed:
