@@ -55,7 +55,7 @@ from autocurricula.engine.engine import UnknownPlayerError
 from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fingerprint_engine
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
-from autocurricula.placement import TokenizerFront, pick_worker
+from autocurricula.placement import FleetFront, pick_worker
 
 __all__ = ["ActorRestartedError", "BaseModelMismatchError", "LearnerActor", "RayEngine", "RayUpdater", "RolloutActor",
            "require_ray"]
@@ -180,7 +180,7 @@ class _Actor:
         return self.locks.setdefault(player, asyncio.Lock())
 
 
-class RayEngine(TokenizerFront):
+class RayEngine(FleetFront):
     """The engine protocol over Ray rollout actors (see the module docstring).
 
     ``model``: the base model as a folder or Hub id every node can load (the same path on every
@@ -294,10 +294,6 @@ class RayEngine(TokenizerFront):
         self._updaters.append(up)
         return up
 
-    def generate(self, prompt, player=None, params=None, **sampling) -> Completion:
-        """Blocking :meth:`submit`; keyword sampling args build :class:`SamplingParams`."""
-        return self.submit(prompt, player, params or SamplingParams(**sampling)).result()
-
     def load_adapter(self, name: str, source: Any, version: int | None = None) -> int:
         """Install or hot-swap a player at ``version`` (default: the next one): put once into the
         object store, installed now on every actor that holds the player, on others at first use."""
@@ -346,14 +342,6 @@ class RayEngine(TokenizerFront):
                    "completions": a.completions, "error": a.error} for a in self.actors]
         return {"ok": not self._closed and any(a.up for a in self.actors), "actors": actors}
 
-    @property
-    def occupancy(self) -> float:
-        """Mean batch occupancy of the actors that are up (0.0 if none answers)."""
-        try:
-            return self._call(self._occupancy()).result(10)
-        except Exception:  # noqa: BLE001 - a metric must not stop training
-            return 0.0
-
     def wait_until_up(self, index: int, timeout: float = 60.0) -> bool:
         """Block until actor ``index`` is up (re-checked) or ``timeout`` runs out."""
         deadline = time.monotonic() + timeout
@@ -385,20 +373,7 @@ class RayEngine(TokenizerFront):
         for up in getattr(self, "_updaters", []):
             up.close()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     # ------------------------------------------------------------------ loop thread
-    def _call(self, coro) -> Future:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this RayEngine is closed; create a new one")
-
     def _check(self, prompt, player, params) -> tuple[list[int], str | None, SamplingParams]:
         self._check_open()
         params = params or SamplingParams()

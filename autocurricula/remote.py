@@ -41,7 +41,7 @@ from autocurricula.engine.engine import UnknownPlayerError
 from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fingerprint_engine, fingerprint_folder
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
-from autocurricula.placement import TokenizerFront, pick_worker
+from autocurricula.placement import FleetFront, pick_worker
 
 __all__ = ["BaseModelMismatchError", "RemoteEngine"]
 
@@ -79,7 +79,7 @@ def _failed_server(exc: ServerError) -> bool:
     return exc.status in (None, 503)
 
 
-class RemoteEngine(TokenizerFront):
+class RemoteEngine(FleetFront):
     """The engine protocol over ``autocurricula serve`` servers (see the module docstring).
 
     ``servers``: one URL or a list. ``base``: the trainer's base model, as a model folder / Hub
@@ -172,10 +172,6 @@ class RemoteEngine(TokenizerFront):
             self.unload_adapter(name)
         return {"pushed": pushed, "dropped": dropped}
 
-    def generate(self, prompt, player=None, params=None, **sampling) -> Completion:
-        """Blocking :meth:`submit`; keyword sampling args build :class:`SamplingParams`."""
-        return self.submit(prompt, player, params or SamplingParams(**sampling)).result()
-
     def load_adapter(self, name: str, source: Any, version: int | None = None) -> int:
         """Install or hot-swap a player at ``version`` (default: the next one): pushed now to every
         server that holds the player, uploaded to others on first use. Returns the version."""
@@ -217,14 +213,6 @@ class RemoteEngine(TokenizerFront):
                     "completions": s.completions, "error": s.error} for s in self.servers]
         return {"ok": not self._closed and any(s.up for s in self.servers), "servers": servers}
 
-    @property
-    def occupancy(self) -> float:
-        """Mean batch occupancy of the servers that are up (0.0 if none answers)."""
-        try:
-            return self._call(self._occupancy()).result(10)
-        except Exception:  # noqa: BLE001 - a metric must not stop training
-            return 0.0
-
     def wait_until_up(self, url: str, timeout: float = 30.0) -> bool:
         """Block until the server at ``url`` is up (re-synced) or ``timeout`` runs out."""
         srv = next(s for s in self.servers if s.url == url.rstrip("/"))
@@ -252,20 +240,7 @@ class RemoteEngine(TokenizerFront):
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     # ------------------------------------------------------------------ loop thread
-    def _call(self, coro) -> Future:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this RemoteEngine is closed; create a new one")
-
     async def _connect(self) -> None:
         results = await asyncio.gather(*(self._bring_up(s) for s in self.servers), return_exceptions=True)
         for r in results:  # a wrong key or base model is an error; an unreachable server is polled
