@@ -201,3 +201,28 @@ def test_clearing_the_cache_forgets_every_prefix(tiny_model_path):
         assert eng.stats["prefix_hit_tokens"] > hits  # and caches it again
     finally:
         eng.close()
+
+
+def test_a_bfloat16_model_reuses_its_kv_rows_exactly(tiny_model_path, tmp_path):
+    import shutil
+
+    import mlx.core as mx
+
+    folder = tmp_path / "bf16"
+    shutil.copytree(tiny_model_path, folder)
+    weights = mx.load(str(folder / "model.safetensors"))
+    mx.save_safetensors(str(folder / "model.safetensors"), {k: v.astype(mx.bfloat16) for k, v in weights.items()})
+    cached, plain = (Engine(str(folder), config=EngineConfig(max_slots=2, prefix_cache_mb=mb, prefix_block=4,
+                                                             keep_quantized=True)) for mb in (8.0, 0))
+    try:
+        convo = _prompts(3, 1, shared=12, tail=(2, 3))[0]
+        for _ in range(3):  # host blocks hold bfloat16 as its bits; a hit must give them back unchanged
+            got = _run(cached, [(convo, None)])[0]
+            assert got == _run(plain, [(convo, None)])[0]
+            convo = convo + got + [7, 8]
+        assert cached.stats["prefix_hit_tokens"] > 0
+        (blk,) = list(cached.call(lambda: list(cached.prefix_cache.blocks.values())[:1]).result())
+        assert blk.kv.dtype == np.uint16
+    finally:
+        cached.close()
+        plain.close()

@@ -8,7 +8,9 @@ later layers' keys and values are computed from, so KV rows of one adapter versi
 that version only. Memory is bounded; the least recently used block goes first, and since a lookup
 or insert touches a path from its deepest block back to the root, that block is always a leaf.
 
-Owned by the engine thread; holds one MLX array ``(layers, 2, kv_heads, block, head_dim)`` per block.
+Owned by the engine thread; holds one host (NumPy) array ``(layers, 2, kv_heads, block, head_dim)``
+per block: copying finished rows' KV out of the batch cache as NumPy slices costs a fraction of
+an MLX gather over tiny head dimensions, and a hit becomes one host-to-MLX copy at prefill.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import mlx.core as mx
 import numpy as np
 
 AdapterKey = tuple  # (player or None, version)
@@ -28,7 +29,7 @@ AdapterKey = tuple  # (player or None, version)
 class Block:
     key: tuple  # (adapter key, parent block id, tokens)
     id: int
-    kv: mx.array  # (layers, 2, kv_heads, block, head_dim), its own buffer
+    kv: np.ndarray  # (layers, 2, kv_heads, block, head_dim) in host memory, its own buffer
     nbytes: int
     parent: "Block | None"
     children: set = field(default_factory=set)  # keys of child blocks
@@ -61,11 +62,11 @@ class PrefixCache:
         return path
 
     def insert_many(self, entries: list[tuple[AdapterKey, list[int], Any]],
-                    gather: Callable[[list[tuple[Any, int]]], mx.array]) -> int:
+                    gather: Callable[[list[tuple[Any, int]]], list[np.ndarray]]) -> int:
         """Cache every whole block of each ``(adapter, ids, tag)`` entry. ``gather([(tag, start),
-        ...])`` returns the KV rows of the blocks not cached yet, ``(n, layers, 2, kv_heads, block,
-        head_dim)``, in one array (one gather for all, instead of a few ops per block). Returns the
-        number of blocks added."""
+        ...])`` returns the KV rows of the blocks not cached yet: one host array per block, each
+        with its own buffer (so evicting a block frees its memory). Returns the number of blocks
+        added."""
         paths, new = [], []
         for adapter, ids, tag in entries:
             path, parent = [], 0
@@ -81,15 +82,9 @@ class PrefixCache:
                 parent = blk.id
             paths.append(path)
         if new:
-            # one gather, then one host copy split into a buffer per block: slices of a shared
-            # array would keep all of it alive until its last block is evicted
-            kv = gather([(tag, start) for _, tag, start in new])
-            half = kv.dtype == mx.bfloat16  # NumPy has no bfloat16: move the bits
-            host = np.array(kv.view(mx.uint16) if half else kv)
-            for i, (blk, _, _) in enumerate(new):
-                blk.kv = mx.array(host[i]).view(mx.bfloat16) if half else mx.array(host[i])
-                blk.nbytes = blk.kv.nbytes
-                self.nbytes += blk.nbytes
+            for (blk, _, _), kv in zip(new, gather([(tag, start) for _, tag, start in new])):
+                blk.kv, blk.nbytes = kv, kv.nbytes
+                self.nbytes += kv.nbytes
         for path in paths:
             self._touch(path)
         self._evict()

@@ -110,36 +110,51 @@ def _prefix_hits(engine, rows) -> list[list]:
 
 
 def _fill_from_prefix(cache, hits, reused, pads, width, start) -> None:
-    """Place each row's reused KV rows at its columns ``[pad, start)`` of a ``width``-wide cache."""
+    """Place each row's reused KV rows at its columns ``[pad, start)`` of a ``width``-wide cache
+    (built on the host, then one copy into MLX)."""
     some = next(b.kv for h in hits for b in h)
     n_layers, _, heads, _, dim = some.shape
-    zeros = mx.zeros((n_layers, 2, heads, width, dim), dtype=some.dtype)
-    per_row = []
-    for h, n, pad in zip(hits, reused, pads):
-        if n == 0:
-            per_row.append(zeros)
-            continue
-        kv = mx.concatenate([b.kv for b in h], axis=3)[:, :, :, :n] if len(h) > 1 else h[0].kv[:, :, :, :n]
-        per_row.append(mx.pad(kv, [(0, 0), (0, 0), (0, 0), (pad, width - pad - n), (0, 0)]))
-    kv = mx.stack(per_row)  # (B, layers, 2, heads, width, dim)
+    host = np.zeros((len(hits), n_layers, 2, heads, width, dim), dtype=some.dtype)
+    for r, (h, n, pad) in enumerate(zip(hits, reused, pads)):
+        at = pad
+        for b in h:
+            take = min(b.kv.shape[3], pad + n - at)
+            if take <= 0:
+                break
+            host[r, :, :, :, at : at + take] = b.kv[:, :, :, :take]
+            at += take
+    kv = _from_host(host)
     for i, c in enumerate(cache):
         c.keys, c.values = kv[:, i, 0], kv[:, i, 1]
         c._idx = start
         c.offset = c.offset + start
 
 
+def _to_host(x: mx.array) -> np.ndarray:
+    # NumPy has no bfloat16: its bits travel as uint16; on CPU (and unified memory) a view, no copy
+    return np.asarray(x.view(mx.uint16) if x.dtype == mx.bfloat16 else x)
+
+
+def _from_host(a: np.ndarray) -> mx.array:
+    return mx.array(a).view(mx.bfloat16) if a.dtype == np.uint16 else mx.array(a)  # KV is never uint16
+
+
 def gather_blocks(cache, pads: list[int], block: int):
     """``gather`` for :meth:`PrefixCache.insert_many`: the KV rows of ``[(row, start), ...]``
-    blocks out of a batch cache (row ``r``'s token ``t`` sits at column ``pads[r] + t``), as one
-    ``(n, layers, 2, kv_heads, block, head_dim)`` array: one gather per layer, whatever ``n``."""
-    def gather(blocks: list[tuple[int, int]]) -> mx.array:
-        rows = np.array([r for r, _ in blocks])
-        cols = (np.array(pads)[rows] + np.array([s for _, s in blocks]))[:, None] + np.arange(block)  # (n, block)
-        b, heads, cap, dim = cache[0].keys.shape
-        flat = (rows[:, None, None] * heads + np.arange(heads)[None, :, None]) * cap + cols[:, None, :]
-        idx = mx.array(flat.reshape(-1).astype(np.uint32))
-        kv = mx.stack([mx.stack([c.keys.reshape(-1, dim)[idx], c.values.reshape(-1, dim)[idx]]) for c in cache])
-        return mx.contiguous(kv.reshape(len(cache), 2, len(blocks), heads, block, dim).transpose(2, 0, 1, 3, 4, 5))
+    blocks out of a batch cache (row ``r``'s token ``t`` sits at column ``pads[r] + t``), one
+    ``(layers, 2, kv_heads, block, head_dim)`` host array per block, copied by NumPy slicing."""
+    def gather(blocks: list[tuple[int, int]]) -> list[np.ndarray]:
+        mx.eval([(c.keys, c.values) for c in cache])
+        layers = [(_to_host(c.keys), _to_host(c.values)) for c in cache]
+        _, heads, _, dim = layers[0][0].shape
+        out = []
+        for r, s in blocks:
+            a = pads[r] + s
+            kv = np.empty((len(layers), 2, heads, block, dim), dtype=layers[0][0].dtype)
+            for i, (k, v) in enumerate(layers):
+                kv[i, 0], kv[i, 1] = k[r, :, a : a + block], v[r, :, a : a + block]
+            out.append(kv)
+        return out
     return gather
 
 
