@@ -454,8 +454,15 @@ class Arena:
             if not self._waiting or self._inflight:
                 continue
             deadline, queued = time.monotonic() + grace_s, len(self._waiting)
-            while not self._ready() and time.monotonic() < deadline and self._waiting and not self._inflight:
-                await asyncio.sleep(0.001)
+            while not self._ready() and self._waiting and not self._inflight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.clear()  # set by the next call, result or finished game: no polling
+                try:
+                    await asyncio.wait_for(self._wake.wait(), left)
+                except asyncio.TimeoutError:
+                    pass
                 if len(self._waiting) != queued:  # games are still arriving: the grace counts from the last one
                     deadline, queued = time.monotonic() + grace_s, len(self._waiting)
             if not self._waiting or self._inflight:
