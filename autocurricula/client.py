@@ -133,6 +133,14 @@ class _Base:
         body = self._body(prompt=prompt, model=model, max_tokens=max_tokens, **params)
         return self._run(_Req("POST", "/v1/completions", json=body))
 
+    def batch_completions(self, requests: list[dict]):
+        """``POST /v1/batch/completions``: each dict holds one completion request's fields
+        (``prompt``, ``model``, ``max_tokens``, ...); the server admits them together. Returns the
+        list of ``text_completion`` bodies, in order (an entry that failed in the engine is an
+        ``{"error": {...}}`` dict)."""
+        body = {"requests": [self._body(**r) for r in requests]}
+        return self._run(_Req("POST", "/v1/batch/completions", json=body, result=lambda b: b["data"]))
+
     def chat(self, messages: list[dict], model: str | None = None, **params):
         """``POST /v1/chat/completions``; returns the response JSON."""
         body = self._body(messages=messages, model=model, **params)

@@ -141,6 +141,21 @@ class RemoteEngine(FleetFront):
         if on_token is not None:
             raise ValueError("RemoteEngine does not stream tokens to on_token; use the in-process Engine, or "
                              "Client.stream_completions for one server")
+        ids, player, params, rid = self._prepare(prompt, player, params, request_id)
+        return self._call(self._complete(ids, player, params, rid))
+
+    def submit_many(self, requests: list[tuple]) -> list[Future]:
+        """Queue ``[(prompt, player, params), ...]`` together. The requests bound for one server
+        leave in one call (``POST /v1/batch/completions``) and are admitted there together, in
+        this order, as an in-process engine admits a lockstep tick. The part of a server that
+        fails is retried request by request on the others. All are checked first: one bad
+        request queues none."""
+        items = [self._prepare(*r) for r in requests]
+        futs = [Future() for _ in items]
+        self._call(self._complete_many(items, futs))
+        return futs
+
+    def _prepare(self, prompt, player=None, params=None, request_id=None) -> tuple:
         self._check_open()
         params = params or SamplingParams()
         ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
@@ -150,13 +165,7 @@ class RemoteEngine(FleetFront):
             player = None
         if player is not None and player not in self._adapters:
             raise UnknownPlayerError(f"unknown player {player!r}; load its adapter first (loaded: {self.players()})")
-        return self._call(self._complete(ids, player, params, request_id or f"remote-{next(self._ids)}"))
-
-    def submit_many(self, requests: list[tuple]) -> list[Future]:
-        """:meth:`submit` each ``(prompt, player, params)`` in order. The requests leave together,
-        but each server batches them as they arrive: unlike one in-process engine, no server
-        admits a group atomically."""
-        return [self.submit(*r) for r in requests]
+        return ids, player, params, request_id or f"remote-{next(self._ids)}"
 
     def sync_from(self, engine) -> dict:
         """Make this engine's players those of ``engine`` (the trainer's in-process engine): push
@@ -358,10 +367,7 @@ class RemoteEngine(FleetFront):
             try:
                 if player is not None:
                     await self._ensure(srv, player)
-                body = await srv.client.completions(
-                    ids, model=player, max_tokens=params.max_tokens, temperature=params.temperature,
-                    top_p=params.top_p, top_k=params.top_k, stop=params.stop or None, seed=params.seed,
-                    ignore_eos=params.ignore_eos or None, logprobs=0, return_token_ids=True)
+                body = await srv.client.completions(**_fields(ids, player, params))
             except NotFoundError:
                 if player is None or lost_adapter:
                     raise
@@ -380,6 +386,60 @@ class RemoteEngine(FleetFront):
             srv.completions += 1
             self.stats["completions"] += 1
             return _completion(body, rid, player, srv.offset.get(player, 0) if player else 0)
+
+    async def _complete_many(self, items: list[tuple], futs: list[Future]) -> None:
+        groups: dict[int, tuple[_Server | None, list[int]]] = {}
+        for i, (_, player, _, _) in enumerate(items):
+            srv = self._pick(player, set())
+            groups.setdefault(id(srv), (srv, []))[1].append(i)
+        await asyncio.gather(*(self._batch_on(srv, idx, items, futs) for srv, idx in groups.values()))
+
+    async def _batch_on(self, srv: _Server | None, idx: list[int], items: list[tuple], futs: list[Future]) -> None:
+        """One batch call to ``srv``; what it cannot answer goes request by request (``_complete``
+        waits for a server, re-uploads a lost adapter, retries on another server)."""
+        async def one(i: int) -> None:
+            try:
+                _deliver(futs[i], result=await self._complete(*items[i]))
+            except BaseException as exc:  # noqa: BLE001 - the caller's future carries it
+                _deliver(futs[i], exc=exc)
+
+        if srv is None or len(idx) == 1:
+            await asyncio.gather(*(one(i) for i in idx))
+            return
+        srv.inflight += len(idx)
+        try:
+            for player in dict.fromkeys(items[i][1] for i in idx):
+                if player is not None:
+                    await self._ensure(srv, player)
+            bodies = await srv.client.batch_completions([_fields(*items[i][:3]) for i in idx])
+        except NotFoundError:  # restarted between two polls: the one-by-one path uploads again
+            bodies = None
+        except ServerError as exc:
+            if not _failed_server(exc):
+                for i in idx:
+                    _deliver(futs[i], exc=exc)
+                return
+            self._down(srv, exc.message)
+            self.stats["retried"] += len(idx)
+            bodies = None
+        except BaseException as exc:  # noqa: BLE001 - e.g. a player unloaded meanwhile
+            for i in idx:
+                _deliver(futs[i], exc=exc)
+            return
+        finally:
+            srv.inflight -= len(idx)
+        if bodies is None:
+            await asyncio.gather(*(one(i) for i in idx))
+            return
+        for i, body in zip(idx, bodies):
+            _, player, _, rid = items[i]
+            if "error" in body:
+                err = body["error"]
+                _deliver(futs[i], exc=ServerError(err.get("code"), err.get("message", str(err)), body))
+                continue
+            srv.completions += 1
+            self.stats["completions"] += 1
+            _deliver(futs[i], result=_completion(body, rid, player, srv.offset.get(player, 0) if player else 0))
 
     async def _install(self, name: str, ad: _Adapter) -> int:
         old = self._adapters.get(name)
@@ -422,6 +482,18 @@ class RemoteEngine(FleetFront):
                 except ServerError:
                     pass
         return sum(vals) / len(vals) if vals else 0.0
+
+
+def _fields(ids: list[int], player: str | None, params: SamplingParams) -> dict:
+    """A completion request's fields: token ids in, token ids and logprobs back."""
+    return dict(prompt=ids, model=player, max_tokens=params.max_tokens, temperature=params.temperature,
+                top_p=params.top_p, top_k=params.top_k, stop=params.stop or None, seed=params.seed,
+                ignore_eos=params.ignore_eos or None, logprobs=0, return_token_ids=True)
+
+
+def _deliver(fut: Future, result: Any = None, exc: BaseException | None = None) -> None:
+    if not fut.done():  # set once, whatever path answers first
+        fut.set_exception(exc) if exc is not None else fut.set_result(result)
 
 
 def _completion(body: dict, rid: str, player: str | None, offset: int = 0) -> Completion:

@@ -20,6 +20,9 @@ Extension fields beyond OpenAI:
   null for the base model) and ``version_spans`` (``[[start, end, version], ...]`` over completion
   token indices; more than one span means the adapter was hot-swapped mid-completion). With
   ``return_token_ids`` each choice carries ``prompt_token_ids`` and ``token_ids``.
+* ``POST /v1/batch/completions``: ``{"requests": [<completion request>, ...]}`` admitted to the
+  engine together (one batch for the lot, each with its own player); answers
+  ``{"object": "list", "data": [<text_completion or {"error": ...}>, ...]}`` in order.
 * streaming: every chunk carries ``adapter_version`` of its token (and ``token_ids`` with
   ``return_token_ids``); the last chunk before ``[DONE]`` has an empty delta, the
   ``finish_reason``, ``usage`` and ``version_spans``.
@@ -138,6 +141,10 @@ class CompletionRequest(_Sampling):
     echo: StrictBool = False
     best_of: Annotated[StrictInt, Field(ge=1, le=INT32_MAX)] | None = None
     suffix: Text | None = None
+
+
+class BatchCompletionRequest(_Strict):
+    requests: list[CompletionRequest] = Field(min_length=1, max_length=4096)
 
 
 class Message(_Strict):
@@ -381,19 +388,25 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         if body.stream:
             return await stream(chat, prompt, player, params, rid, model, want_lp, want_ids)
         fut = await run_in_threadpool(submit, prompt, player, params, None, rid)
-        waiter = asyncio.wrap_future(fut)
-        try:
-            while not waiter.done():
-                await asyncio.wait([waiter], timeout=0.25)
-                if not waiter.done() and await request.is_disconnected():
-                    engine.cancel(rid)
-                    raise APIError(499, "client disconnected")
-        except asyncio.CancelledError:
-            engine.cancel(rid)
-            raise
-        c = waiter.result()
+        c = (await settle(request, [fut], [rid]))[0].result()
         ch = choice(chat, c.text, c.token_ids, c.logprobs, c.finish_reason, want_lp, want_ids, c.prompt_ids)
         return JSONResponse(envelope(chat, rid, model, [ch], **summary(c)))
+
+    async def settle(request: Request, futs: list[Future], rids: list[str]) -> list[asyncio.Future]:
+        """Wait for every future; a client that goes away cancels them all (499)."""
+        waiters = [asyncio.wrap_future(f) for f in futs]
+        try:
+            while not all(w.done() for w in waiters):
+                await asyncio.wait(waiters, timeout=0.25, return_when=asyncio.ALL_COMPLETED)
+                if not all(w.done() for w in waiters) and await request.is_disconnected():
+                    for rid in rids:
+                        engine.cancel(rid)
+                    raise APIError(499, "client disconnected")
+        except asyncio.CancelledError:
+            for rid in rids:
+                engine.cancel(rid)
+            raise
+        return waiters
 
     async def stream(chat, prompt, player, params, rid, model, want_lp, want_ids) -> StreamingResponse:
         loop = asyncio.get_running_loop()
@@ -470,6 +483,52 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
             raise APIError(400, "echo is not supported; prepend the prompt to the returned text yourself", "echo")
         max_tokens = 16 if body.max_tokens is None else body.max_tokens
         return await respond(False, request, body, prompt, max_tokens, body.logprobs is not None)
+
+    @app.post("/v1/batch/completions")
+    async def batch_completions(body: BatchCompletionRequest, request: Request):
+        """Several text completions, each with its own ``model`` (player) and sampling fields,
+        admitted to the engine together in this order, so they share their first batch (what a
+        trainer's lockstep tick needs). Answers ``{"object": "list", "data": [...]}``: one
+        ``text_completion`` per request, in order, or ``{"error": {...}}`` for one that failed in
+        the engine. A request that is invalid, or names an unknown player, refuses the whole batch
+        (400 / 404, naming ``requests[i]``), and none of it runs."""
+        items = []
+        for i, item in enumerate(body.requests):
+            where = f"requests[{i}]"
+            prompt = item.prompt
+            if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+                if len(prompt) != 1:
+                    raise APIError(400, f"{where}.prompt: one prompt per request; add a request per prompt", where)
+                prompt = prompt[0]
+            if item.stream:
+                raise APIError(400, f"{where}.stream: a batch is answered as a whole; stream with "
+                                    "/v1/completions instead", where)
+            if item.echo:
+                raise APIError(400, f"{where}.echo is not supported", where)
+            try:
+                params = params_for(item, 16 if item.max_tokens is None else item.max_tokens)
+                if isinstance(prompt, str):
+                    check_fits(prompt, where)
+            except APIError as exc:
+                raise APIError(exc.status, f"{where}: {exc.message}", where) from None
+            player = None if item.model in (None, engine.name) else item.model
+            items.append((prompt, player, params, None, f"cmpl-{uuid.uuid4().hex}"))
+        try:
+            futs = await run_in_threadpool(engine.submit_many, items)
+        except ValueError as exc:  # which request: the engine checks them in order
+            raise APIError(400, f"a request of the batch: {exc}", "requests") from None
+        rids = [it[4] for it in items]
+        data = []
+        for item, rid, w in zip(body.requests, rids, await settle(request, futs, rids)):
+            if w.exception() is not None:
+                status = {EngineDeadError: 503, UnknownPlayerError: 404}.get(type(w.exception()), 500)
+                data.append(json.loads(_error(status, str(w.exception())).body))
+                continue
+            c = w.result()
+            ch = choice(False, c.text, c.token_ids, c.logprobs, c.finish_reason, item.logprobs is not None,
+                        item.return_token_ids, c.prompt_ids)
+            data.append(envelope(False, rid, item.model or engine.name, [ch], **summary(c)))
+        return {"object": "list", "data": data}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatRequest, request: Request):

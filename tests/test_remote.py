@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from autocurricula.client import AuthError, Client, ConflictError, NotFoundError
-from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams
+from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams, UnknownPlayerError
 from autocurricula.engine.fingerprint import BaseModelMismatchError, fingerprint_engine, fingerprint_folder
 from autocurricula.engine.protocol import EngineProtocol
 from autocurricula.remote import RemoteEngine
@@ -126,6 +126,19 @@ def test_one_server_matches_the_in_process_engine(engine, tiny_model_path, other
                 assert c.fingerprint()["weights"] == fingerprint_folder(tiny_model_path)["weights"]
             assert fingerprint_engine(engine) == fingerprint_folder(tiny_model_path)
             assert remote.stats["retried"] == 0 and remote.stats["uploads"] == 1
+            # a lockstep tick: one batch call, admitted together, the in-process engine's batch
+            tick = [(p, pl, SamplingParams(max_tokens=6, temperature=1.0, seed=40 + i))
+                    for i, (p, pl) in enumerate((p, pl) for p in PROMPTS for pl in ("alice", None))]
+            srv = remote.servers[0]
+            one_by_one, srv.client.completions = srv.client.completions, None  # the batch route only
+            got = [f.result(60) for f in remote.submit_many(tick)]
+            srv.client.completions = one_by_one
+            want = [f.result(60) for f in engine.submit_many(tick)]
+            assert [g.token_ids for g in got] == [w.token_ids for w in want]
+            assert [g.logprobs for g in got] == [w.logprobs for w in want]  # the same batch, bit for bit
+            assert [g.adapter_version for g in got] == [w.adapter_version for w in want]
+            with pytest.raises(UnknownPlayerError):
+                remote.submit_many([("x", "alice", None), ("x", "nobody", None)])
             # the trainer's loop: update its own engine, then mirror the changes onto the servers
             engine.load_adapter("alice", weights(engine, 9))
             engine.load_adapter("bob", weights(engine, 8))
@@ -216,7 +229,9 @@ def test_sigkill_mid_batch_retries_elsewhere_and_the_server_is_resynced_on_retur
         assert len(on_b) == 2
         prompts = [[1 + i, 2 + i, 3 + i] for i in range(16)]
         params = SamplingParams(max_tokens=160, temperature=0.0, ignore_eos=True)
-        futures = [remote.submit(p, names[i % 4], params, request_id=f"r{i}") for i, p in enumerate(prompts)]
+        # half one by one, half as one tick (one batch call per server)
+        futures = [remote.submit(p, names[i % 4], params, request_id=f"r{i}") for i, p in enumerate(prompts[:8])]
+        futures += remote.submit_many([(p, names[i % 4], params) for i, p in enumerate(prompts[8:])])
         with b.client() as cb:  # kill b while it is decoding some of the batch
             deadline = time.monotonic() + 30
             while cb.stats()["health"]["running"] == 0:
@@ -225,7 +240,8 @@ def test_sigkill_mid_batch_retries_elsewhere_and_the_server_is_resynced_on_retur
         b.kill()
         results = [f.result(120) for f in futures]
         assert remote.stats["retried"] >= 1
-        assert [r.request_id for r in results] == [f"r{i}" for i in range(16)]  # each once, none lost
+        assert [r.request_id for r in results[:8]] == [f"r{i}" for i in range(8)]  # each once, none lost
+        assert len({r.request_id for r in results}) == 16
         assert all(r.prompt_ids == p and len(r.token_ids) == 160 for r, p in zip(results, prompts))
         assert all(r.adapter_version == 1 for r in results)
         assert not next(s for s in remote.health()["servers"] if s["url"] == b.url)["up"]

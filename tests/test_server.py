@@ -176,6 +176,49 @@ def test_malformed_json_is_400_not_422(client, raw):
     error_of(r, 400)
 
 
+def test_batch_route_admits_its_requests_together_each_with_its_own_player(client, engine, monkeypatch):
+    assert put(client, "batch_a", to_safetensors_bytes(weights(engine, 31))).status_code == 200
+    assert put(client, "batch_b", to_safetensors_bytes(weights(engine, 32))).status_code == 200
+    ids = engine.encode("x o x")
+    reqs = [{"prompt": ids, "model": m, "max_tokens": 4, "logprobs": 0, "return_token_ids": True, **GREEDY}
+            for m in ("batch_a", None, "batch_b", "tiny", "batch_a")]
+    reqs[1]["prompt"] = "o x o"  # text and token prompts mix
+    calls, real = [], engine.submit_many
+    monkeypatch.setattr(engine, "submit_many", lambda items: calls.append(len(items)) or real(items))
+    before = dict(engine.stats)
+    r = client.post("/v1/batch/completions", json={"requests": reqs})
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    assert calls == [5]  # one atomic admission for the whole batch
+    steps = engine.stats["steps"] - before["steps"]
+    assert steps == 3 and engine.stats["rows_stepped"] - before["rows_stepped"] == 5 * steps  # one batch throughout
+    assert [d["model"] for d in data] == ["batch_a", "tiny", "batch_b", "tiny", "batch_a"]
+    assert [d["adapter_version"] for d in data] == [1, None, 1, None, 1]
+    for req, d in zip(reqs, data):  # each as its own /v1/completions request answers it
+        alone = complete(client, model=req["model"], prompt=req["prompt"], max_tokens=4, return_token_ids=True)
+        assert d["object"] == "text_completion" and d["choices"][0]["token_ids"] == alone["choices"][0]["token_ids"]
+        assert len(d["choices"][0]["logprobs"]["token_logprobs"]) == 4
+    assert data[0]["choices"][0]["token_ids"] == data[4]["choices"][0]["token_ids"]
+    assert data[0]["choices"][0]["token_ids"] != data[2]["choices"][0]["token_ids"]  # players differ
+
+
+@pytest.mark.parametrize("bad,status,word", [
+    ({"model": "nobody"}, 404, "nobody"),
+    ({"stream": True}, 400, "requests[1].stream"),
+    ({"max_tokens": 0}, 400, "max_tokens"),
+    ({"prompt": ["a", "b"]}, 400, "requests[1].prompt"),
+    ({"presence_penalty": 1.0}, 400, "requests[1]: presence_penalty"),
+])
+def test_a_bad_request_refuses_the_whole_batch_and_runs_none_of_it(client, engine, bad, status, word, monkeypatch):
+    queued, real = [], engine.submit_many
+    monkeypatch.setattr(engine, "submit_many", lambda items: queued.extend(real(items)))
+    monkeypatch.setattr(engine, "submit", lambda *a, **k: queued.append(a))
+    reqs = [{"prompt": "x", "max_tokens": 2}, {"prompt": "o", "max_tokens": 2, **bad}]
+    error_of(client.post("/v1/batch/completions", json={"requests": reqs}), status, word)
+    assert queued == []  # the first, valid request was not queued either
+    error_of(client.post("/v1/batch/completions", json={"requests": []}), 400, "requests")
+
+
 def test_unknown_route_and_server_keeps_serving(client):
     error_of(client.get("/v1/nothing"), 404)
     assert client.get("/health").json()["status"] == "ok"
