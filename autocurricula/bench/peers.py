@@ -1,19 +1,20 @@
 """``autocurricula bench peers``: our engine and update against what a user would otherwise run.
 
-The workload is tic-tac-toe-style turns: 64 turns over 8 players, each a 20-token prompt (12
-shared instruction tokens + 8 board tokens) and 4 sampled tokens (temperature 1, exactly 4 tokens),
-LoRA r=8 on every linear. Every side gets the same model folder, prompts and adapters (our random
-adapters exported with ``export_peft`` / ``export_mlx``). Sides, each in its own worker process:
+The workload is tic-tac-toe-style turns: 64 turns over 8 players (32 at the 0.5B shape, see
+``WORKLOAD``), each a 20-token prompt (12 shared instruction tokens + 8 board tokens) and 4 sampled
+tokens (temperature 1, exactly 4 tokens), LoRA r=8 on every linear. Every side gets the same model
+folder, prompts and adapters (our random adapters exported with ``export_peft`` / ``export_mlx``).
+Sides, each in its own worker process:
 
-- ``engine``: :class:`~autocurricula.engine.Engine`, all 64 turns submitted at once (multi-LoRA,
+- ``engine``: :class:`~autocurricula.engine.Engine`, all turns submitted at once (multi-LoRA,
   continuous batching);
-- ``peft_mixed``: transformers + peft, one ``generate(..., adapter_names=[...])`` over the 64 turns;
+- ``peft_mixed``: transformers + peft, one ``generate(..., adapter_names=[...])`` over all turns;
 - ``peft_set_adapter``: transformers + peft, ``set_adapter`` then one ``generate`` per player;
 - ``mlx_lm_reload``: mlx-lm as its server switches adapters: ``mlx_lm.load(model, adapter_path=...)``
   per player, then one ``BatchGenerator`` over that player's turns (grouped by player, the
-  generous order: 8 reloads instead of 64);
+  generous order: one reload per player, not per turn);
 - ``update``: one fused :class:`~autocurricula.training.Updater` GRPO step of the 8 players on the
-  engine's 64 sampled turns (advantages +-1, sampler logprobs perturbed so some ratios clip);
+  engine's sampled turns (advantages +-1, sampler logprobs perturbed so some ratios clip);
 - ``torch_peft_update``: the same loss, rows and AdamW in torch + peft (``peers_torch.py``).
 
 Workers load and warm up, then the parent runs the sides interleaved (A B C D A B C D ...) so
@@ -60,9 +61,12 @@ SHAPES = {
 }
 GOALS = {"engine_vs_peft_mixed": 2.0, "engine_vs_peft_set_adapter": None, "engine_vs_mlx_lm_reload": 5.0,
          "update_vs_torch_peft": 1.5}
-# Rounds per phase (rollouts, updates): at the 0.5B shape one torch + peft step takes over a minute
-# on 2 cores, so the updates run 2 rounds after the compared first step, to keep the run near 10 min.
-ROUNDS = {"bench": (3, 3), "qwen0.5b": (3, 2), "tiny": (1, 1)}
+# Per shape: (turns, players) and rounds per phase (rollouts, updates). At the 0.5B shape every
+# side prefills 24 layers of hidden 896 on 2 cores, so the run halves the turns (4 per player, the
+# same for every side) and runs 2 rounds of each phase, to print every key in about 10 minutes.
+WORKLOAD = {"bench": (64, 8), "qwen0.5b": (32, 8), "tiny": (16, 4)}
+ROUNDS = {"bench": (3, 3), "qwen0.5b": (2, 2), "tiny": (1, 1)}
+QUICK = (16, 4)  # --quick: turns, players; one round of each phase
 GRPO = {"learning_rate": 1e-4, "epsilon": 0.2, "epsilon_high": 0.2, "temperature": 1.0, "max_grad_norm": 1.0}
 LOSS_TOL = 1e-4  # relative agreement of the first step's loss
 
@@ -328,14 +332,20 @@ def _rounds(sides, spec_path, log_dir, reps, timeout) -> tuple[dict, dict]:
             workers.append(Worker(side, spec_path, log_dir))
             ready[side] = workers[-1].answer(timeout)
             ready[side]["startup_s"] = round(time.perf_counter() - t0, 1)
+            _progress(f"{side}: loaded and warmed up in {ready[side]['startup_s']} s")
         runs = {s: [] for s in sides}
-        for _ in range(reps):
+        for i in range(reps):
             for w in workers:
                 runs[w.side].append(w.run(timeout))
+                _progress(f"round {i + 1}/{reps} {w.side}: {runs[w.side][-1]['seconds']:.2f} s")
         return ready, runs
     finally:
         for w in workers:
             w.close()
+
+
+def _progress(msg: str) -> None:
+    print(f"bench peers: {msg}", file=sys.stderr, flush=True)  # stdout carries only the result
 
 
 def summary(values) -> dict:
@@ -346,13 +356,20 @@ def summary(values) -> dict:
     return {"median": round(statistics.median(vals), 4), "min": round(min(vals), 4), "max": round(max(vals), 4)}
 
 
+def workload(shape: str, quick: bool = False) -> dict:
+    """Turns, players and interleaved rounds (rollouts, updates) the shape runs by default."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; choose one of {sorted(SHAPES)}")
+    turns, players = QUICK if quick else WORKLOAD[shape]
+    return {"turns": turns, "players": players, "rounds": (1, 1) if quick else ROUNDS[shape]}
+
+
 def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turns: int | None = None,
         players: int | None = None, timeout: float = 900.0) -> dict:
     """Run every side at ``shape`` and return the figures (see the module docstring)."""
-    if shape not in SHAPES:
-        raise ValueError(f"unknown shape {shape!r}; choose one of {sorted(SHAPES)}")
-    rollout_reps, update_reps = (reps, reps) if reps else (1, 1) if quick else ROUNDS.get(shape, (3, 3))
-    turns, players = turns or (16 if quick else 64), players or (4 if quick else 8)
+    w = workload(shape, quick)
+    rollout_reps, update_reps = (reps, reps) if reps else w["rounds"]
+    turns, players = turns or w["turns"], players or w["players"]
     t_start = time.perf_counter()
     model = model_folder(shape)
     work = Path(tempfile.mkdtemp(prefix="ac-peers-"))
