@@ -79,11 +79,14 @@ def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, dict, list]:
     suffix = max(len(p) - sum(b.kv.shape[3] for b in h) for p, h in zip(prompts, hits))
     reused = [max(0, len(p) - suffix) for p in prompts]
     start = width - suffix
+    # the cache holds the prompt and the rows' first tokens (not a zero-filled 256-step block), so
+    # decoding writes in place: a cache exactly as wide as the prompt regrows at the first step
+    cap = width + min(256, max(r.req.params.max_tokens for r in rows))
     if any(reused):
-        _fill_from_prefix(cache, hits, reused, pads, width, start)
+        _fill_from_prefix(cache, hits, reused, pads, cap, start)
     else:
-        for c in cache:  # the first update allocates exactly the prompt width, not a 256-step block
-            c.step = width
+        for c in cache:
+            c.step = cap
     _set_slots(engine, rows)
     chunk = engine.config.prefill_chunk
     for at in range(start, width - 1, chunk):  # all but the last token: only the cache is needed
@@ -109,12 +112,12 @@ def _prefix_hits(engine, rows) -> list[list]:
     return [pc.lookup(r.kv_key, r.req.prompt_ids, len(r.req.prompt_ids) - 1) for r in rows]
 
 
-def _fill_from_prefix(cache, hits, reused, pads, width, start) -> None:
-    """Place each row's reused KV rows at its columns ``[pad, start)`` of a ``width``-wide cache
-    (built on the host, then one copy into MLX)."""
+def _fill_from_prefix(cache, hits, reused, pads, cap, start) -> None:
+    """Place each row's reused KV rows at its columns ``[pad, start)`` of a cache ``cap`` columns
+    wide (built on the host, then one copy into MLX)."""
     some = next(b.kv for h in hits for b in h)
     n_layers, _, heads, _, dim = some.shape
-    host = np.zeros((len(hits), n_layers, 2, heads, width, dim), dtype=some.dtype)
+    host = np.zeros((len(hits), n_layers, 2, heads, cap, dim), dtype=some.dtype)
     for r, (h, n, pad) in enumerate(zip(hits, reused, pads)):
         at = pad
         for b in h:
@@ -123,9 +126,8 @@ def _fill_from_prefix(cache, hits, reused, pads, width, start) -> None:
                 break
             host[r, :, :, :, at : at + take] = b.kv[:, :, :, :take]
             at += take
-    kv = _from_host(host)
-    for i, c in enumerate(cache):
-        c.keys, c.values = kv[:, i, 0], kv[:, i, 1]
+    for i, c in enumerate(cache):  # one contiguous array each, so decoding writes into it in place
+        c.keys, c.values = _from_host(np.ascontiguousarray(host[:, i, 0])), _from_host(np.ascontiguousarray(host[:, i, 1]))
         c._idx = start
         c.offset = c.offset + start
 
