@@ -32,6 +32,7 @@ _CANDIDATES = (
 
 # What was loaded (path) or why not; read by `autocurricula env` and the benches.
 ACTIVE: dict = {"library": None, "reason": "not attempted"}
+_LIB: list = []  # the loaded library (ctypes handle), for set_threads
 
 
 def _pip_candidates() -> list[str]:
@@ -62,7 +63,7 @@ def preload() -> dict:
         if not os.path.exists(path):
             continue
         try:
-            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            _LIB.append(ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL))
         except OSError as exc:  # e.g. cmeel's build without libgfortran.so.5 on the system
             errors.append(f"{path}: {exc}")
             continue
@@ -73,10 +74,31 @@ def preload() -> dict:
     return ACTIVE
 
 
+def set_threads(n: int) -> bool:
+    """Run the preloaded OpenBLAS's matmuls on ``n`` threads (a server sharing the machine with a
+    trainer leaves it cores this way). False when no OpenBLAS was preloaded (macOS's Accelerate,
+    the bundled BLAS), where the setting does not apply."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"BLAS threads must be a positive integer, got {n!r}")
+    fn = getattr(_LIB[0], "openblas_set_num_threads", None) if _LIB else None
+    if fn is None:
+        return False
+    fn(ctypes.c_int(n))
+    ACTIVE["threads"] = n
+    return True
+
+
+def get_threads() -> int | None:
+    """The preloaded OpenBLAS's thread count (None without one)."""
+    fn = getattr(_LIB[0], "openblas_get_num_threads", None) if _LIB else None
+    return int(fn()) if fn is not None else None
+
+
 def describe() -> str:
     """One line naming the BLAS MLX's CPU backend uses."""
     if ACTIVE["library"]:
-        return f"OpenBLAS ({ACTIVE['library']})"
+        threads = f", {ACTIVE['threads']} threads" if "threads" in ACTIVE else ""
+        return f"OpenBLAS ({ACTIVE['library']}{threads})"
     if sys.platform == "darwin":
         return "Accelerate"
     return f"bundled reference BLAS ({ACTIVE['reason']})"

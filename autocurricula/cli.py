@@ -66,7 +66,7 @@ def _serve(args) -> None:
           max_request_bytes=args.max_request_bytes, max_upload_bytes=args.max_upload_bytes,
           max_lora_rank=args.max_lora_rank or None, timeout_keep_alive=args.timeout_keep_alive,
           keep_quantized=args.keep_quantized, adapters=_adapter_args(args.adapter),
-          prefix_cache_mb=args.prefix_cache_mb)
+          prefix_cache_mb=args.prefix_cache_mb, threads=args.threads)
 
 
 LEAGUES = {"selfplay": ("SelfPlayTrainer", "SelfPlayConfig"), "league": ("LeagueTrainer", "LeagueConfig"),
@@ -90,7 +90,7 @@ def _train(args) -> None:
             raise SystemExit(f"{args.config}: expected a mapping of settings")
     grpo = settings.pop("grpo", None)
     lora = settings.pop("lora", None)
-    for key in ("epochs", "rounds", "output_dir", "seed", "max_staleness"):
+    for key in ("epochs", "rounds", "output_dir", "seed", "max_staleness", "threads"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
     if args.overwrite_output_dir:
@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="load a player's adapter (peft or mlx-lm folder) before serving; repeatable")
     s.add_argument("--served-model-name", default=None, help="the base model's name in the API (default: --model)")
     s.add_argument("--max-batch", type=int, default=64, help="rows decoded together in one step")
+    s.add_argument("--threads", type=int, default=None,
+                   help="CPU backend on Linux: threads of the BLAS matmuls (default: every core). A server that "
+                        "shares the machine with `autocurricula train` should leave it cores: e.g. half of them")
     s.add_argument("--prefix-cache-mb", type=float, default=64.0,
                    help="memory of the prefix cache: KV rows reused per adapter version when a prompt starts the "
                         "same way as an earlier one (chat histories); 0 = off")
@@ -226,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--max-staleness", dest="max_staleness", type=int, default=None, metavar="K",
                     help="play round r+1 while round r updates (with --server), dropping turns more than K adapter "
                          "versions old; 0 = serial rounds (the default)")
+    tr.add_argument("--threads", type=int, default=None,
+                    help="BLAS threads of the trainer's matmuls (default: every core); with `autocurricula serve` on "
+                         "the same machine, split the cores (e.g. serve --threads 1 and train --threads 1 on 2 cores)")
     tr.add_argument("--overwrite-output-dir", dest="overwrite_output_dir", action="store_true",
                     help="delete another run's checkpoints and logs in output_dir and start afresh")
     tr.set_defaults(func=_train)

@@ -205,6 +205,11 @@ class AutocurriculumConfig:
                                          "play cannot be killed: its next model.generate raises and the round goes "
                                          "on without it. Also bounds how long SIGINT/SIGTERM wait. None = no limit",
                                          None)
+    threads: int | None = _help("CPU backend on Linux: threads of this process's BLAS matmuls during train() "
+                                "(None = OpenBLAS's default, every core). When `autocurricula serve` runs on the "
+                                "same machine, split the cores: e.g. serve --threads 1 and threads=1 on 2 cores, so "
+                                "a round overlapping an update (max_staleness >= 1) does not oversubscribe them",
+                                None)
     max_staleness: int = _help("rollouts overlapping updates: 0 = the serial loop (play a round, update, play the "
                                "next); k >= 1 = round r+1 is played while round r's update runs, by the adapters "
                                "from before that update (one update behind), and a turn sampled more than k adapter "
@@ -258,6 +263,10 @@ class AutocurriculumConfig:
             raise ValueError(f"max_staleness must be an integer >= 0 (0 = serial rounds, k >= 1 = play the next round "
                              f"while the update runs, dropping turns more than k versions old), "
                              f"got {self.max_staleness!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or isinstance(self.threads, bool)
+                                         or self.threads < 1):
+            raise ValueError(f"threads must be a positive integer (BLAS threads of this process) or None for every "
+                             f"core, got {self.threads!r}")
         if isinstance(self.prefix_cache_mb, bool) or not isinstance(self.prefix_cache_mb, (int, float)) \
                 or not self.prefix_cache_mb >= 0:
             raise ValueError(f"prefix_cache_mb must be a number of megabytes >= 0 (0 turns prefix caching off), "

@@ -663,7 +663,7 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
           served_model_name: str | None = None, max_batch: int = 64, max_request_bytes: int = 8 << 20,
           max_upload_bytes: int = 2 << 30, max_lora_rank: int | None = 64,
           timeout_keep_alive: float = 75.0, keep_quantized: bool = False,
-          adapters: dict[str, str] | None = None, prefix_cache_mb: float = 64.0) -> None:
+          adapters: dict[str, str] | None = None, prefix_cache_mb: float = 64.0, threads: int | None = None) -> None:
     """Load ``model`` (Hub id or folder) into an :class:`Engine` and serve it with uvicorn until stopped.
 
     ``served_model_name`` is the base model's name in the API (default: ``model`` as given).
@@ -672,9 +672,16 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     never sends on one the server has just closed. ``keep_quantized``: on the CPU backend, keep a
     quantized or half-precision base as stored (see :class:`EngineConfig`). ``adapters``:
     ``{player: folder}`` loaded before the first request. ``prefix_cache_mb``: memory of the
-    engine's prefix cache (0 = off). See :func:`create_app` for the other
-    limits."""
+    engine's prefix cache (0 = off). ``threads``: BLAS threads of the CPU backend's matmuls
+    (default: every core); a server sharing the machine with a trainer gives it the rest. See
+    :func:`create_app` for the other limits."""
     import uvicorn
+
+    if threads is not None:
+        from autocurricula import _blas
+
+        if not _blas.set_threads(threads):
+            log.warning("threads=%d has no effect: %s is in use, not a preloaded OpenBLAS", threads, _blas.describe())
 
     if not (isinstance(timeout_keep_alive, (int, float)) and math.isfinite(timeout_keep_alive)
             and timeout_keep_alive > 0):

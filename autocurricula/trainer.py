@@ -228,9 +228,12 @@ class AutocurriculumTrainer:
         self._stop_requested = False
         self._explain_pipeline()
         previous = self._install_signal_handlers()
+        threads = self._set_threads(cfg.threads)
         try:
             self._loop(play, start, callbacks or [], first_round)
         finally:
+            if threads is not None:
+                self._set_threads(threads)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             for t in self.trackers:
@@ -338,6 +341,18 @@ class AutocurriculumTrainer:
             if background is not None:  # after an error: the next round's games end before the servers close
                 background.shutdown(wait=True)
         self._sync_rollout()  # drained: the servers hold the epoch's last versions
+
+    @staticmethod
+    def _set_threads(n: int | None) -> int | None:
+        """Set this process's BLAS threads (``config.threads``); returns the previous count to restore."""
+        if n is None:
+            return None
+        from autocurricula import _blas
+
+        before = _blas.get_threads()
+        if not _blas.set_threads(n):
+            log.warning("threads=%d has no effect: %s is in use, not a preloaded OpenBLAS", n, _blas.describe())
+        return before
 
     def _overlaps(self) -> bool:
         """Whether the next round's games can play while this round updates: only when they run

@@ -6,8 +6,10 @@ games per round so it fits a few minutes) once per way of playing its games:
 
 - ``inprocess``: the in-process engine, serial rounds (``max_staleness=0``);
 - ``inprocess_pipelined``: the same with ``max_staleness=1`` (round r+1 played during r's update);
-- ``server1``: one ``autocurricula serve`` subprocess on 127.0.0.1, serial;
-- ``server1_pipelined``: the same server, ``max_staleness=1``;
+- ``server1``: one ``autocurricula serve`` subprocess on 127.0.0.1, serial; every server runs its
+  matmuls on half the cores (``--threads``), leaving the rest to the trainer on the same machine;
+- ``server1_pipelined``: the same server, ``max_staleness=1``, the trainer's matmuls on the other
+  cores (``threads``; the serial settings keep every core, which serves them as well or better);
 - ``server2``: two servers, serial;
 - ``ray2``: a local Ray instance with 2 rollout actors (:class:`~autocurricula.cluster.RayEngine`),
   serial; left out (``null``) when Ray is not installed.
@@ -36,6 +38,9 @@ from pathlib import Path
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 
 SETTINGS = ("inprocess", "inprocess_pipelined", "server1", "server1_pipelined", "server2", "ray2")
+# A server on the trainer's machine leaves it cores (`serve --threads`), serial and pipelined alike:
+# with every core's BLAS threads it ran serial rounds no faster and took the update's cores.
+SERVER_THREADS = max(1, (os.cpu_count() or 2) // 2)
 CACHE = Path(os.environ.get("AUTOCURRICULA_CACHE", Path.home() / ".cache" / "autocurricula"))
 
 
@@ -73,7 +78,7 @@ class _Servers:
             with open(log, "wb") as out:
                 self.procs.append(subprocess.Popen(
                     [sys.executable, "-m", "autocurricula.cli", "serve", "--model", model, "--host", "127.0.0.1",
-                     "--port", str(port)], stdout=out, stderr=subprocess.STDOUT))
+                     "--port", str(port), "--threads", str(SERVER_THREADS)], stdout=out, stderr=subprocess.STDOUT))
             self.urls.append(f"http://127.0.0.1:{port}")
             self.logs.append(log)
 
@@ -104,13 +109,14 @@ class _Servers:
                 proc.wait(10)
 
 
-def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=None, seed: int = 0) -> dict:
+def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=None, seed: int = 0,
+            threads: int | None = None) -> dict:
     """Train the bench league for 2 epochs; the figures of the second."""
     from autocurricula import GRPOConfig, LeagueConfig, LeagueTrainer
     from autocurricula.engine import LoraSpec
     from autocurricula.games import tictactoe
 
-    rounds = 2 if quick else 4
+    rounds = 2 if quick else 8  # the pipeline fills and drains once per epoch; the example runs 30 rounds
     cfg = dict(epochs=2, rounds=rounds, games_per_learner=8 if quick else 64, exploiter_games=4 if quick else 16,
                main_agents=1, main_exploiters=1, league_exploiters=1, anchor_share=0.5, scripted_in_pool=True,
                snapshot_min_rounds=max(4, rounds // 2), snapshot_max_rounds=max(8, rounds),
@@ -119,6 +125,8 @@ def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=N
                save_strategy="no")
     if max_staleness:
         cfg["max_staleness"] = max_staleness  # AutocurriculumConfig.max_staleness (rollouts overlapping updates)
+    if threads:
+        cfg["threads"] = threads
     trainer = LeagueTrainer(LeagueConfig(**cfg), opponents=[
         {"id": "random", "role": "random", "policy": tictactoe.random_policy},
         {"id": "minimax", "role": "minimax", "policy": tictactoe.minimax_policy}])
@@ -162,14 +170,17 @@ def run(model: str | None = None, quick: bool = False, settings: tuple[str, ...]
             elif name.startswith("server"):
                 n = int(name[len("server")])
                 with _Servers(model, n, tmp) as urls:
-                    per[name] = _league(model, out, max_staleness=staleness, quick=quick, servers=urls)
+                    # overlapped, the trainer's update runs beside the server: it keeps the other cores
+                    threads = max(1, (os.cpu_count() or 2) - SERVER_THREADS) if staleness else None
+                    per[name] = _league(model, out, max_staleness=staleness, quick=quick, servers=urls,
+                                        threads=threads)
             elif name == "ray2":
                 per[name] = _ray_league(model, out, quick)
             else:
                 raise ValueError(f"unknown setting {name!r}; choose from {SETTINGS}")
     gps = {k: (v["games_per_s"] if v else None) for k, v in per.items()}
     result = {"model": model, "blas": _blas.describe(), "device": str(mx.default_device()), "quick": quick,
-              "cpus": os.cpu_count(), "games_per_s": gps,
+              "cpus": os.cpu_count(), "server_threads": SERVER_THREADS, "games_per_s": gps,
               "round_s": {k: (v["round_s"] if v else None) for k, v in per.items()},
               "turns_per_s": {k: (v["turns_per_s"] if v else None) for k, v in per.items()},
               "update_s": {k: (v["update_s"] if v else None) for k, v in per.items()},
