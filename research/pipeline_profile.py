@@ -39,10 +39,7 @@ def main() -> None:
     ap.add_argument("--exploiter-games", type=int, default=32)
     args = ap.parse_args()
 
-    from autocurricula import GRPOConfig, LeagueConfig, LeagueTrainer
     from autocurricula import trainer as T
-    from autocurricula.engine import LoraSpec
-    from autocurricula.games import tictactoe
 
     model = str(bench.base_model())
     cores = os.cpu_count() or 2
@@ -68,30 +65,9 @@ def main() -> None:
         timed(name)
 
     def league(out: Path, staleness: int, servers=None, threads=None) -> dict:
-        r = args.rounds
-        cfg = dict(epochs=2, rounds=r, games_per_learner=args.games_per_learner, exploiter_games=args.exploiter_games,
-                   main_agents=1, main_exploiters=1, league_exploiters=1, anchor_share=0.5, scripted_in_pool=True,
-                   snapshot_min_rounds=max(4, r // 2), snapshot_max_rounds=max(8, r), output_dir=str(out),
-                   overwrite_output_dir=True, seed=0, max_tokens=2, game_name="tictactoe", credit="q",
-                   q_target_coef=1.0, max_concurrent_games=128, bt_bootstrap=0, progress=False, save_strategy="no",
-                   max_staleness=staleness, threads=threads)
-        trainer = LeagueTrainer(LeagueConfig(**cfg), opponents=[
-            {"id": "random", "role": "random", "policy": tictactoe.random_policy},
-            {"id": "minimax", "role": "minimax", "policy": tictactoe.minimax_policy}])
-        marks: list[float] = []
-        trainer.train(model, tictactoe.play, lora_config=LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
-                      grpo_config=GRPOConfig(learning_rate=2e-3, beta=0.0, loss_type="grpo", temperature=1.0,
-                                             num_iterations=1),
-                      callbacks=[lambda t: marks.append(time.perf_counter())], servers=servers)
-        trainer.engine.close()
-        rows = [m for m in trainer.metrics_log if m.get("epoch") == 1 and "time/round_s" in m]
-        mean = lambda k: round(sum(m.get(k, 0.0) for m in rows) / len(rows), 3)  # noqa: E731
-        games = sum(int(m.get("rollout/games", 0)) for m in rows)
-        wall = marks[1] - marks[0]
-        return {"games_per_s": round(games / wall, 2), "epoch_s": round(wall, 2), "round_s": mean("time/round_s"),
-                "update_s": mean("time/update_s"), "rollout_s": mean("time/rollout_s"),
-                "rollout_wait_s": mean("time/rollout_wait_s"), "stale_dropped": sum(
-                    int(m.get("rollout/stale_dropped", 0)) for m in rows)}
+        return bench._league(model, out, max_staleness=staleness, quick=False, servers=servers, threads=threads,
+                             rounds=args.rounds, games_per_learner=args.games_per_learner,
+                             exploiter_games=args.exploiter_games)
 
     results = {}
     with tempfile.TemporaryDirectory(prefix="pipeline-profile-") as tmp:
@@ -110,11 +86,11 @@ def main() -> None:
                       flush=True)
     profile = {name: {"wall_s": round(w / n, 3), "trainer_cpu_s": round(c / n, 3), "server_cpu_s": round(s / n, 3),
                       "cores_busy": round((c + s) / w, 2)} for name, (w, c, s, n) in phases.items()}
-    print(json.dumps({"pipelined_vs_serial": round(results["server_1"]["games_per_s"] / results["server_0"]["games_per_s"], 2),
-                      "pipelined_vs_serial_inprocess": round(
-                          results["inprocess_1"]["games_per_s"] / results["inprocess_0"]["games_per_s"], 2),
-                      "remote_vs_inprocess": round(results["server_0"]["games_per_s"] / results["inprocess_0"]["games_per_s"], 2),
-                      "cores": cores, "server_threads": bench.SERVER_THREADS,
+    ratio = lambda a, b: round(results[a]["games_per_s"] / results[b]["games_per_s"], 2)  # noqa: E731
+    print(json.dumps({"pipelined_vs_serial": ratio("server_1", "server_0"),
+                      "pipelined_vs_serial_inprocess": ratio("inprocess_1", "inprocess_0"),
+                      "remote_vs_inprocess": ratio("server_0", "inprocess_0"), "cores": cores,
+                      "server_threads": bench.SERVER_THREADS,
                       "serial_server_profile": {"games": profile.get("_rollout"), "update": profile.get("_update")}}))
 
 

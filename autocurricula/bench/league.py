@@ -17,7 +17,8 @@ games per round so it fits a few minutes) once per way of playing its games:
 Each setting runs 2 epochs; the first warms up (model load, compilation, first uploads), the
 second is measured: ``games_per_s`` = games of epoch 1 / its wall time, ``round_s`` = that time /
 rounds, ``turns_per_s`` = the turns played in it / that time (games get longer or shorter as the
-players learn, and each setting's players learn a little differently). Ratios: ``remote_vs_inprocess`` (server1 / inprocess), ``two_servers_vs_one``,
+players learn, and each setting's players learn a little differently). Ratios:
+``remote_vs_inprocess`` (server1 / inprocess), ``two_servers_vs_one``,
 ``pipelined_vs_serial`` (server1_pipelined / server1: the overlap with the server in its own
 process), ``pipelined_vs_serial_inprocess``, ``ray_vs_inprocess``. ``retried`` and
 ``stale_dropped`` sum ``rollout/retried`` and ``rollout/stale_dropped`` over all settings.
@@ -110,14 +111,19 @@ class _Servers:
 
 
 def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=None, seed: int = 0,
-            threads: int | None = None) -> dict:
-    """Train the bench league for 2 epochs; the figures of the second."""
+            threads: int | None = None, rounds: int | None = None, games_per_learner: int | None = None,
+            exploiter_games: int | None = None) -> dict:
+    """Train the bench league for 2 epochs; the figures of the second. ``rounds``, ``games_per_learner``
+    and ``exploiter_games`` override the bench's sizes (``research/pipeline_profile.py`` runs the
+    example's)."""
     from autocurricula import GRPOConfig, LeagueConfig, LeagueTrainer
     from autocurricula.engine import LoraSpec
     from autocurricula.games import tictactoe
 
-    rounds = 2 if quick else 8  # the pipeline fills and drains once per epoch; the example runs 30 rounds
-    cfg = dict(epochs=2, rounds=rounds, games_per_learner=8 if quick else 64, exploiter_games=4 if quick else 16,
+    # the pipeline fills and drains once per epoch; the example runs 30 rounds
+    rounds = rounds or (2 if quick else 8)
+    cfg = dict(epochs=2, rounds=rounds, games_per_learner=games_per_learner or (8 if quick else 64),
+               exploiter_games=exploiter_games or (4 if quick else 16),
                main_agents=1, main_exploiters=1, league_exploiters=1, anchor_share=0.5, scripted_in_pool=True,
                snapshot_min_rounds=max(4, rounds // 2), snapshot_max_rounds=max(8, rounds),
                output_dir=str(out), overwrite_output_dir=True, seed=seed, max_tokens=2, game_name="tictactoe",
@@ -146,7 +152,8 @@ def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=N
             "round_s": round(wall / rounds, 3),
             "retried": sum(int(m.get("rollout/retried", 0)) for m in trainer.metrics_log),
             "stale_dropped": sum(int(m.get("rollout/stale_dropped", 0)) for m in trainer.metrics_log),
-            "update_s": round(sum(m.get("time/update_s", 0.0) for m in rows) / max(1, len(rows)), 3)}
+            **{f"{k}_s": round(sum(m.get(f"time/{k}_s", 0.0) for m in rows) / max(1, len(rows)), 3)
+               for k in ("update", "rollout", "rollout_wait")}}
 
 
 def _ratio(a, b):

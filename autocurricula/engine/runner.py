@@ -127,7 +127,7 @@ def _fill_from_prefix(cache, hits, reused, pads, cap, start) -> None:
             host[r, :, :, :, at : at + take] = b.kv[:, :, :, :take]
             at += take
     for i, c in enumerate(cache):  # one contiguous array each, so decoding writes into it in place
-        c.keys, c.values = _from_host(np.ascontiguousarray(host[:, i, 0])), _from_host(np.ascontiguousarray(host[:, i, 1]))
+        c.keys, c.values = (_from_host(np.ascontiguousarray(host[:, i, kv])) for kv in (0, 1))
         c._idx = start
         c.offset = c.offset + start
 
