@@ -80,12 +80,12 @@ def test_quick_run_prints_every_key(tmp_path):
 
 
 def test_workload_per_shape():
-    """The 0.5B shape runs 32 turns over 8 players, 2 rounds of each phase (to fit about 10 minutes
-    on 2 cores); the bench shape 64 turns, 3 rounds; --quick 16 turns over 4 players, one round."""
+    """Both shapes run the same 64 turns over 8 players; the 0.5B shape 2 update rounds instead of 3
+    (to fit about 10 minutes on 2 cores); --quick 16 turns over 4 players, one round."""
     from autocurricula.bench.peers import workload
 
     assert workload("bench") == {"turns": 64, "players": 8, "rounds": (3, 3)}
-    assert workload("qwen0.5b") == {"turns": 32, "players": 8, "rounds": (2, 2)}
+    assert workload("qwen0.5b") == {"turns": 64, "players": 8, "rounds": (3, 2)}
     assert workload("qwen0.5b", quick=True) == {"turns": 16, "players": 4, "rounds": (1, 1)}
     with pytest.raises(ValueError, match="choose one of"):
         workload("qwen7b")

@@ -1,10 +1,9 @@
 """``autocurricula bench peers``: our engine and update against what a user would otherwise run.
 
-The workload is tic-tac-toe-style turns: 64 turns over 8 players (32 at the 0.5B shape, see
-``WORKLOAD``), each a 20-token prompt (12 shared instruction tokens + 8 board tokens) and 4 sampled
-tokens (temperature 1, exactly 4 tokens), LoRA r=8 on every linear. Every side gets the same model
-folder, prompts and adapters (our random adapters exported with ``export_peft`` / ``export_mlx``).
-Sides, each in its own worker process:
+The workload is tic-tac-toe-style turns: 64 turns over 8 players, each a 20-token prompt (12
+shared instruction tokens + 8 board tokens) and 4 sampled tokens (temperature 1, exactly 4 tokens),
+LoRA r=8 on every linear. Every side gets the same model folder, prompts and adapters (our random
+adapters exported with ``export_peft`` / ``export_mlx``). Sides, each in its own worker process:
 
 - ``engine``: :class:`~autocurricula.engine.Engine`, all turns submitted at once (multi-LoRA,
   continuous batching);
@@ -61,11 +60,11 @@ SHAPES = {
 }
 GOALS = {"engine_vs_peft_mixed": 2.0, "engine_vs_peft_set_adapter": None, "engine_vs_mlx_lm_reload": 5.0,
          "update_vs_torch_peft": 1.5}
-# Per shape: (turns, players) and rounds per phase (rollouts, updates). At the 0.5B shape every
-# side prefills 24 layers of hidden 896 on 2 cores, so the run halves the turns (4 per player, the
-# same for every side) and runs 2 rounds of each phase, to print every key in about 10 minutes.
-WORKLOAD = {"bench": (64, 8), "qwen0.5b": (32, 8), "tiny": (16, 4)}
-ROUNDS = {"bench": (3, 3), "qwen0.5b": (2, 2), "tiny": (1, 1)}
+# Per shape: (turns, players) and rounds per phase (rollouts, updates). At the 0.5B shape a torch +
+# peft update step takes about 30 s on 2 cores, so the updates run 2 rounds after the compared
+# first step: the whole run takes about 8 minutes on an idle 2-core machine.
+WORKLOAD = {"bench": (64, 8), "qwen0.5b": (64, 8), "tiny": (16, 4)}
+ROUNDS = {"bench": (3, 3), "qwen0.5b": (3, 2), "tiny": (1, 1)}
 QUICK = (16, 4)  # --quick: turns, players; one round of each phase
 GRPO = {"learning_rate": 1e-4, "epsilon": 0.2, "epsilon_high": 0.2, "temperature": 1.0, "max_grad_norm": 1.0}
 LOSS_TOL = 1e-4  # relative agreement of the first step's loss
