@@ -79,6 +79,19 @@ def test_quick_run_prints_every_key(tmp_path):
     assert r["torch_imported_autocurricula"] == []
 
 
+def test_every_round_gets_new_boards(tmp_path):
+    """Each run's prompts share the 12-token instruction but no whole prompt repeats across runs
+    (repeated prompts would let the engine's prefix cache serve what a new round must compute)."""
+    from autocurricula.bench.peers import build_spec, model_folder
+
+    spec = build_spec(tmp_path, model_folder("tiny"), turns=8, players=2, rounds=3)
+    sets = spec["round_prompts"]
+    assert len(sets) == 4 and spec["prompts"] == sets[0]
+    assert all(len(p) == 20 and p[:12] == sets[0][0][:12] for s in sets for p in s)
+    seen = [tuple(p) for s in sets for p in s]
+    assert len(set(seen)) == len(seen)
+
+
 def test_workload_per_shape():
     """Both shapes run the same 64 turns over 8 players; the 0.5B shape 2 update rounds instead of 3
     (to fit about 10 minutes on 2 cores); --quick 16 turns over 4 players, one round."""

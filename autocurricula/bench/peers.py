@@ -3,7 +3,8 @@
 The workload is tic-tac-toe-style turns: 64 turns over 8 players, each a 20-token prompt (12
 shared instruction tokens + 8 board tokens) and 4 sampled tokens (temperature 1, exactly 4 tokens),
 LoRA r=8 on every linear. Every side gets the same model folder, prompts and adapters (our random
-adapters exported with ``export_peft`` / ``export_mlx``). Sides, each in its own worker process:
+adapters exported with ``export_peft`` / ``export_mlx``). Every run (warm-up and each round) gets
+new board tokens, as a new round of games would. Sides, each in its own worker process:
 
 - ``engine``: :class:`~autocurricula.engine.Engine`, all turns submitted at once (multi-LoRA,
   continuous batching);
@@ -132,8 +133,12 @@ def linear_dims(config: dict) -> dict[str, tuple[int, int]]:
 
 
 def build_spec(work: Path, model: Path, turns: int, players: int, prompt_len: int = 20, shared: int = 12,
-               new_tokens: int = 4, rank: int = 8, seed: int = 0) -> dict:
-    """Prompts, turn order and adapters (peft and mlx-lm folders with the same weights) in ``work``."""
+               new_tokens: int = 4, rank: int = 8, seed: int = 0, rounds: int = 1) -> dict:
+    """Prompts, turn order and adapters (peft and mlx-lm folders with the same weights) in ``work``.
+
+    ``round_prompts[k]`` are the prompts of run ``k`` (0: the warm-up, then one set per round): every
+    run gets new board tokens after the shared instruction, as a new round of games would, so no
+    side serves a whole prompt it has seen in an earlier run."""
     from autocurricula.engine.adapters import AdapterWeights, LoraSpec
     from autocurricula.export import export_mlx, export_peft
 
@@ -141,7 +146,8 @@ def build_spec(work: Path, model: Path, turns: int, players: int, prompt_len: in
     tok_vocab = json.loads((model / "autocurricula_tiny.json").read_text())["vocab_size"]
     rng = np.random.default_rng(seed)
     prefix = rng.integers(3, tok_vocab, shared).tolist()
-    prompts = [prefix + rng.integers(3, tok_vocab, prompt_len - shared).tolist() for _ in range(turns)]
+    round_prompts = [[prefix + rng.integers(3, tok_vocab, prompt_len - shared).tolist() for _ in range(turns)]
+                     for _ in range(rounds + 1)]
     names = [f"p{i}" for i in range(players)]
     spec_lora = LoraSpec(r=rank, lora_alpha=2 * rank, target_modules="all-linear")
     adapters = {}
@@ -150,7 +156,7 @@ def build_spec(work: Path, model: Path, turns: int, players: int, prompt_len: in
         adapters[n] = {"peft": str(export_peft(w, work / "peft" / n, str(model),
                                                num_model_layers=config["num_hidden_layers"])),
                        "mlx": str(export_mlx(w, work / "mlx" / n, config["num_hidden_layers"]))}
-    return {"model": str(model), "prompts": prompts, "order": [names[i % players] for i in range(turns)],
+    return {"model": str(model), "prompts": round_prompts[0], "round_prompts": round_prompts, "order": [names[i % players] for i in range(turns)],
             "player_names": names, "adapters": adapters, "new_tokens": new_tokens, "rank": rank,
             "grpo": dict(GRPO), "turns": str(work / "turns.json")}
 
@@ -192,23 +198,23 @@ def setup_engine(spec: dict):
 
     engine = _engine(spec)
     params = SamplingParams(max_tokens=spec["new_tokens"], temperature=1.0, ignore_eos=True)
-    prompt_tokens = sum(len(p) for p in spec["prompts"])
 
-    def run():
+    def run(r: int):
+        prompts = spec["round_prompts"][r]
         before = dict(engine.stats)
         go = threading.Event()
         engine.call(go.wait, 600)  # hold the engine thread so all turns start in one batch
-        futs = [engine.submit(p, o, params) for p, o in zip(spec["prompts"], spec["order"])]
+        futs = [engine.submit(p, o, params) for p, o in zip(prompts, spec["order"])]
         t0 = time.perf_counter()
         go.set()
         outs = [f.result() for f in futs]
         dt = time.perf_counter() - t0
         return {"seconds": dt, "tokens": sum(len(o.token_ids) for o in outs),
-                "prefix_hit_rate": _hit_rate(before, engine.stats, prompt_tokens),
+                "prefix_hit_rate": _hit_rate(before, engine.stats, sum(len(p) for p in prompts)),
                 "rows": [{"prompt_ids": o.prompt_ids, "token_ids": o.token_ids, "logprobs": o.logprobs} for o in outs]}
 
-    warm = run()  # warm-up; its sampled turns are the update sides' rows
-    return (lambda: {k: v for k, v in run().items() if k != "rows"}), {"rows": warm["rows"]}
+    warm = run(0)  # warm-up; its sampled turns are the update sides' rows
+    return (lambda r: {k: v for k, v in run(r).items() if k != "rows"}), {"rows": warm["rows"]}
 
 
 def setup_mlx_lm_reload(spec: dict):
@@ -217,9 +223,9 @@ def setup_mlx_lm_reload(spec: dict):
     from mlx_lm.sample_utils import make_sampler
 
     sampler, n_new = make_sampler(temp=1.0), spec["new_tokens"]
-    by_player = {n: [p for p, o in zip(spec["prompts"], spec["order"]) if o == n] for n in spec["player_names"]}
 
-    def run(players=spec["player_names"]):
+    def run(r: int, players=spec["player_names"]):
+        by_player = {n: [p for p, o in zip(spec["round_prompts"][r], spec["order"]) if o == n] for n in players}
         t0, tokens = time.perf_counter(), 0
         for n in players:
             model, _ = load(spec["model"], adapter_path=spec["adapters"][n]["mlx"])  # as mlx-lm's server does
@@ -231,7 +237,7 @@ def setup_mlx_lm_reload(spec: dict):
             del model, gen  # one model in memory at a time, as a server holds one
         return {"seconds": time.perf_counter() - t0, "tokens": tokens}
 
-    run(spec["player_names"][:1])  # warm-up
+    run(0, spec["player_names"][:1])  # warm-up
     return run, {}
 
 
@@ -252,7 +258,7 @@ def setup_update(spec: dict):
         turns.append(turn)
     tokens = sum(len(t.completion_ids) for t in turns)
 
-    def run():
+    def run(r: int):  # the same rows every round
         t0 = time.perf_counter()
         m = up.step(turns)
         return {"seconds": time.perf_counter() - t0, "tokens": tokens, "loss": m["loss"]}
@@ -304,8 +310,8 @@ class Worker:
                                f"--- {self.log} (tail) ---\n{tail}")
         return msg
 
-    def run(self, timeout: float) -> dict:
-        self.proc.stdin.write(json.dumps({"cmd": "run"}) + "\n")
+    def run(self, timeout: float, round: int = 1) -> dict:
+        self.proc.stdin.write(json.dumps({"cmd": "run", "round": round}) + "\n")
         self.proc.stdin.flush()
         return self.answer(timeout)
 
@@ -335,7 +341,7 @@ def _rounds(sides, spec_path, log_dir, reps, timeout) -> tuple[dict, dict]:
         runs = {s: [] for s in sides}
         for i in range(reps):
             for w in workers:
-                runs[w.side].append(w.run(timeout))
+                runs[w.side].append(w.run(timeout, i + 1))
                 _progress(f"round {i + 1}/{reps} {w.side}: {runs[w.side][-1]['seconds']:.2f} s")
         return ready, runs
     finally:
@@ -373,7 +379,7 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
     model = model_folder(shape)
     work = Path(tempfile.mkdtemp(prefix="ac-peers-"))
     try:
-        spec = build_spec(work, model, turns, players)
+        spec = build_spec(work, model, turns, players, rounds=rollout_reps)
         spec_path = work / "spec.json"
         spec_path.write_text(json.dumps(spec))
         ready, runs = _rounds(ROLLOUT_SIDES, spec_path, work, rollout_reps, timeout)

@@ -12,8 +12,9 @@ this file by path (``python -c "...runpy.run_path(this file)" SIDE SPEC``), so t
   gradient clipping and ``torch.optim.AdamW``), the same clipped loss as ``autocurricula.training``.
 
 Protocol: the worker prints one JSON line on its original stdout when ready (after loading and a
-warm-up), then answers each ``{"cmd": "run"}`` line on stdin with one JSON line
-(``seconds``, ``tokens``), and exits on ``{"cmd": "quit"}``. Library output goes to stderr.
+warm-up on ``round_prompts[0]``), then answers each ``{"cmd": "run", "round": k}`` line on stdin
+with one JSON line (``seconds``, ``tokens``) of a run over ``round_prompts[k]``, and exits on
+``{"cmd": "quit"}``. Library output goes to stderr.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ def serve(side: str, spec_path: str, setups: dict) -> None:
         for line in sys.stdin:
             if not line.strip():
                 continue
-            if json.loads(line).get("cmd") == "quit":
+            msg = json.loads(line)
+            if msg.get("cmd") == "quit":
                 break
-            send(run())
+            send(run(msg.get("round", 1)))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
         send({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
         raise
@@ -88,30 +90,31 @@ def _generate(model, prompts, n_new, **kw) -> int:
 
 def setup_peft_mixed(spec: dict):
     model = _peft_model(spec, trainable=False)
-    prompts, order, n_new = spec["prompts"], spec["order"], spec["new_tokens"]
+    order, n_new = spec["order"], spec["new_tokens"]
 
-    def run(k=len(prompts)):
+    def run(r: int, k: int | None = None):
+        prompts = spec["round_prompts"][r][:k]
         t0 = time.perf_counter()
-        tokens = _generate(model, prompts[:k], n_new, adapter_names=order[:k])
+        tokens = _generate(model, prompts, n_new, adapter_names=order[: len(prompts)])
         return {"seconds": time.perf_counter() - t0, "tokens": tokens}
 
-    run(min(len(prompts), 8))  # warm-up
+    run(0, 8)  # warm-up
     return run, {}
 
 
 def setup_peft_set_adapter(spec: dict):
     model = _peft_model(spec, trainable=False)
-    prompts, order, n_new = spec["prompts"], spec["order"], spec["new_tokens"]
-    by_player = {n: [p for p, o in zip(prompts, order) if o == n] for n in spec["player_names"]}
+    order, n_new = spec["order"], spec["new_tokens"]
 
-    def run(players=spec["player_names"]):
+    def run(r: int, players=spec["player_names"]):
+        by_player = {n: [p for p, o in zip(spec["round_prompts"][r], order) if o == n] for n in players}
         t0, tokens = time.perf_counter(), 0
         for n in players:
             model.set_adapter(n)
             tokens += _generate(model, by_player[n], n_new)
         return {"seconds": time.perf_counter() - t0, "tokens": tokens}
 
-    run(spec["player_names"][:1])  # warm-up
+    run(0, spec["player_names"][:1])  # warm-up
     return run, {}
 
 
@@ -169,7 +172,7 @@ def setup_torch_peft_update(spec: dict):
               for n in names}
     tokens = sum(int(b["tgt"].numel()) for b in rows.values())
 
-    def run():
+    def run(r: int):  # the same rows every round
         t0 = time.perf_counter()
         m = grpo_step(model, rows, optims, params, cfg)
         return {"seconds": time.perf_counter() - t0, "tokens": tokens, "loss": m["loss"]}
