@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autocurricula.engine.adapters import AdapterWeights, check_name, from_tensors, load_folder
+from autocurricula.engine.adapters import AdapterWeights, from_tensors, load_folder
 from autocurricula.engine.engine import UnknownPlayerError
 from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fingerprint_engine
 from autocurricula.engine.sampling import SamplingParams
@@ -275,14 +275,7 @@ class RayEngine(FleetFront):
         if self.expected is None:
             self.expected = fingerprint_engine(engine)
             self._call(self._check_all_bases()).result()
-        local = {name: engine.adapter_info(name)["version"] for name in engine.players()}
-        pushed = [n for n, v in sorted(local.items()) if n not in self._adapters or self._adapters[n].version != v]
-        for name in pushed:
-            self.load_adapter(name, engine.adapter_weights(name), version=local[name])
-        dropped = [n for n in self.players() if n not in local]
-        for name in dropped:
-            self.unload_adapter(name)
-        return {"pushed": pushed, "dropped": dropped}
+        return super().sync_from(engine)
 
     def make_updater(self, engine, grpo_config=None) -> RayUpdater | None:
         """The trainer's updater: a :class:`RayUpdater` on ``learners`` learner actors, or None
@@ -294,41 +287,18 @@ class RayEngine(FleetFront):
         self._updaters.append(up)
         return up
 
-    def load_adapter(self, name: str, source: Any, version: int | None = None) -> int:
-        """Install or hot-swap a player at ``version`` (default: the next one): put once into the
-        object store, installed now on every actor that holds the player, on others at first use."""
-        check_name(name)
-        if name == self.name:
-            raise ValueError(f"{name!r} is the base model's name; choose another player name")
-        self._check_open()
-        weights = _weights_of(source)
-        last = self._last_version.get(name, 0)
-        if version is None:
-            version = last + 1
-        elif not isinstance(version, int) or version <= last:
-            raise ValueError(f"version {version!r} of {name!r} is not newer than {last}; versions only grow")
-        ad = _Adapter(self._ray.put(weights), version, weights)
-        return self._call(self._install(name, ad)).result()
-
-    def unload_adapter(self, name: str) -> None:
-        """Drop a player on every actor."""
-        if name not in self._adapters:
-            raise UnknownPlayerError(f"unknown player {name!r}")
-        self._call(self._drop(name)).result()
+    def _adapter(self, source: Any, version: int) -> _Adapter:
+        weights = _weights_of(source)  # put once into the object store, fetched by each actor
+        return _Adapter(self._ray.put(weights), version, weights)
 
     def adapter_info(self, name: str) -> dict:
         """``{"name", "version", "actors"}``: the current version and the actors holding it."""
-        ad = self._adapters.get(name)
-        if ad is None:
-            raise UnknownPlayerError(f"unknown player {name!r}")
+        ad = self._held(name)
         return {"name": name, "version": ad.version,
                 "actors": [a.index for a in self.actors if a.held.get(name) == ad.version]}
 
     def adapter_weights(self, name: str) -> AdapterWeights:
-        ad = self._adapters.get(name)
-        if ad is None:
-            raise UnknownPlayerError(f"unknown player {name!r}")
-        return ad.weights
+        return self._held(name).weights
 
 
     def placement(self, name: str) -> int | None:

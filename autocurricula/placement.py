@@ -35,17 +35,67 @@ def pick_worker(up: Sequence[Any], placement: dict[str, Any], player: str | None
 
 class FleetFront:
     """What an engine made of remote workers answers locally: text and chat-template helpers over
-    ``self.tokenizer``, the player list over ``self._adapters``, blocking :meth:`generate`, and
-    calls onto its asyncio loop thread (``self._loop``). Subclasses define ``submit``, ``close``,
-    ``_occupancy`` and ``_closed``."""
+    ``self.tokenizer``, the players' bookkeeping (``self._adapters``, ``self._last_version``:
+    versions only grow), blocking :meth:`generate`, and calls onto its asyncio loop thread
+    (``self._loop``). Subclasses define ``submit``, ``close``, ``_occupancy``, ``_closed``,
+    ``_adapter(source, version)`` (the record to install), and the coroutines ``_install`` and
+    ``_drop``."""
 
     tokenizer: Any
+    name: str
     _adapters: dict
+    _last_version: dict
     _loop: asyncio.AbstractEventLoop
     _closed: bool
 
     def players(self) -> list[str]:
         return sorted(self._adapters)
+
+    # ------------------------------------------------------------------ players (subclasses: _adapter, _install, _drop)
+    def sync_from(self, engine) -> dict:
+        """Make this engine's players those of ``engine`` (the trainer's in-process engine): push
+        every adapter whose version differs, at the engine's version, and drop the players it no
+        longer has. Call it after every update and every change of the league. Returns
+        ``{"pushed": [...], "dropped": [...]}``."""
+        local = {name: engine.adapter_info(name)["version"] for name in engine.players()}
+        pushed = [n for n, v in sorted(local.items()) if n not in self._adapters or self._adapters[n].version != v]
+        for name in pushed:
+            self.load_adapter(name, engine.adapter_weights(name), version=local[name])
+        dropped = [n for n in self.players() if n not in local]
+        for name in dropped:
+            self.unload_adapter(name)
+        return {"pushed": pushed, "dropped": dropped}
+
+    def load_adapter(self, name: str, source: Any, version: int | None = None) -> int:
+        """Install or hot-swap a player at ``version`` (default: the next one): installed now on
+        every worker that holds the player, on the others at its first request there. Returns the
+        version."""
+        from autocurricula.engine.adapters import check_name
+
+        check_name(name)
+        if name == self.name:
+            raise ValueError(f"{name!r} is the base model's name; choose another player name")
+        self._check_open()
+        last = self._last_version.get(name, 0)
+        if version is None:
+            version = last + 1
+        elif not isinstance(version, int) or version <= last:
+            raise ValueError(f"version {version!r} of {name!r} is not newer than {last}; versions only grow")
+        return self._call(self._install(name, self._adapter(source, version))).result()
+
+    def unload_adapter(self, name: str) -> None:
+        """Drop a player on every worker."""
+        self._held(name)
+        self._call(self._drop(name)).result()
+
+    def _held(self, name: str):
+        """The local record of a player's current adapter (``.version``); UnknownPlayerError if none."""
+        from autocurricula.engine.engine import UnknownPlayerError
+
+        ad = self._adapters.get(name)
+        if ad is None:
+            raise UnknownPlayerError(f"unknown player {name!r}")
+        return ad
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text))

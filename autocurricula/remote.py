@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from autocurricula.client import AsyncClient, ConflictError, NotFoundError, ServerError, UnavailableError
-from autocurricula.engine.adapters import AdapterWeights, check_name, from_tensors, load_folder, to_safetensors_bytes
+from autocurricula.engine.adapters import AdapterWeights, from_tensors, load_folder, to_safetensors_bytes
 from autocurricula.engine.engine import UnknownPlayerError
 from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fingerprint_engine, fingerprint_folder
 from autocurricula.engine.sampling import SamplingParams
@@ -167,46 +167,12 @@ class RemoteEngine(FleetFront):
             raise UnknownPlayerError(f"unknown player {player!r}; load its adapter first (loaded: {self.players()})")
         return ids, player, params, request_id or f"remote-{next(self._ids)}"
 
-    def sync_from(self, engine) -> dict:
-        """Make this engine's players those of ``engine`` (the trainer's in-process engine): push
-        every adapter whose version differs, at the engine's version, and drop players it no longer
-        has. Call it after every update and every change of the league. Returns
-        ``{"pushed": [...], "dropped": [...]}``."""
-        local = {name: engine.adapter_info(name)["version"] for name in engine.players()}
-        pushed = [n for n, v in sorted(local.items()) if n not in self._adapters or self._adapters[n].version != v]
-        for name in pushed:
-            self.load_adapter(name, engine.adapter_weights(name), version=local[name])
-        dropped = [n for n in self.players() if n not in local]
-        for name in dropped:
-            self.unload_adapter(name)
-        return {"pushed": pushed, "dropped": dropped}
-
-    def load_adapter(self, name: str, source: Any, version: int | None = None) -> int:
-        """Install or hot-swap a player at ``version`` (default: the next one): pushed now to every
-        server that holds the player, uploaded to others on first use. Returns the version."""
-        check_name(name)
-        if name == self.name:
-            raise ValueError(f"{name!r} is the base model's name; choose another player name")
-        self._check_open()
-        data = _safetensors_of(source)
-        last = self._last_version.get(name, 0)
-        if version is None:
-            version = last + 1
-        elif not isinstance(version, int) or version <= last:
-            raise ValueError(f"version {version!r} of {name!r} is not newer than {last}; versions only grow")
-        return self._call(self._install(name, _Adapter(data, version))).result()
-
-    def unload_adapter(self, name: str) -> None:
-        """Drop a player on every server."""
-        if name not in self._adapters:
-            raise UnknownPlayerError(f"unknown player {name!r}")
-        self._call(self._drop(name)).result()
+    def _adapter(self, source: Any, version: int) -> _Adapter:
+        return _Adapter(_safetensors_of(source), version)
 
     def adapter_info(self, name: str) -> dict:
         """``{"name", "version", "servers"}``: the current version and the servers holding it."""
-        ad = self._adapters.get(name)
-        if ad is None:
-            raise UnknownPlayerError(f"unknown player {name!r}")
+        ad = self._held(name)
         return {"name": name, "version": ad.version,
                 "servers": [s.url for s in self.servers if s.held.get(name) == ad.version]}
 
