@@ -372,11 +372,20 @@ class RemoteEngine(FleetFront):
         if srv is None or len(idx) == 1:
             await asyncio.gather(*(one(i) for i in idx))
             return
-        srv.inflight += len(idx)
+        counted = len(idx)
+        srv.inflight += counted
         try:
             for player in dict.fromkeys(items[i][1] for i in idx):
-                if player is not None:
+                if player is None:
+                    continue
+                try:
                     await self._ensure(srv, player)
+                except UnknownPlayerError as exc:  # unloaded meanwhile: only its own requests fail
+                    for i in [i for i in idx if items[i][1] == player]:
+                        _deliver(futs[i], exc=exc)
+                    idx = [i for i in idx if items[i][1] != player]
+            if not idx:
+                return
             bodies = await srv.client.batch_completions([_fields(*items[i][:3]) for i in idx])
         except NotFoundError:  # restarted between two polls: the one-by-one path uploads again
             bodies = None
@@ -388,12 +397,12 @@ class RemoteEngine(FleetFront):
             self._down(srv, exc.message)
             self.stats["retried"] += len(idx)
             bodies = None
-        except BaseException as exc:  # noqa: BLE001 - e.g. a player unloaded meanwhile
+        except BaseException as exc:  # noqa: BLE001 - anything else: every request of the call gets it
             for i in idx:
                 _deliver(futs[i], exc=exc)
             return
         finally:
-            srv.inflight -= len(idx)
+            srv.inflight -= counted
         if bodies is None:
             await asyncio.gather(*(one(i) for i in idx))
             return
