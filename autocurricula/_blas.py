@@ -88,6 +88,17 @@ def set_threads(n: int) -> bool:
     return True
 
 
+def use_threads(n: int) -> int | None:
+    """:func:`set_threads`, warning when it cannot apply; returns the count before, to restore."""
+    before = get_threads()
+    if not set_threads(n):
+        import logging
+
+        logging.getLogger("autocurricula").warning(
+            "threads=%d has no effect: %s is in use, not a preloaded OpenBLAS", n, describe())
+    return before
+
+
 def get_threads() -> int | None:
     """The preloaded OpenBLAS's thread count (None without one)."""
     fn = getattr(_LIB[0], "openblas_get_num_threads", None) if _LIB else None

@@ -491,7 +491,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         trainer's lockstep tick needs). Answers ``{"object": "list", "data": [...]}``: one
         ``text_completion`` per request, in order, or ``{"error": {...}}`` for one that failed in
         the engine. A request that is invalid, or names an unknown player, refuses the whole batch
-        (400 / 404, naming ``requests[i]``), and none of it runs."""
+        (400 / 404; the fields checked here name ``requests[i]``, the engine's checks of prompt
+        length and token ids name the problem), and none of it runs."""
         items = []
         for i, item in enumerate(body.requests):
             where = f"requests[{i}]"
@@ -680,8 +681,7 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     if threads is not None:
         from autocurricula import _blas
 
-        if not _blas.set_threads(threads):
-            log.warning("threads=%d has no effect: %s is in use, not a preloaded OpenBLAS", threads, _blas.describe())
+        _blas.use_threads(threads)
 
     if not (isinstance(timeout_keep_alive, (int, float)) and math.isfinite(timeout_keep_alive)
             and timeout_keep_alive > 0):

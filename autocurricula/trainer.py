@@ -349,10 +349,7 @@ class AutocurriculumTrainer:
             return None
         from autocurricula import _blas
 
-        before = _blas.get_threads()
-        if not _blas.set_threads(n):
-            log.warning("threads=%d has no effect: %s is in use, not a preloaded OpenBLAS", n, _blas.describe())
-        return before
+        return _blas.use_threads(n)
 
     def _overlaps(self) -> bool:
         """Whether the next round's games can play while this round updates: only when they run
