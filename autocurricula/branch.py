@@ -8,7 +8,20 @@ of the turn's seat over the K branches. The turn's advantage is
 - ``advantage="return"`` (default): ``A_t = G - V(s_t)``, the game's return minus the branch value;
 - ``advantage="td"`` (VinePPO proper, rewards only at the end): ``A_t = V(s_{t+1}) - V(s_t)``, where
   s_{t+1} is the state right after the move (branches that force the move too; after the game's
-  last call, ``V = G``). It judges the move by where it led, not by the later luck of the game.
+  last call, ``V = G``). It judges the move by where it led, not by the later luck of the game;
+- ``advantage="moves"`` (games that list their moves: ``play.moves(prompt) -> list[str]``): every
+  legal move m at s_t is forced in K branches of its own and ``Q(s_t, m)`` is their mean return.
+  Each move becomes a training turn of its own whose advantage is the residual of a regression of
+  the policy's centred log-probabilities onto the centred values over a temperature tau, bounded:
+  ``A_m = clip((Q_m - mean Q) / tau, +-c) - (log pi(m) - mean log pi)`` (``move_advantages``; the
+  log-probs are scored under the learner's current adapter). Its fixed point is ``pi ∝
+  exp(clip((Q - mean Q) / tau, +-c))`` at every state, a smoothed best response whose bound c keeps
+  a clearly better move from pulling shared features without end. Unlike a sampled move's gradient it does not vanish
+  where the policy has saturated on the wrong move, it stops pushing a state once that state is
+  right (so states that share features do not drag each other past their targets), and it is
+  linear in the returns, so hidden information that the branches share (a dealt card) averages out
+  over visits. The sampled turn keeps an advantage only when its reply is none of the moves
+  (``G - mean Q``, e.g. an invalid reply).
 
 Nothing is keyed by prompt text, so it works for free-text games whose states never repeat. Cost:
 ``branch_samples`` x the branched turns of a round extra games per round (x2 for "td" when moves
@@ -28,7 +41,7 @@ from autocurricula.arena import GameRecord, derive_seed
 from autocurricula.credit import RAE, Credit, Turn
 from autocurricula.replay import ReplayDiverged, Replayer, turn_positions
 
-ADVANTAGES = ("return", "td")
+ADVANTAGES = ("return", "td", "moves")
 
 
 def branch_value(returns: list[float]) -> float | None:
@@ -41,6 +54,21 @@ def branch_advantage(ret: float, value: float, next_value: float | None = None) 
     """``ret - value`` (``advantage="return"``), or ``next_value - value`` when ``next_value`` is
     given (``advantage="td"``: the value of the state the move led to)."""
     return (ret if next_value is None else next_value) - value
+
+
+def move_advantages(values: list[float], logprobs: list[float], temperature: float,
+                    max_logit: float = math.inf) -> list[float]:
+    """``advantage="moves"``: ``y_m - (logp_m - mean logp)`` per move with ``y = clip((Q - mean Q) /
+    temperature, +-max_logit)`` centred: the residuals of the regression whose fixed point is
+    ``pi ∝ exp(y)`` (``softmax(Q / temperature)`` where nothing is clipped). They sum to zero."""
+    if len(values) != len(logprobs) or not values:
+        raise ValueError(f"one value and one log-probability per move, got {len(values)} and {len(logprobs)}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    q, lp = sum(values) / len(values), sum(logprobs) / len(logprobs)
+    y = [min(max((v - q) / temperature, -max_logit), max_logit) for v in values]
+    y_mean = sum(y) / len(y)  # centred again after the bound: the residuals move probability between moves
+    return [t - y_mean - (l - lp) for t, l in zip(y, logprobs)]
 
 
 def pick_positions(positions: list[int], budget: int, seed: int) -> list[int]:
@@ -61,16 +89,22 @@ class BranchCredit(Credit):
     replays = True
 
     def __init__(self, samples: int = 4, turns_per_game: int = 0, advantage: str = "return", seed: int = 0,
-                 fallback: RAE | None = None):
+                 fallback: RAE | None = None, temperature: float = 0.25, max_logit: float = 2.0):
         if not isinstance(samples, int) or samples < 1:
             raise ValueError(f"branch_samples must be an integer >= 1, got {samples!r}")
         if not isinstance(turns_per_game, int) or turns_per_game < 0:
             raise ValueError(f"branch_turns_per_game must be an integer >= 0 (0 = all), got {turns_per_game!r}")
         if advantage not in ADVANTAGES:
             raise ValueError(f"branch_advantage must be one of {ADVANTAGES}, got {advantage!r}")
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"branch_move_temperature must be a number > 0, got {temperature!r}")
         self.samples, self.turns_per_game, self.advantage, self.seed = samples, turns_per_game, advantage, seed
+        if not (isinstance(max_logit, (int, float)) and max_logit > 0):
+            raise ValueError(f"branch_move_clip must be a number > 0 (math.inf: no bound), got {max_logit!r}")
+        self.temperature, self.max_logit = float(temperature), float(max_logit)
         self.fallback = fallback or RAE()
         self._adv: dict[int, float] = {}  # id(turn) -> branch advantage, for this round's turns
+        self._targets: list[Turn] = []  # advantage="moves": this round's move turns
         self._metrics: dict = {}
         self._checked = False
 
@@ -95,6 +129,8 @@ class BranchCredit(Credit):
                     if (rec.game_id, q) not in points:
                         points[(rec.game_id, q)] = len(requests)
                         requests.append((rec, q))
+        if self.advantage == "moves":
+            return self._see_moves(chosen, requests, points, replayer, t0)
         branches = replayer.branch(requests, self.samples)
         diverged = [b for bs in branches for b in bs if b.error and b.error.startswith("ReplayDiverged")]
         if diverged:
@@ -120,6 +156,75 @@ class BranchCredit(Credit):
                          "credit/branch_errors": sum(b.error is not None for bs in branches for b in bs),
                          "credit/branch_s": time.perf_counter() - t0}
 
+    def _see_moves(self, chosen, requests, points, replayer: Replayer, t0: float) -> None:
+        """``advantage="moves"``: K branches per legal move of each chosen turn; the moves become
+        target turns with their centred branch values (see the module docstring)."""
+        from autocurricula.arena import Generation
+
+        moves_of = getattr(replayer.play, "moves", None)
+        if not callable(moves_of):
+            raise ValueError(f"branch_advantage='moves' needs the game to list its legal moves: give "
+                             f"{getattr(replayer.play, '__name__', 'play')} a `moves(prompt) -> list[str]` attribute "
+                             f"(games.kuhn_poker.play and games.tictactoe.play have one), or use 'return'")
+        engine = replayer.arena.engine
+        if not callable(getattr(engine, "completion_logprobs", None)):
+            raise ValueError("branch_advantage='moves' scores each move under the learner's adapter with "
+                             "Engine.completion_logprobs: play the round on an in-process Engine, or use 'return'")
+        tok = engine.tokenizer
+        eos = tok.eos_token_id
+        asked, answers = [], []
+        for rec, p in requests:
+            key, pid, ids, _, turn = rec.calls[p]
+            moves = list(moves_of(tok.decode(ids, skip_special_tokens=True)))
+            gens = []
+            for m in moves:
+                mids = list(tok.encode(m, add_special_tokens=False)) + [eos]  # as a warm-up on (prompt, move) teaches
+                gens.append(Generation(m, mids, [0.0] * len(mids), list(ids), "stop", getattr(turn, "version", None),
+                                       pid))
+            asked.append((rec, p, gens))
+            answers.append(gens)
+        branches = replayer.branch_moves(asked, self.samples) if asked else []
+        diverged = [b for per in branches for bs in per for b in bs if b.error and b.error.startswith("ReplayDiverged")]
+        if diverged:
+            raise ReplayDiverged(f"branch credit: {len(diverged)} branch games diverged from their recorded game, "
+                                 f"first: {diverged[0].error}")
+        self._targets = []
+        scored = {}  # (turn, move) -> log pi(move): one batched scoring call per player
+        for player in sorted({turn.player for turn, _, _ in chosen}):
+            keys = [(id(turn), j) for turn, rec, p in chosen if turn.player == player
+                    for j in range(len(answers[points[(rec.game_id, p)]]))]
+            pairs = [(list(turn.prompt_ids), answers[points[(rec.game_id, p)]][j].token_ids)
+                     for turn, rec, p in chosen if turn.player == player
+                     for j in range(len(answers[points[(rec.game_id, p)]]))]
+            scored.update(zip(keys, engine.completion_logprobs(pairs, player)))
+        for turn, rec, p in chosen:
+            i = points[(rec.game_id, p)]
+            q = [branch_value([g.rewards[turn.seat] for g in bs if g.error is None]) for bs in branches[i]]
+            if not q or any(v is None for v in q):
+                continue  # a move with no finished branch: the turn keeps its fallback advantage
+            logps = [scored[(id(turn), j)] for j in range(len(answers[i]))]
+            adv = move_advantages(q, logps, self.temperature, self.max_logit)
+            mean = sum(q) / len(q)
+            reply = tok.decode(list(turn.completion_ids), skip_special_tokens=True).strip()
+            self._adv[id(turn)] = 0.0 if any(g.text == reply for g in answers[i]) else float(turn.reward) - mean
+            for g, a in zip(answers[i], adv):
+                self._targets.append(Turn(
+                    player=turn.player, game_id=turn.game_id, role=turn.role, prompt_ids=list(turn.prompt_ids),
+                    completion_ids=list(g.token_ids), logprobs=[0.0] * len(g.token_ids), version=turn.version,
+                    game=turn.game, reward=turn.reward, level=turn.level, parent=turn.parent, seat=turn.seat,
+                    advantage=a, target=True))
+        self._metrics = {"credit/branch_games": sum(len(bs) for per in branches for bs in per),
+                         "credit/branched_turns": len(self._adv), "credit/move_targets": len(self._targets),
+                         "credit/branch_errors": sum(b.error is not None for per in branches for bs in per for b in bs),
+                         "credit/branch_s": time.perf_counter() - t0}
+
+    def extra_turns(self, turns: list[Turn]) -> list[Turn]:
+        """``advantage="moves"``: one target turn per legal move of each branched turn of ``turns``'
+        players (frozen players' turns are not passed in)."""
+        players = {t.player for t in turns}
+        out, self._targets = [t for t in self._targets if t.player in players], []
+        return out
+
     def advantages(self, turns: list[Turn]) -> list[float]:
         fallback = self.fallback.advantages(turns)  # keeps the role baselines learning every round
         adv, self._adv = self._adv, {}  # keyed by id(): never reused for another round's turns
@@ -139,4 +244,5 @@ class BranchCredit(Credit):
 def make_branch_credit(config, grpo_config) -> BranchCredit:
     """``credit="branch"`` from the trainer's config (see :class:`BranchCredit`)."""
     return BranchCredit(config.branch_samples, config.branch_turns_per_game, config.branch_advantage, config.seed,
-                        RAE(config.rae_alpha, config.rae_per_player))
+                        RAE(config.rae_alpha, config.rae_per_player), config.branch_move_temperature,
+                        config.branch_move_clip)

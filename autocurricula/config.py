@@ -173,9 +173,17 @@ class AutocurriculumConfig:
                                 "the mean return of the K (cost: K extra games per branched turn, per round)", 4)
     branch_turns_per_game: int = _help("credit='branch': learner turns branched per game, drawn at random (the "
                                        "others get the RAE advantage); 0 = every top-level turn", 0)
-    branch_advantage: str = _help("credit='branch': 'return' (A = G - V(s_t)) or 'td' (VinePPO: A = V(s_t+1) - "
-                                  "V(s_t), the value after the move from branches too; up to twice the games)",
+    branch_advantage: str = _help("credit='branch': 'return' (A = G - V(s_t)), 'td' (VinePPO: A = V(s_t+1) - "
+                                  "V(s_t), the value after the move from branches too; up to twice the games) or "
+                                  "'moves' (games with play.moves: every legal move is branched K times and "
+                                  "trained with A = Q(s, m) - mean Q; K x moves games per branched turn)",
                                   "return")
+    branch_move_temperature: float = _help("credit='branch', branch_advantage='moves': tau; each branched state's "
+                                           "policy is regressed toward softmax(Q / tau) over its legal moves (Q in "
+                                           "reward units: smaller = nearer a best response)", 0.25)
+    branch_move_clip: float = _help("credit='branch', branch_advantage='moves': bound c on each move's target "
+                                    "centred logit (Q - mean Q) / tau, so a state stops pulling once its better "
+                                    "move is about e^(2c) times as likely (math.inf: no bound)", 2.0)
     game_name: str | None = _help("name of the game in turns and cards (default: play's module name)", None)
     max_concurrent_games: int = _help("games in flight at once (their calls share the engine's batches)", 64)
     lockstep: bool = _help("batch the calls of all running games in a fixed order: full batches and "
@@ -242,9 +250,13 @@ class AutocurriculumConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < (1 if name == "branch_samples" else 0):
                 raise ValueError(f"{name} must be an integer >= {1 if name == 'branch_samples' else 0}, got {v!r}")
-        if self.branch_advantage not in ("return", "td"):
-            raise ValueError(f"branch_advantage must be 'return' (A = G - V) or 'td' (A = V(next) - V), "
-                             f"got {self.branch_advantage!r}")
+        for name in ("branch_move_temperature", "branch_move_clip"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v:
+                raise ValueError(f"{name} must be a number > 0, got {v!r}")
+        if self.branch_advantage not in ("return", "td", "moves"):
+            raise ValueError(f"branch_advantage must be 'return' (A = G - V), 'td' (A = V(next) - V) or 'moves' "
+                             f"(A = Q(s, m) - mean Q for every legal move), got {self.branch_advantage!r}")
         if self.q_target_coef and self.credit != "q":
             raise ValueError(f"q_target_coef needs credit='q' (the (state, move) table), got credit={self.credit!r}")
         targets = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)

@@ -34,7 +34,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
-from autocurricula.arena import Arena, GameRecord, derive_seed
+from autocurricula.arena import Arena, GameRecord, Generation, derive_seed
 
 
 class ReplayDiverged(RuntimeError):
@@ -70,14 +70,20 @@ class ReplayPlan:
         return seed if self.salt is None else derive_seed(seed, self.salt)
 
 
-def plan(record: GameRecord, position: int, salt: str | None = None) -> ReplayPlan:
-    """A plan that forces the first ``position`` calls of ``record`` (``len(record.calls)``: all)."""
+def plan(record: GameRecord, position: int, salt: str | None = None, answer: Generation | None = None) -> ReplayPlan:
+    """A plan that forces the first ``position`` calls of ``record`` (``len(record.calls)``: all),
+    and with ``answer`` call ``position`` too: it gets ``answer`` instead of being sampled."""
     if record.calls is None:
         raise ValueError(f"game {record.game_id} was not logged: run it with GameRecord(..., calls=[]) to replay it")
     if not 0 <= position <= len(record.calls):
         raise ValueError(f"position must be in [0, {len(record.calls)}] (the calls of game {record.game_id}), "
                          f"got {position}")
     answers = {key: (pid, list(ids), gen) for key, pid, ids, gen, _ in record.calls[:position]}
+    if answer is not None:
+        if position >= len(record.calls):
+            raise ValueError(f"game {record.game_id} has no call {position} to answer (it made {len(record.calls)})")
+        key, pid, ids, _, _ = record.calls[position]
+        answers[key] = (pid, list(ids), answer)
     return ReplayPlan(record.game_id, answers, salt)
 
 
@@ -99,15 +105,16 @@ class Replayer:
         self.max_concurrent, self.timeout_s = max_concurrent, timeout_s
         self.games_run = 0
 
-    def run(self, requests: list[tuple[GameRecord, int, str | None]]) -> list[GameRecord]:
-        """Replay each ``(record, position, salt)`` (see :func:`plan`); one ``Arena.run`` for all.
+    def run(self, requests: list[tuple]) -> list[GameRecord]:
+        """Replay each ``(record, position, salt)`` or ``(record, position, salt, answer)`` (see
+        :func:`plan`); one ``Arena.run`` for all.
         A replay that asked for something else, or stopped before its forced calls were used, has
         ``error`` set to a ``ReplayDiverged`` message."""
         from autocurricula.trainer import run_async
 
         games = []
-        for n, (record, position, salt) in enumerate(requests):
-            replay = plan(record, position, salt)
+        for n, (record, position, salt, *answer) in enumerate(requests):
+            replay = plan(record, position, salt, *answer)
             rec = GameRecord(f"{record.game_id}#{salt if salt is not None else 'replay'}#{n}", record.players,
                              replay=replay)
             games.append((self.play, record.players, rec, self.game))
@@ -145,3 +152,18 @@ class Replayer:
         flat = [(record, position, f"{tag}{position}.{k}") for record, position in requests for k in range(samples)]
         out = self.run(flat)
         return [out[i * samples:(i + 1) * samples] for i in range(len(requests))]
+
+    def branch_moves(self, requests: list[tuple[GameRecord, int, list[Generation]]], samples: int,
+                     tag: str = "m") -> list[list[list[GameRecord]]]:
+        """For each ``(record, position, answers)``: for each answer, ``samples`` branch games that
+        force the calls before ``position``, answer call ``position`` with it, and sample the rest
+        with seeds of their own (the returns estimate Q(s, move)); all run in one ``Arena.run``."""
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, got {samples}")
+        flat = [(record, position, f"{tag}{position}.{j}.{k}", answer) for record, position, answers in requests
+                for j, answer in enumerate(answers) for k in range(samples)]
+        out, i, grouped = self.run(flat), 0, []
+        for _, _, answers in requests:
+            grouped.append([out[i + j * samples:i + (j + 1) * samples] for j in range(len(answers))])
+            i += len(answers) * samples
+        return grouped

@@ -55,8 +55,14 @@ def parse_args(argv=None):
     parser.add_argument("--credit", default="branch", choices=["branch", "rae", "grpo", "q", "value"],
                         help="credit assignment; 'branch' (default) replays each game to a learner's turn and "
                         "plays K continuations (per-move credit, no lookup table)")
-    parser.add_argument("--branch-samples", type=int, default=2, help="credit branch: K continuations per turn")
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--branch-samples", type=int, default=2, help="credit branch: K continuations per turn "
+                        "(per legal move with --branch-advantage moves)")
+    parser.add_argument("--branch-advantage", default="moves", choices=["moves", "return", "td"],
+                        help="credit branch: 'moves' (default) branches both legal moves and regresses the policy "
+                        "toward softmax(Q / tau), bounded; 'return' is A = G - V(s) on the sampled move")
+    parser.add_argument("--move-temperature", type=float, default=0.25, help="tau of --branch-advantage moves")
+    parser.add_argument("--move-clip", type=float, default=2.0, help="bound on the centred target logit of moves")
+    parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the warm base")
     parser.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus per completion token")
     parser.add_argument("--meta", default="chips", choices=["chips", "league"],
@@ -123,6 +129,8 @@ def settings(args):
 def common(args, output_dir: str) -> dict:
     return dict(epochs=args.epochs, rounds=args.rounds, output_dir=output_dir, overwrite_output_dir=True,
                 seed=args.seed, max_tokens=2, credit=args.credit, branch_samples=args.branch_samples,
+                branch_advantage=args.branch_advantage, branch_move_temperature=args.move_temperature,
+                branch_move_clip=args.move_clip,
                 game_name="kuhn_poker", max_concurrent_games=128, bt_bootstrap=0, progress=False,
                 save_total_limit=1)
 

@@ -56,8 +56,12 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
                         "branched position (V(s) = their mean return)")
     parser.add_argument("--branch-turns", type=int, default=0, help="with --credit branch: learner turns branched "
                         "per game (0 = all)")
-    parser.add_argument("--branch-advantage", default="return", choices=["return", "td"],
-                        help="with --credit branch: A = G - V(s) ('return') or V(s') - V(s) ('td')")
+    parser.add_argument("--branch-advantage", default="return", choices=["return", "td", "moves"],
+                        help="with --credit branch: A = G - V(s) ('return'), V(s') - V(s) ('td'), or 'moves': "
+                        "every free cell branched --branch-samples times, the policy regressed toward "
+                        "softmax(Q / tau), bounded")
+    parser.add_argument("--move-temperature", type=float, default=0.25, help="tau of --branch-advantage moves")
+    parser.add_argument("--move-clip", type=float, default=2.0, help="bound on the centred target logit of moves")
     parser.add_argument("--q-targets", type=float, default=1.0, help="with --credit q: also train every visited "
                         "position toward its best known move, advantage COEF x (score - V) (q_target_coef; 0 = off)")
     parser.add_argument("--learning-rate", type=float, default=2e-3)
@@ -83,7 +87,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
 def credit_settings(args) -> dict:
     """The config fields of ``--credit`` and its options."""
     return {"credit": args.credit, "q_target_coef": args.q_targets, "branch_samples": args.branch_samples,
-            "branch_turns_per_game": args.branch_turns, "branch_advantage": args.branch_advantage}
+            "branch_turns_per_game": args.branch_turns, "branch_advantage": args.branch_advantage,
+            "branch_move_temperature": args.move_temperature, "branch_move_clip": args.move_clip}
 
 
 def game(args):
@@ -94,6 +99,7 @@ def game(args):
     async def play(players, model, tokenizer=None):
         return await tictactoe.play(players, model, tokenizer, opening_moves=args.openings)
 
+    play.moves = tictactoe.moves  # the same moves: branch_advantage="moves" can branch them
     return play
 
 

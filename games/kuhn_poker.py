@@ -31,7 +31,7 @@ from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, chec
                                          drive, drive_sync, make_rng, uniform)
 
 __all__ = ["ACTIONS", "CARDS", "NUM_PLAYERS", "ZERO_SUM", "KuhnPoker", "deal", "equilibrium_strategy",
-           "exact_value", "is_terminal", "legal_actions", "parse_action", "parse_prompt", "payoff", "play",
+           "exact_value", "is_terminal", "legal_actions", "moves", "parse_action", "parse_prompt", "payoff", "play",
            "play_out", "random_policy", "render_prompt", "strategy_policy", "warmup_examples", "warmup_strategy"]
 
 NUM_PLAYERS = 2
@@ -92,6 +92,12 @@ def parse_prompt(prompt: str) -> tuple[str, tuple[str, ...], int]:
     seat, card, hist = found[-1]
     history = tuple(w for w in hist.split() if w != "none")
     return card, history, int(seat) - 1
+
+
+def moves(prompt: str) -> list[str]:
+    """The legal replies at a prompt made by ``render_prompt`` (``play.moves``: branch credit's
+    ``branch_advantage="moves"`` branches each of them)."""
+    return list(legal_actions(parse_prompt(prompt)[1]))
 
 
 def parse_action(text: str, legal: Sequence[str] = ACTIONS) -> str | None:
@@ -233,3 +239,6 @@ async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DE
     game = KuhnPoker(cards or deal(make_rng(seed, rng)))
     await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop)
     return game.rewards(invalid_penalty)
+
+
+play.moves = moves

@@ -32,8 +32,9 @@ from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, chec
                                          drive, drive_sync, make_rng)
 
 __all__ = ["EMPTY_BOARD", "NUM_PLAYERS", "ZERO_SUM", "TicTacToe", "apply_move", "legal_moves", "minimax_policy",
-           "minimax_value", "minimax_values", "optimal_moves", "parse_move", "parse_prompt", "play", "play_out",
-           "random_opening", "random_policy", "reachable_positions", "render_prompt", "tactic", "to_move", "winner"]
+           "minimax_value", "minimax_values", "moves", "optimal_moves", "parse_move", "parse_prompt", "play",
+           "play_out", "random_opening", "random_policy", "reachable_positions", "render_prompt", "tactic", "to_move",
+           "winner"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True
@@ -236,6 +237,15 @@ async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DE
     game = TicTacToe(random_opening(opening_moves, rng))
     await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop)
     return game.rewards(invalid_penalty)
+
+
+def moves(prompt: str) -> list[str]:
+    """The legal replies at a prompt made by ``render_prompt``: the free cells' numbers (``play.moves``:
+    branch credit's ``branch_advantage="moves"`` branches each of them)."""
+    return [str(m) for m in legal_moves(parse_prompt(prompt)[0])]
+
+
+play.moves = moves
 
 
 def greedy_table(engine, player: str | None, *, max_tokens: int = 2) -> dict[tuple[str, str], int | None]:

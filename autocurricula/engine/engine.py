@@ -316,6 +316,50 @@ class Engine:
             if rec is not None:
                 self.slots.release(player)
 
+    def completion_logprobs(self, pairs: list[tuple[list[int], list[int]]], player: str | None = None) -> list[float]:
+        """For each ``(prompt_ids, completion_ids)``, the sum of the completion's token log-probabilities
+        after its prompt under a player's adapter (``None`` = the base model). Right-padded batches
+        of 64 rows, one job between decode steps (branch credit scores a state's legal moves)."""
+        if player == self.name:
+            player = None
+        if player is not None and player not in self.slots.records:
+            raise UnknownPlayerError(f"unknown player {player!r}")
+        bad = [i for i, (p, c) in enumerate(pairs) if not p or not c]
+        if bad:
+            raise ValueError(f"pairs {bad[:5]} have an empty prompt or completion; each needs at least one token of both")
+        return self.call(self._completion_logprobs, [(list(p), list(c)) for p, c in pairs], player).result()
+
+    def _completion_logprobs(self, pairs, player, rows: int = 64):
+        import mlx.core as mx
+
+        rec = None
+        if player is not None:
+            rec = self.residency.acquire(player)
+            if rec is None:
+                raise RuntimeError("every adapter slot is pinned by running rows; retry when they finish")
+        out = []
+        try:
+            for start in range(0, len(pairs), rows):
+                chunk = pairs[start:start + rows]
+                seqs = [p + c for p, c in chunk]
+                width = max(len(q) for q in seqs) - 1  # inputs: every token but the last
+                x = np.zeros((len(seqs), width), dtype=np.int32)  # right padding: causal rows never see it
+                for i, q in enumerate(seqs):
+                    x[i, :len(q) - 1] = q[:-1]
+                self.lora.ctx.slots = mx.array([rec.slot] * len(seqs), dtype=mx.uint32) if rec else None
+                logits = self.model(mx.array(x)).astype(mx.float32)
+                logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+                mx.eval(logp)
+                logp = np.array(logp)
+                for i, (p, c) in enumerate(chunk):
+                    pos = np.arange(len(p) - 1, len(p) - 1 + len(c))
+                    out.append(float(logp[i, pos, c].sum()))
+        finally:
+            self.lora.ctx.slots = None
+            if rec is not None:
+                self.slots.release(player)
+        return out
+
     def decode(self, ids: list[int]) -> str:
         """Token ids to text, special tokens dropped (what completions report)."""
         key = tuple(ids)

@@ -1,0 +1,244 @@
+"""branch_advantage="moves": every legal move is forced in branches of its own, and the policy is
+regressed toward a bounded softmax of the moves' values. The maths by hand, a forced answer in a
+replay, values with known odds on a game without a model, the errors, and (slow) a tiny model that
+learns card-dependent Kuhn play against a fixed opponent."""
+
+import asyncio
+import math
+import types
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+
+from autocurricula import SelfPlayConfig
+from autocurricula.arena import Arena, GameRecord, Generation
+from autocurricula.branch import BranchCredit, move_advantages
+from autocurricula.games import kuhn_poker
+from autocurricula.replay import Replayer
+
+
+class CharTokenizer:
+    eos_token_id = 3
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(chr(i) for i in ids if not (skip_special_tokens and i == self.eos_token_id))
+
+
+class DigitEngine:
+    """No model: every call answers a uniform digit from its sampling seed; ``logits`` favour one
+    digit by ``bias`` nats, so the scored log-probabilities are known."""
+
+    def __init__(self, bias: dict | None = None):
+        self.tokenizer = CharTokenizer()
+        self.bias = bias or {}
+        self.scored = 0
+
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(map(chr, ids))
+
+    def submit_many(self, requests):
+        return [self.submit(*r) for r in requests]
+
+    def submit(self, ids, adapter, params):
+        text = str(int(np.random.default_rng(params.seed).integers(10)))
+        fut = Future()
+        fut.set_result(types.SimpleNamespace(text=text, token_ids=[ord(text)], logprobs=[-2.3], prompt_ids=list(ids),
+                                             finish_reason="stop", adapter_version=1))
+        return fut
+
+    def completion_logprobs(self, pairs, player=None):
+        self.scored += 1
+        logits = np.zeros(128)
+        for digit, nats in self.bias.items():
+            logits[ord(digit)] += nats
+        logp = logits - np.log(np.exp(logits).sum())
+        return [float(sum(logp[t] for t in c)) for _, c in pairs]
+
+
+async def dice(players, model, tokenizer=None):
+    """Seat 0 says a digit d, seat 1 a digit e; the higher digit wins. Seat 0's value after saying d
+    is (2d - 9) / 10 against a uniform seat 1."""
+    d = int((await model.generate(players[0], "roll", max_tokens=1)).text)
+    e = int((await model.generate(players[1], f"beat {d}", max_tokens=1)).text)
+    return [1.0, -1.0] if d > e else [-1.0, 1.0] if e > d else [0.0, 0.0]
+
+
+dice.moves = lambda prompt: list("0123456789")
+
+
+def logged(arena, play, n):
+    games = [(play, [{"id": "p0"}, {"id": "p1"}], GameRecord(f"g{i}", [{"id": "p0"}, {"id": "p1"}], calls=[]), "game")
+             for i in range(n)]
+    records = asyncio.run(arena.run(games))
+    for r in records:
+        for t in r.turns:
+            t.reward = r.rewards[t.seat]
+    return records
+
+
+# ---------------------------------------------------------------------- maths
+def test_move_advantages_by_hand():
+    # call loses 2 chips, fold 1: centred values -0.5 / +0.5, over tau 0.25: -2 / +2
+    lp = [math.log(0.9), math.log(0.1)]
+    adv = move_advantages([-2.0, -1.0], lp, 0.25)
+    gap = (lp[0] - lp[1]) / 2
+    assert adv == pytest.approx([-2.0 - gap, 2.0 + gap])
+    # at the fixed point (log-probs = the bounded targets, up to a constant) nothing is pushed
+    assert move_advantages([-2.0, -1.0], [-2.0 - 7, 2.0 - 7], 0.25) == pytest.approx([0.0, 0.0])
+    # the bound: a clearly better move pulls to +-c, not to (Q - mean Q) / tau
+    assert move_advantages([3.0, -3.0], [0.0, 0.0], 0.25, max_logit=2.0) == pytest.approx([2.0, -2.0])
+    assert move_advantages([3.0, -3.0], [0.0, 0.0], 0.25) == pytest.approx([12.0, -12.0])
+    # residuals sum to zero: the update moves probability between moves, not onto every move
+    assert sum(move_advantages([0.3, -1.0, 2.0], [-0.1, -2.0, -3.0], 0.5, 1.0)) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        move_advantages([1.0], [0.0], 0.0)
+    with pytest.raises(ValueError, match="one value"):
+        move_advantages([1.0, 2.0], [0.0], 1.0)
+
+
+def test_engine_scores_completions_as_its_full_logits_do(tiny_model_path):
+    from autocurricula.engine import AdapterWeights, Engine, LoraSpec
+
+    eng = Engine(tiny_model_path)
+    try:
+        eng.load_adapter("p", AdapterWeights.random(eng.linear_dims, LoraSpec(r=4, lora_alpha=8), seed=1, b_std=0.5))
+        pairs = [([1, 5, 9, 4], [7, 2]), ([3, 8], [6]), ([1, 5, 9, 4, 11, 12, 13], [2, 2, 5])]  # ragged: padding
+        for player in (None, "p"):
+            got = eng.completion_logprobs(pairs, player)
+            for (prompt, comp), g in zip(pairs, got):
+                full = np.asarray(eng.logits(prompt + comp, player), dtype=np.float64)
+                rows = full[len(prompt) - 1:len(prompt) - 1 + len(comp)]
+                lse = np.log(np.exp(rows - rows.max(1, keepdims=True)).sum(1)) + rows.max(1)
+                assert g == pytest.approx(float(sum(rows[i, t] - lse[i] for i, t in enumerate(comp))), abs=1e-4)
+        with pytest.raises(ValueError, match="empty"):
+            eng.completion_logprobs([([1], [])])
+    finally:
+        eng.close()
+
+
+def test_config_checks_move_fields():
+    assert SelfPlayConfig(credit="branch", branch_advantage="moves").branch_move_clip == 2.0
+    for bad in (dict(branch_move_temperature=0.0), dict(branch_move_clip=-1.0), dict(branch_move_temperature="x")):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SelfPlayConfig(credit="branch", branch_advantage="moves", **bad)
+
+
+def test_kuhn_lists_its_legal_moves():
+    for history, legal in (((), ["check", "bet"]), (("check",), ["check", "bet"]), (("bet",), ["call", "fold"]),
+                           (("check", "bet"), ["call", "fold"])):
+        prompt = kuhn_poker.render_prompt("Q", history, len(history) % 2)
+        assert kuhn_poker.moves(prompt) == legal and kuhn_poker.play.moves(prompt) == legal
+
+
+def test_tictactoe_lists_its_free_cells():
+    from autocurricula.games import tictactoe
+
+    prompt = tictactoe.render_prompt("X.O..X...", "O")
+    assert tictactoe.moves(prompt) == ["2", "4", "5", "7", "8", "9"] and tictactoe.play.moves is tictactoe.moves
+
+
+# ---------------------------------------------------------------------- replay with a forced answer
+def test_a_branch_can_answer_the_state_with_a_chosen_move():
+    arena = Arena(DigitEngine(), seed=0)
+    rec, = logged(arena, dice, 1)
+    ids = rec.calls[0][2]
+    nine = Generation("9", [ord("9")], [0.0], ids, "stop", 1, "p0")
+    per_move, = Replayer(arena, dice).branch_moves([(rec, 0, [nine])], 30)
+    games, = per_move
+    assert len(games) == 30 and all(g.error is None for g in games)
+    assert all(g.rewards[0] >= 0 for g in games)  # seat 0 said 9: it never loses
+    assert all(not g.turns or g.turns[0].prompt_ids != ids for g in games)  # the forced move is no turn
+    assert len({tuple(g.turns[0].completion_ids) for g in games}) > 3  # seat 1 answers afresh in each
+
+
+# ---------------------------------------------------------------------- values with known odds
+def test_move_targets_match_known_values():
+    eng = DigitEngine(bias={"9": 1.0})
+    arena = Arena(eng, seed=3)
+    records = logged(arena, dice, 2)
+    credit = BranchCredit(samples=300, advantage="moves", temperature=0.5, max_logit=1.5, turns_per_game=1)
+    credit.see_round(records, Replayer(arena, dice))
+    turns = [t for r in records for t in r.turns]
+    adv = credit.advantages(turns)
+    targets = credit.extra_turns(turns)
+    assert credit.metrics()["credit/branched_turns"] == 2 and len(targets) == 2 * 10
+    assert credit.metrics()["credit/branch_games"] == 2 * 10 * 300 and eng.scored <= 2  # one call per player
+    assert all(t.target and t.logprobs == [0.0] * len(t.completion_ids) for t in targets)
+    # seat 0's move d is worth (2d - 9) / 10; seat 1's move e after d is worth sign(e - d)
+    for rec in records:
+        group = [t for t in targets if t.game_id == rec.game_id]
+        seat = group[0].seat
+        d = int(rec.calls[0][3].text)
+        q = [(2 * m - 9) / 10 if seat == 0 else float(np.sign(m - d)) for m in range(10)]
+        lp = [1.0 if m == 9 else 0.0 for m in range(10)]  # + a constant: log-softmax of the biased logits
+        want = move_advantages(q, lp, 0.5, 1.5)
+        got = [t.advantage for t in sorted(group, key=lambda t: t.completion_ids)]
+        assert [chr(t.completion_ids[0]) for t in sorted(group, key=lambda t: t.completion_ids)] == list("0123456789")
+        assert all(t.completion_ids[-1] == 3 for t in group)  # the move, then eos
+        tol = 0.25 / 0.5 if seat == 0 else 0.35 / 0.5  # ~4 standard errors of 300 returns, over tau
+        assert np.allclose(got, want, atol=tol), (seat, got, want)
+    # a branched turn whose reply is a legal move gets 0: its state's move turns carry the update
+    assert sum(a == 0.0 for a in adv) >= 2
+    assert credit.extra_turns(turns) == []  # targets serve their round once
+
+
+def test_moves_needs_the_game_to_list_them():
+    async def no_moves(players, model, tokenizer=None):
+        return await dice(players, model, tokenizer)
+
+    arena = Arena(DigitEngine(), seed=0)
+    records = logged(arena, no_moves, 1)
+    with pytest.raises(ValueError, match="moves\\(prompt\\)"):
+        BranchCredit(samples=2, advantage="moves").see_round(records, Replayer(arena, no_moves))
+
+
+def test_moves_needs_an_engine_that_scores():
+    class NoLogits(DigitEngine):
+        completion_logprobs = None
+
+    arena = Arena(NoLogits(), seed=0)
+    records = logged(arena, dice, 1)
+    with pytest.raises(ValueError, match="Engine.completion_logprobs"):
+        BranchCredit(samples=2, advantage="moves").see_round(records, Replayer(arena, dice))
+
+
+# ---------------------------------------------------------------------- learning (slow)
+@pytest.mark.slow
+def test_kuhn_learner_separates_its_cards_against_a_fixed_opponent(tmp_path):
+    """Against uniform random, a jack facing a bet must fold (calling always loses 2, folding 1) and a
+    king must call. With credit on the sampled move the tiny model calls with every card; with
+    moves it separates them."""
+    from autocurricula import GRPOConfig, LeagueConfig, LeagueTrainer
+    from autocurricula.engine import Engine, LoraSpec
+    from autocurricula.eval.kuhn import read_strategy
+    from autocurricula.eval.players import main_agent
+    from autocurricula.tiny import build_tiny_model
+    from autocurricula.warmup import sft_warmup
+
+    base = build_tiny_model(tmp_path / "tiny", hidden_size=64, num_layers=2, num_heads=16, intermediate_size=128,
+                            seed=0)
+    warm = sft_warmup(base, tmp_path / "warm", kuhn_poker.warmup_examples(4000, 0, (0.05, 0.95)), steps=120,
+                      batch_size=64, learning_rate=3e-3, seed=0)
+    engine = Engine(str(warm), name=str(warm))
+    try:
+        cfg = LeagueConfig(main_agents=1, main_exploiters=0, league_exploiters=0, games_per_learner=64,
+                           anchor_share=1.0, epochs=1, rounds=30, output_dir=str(tmp_path / "run"), seed=0,
+                           max_tokens=3, credit="branch", branch_samples=2, branch_advantage="moves",
+                           game_name="kuhn_poker", max_concurrent_games=128, bt_bootstrap=0, progress=False,
+                           save_total_limit=1)
+        trainer = LeagueTrainer(cfg, opponents=[{"id": "random", "role": "random",
+                                                 "policy": kuhn_poker.random_policy}])
+        trainer.train(engine, kuhn_poker.play, lora_config=LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
+                      grpo_config=GRPOConfig(learning_rate=3e-3, loss_type="grpo", temperature=1.0))
+        s = read_strategy(engine, main_agent(trainer))
+    finally:
+        engine.close()
+    assert s["J:bet"] < 0.25 and s["K:bet"] > 0.75, s
+    assert s["J:check bet"] < 0.5 and s["K:check bet"] > 0.75, s
