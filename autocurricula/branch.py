@@ -13,14 +13,14 @@ of the turn's seat over the K branches. The turn's advantage is
   legal move m at s_t is forced in K branches of its own and ``Q(s_t, m)`` is their mean return.
   Each move becomes a training turn of its own whose advantage is the residual of a regression of
   the policy's centred log-probabilities onto the centred values over a temperature tau, bounded:
-  ``A_m = clip((Q_m - mean Q) / tau, +-c) - (log pi(m) - mean log pi)`` (``move_advantages``; the
-  log-probs are scored under the learner's current adapter). Its fixed point is ``pi ∝
-  exp(clip((Q - mean Q) / tau, +-c))`` at every state, a smoothed best response whose bound c keeps
-  a clearly better move from pulling shared features without end. Unlike a sampled move's gradient it does not vanish
-  where the policy has saturated on the wrong move, it stops pushing a state once that state is
-  right (so states that share features do not drag each other past their targets), and it is
-  linear in the returns, so hidden information that the branches share (a dealt card) averages out
-  over visits. The sampled turn keeps an advantage only when its reply is none of the moves
+  ``A_m = y_m - (log pi(m) - mean log pi)`` with ``y = clip((Q - mean Q) / tau, +-c)`` centred
+  (``move_advantages``; the log-probs are scored under the learner's current adapter). Its fixed
+  point is ``pi ∝ exp(y)`` at every state, a smoothed best response. Unlike a sampled move's
+  gradient, the push does not vanish where the policy has saturated on the wrong move; it stops
+  once a state is right (the bound c keeps a clearly better move from pulling shared features
+  without end, so states that share features do not drag each other past their targets); and it
+  is linear in the returns, so hidden information that the branches share (a dealt card) averages
+  out over visits. The sampled turn keeps an advantage only when its reply is none of the moves
   (``G - mean Q``, e.g. an invalid reply).
 
 Nothing is keyed by prompt text, so it works for free-text games whose states never repeat. Cost:

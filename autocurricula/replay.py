@@ -7,8 +7,10 @@ recorded game's id, so ``model.seed`` and every call's seed are the recorded one
 a check that the same player is asked the same prompt, and the calls from ``position`` on are
 sampled again. A *branch* samples them with seeds of its own (``salt``), so K branches from one
 position are K independent continuations of the same state; that is what branch credit
-(:mod:`autocurricula.branch`) averages into a state value. Branches run through the arena together
-(:meth:`Replayer.run`: one ``Arena.run`` for all of them, so the engine batches them).
+(:mod:`autocurricula.branch`) averages into a state value; :meth:`Replayer.branch_moves` answers
+the call at the position with a chosen move first, so its branches average into that move's value.
+Branches run through the arena together (:meth:`Replayer.run`: one ``Arena.run`` for all of them,
+so the engine batches them).
 
 Which games qualify: those whose prompts and rewards depend only on ``model.seed`` (or a seed they
 are given) and the answers of earlier calls. Every built-in game does when it takes its randomness

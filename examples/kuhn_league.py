@@ -6,10 +6,13 @@
 
 Builds (and caches) the tiny model and a supervised warm-up that teaches the format but no
 strategy, with the private card in the targets (a random P(bet or call) per information set,
-``kuhn_poker.warmup_examples``). Then a pure league (main agent, main exploiter, league exploiter;
-no scripted players) and, on the same number of games per round, mirror self-play. After every
-epoch every model player's strategy is read off its token probabilities at the 12 information
-sets and scored by exact exploitability (0 = Nash, 0.458 = uniform, 0.333 = always bet/call):
+``kuhn_poker.warmup_examples``). Then a pure league with no scripted players: a main agent under
+AlphaStar's rules (self-play, PFSP over snapshots) and a league exploiter that trains against the
+league's Nash mixture of frozen players and is never reset (PSRO-style best responses,
+warm-started); a snapshot of each every 2 rounds. Then, on the same number of games per round,
+mirror self-play. After every epoch every model player's strategy is read off its token
+probabilities at the 12 information sets and scored by exact exploitability (0 = Nash, 0.458 =
+uniform, 0.333 = always bet/call):
 
 * ``exploitability_latest``: the main agent;
 * ``exploitability_mixture``: the league's Nash mixture over its players (snapshots included), as
@@ -18,9 +21,11 @@ sets and scored by exact exploitability (0 = Nash, 0.458 = uniform, 0.333 = alwa
   the league's win-rate matrix; both figures are printed;
 * ``exploitability_selfplay``: the self-play player.
 
-Credit is ``branch`` (per-move, no lookup table). Time on 2 cores shared with other jobs: league 14 and
-self-play 12 minutes, plus a 10-minute warm-up on the first run (cached afterwards); less on idle
-cores. Figures, and what limits them: docs/results.md.
+Credit is ``branch`` with ``branch_advantage="moves"`` (no lookup table): at each learner turn both
+legal moves are played out in K branches each, and the policy is regressed toward a bounded
+softmax of their values (docs/training.md). Time on 2 cores shared with two other jobs: league 17
+and self-play 26 minutes (less on idle cores), plus a warm-up of about 4 minutes on the first run
+(cached afterwards). Figures, and what limits them: docs/results.md.
 
 Writes ``exploitability.png`` (per epoch) and ``exploitability.json`` in ``--output-dir``; the last
 line is one JSON object with the figures.
@@ -40,16 +45,16 @@ CURVES = ("mixture", "latest", "selfplay")
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", default="both", choices=["both", "league", "selfplay"])
-    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=6, help="rounds per epoch (one update of every learner each)")
-    parser.add_argument("--games", type=int, default=32, help="main agent's games per round")
-    parser.add_argument("--exploiter-games", type=int, default=64, help="games per exploiter and round")
-    parser.add_argument("--main-exploiters", type=int, default=1)
+    parser.add_argument("--games", type=int, default=64, help="main agent's games per round")
+    parser.add_argument("--exploiter-games", type=int, default=96, help="games per exploiter and round")
+    parser.add_argument("--main-exploiters", type=int, default=0)
     parser.add_argument("--league-exploiters", type=int, default=1)
     parser.add_argument("--exploiters-vs", default="nash", choices=["nash", "league"],
                         help="nash: both exploiters play the league's Nash mixture of frozen players (PSRO-style "
                         "best responses); league: AlphaStar's rules (the main agent; PFSP over the past)")
-    parser.add_argument("--league-exploiter-reset", type=float, default=0.25,
+    parser.add_argument("--league-exploiter-reset", type=float, default=0.0,
                         help="probability that the league exploiter restarts from the base at a snapshot")
     parser.add_argument("--snapshot-rounds", type=int, default=2, help="a snapshot of each learner every N rounds")
     parser.add_argument("--credit", default="branch", choices=["branch", "rae", "grpo", "q", "value"],
@@ -60,9 +65,9 @@ def parse_args(argv=None):
     parser.add_argument("--branch-advantage", default="moves", choices=["moves", "return", "td"],
                         help="credit branch: 'moves' (default) branches both legal moves and regresses the policy "
                         "toward softmax(Q / tau), bounded; 'return' is A = G - V(s) on the sampled move")
-    parser.add_argument("--move-temperature", type=float, default=0.25, help="tau of --branch-advantage moves")
-    parser.add_argument("--move-clip", type=float, default=2.0, help="bound on the centred target logit of moves")
-    parser.add_argument("--learning-rate", type=float, default=3e-3)
+    parser.add_argument("--move-temperature", type=float, default=0.15, help="tau of --branch-advantage moves")
+    parser.add_argument("--move-clip", type=float, default=3.0, help="bound on the centred target logit of moves")
+    parser.add_argument("--learning-rate", type=float, default=5e-3)
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the warm base")
     parser.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus per completion token")
     parser.add_argument("--meta", default="chips", choices=["chips", "league"],

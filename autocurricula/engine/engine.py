@@ -326,7 +326,8 @@ class Engine:
             raise UnknownPlayerError(f"unknown player {player!r}")
         bad = [i for i, (p, c) in enumerate(pairs) if not p or not c]
         if bad:
-            raise ValueError(f"pairs {bad[:5]} have an empty prompt or completion; each needs at least one token of both")
+            raise ValueError(f"pairs {bad[:5]} have an empty prompt or completion; each needs at least one token "
+                             f"of both")
         return self.call(self._completion_logprobs, [(list(p), list(c)) for p, c in pairs], player).result()
 
     def _completion_logprobs(self, pairs, player, rows: int = 64):
