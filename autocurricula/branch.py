@@ -16,12 +16,15 @@ of the turn's seat over the K branches. The turn's advantage is
   ``A_m = y_m - (log pi(m) - mean log pi)`` with ``y = clip((Q - mean Q) / tau, +-c)`` centred
   (``move_advantages``; the log-probs are scored under the learner's current adapter). Its fixed
   point is ``pi ∝ exp(y)`` at every state, a smoothed best response. Unlike a sampled move's
-  gradient, the push does not vanish where the policy has saturated on the wrong move; it stops
-  once a state is right (the bound c keeps a clearly better move from pulling shared features
-  without end, so states that share features do not drag each other past their targets); and it
-  is linear in the returns, so hidden information that the branches share (a dealt card) averages
-  out over visits. The sampled turn keeps an advantage only when its reply is none of the moves
-  (``G - mean Q``, e.g. an invalid reply).
+  gradient, the push does not vanish where the policy has saturated on the wrong move, and it
+  stops once a state is right (the bound c keeps a clearly better move from pulling shared
+  features without end, so states that share features do not drag each other past their
+  targets). Where the bound does not bind, the target is linear in the returns, so hidden
+  information that the branches share (a dealt card) averages out over visits; where it binds,
+  the state moves toward the mean of the clipped per-visit targets, which is biased toward the
+  move that wins more often rather than by more (c = inf removes the bias and the bound). The
+  sampled turn keeps an advantage only when its reply is none of the moves (``G - mean Q``, e.g.
+  an invalid reply). The log-probs are scored at the sampling temperature.
 
 Nothing is keyed by prompt text, so it works for free-text games whose states never repeat. Cost:
 ``branch_samples`` x the branched turns of a round extra games per round (x2 for "td" when moves
@@ -89,7 +92,8 @@ class BranchCredit(Credit):
     replays = True
 
     def __init__(self, samples: int = 4, turns_per_game: int = 0, advantage: str = "return", seed: int = 0,
-                 fallback: RAE | None = None, temperature: float = 0.25, max_logit: float = 2.0):
+                 fallback: RAE | None = None, temperature: float = 0.25, max_logit: float = 2.0,
+                 sampling_temperature: float = 1.0):
         if not isinstance(samples, int) or samples < 1:
             raise ValueError(f"branch_samples must be an integer >= 1, got {samples!r}")
         if not isinstance(turns_per_game, int) or turns_per_game < 0:
@@ -102,6 +106,7 @@ class BranchCredit(Credit):
         if not (isinstance(max_logit, (int, float)) and max_logit > 0):
             raise ValueError(f"branch_move_clip must be a number > 0 (math.inf: no bound), got {max_logit!r}")
         self.temperature, self.max_logit = float(temperature), float(max_logit)
+        self.sampling_temperature = float(sampling_temperature)  # moves are scored as the sampler sees them
         self.fallback = fallback or RAE()
         self._adv: dict[int, float] = {}  # id(turn) -> branch advantage, for this round's turns
         self._targets: list[Turn] = []  # advantage="moves": this round's move turns
@@ -196,7 +201,7 @@ class BranchCredit(Credit):
             pairs = [(list(turn.prompt_ids), answers[points[(rec.game_id, p)]][j].token_ids)
                      for turn, rec, p in chosen if turn.player == player
                      for j in range(len(answers[points[(rec.game_id, p)]]))]
-            scored.update(zip(keys, engine.completion_logprobs(pairs, player)))
+            scored.update(zip(keys, engine.completion_logprobs(pairs, player, self.sampling_temperature)))
         for turn, rec, p in chosen:
             i = points[(rec.game_id, p)]
             q = [branch_value([g.rewards[turn.seat] for g in bs if g.error is None]) for bs in branches[i]]
@@ -206,7 +211,9 @@ class BranchCredit(Credit):
             adv = move_advantages(q, logps, self.temperature, self.max_logit)
             mean = sum(q) / len(q)
             reply = tok.decode(list(turn.completion_ids), skip_special_tokens=True).strip()
-            self._adv[id(turn)] = 0.0 if any(g.text == reply for g in answers[i]) else float(turn.reward) - mean
+            sampled = [t for t in turn.completion_ids if t != eos]
+            legal = any(g.text == reply or g.token_ids[:-1] == sampled for g in answers[i])
+            self._adv[id(turn)] = 0.0 if legal else float(turn.reward) - mean
             for g, a in zip(answers[i], adv):
                 self._targets.append(Turn(
                     player=turn.player, game_id=turn.game_id, role=turn.role, prompt_ids=list(turn.prompt_ids),
@@ -245,4 +252,4 @@ def make_branch_credit(config, grpo_config) -> BranchCredit:
     """``credit="branch"`` from the trainer's config (see :class:`BranchCredit`)."""
     return BranchCredit(config.branch_samples, config.branch_turns_per_game, config.branch_advantage, config.seed,
                         RAE(config.rae_alpha, config.rae_per_player), config.branch_move_temperature,
-                        config.branch_move_clip)
+                        config.branch_move_clip, grpo_config.temperature)

@@ -252,8 +252,10 @@ class AutocurriculumConfig:
                 raise ValueError(f"{name} must be an integer >= {1 if name == 'branch_samples' else 0}, got {v!r}")
         for name in ("branch_move_temperature", "branch_move_clip"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v:
-                raise ValueError(f"{name} must be a number > 0, got {v!r}")
+            inf_ok = name == "branch_move_clip"  # no bound
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v or \
+                    (not inf_ok and not math.isfinite(v)):
+                raise ValueError(f"{name} must be a {'' if inf_ok else 'finite '}number > 0, got {v!r}")
         if self.branch_advantage not in ("return", "td", "moves"):
             raise ValueError(f"branch_advantage must be 'return' (A = G - V), 'td' (A = V(next) - V) or 'moves' "
                              f"(A = Q(s, m) - mean Q for every legal move), got {self.branch_advantage!r}")

@@ -35,7 +35,7 @@ class DigitEngine:
     def __init__(self, bias: dict | None = None):
         self.tokenizer = CharTokenizer()
         self.bias = bias or {}
-        self.scored = 0
+        self.scored = []  # (player, pairs, temperature) per scoring call
 
     def encode(self, text):
         return [ord(c) for c in text]
@@ -53,8 +53,8 @@ class DigitEngine:
                                              finish_reason="stop", adapter_version=1))
         return fut
 
-    def completion_logprobs(self, pairs, player=None):
-        self.scored += 1
+    def completion_logprobs(self, pairs, player=None, temperature=1.0):
+        self.scored.append((player, len(pairs), temperature))
         logits = np.zeros(128)
         for digit, nats in self.bias.items():
             logits[ord(digit)] += nats
@@ -110,10 +110,12 @@ def test_engine_scores_completions_as_its_full_logits_do(tiny_model_path):
     try:
         eng.load_adapter("p", AdapterWeights.random(eng.linear_dims, LoraSpec(r=4, lora_alpha=8), seed=1, b_std=0.5))
         pairs = [([1, 5, 9, 4], [7, 2]), ([3, 8], [6]), ([1, 5, 9, 4, 11, 12, 13], [2, 2, 5])]  # ragged: padding
-        for player in (None, "p"):
-            got = eng.completion_logprobs(pairs, player)
-            for (prompt, comp), g in zip(pairs, got):
-                full = np.asarray(eng.logits(prompt + comp, player), dtype=np.float64)
+        pairs = pairs * 25  # 75 rows: more than one batch of 64
+        for player, temperature in ((None, 1.0), ("p", 1.0), ("p", 0.7)):
+            got = eng.completion_logprobs(pairs, player, temperature)
+            assert len(got) == len(pairs)
+            for (prompt, comp), g in list(zip(pairs, got))[:3] + list(zip(pairs, got))[-3:]:
+                full = np.asarray(eng.logits(prompt + comp, player), dtype=np.float64) / temperature
                 rows = full[len(prompt) - 1:len(prompt) - 1 + len(comp)]
                 lse = np.log(np.exp(rows - rows.max(1, keepdims=True)).sum(1)) + rows.max(1)
                 assert g == pytest.approx(float(sum(rows[i, t] - lse[i] for i, t in enumerate(comp))), abs=1e-4)
@@ -125,7 +127,9 @@ def test_engine_scores_completions_as_its_full_logits_do(tiny_model_path):
 
 def test_config_checks_move_fields():
     assert SelfPlayConfig(credit="branch", branch_advantage="moves").branch_move_clip == 2.0
-    for bad in (dict(branch_move_temperature=0.0), dict(branch_move_clip=-1.0), dict(branch_move_temperature="x")):
+    assert SelfPlayConfig(credit="branch", branch_move_clip=math.inf).branch_move_clip == math.inf  # no bound
+    for bad in (dict(branch_move_temperature=0.0), dict(branch_move_clip=-1.0), dict(branch_move_temperature="x"),
+                dict(branch_move_temperature=math.inf)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             SelfPlayConfig(credit="branch", branch_advantage="moves", **bad)
 
@@ -169,7 +173,13 @@ def test_move_targets_match_known_values():
     adv = credit.advantages(turns)
     targets = credit.extra_turns(turns)
     assert credit.metrics()["credit/branched_turns"] == 2 and len(targets) == 2 * 10
-    assert credit.metrics()["credit/branch_games"] == 2 * 10 * 300 and eng.scored <= 2  # one call per player
+    assert credit.metrics()["credit/branch_games"] == 2 * 10 * 300
+    branched = {t.player for t in targets}
+    assert sorted(p for p, _, _ in eng.scored) == sorted(branched)  # one scoring call per player, all its moves
+    assert sum(n for _, n, _ in eng.scored) == 2 * 10 and {T for _, _, T in eng.scored} == {1.0}
+    for t in targets:  # a move turn is the branched turn's player, prompt and seat, with the move's ids
+        twin = next(x for r in records for x in r.turns if x.game_id == t.game_id and x.player == t.player)
+        assert (t.prompt_ids, t.seat, t.role) == (twin.prompt_ids, twin.seat, twin.role)
     assert all(t.target and t.logprobs == [0.0] * len(t.completion_ids) for t in targets)
     # seat 0's move d is worth (2d - 9) / 10; seat 1's move e after d is worth sign(e - d)
     for rec in records:

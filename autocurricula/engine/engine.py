@@ -13,6 +13,7 @@ import asyncio
 import atexit
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -316,22 +317,30 @@ class Engine:
             if rec is not None:
                 self.slots.release(player)
 
-    def completion_logprobs(self, pairs: list[tuple[list[int], list[int]]], player: str | None = None) -> list[float]:
+    def completion_logprobs(self, pairs: list[tuple[list[int], list[int]]], player: str | None = None,
+                            temperature: float = 1.0) -> list[float]:
         """For each ``(prompt_ids, completion_ids)``, the sum of the completion's token log-probabilities
-        after its prompt under a player's adapter (``None`` = the base model). Right-padded batches
-        of 64 rows, one job between decode steps (branch credit scores a state's legal moves)."""
+        after its prompt under a player's adapter (``None`` = the base model), from logits divided by
+        ``temperature`` as sampling and the update use them. Right-padded batches of 64 rows, the LM
+        head applied at completion positions only, one job between decode steps (branch credit
+        scores a state's legal moves with it)."""
         if player == self.name:
             player = None
         if player is not None and player not in self.slots.records:
             raise UnknownPlayerError(f"unknown player {player!r}")
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         bad = [i for i, (p, c) in enumerate(pairs) if not p or not c]
         if bad:
             raise ValueError(f"pairs {bad[:5]} have an empty prompt or completion; each needs at least one token "
                              f"of both")
-        return self.call(self._completion_logprobs, [(list(p), list(c)) for p, c in pairs], player).result()
+        pairs = [(list(p), list(c)) for p, c in pairs]
+        return self.call(self._completion_logprobs, pairs, player, float(temperature)).result()
 
-    def _completion_logprobs(self, pairs, player, rows: int = 64):
+    def _completion_logprobs(self, pairs, player, temperature, rows: int = 64):
         import mlx.core as mx
+
+        from autocurricula.training.update import completion_logprobs
 
         rec = None
         if player is not None:
@@ -342,19 +351,22 @@ class Engine:
         try:
             for start in range(0, len(pairs), rows):
                 chunk = pairs[start:start + rows]
-                seqs = [p + c for p, c in chunk]
-                width = max(len(q) for q in seqs) - 1  # inputs: every token but the last
-                x = np.zeros((len(seqs), width), dtype=np.int32)  # right padding: causal rows never see it
-                for i, q in enumerate(seqs):
-                    x[i, :len(q) - 1] = q[:-1]
-                self.lora.ctx.slots = mx.array([rec.slot] * len(seqs), dtype=mx.uint32) if rec else None
-                logits = self.model(mx.array(x)).astype(mx.float32)
-                logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-                mx.eval(logp)
-                logp = np.array(logp)
+                width = max(len(p) + len(c) for p, c in chunk) - 1  # inputs: every token but the last
+                steps = max(len(c) for _, c in chunk)
+                ids = np.zeros((len(chunk), width), dtype=np.int32)  # right padding: causal rows never see it
+                pos = np.zeros((len(chunk), steps), dtype=np.int32)
+                tgt = np.zeros((len(chunk), steps), dtype=np.int32)
+                mask = np.zeros((len(chunk), steps), dtype=np.float64)
                 for i, (p, c) in enumerate(chunk):
-                    pos = np.arange(len(p) - 1, len(p) - 1 + len(c))
-                    out.append(float(logp[i, pos, c].sum()))
+                    seq = p + c
+                    ids[i, :len(seq) - 1] = seq[:-1]
+                    pos[i, :len(c)] = np.arange(len(p) - 1, len(p) - 1 + len(c))
+                    tgt[i, :len(c)] = c
+                    mask[i, :len(c)] = 1.0
+                self.lora.ctx.slots = mx.array([rec.slot] * len(chunk), dtype=mx.uint32) if rec else None
+                logp = completion_logprobs(self.model, mx.array(ids), mx.array(pos), mx.array(tgt), temperature)
+                mx.eval(logp)
+                out.extend((np.array(logp, dtype=np.float64) * mask).sum(axis=1).tolist())
         finally:
             self.lora.ctx.slots = None
             if rec is not None:
