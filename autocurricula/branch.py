@@ -74,6 +74,14 @@ def move_advantages(values: list[float], logprobs: list[float], temperature: flo
     return [t - y_mean - (l - lp) for t, l in zip(y, logprobs)]
 
 
+def _check_replays(games: list[GameRecord]) -> None:
+    """Stop training when a branch game left its recorded game: the game is not replayable."""
+    diverged = [g for g in games if g.error and g.error.startswith("ReplayDiverged")]
+    if diverged:
+        raise ReplayDiverged(f"branch credit: {len(diverged)} branch games diverged from their recorded game, "
+                             f"first: {diverged[0].error}")
+
+
 def pick_positions(positions: list[int], budget: int, seed: int) -> list[int]:
     """``budget`` of ``positions`` (all when ``budget`` is 0 or not smaller), drawn without
     replacement from ``seed``, in game order."""
@@ -101,10 +109,10 @@ class BranchCredit(Credit):
         if advantage not in ADVANTAGES:
             raise ValueError(f"branch_advantage must be one of {ADVANTAGES}, got {advantage!r}")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"branch_move_temperature must be a number > 0, got {temperature!r}")
-        self.samples, self.turns_per_game, self.advantage, self.seed = samples, turns_per_game, advantage, seed
+            raise ValueError(f"branch_move_temperature must be a finite number > 0, got {temperature!r}")
         if not (isinstance(max_logit, (int, float)) and max_logit > 0):
             raise ValueError(f"branch_move_clip must be a number > 0 (math.inf: no bound), got {max_logit!r}")
+        self.samples, self.turns_per_game, self.advantage, self.seed = samples, turns_per_game, advantage, seed
         self.temperature, self.max_logit = float(temperature), float(max_logit)
         self.sampling_temperature = float(sampling_temperature)  # moves are scored as the sampler sees them
         self.fallback = fallback or RAE()
@@ -137,10 +145,7 @@ class BranchCredit(Credit):
         if self.advantage == "moves":
             return self._see_moves(chosen, requests, points, replayer, t0)
         branches = replayer.branch(requests, self.samples)
-        diverged = [b for bs in branches for b in bs if b.error and b.error.startswith("ReplayDiverged")]
-        if diverged:
-            raise ReplayDiverged(f"branch credit: {len(diverged)} branch games diverged from their recorded game, "
-                                 f"first: {diverged[0].error}")
+        _check_replays([b for bs in branches for b in bs])
         values = {key: [g.rewards for g in branches[i] if g.error is None] for key, i in points.items()}
 
         def value(rec, position, seat):
@@ -189,18 +194,16 @@ class BranchCredit(Credit):
             asked.append((rec, p, gens))
             answers.append(gens)
         branches = replayer.branch_moves(asked, self.samples) if asked else []
-        diverged = [b for per in branches for bs in per for b in bs if b.error and b.error.startswith("ReplayDiverged")]
-        if diverged:
-            raise ReplayDiverged(f"branch credit: {len(diverged)} branch games diverged from their recorded game, "
-                                 f"first: {diverged[0].error}")
+        _check_replays([b for per in branches for bs in per for b in bs])
         self._targets = []
+        wanted: dict[str, tuple[list, list]] = {}  # player -> ((turn, move) keys, (prompt, move) pairs)
+        for turn, rec, p in chosen:
+            keys, pairs = wanted.setdefault(turn.player, ([], []))
+            for j, g in enumerate(answers[points[(rec.game_id, p)]]):
+                keys.append((id(turn), j))
+                pairs.append((list(turn.prompt_ids), g.token_ids))
         scored = {}  # (turn, move) -> log pi(move): one batched scoring call per player
-        for player in sorted({turn.player for turn, _, _ in chosen}):
-            keys = [(id(turn), j) for turn, rec, p in chosen if turn.player == player
-                    for j in range(len(answers[points[(rec.game_id, p)]]))]
-            pairs = [(list(turn.prompt_ids), answers[points[(rec.game_id, p)]][j].token_ids)
-                     for turn, rec, p in chosen if turn.player == player
-                     for j in range(len(answers[points[(rec.game_id, p)]]))]
+        for player, (keys, pairs) in sorted(wanted.items()):
             scored.update(zip(keys, engine.completion_logprobs(pairs, player, self.sampling_temperature)))
         for turn, rec, p in chosen:
             i = points[(rec.game_id, p)]

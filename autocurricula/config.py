@@ -175,8 +175,9 @@ class AutocurriculumConfig:
                                        "others get the RAE advantage); 0 = every top-level turn", 0)
     branch_advantage: str = _help("credit='branch': 'return' (A = G - V(s_t)), 'td' (VinePPO: A = V(s_t+1) - "
                                   "V(s_t), the value after the move from branches too; up to twice the games) or "
-                                  "'moves' (games with play.moves: every legal move is branched K times and "
-                                  "trained with A = Q(s, m) - mean Q; K x moves games per branched turn)",
+                                  "'moves' (games with play.moves: every legal move is branched K times and each "
+                                  "state's policy is regressed toward a bounded softmax of the moves' values; "
+                                  "K x moves games per branched turn)",
                                   "return")
     branch_move_temperature: float = _help("credit='branch', branch_advantage='moves': tau; each branched state's "
                                            "policy is regressed toward softmax(Q / tau) over its legal moves (Q in "
