@@ -5,7 +5,9 @@ trl fields with no effect here: a ``trl.GRPOConfig`` (or a dict) may name ``num_
 (GRPO groups are formed by key, see ``autocurricula.credit``; a dataset game takes its own
 ``num_generations``), ``gradient_accumulation_steps`` (micro-batches
 come from ``max_tokens_per_microbatch`` and are always accumulated into one step) and ``seed`` (the
-league's ``AutocurriculumConfig.seed`` seeds everything); ``coerce_grpo_config`` ignores them."""
+league's ``AutocurriculumConfig.seed`` seeds everything); ``coerce_grpo_config`` ignores them. A
+trl config brings its ``lr_scheduler_type`` (trl's default is 'linear'); a learning-rate warm-up is
+refused with an error."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from autocurricula.engine.adapters import LoraSpec
 __all__ = ["GRPOConfig", "LoraSpec", "coerce_grpo_config", "coerce_lora_spec"]
 
 _LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+_LR_SCHEDULES = ("constant", "linear", "cosine")
 _TRL_IGNORED = ("num_generations", "gradient_accumulation_steps", "seed")  # see the module docstring
 
 
@@ -32,6 +35,10 @@ class GRPOConfig:
     learning_rate: float = _help("AdamW learning rate of every player (per-player overrides via "
                                  "Updater.step(lr={player: lr})). trl's 1e-6 targets full fine-tuning; "
                                  "LoRA players usually want 1e-5..5e-4", 1e-4)
+    lr_scheduler_type: str = _help("learning-rate schedule over the run's rounds (transformers' names): "
+                                   "'constant', 'linear' or 'cosine', falling from learning_rate at the first "
+                                   "round toward learning_rate * min_lr_ratio after the last", "constant")
+    min_lr_ratio: float = _help("floor of a 'linear' or 'cosine' schedule, as a fraction of learning_rate", 0.0)
     loss_type: str = _help("'grpo' (mean over tokens per sequence, then over sequences), 'bnpo' (mean over "
                            "the tokens of the batch), 'dr_grpo' (sum / (sequences * max_completion_length)), "
                            "'dapo' (sum / tokens of the whole generation batch; trl's default)", "dapo")
@@ -68,6 +75,10 @@ class GRPOConfig:
             raise ValueError("importance_sampling_level must be 'token' or 'sequence'")
         if self.scale_rewards not in ("group", "batch", "none"):
             raise ValueError("scale_rewards must be 'group', 'batch' or 'none'")
+        if self.lr_scheduler_type not in _LR_SCHEDULES:
+            raise ValueError(f"lr_scheduler_type must be one of {_LR_SCHEDULES}, got {self.lr_scheduler_type!r}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1] (a fraction of learning_rate), got {self.min_lr_ratio}")
         if self.learning_rate < 0 or not self.epsilon > 0:
             raise ValueError("learning_rate must be >= 0 and epsilon > 0")
         if self.epsilon_high is not None and self.epsilon_high <= 0:
@@ -102,6 +113,15 @@ def coerce_grpo_config(cfg) -> GRPOConfig:
     values = {n: getattr(cfg, n) for n in names if hasattr(cfg, n)}
     if isinstance(values.get("scale_rewards"), bool):  # older trl used a bool
         values["scale_rewards"] = "group" if values["scale_rewards"] else "none"
+    schedule = values.get("lr_scheduler_type")
+    if schedule is not None:  # transformers' SchedulerType is a str enum
+        values["lr_scheduler_type"] = str(getattr(schedule, "value", schedule))
+        if values["lr_scheduler_type"] not in _LR_SCHEDULES:
+            raise ValueError(f"lr_scheduler_type {values['lr_scheduler_type']!r} from {type(cfg).__name__} is not "
+                             f"supported here; use one of {_LR_SCHEDULES}")
+    if getattr(cfg, "warmup_steps", 0) or getattr(cfg, "warmup_ratio", 0):
+        raise ValueError(f"{type(cfg).__name__} asks for a learning-rate warm-up, which is not supported here; "
+                         "set warmup_steps=0 (and warmup_ratio=0)")
     if values.get("loss_type") not in _LOSS_TYPES:
         raise ValueError(f"loss_type {values.get('loss_type')!r} from {type(cfg).__name__} is not supported here; "
                          f"use one of {_LOSS_TYPES}")

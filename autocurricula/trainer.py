@@ -477,15 +477,28 @@ class AutocurriculumTrainer:
             stale = {"rollout/stale_dropped": dropped, "rollout/staleness_max": worst}
             if not turns:
                 return stale
+        lr, lr_metric = self._scheduled_lr(turns)
         t0 = time.perf_counter()
-        out = self.updater.step(turns, skip=self._frozen_ids())
-        metrics = {"time/update_s": time.perf_counter() - t0, "train/loss": out.get("loss", 0.0),
+        out = self.updater.step(turns, lr=lr, skip=self._frozen_ids())
+        metrics = {"time/update_s": time.perf_counter() - t0, "train/loss": out.get("loss", 0.0), **lr_metric,
                    "train/kl": out.get("kl", 0.0), "train/clip_ratio": out.get("clip_ratio", 0.0),
                    "train/tokens": out.get("tokens", 0)}
         if "entropy" in out:
             metrics["train/entropy"] = out["entropy"]
         self._pool.refresh_versions()
         return {**metrics, **stale}
+
+    def _scheduled_lr(self, turns: list[Turn]) -> tuple[dict[str, float] | None, dict]:
+        """Per-learner learning rates of this round under ``GRPOConfig.lr_scheduler_type`` (None when
+        constant), by the rounds done so far out of ``epochs * rounds``; resumed runs continue it."""
+        g, cfg = self.grpo, self.config
+        if g.lr_scheduler_type == "constant":
+            return None, {}
+        from autocurricula.training.optim import scheduled_lr
+
+        done = self.current_epoch * cfg.rounds + self.current_round
+        rate = scheduled_lr(g.learning_rate, g.lr_scheduler_type, done, cfg.epochs * cfg.rounds, g.min_lr_ratio)
+        return {t.player: rate for t in turns}, {"train/learning_rate": rate}
 
     def _league_hooks(self, records: list[GameRecord]) -> dict:
         """The players on_round_end() adds (snapshots), each joining before the next is decided."""

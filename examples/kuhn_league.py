@@ -68,6 +68,9 @@ def parse_args(argv=None):
     parser.add_argument("--move-temperature", type=float, default=0.15, help="tau of --branch-advantage moves")
     parser.add_argument("--move-clip", type=float, default=3.0, help="bound on the centred target logit of moves")
     parser.add_argument("--learning-rate", type=float, default=5e-3)
+    parser.add_argument("--lr-schedule", default="constant", choices=["constant", "linear", "cosine"],
+                        help="learning-rate schedule over the run's rounds (GRPOConfig.lr_scheduler_type)")
+    parser.add_argument("--min-lr-ratio", type=float, default=0.0, help="floor of --lr-schedule, x learning rate")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the warm base")
     parser.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus per completion token")
     parser.add_argument("--meta", default="chips", choices=["chips", "league"],
@@ -127,7 +130,8 @@ def settings(args):
     from autocurricula.engine import LoraSpec
 
     return (LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
-            GRPOConfig(learning_rate=args.learning_rate, beta=args.beta, entropy_coef=args.entropy_coef,
+            GRPOConfig(learning_rate=args.learning_rate, lr_scheduler_type=args.lr_schedule,
+                       min_lr_ratio=args.min_lr_ratio, beta=args.beta, entropy_coef=args.entropy_coef,
                        loss_type="grpo", temperature=1.0))
 
 

@@ -8,6 +8,7 @@ absent or frozen player's weights and moments stay bit-identical.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,3 +65,18 @@ def adamw(p: mx.array, g: mx.array, m: mx.array, v: mx.array, lr, step, beta1: f
     v = beta2 * v + (1 - beta2) * mx.square(g)
     denom = mx.sqrt(v) / bc2_sqrt + eps
     return p - step_size * (m / denom), m, v
+
+
+def scheduled_lr(learning_rate: float, schedule: str, done: int, total: int, min_ratio: float = 0.0) -> float:
+    """The learning rate after ``done`` of ``total`` updates under ``schedule`` ('constant', 'linear'
+    or 'cosine', as transformers' schedulers without warm-up), floored at ``min_ratio`` of it."""
+    if schedule == "constant" or total <= 0:
+        return learning_rate
+    frac = min(max(done / total, 0.0), 1.0)
+    if schedule == "linear":
+        left = 1.0 - frac
+    elif schedule == "cosine":
+        left = 0.5 * (1.0 + math.cos(math.pi * frac))
+    else:
+        raise ValueError(f"unknown learning-rate schedule {schedule!r}; use 'constant', 'linear' or 'cosine'")
+    return learning_rate * (min_ratio + (1.0 - min_ratio) * left)
