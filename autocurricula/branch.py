@@ -121,6 +121,13 @@ class BranchCredit(Credit):
         self._metrics: dict = {}
         self._checked = False
 
+    def check_game(self, play) -> None:
+        """At the start of training: ``advantage="moves"`` needs ``play.moves(prompt)``."""
+        if self.advantage == "moves" and not callable(getattr(play, "moves", None)):
+            raise ValueError(f"branch_advantage='moves' needs the game to list its legal moves: give "
+                             f"{getattr(play, '__name__', 'play')} a `moves(prompt) -> list[str]` attribute "
+                             f"(games.kuhn_poker.play and games.tictactoe.play have one), or use 'return'")
+
     def see_round(self, records: list[GameRecord], replayer: Replayer) -> None:
         """Run the round's branches and compute the branched turns' advantages."""
         t0 = time.perf_counter()
@@ -171,12 +178,9 @@ class BranchCredit(Credit):
         target turns with their centred branch values (see the module docstring)."""
         from autocurricula.arena import Generation
 
-        moves_of = getattr(replayer.play, "moves", None)
-        if not callable(moves_of):
-            raise ValueError(f"branch_advantage='moves' needs the game to list its legal moves: give "
-                             f"{getattr(replayer.play, '__name__', 'play')} a `moves(prompt) -> list[str]` attribute "
-                             f"(games.kuhn_poker.play and games.tictactoe.play have one), or use 'return'")
-        engine = replayer.arena.engine
+        self.check_game(replayer.play)
+        moves_of = replayer.play.moves
+        engine = replayer.scorer
         if not callable(getattr(engine, "completion_logprobs", None)):
             raise ValueError("branch_advantage='moves' scores each move under the learner's adapter with "
                              "Engine.completion_logprobs: play the round on an in-process Engine, or use 'return'")

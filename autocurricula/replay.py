@@ -98,12 +98,15 @@ class Replayer:
     """Runs replays and branches of recorded games through ``arena`` (all of a call at once)."""
 
     def __init__(self, arena: Arena, play: Callable, game: str = "game", *, max_concurrent: int = 64,
-                 timeout_s: float | None = None):
+                 timeout_s: float | None = None, scorer=None):
         if callable(getattr(play, "state_dict", None)):
             raise ValueError(f"{getattr(play, '__name__', type(play).__name__)} carries state across games "
                              f"(state_dict): replays would see and change it, so its games cannot be replayed; "
                              f"use a credit method that does not replay games (credit='rae' or 'grpo')")
         self.arena, self.play, self.game = arena, play, game
+        # scores completions under the players' adapters (Engine.completion_logprobs): the trainer's
+        # in-process engine, which holds every adapter also when the games play on servers
+        self.scorer = scorer if scorer is not None else arena.engine
         self.max_concurrent, self.timeout_s = max_concurrent, timeout_s
         self.games_run = 0
 

@@ -458,7 +458,7 @@ class AutocurriculumTrainer:
 
             self.credit.see_round(records, Replayer(self.arena, self._game, self.game_name,
                                                     max_concurrent=self.config.max_concurrent_games,
-                                                    timeout_s=self.config.game_timeout_s))
+                                                    timeout_s=self.config.game_timeout_s, scorer=self.engine))
         self.credit.assign(turns)
         frozen = self._frozen_ids()
         extra = self.credit.extra_turns([t for t in turns if t.player not in frozen])
@@ -612,6 +612,8 @@ class AutocurriculumTrainer:
         make = getattr(servers, "make_updater", None)  # cluster.RayEngine(learners=N): updates on Ray learner actors
         self.updater = (make and make(self.engine, self.grpo)) or Updater(self.engine, self.grpo)
         self.credit = make_credit(cfg, self.grpo)
+        if callable(getattr(self.credit, "check_game", None)):  # e.g. moves credit needs play.moves: say so now
+            self.credit.check_game(play)
         self.elo = Elo(k=cfg.elo_k, scale=cfg.elo_scale, initial=cfg.elo_initial)
         self.payoff = Payoff(cfg.payoff_decay)
         self.bt_records: list[tuple] = []

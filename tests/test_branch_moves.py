@@ -217,6 +217,58 @@ def test_moves_needs_an_engine_that_scores():
     records = logged(arena, dice, 1)
     with pytest.raises(ValueError, match="Engine.completion_logprobs"):
         BranchCredit(samples=2, advantage="moves").see_round(records, Replayer(arena, dice))
+    # the games may play where nothing scores (servers) when the replayer is given an engine that does:
+    # the trainer passes its in-process engine, which holds every adapter
+    scorer = DigitEngine()
+    credit = BranchCredit(samples=2, advantage="moves")
+    credit.see_round(records, Replayer(arena, dice, scorer=scorer))
+    assert len(credit.extra_turns(records[0].turns)) == 2 * 10 == sum(n for _, n, _ in scorer.scored)
+
+
+def test_trainer_refuses_moves_for_a_game_without_them_before_playing(tiny_model_path, tmp_path):
+    from autocurricula import SelfPlayTrainer
+    from toy_games import digits
+
+    trainer = SelfPlayTrainer(SelfPlayConfig(credit="branch", branch_advantage="moves", epochs=1, rounds=1,
+                                             games_per_round=2, output_dir=str(tmp_path), progress=False,
+                                             game_name="digits", bt_bootstrap=0))
+    with pytest.raises(ValueError, match="moves\\(prompt\\)"):
+        trainer.train(str(tiny_model_path), digits)
+    assert not (tmp_path / "match_history.jsonl").exists() or not (tmp_path / "match_history.jsonl").read_text()
+    trainer.engine.close()
+
+
+def test_moves_credit_through_a_server_equals_in_process(tiny_model_path, tmp_path):
+    """Games on a server, moves scored by the trainer's own engine: the same games and the same
+    adapters as a run entirely in process (lockstep)."""
+    from autocurricula import SelfPlayTrainer
+    from test_remote import start_all
+
+    def run(out, servers=None):
+        t = SelfPlayTrainer(SelfPlayConfig(credit="branch", branch_advantage="moves", branch_samples=1, epochs=1,
+                                           rounds=2, games_per_round=4, past_share=0.0, output_dir=str(out),
+                                           progress=False, game_name="kuhn_poker", bt_bootstrap=0, max_tokens=2,
+                                           save_total_limit=1))
+        t.train(str(tiny_model_path), kuhn_poker.play, servers=servers, api_key=KEY if servers else None)
+        learner = next(p["id"] for p in t.players if not p["frozen"])
+        out = (t.match_history, t.engine.adapter_weights(learner), t.credit.metrics())
+        t.engine.close()
+        return out
+
+    from test_remote import KEY
+
+    (tmp_path / "serve-logs").mkdir()
+    (srv,) = start_all(tiny_model_path, tmp_path / "serve-logs", 1)
+    try:
+        remote = run(tmp_path / "remote", [srv.url])
+    finally:
+        srv.kill()
+    local = run(tmp_path / "local")
+    assert remote[2]["credit/branched_turns"] > 0 and remote[2]["credit/branch_games"] > 0
+    assert [(g["game_id"], g["rewards"]) for g in remote[0]] == [(g["game_id"], g["rewards"]) for g in local[0]]
+    for path, (a, b) in local[1].modules.items():
+        np.testing.assert_allclose(remote[1].modules[path][0], a, atol=1e-6, err_msg=path)
+        np.testing.assert_allclose(remote[1].modules[path][1], b, atol=1e-6, err_msg=path)
 
 
 # ---------------------------------------------------------------------- learning (slow)
