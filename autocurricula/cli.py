@@ -257,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="fewer repeats (CI smoke run)")
     b.add_argument("--shape", default="bench", choices=["bench", "qwen0.5b"],
                    help="peers: the bench model (llama, hidden 256, 4 layers) or a random Qwen2.5-0.5B-shaped one")
+    b.add_argument("--torch-device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
+                   help="peers: where the torch + peft sides run (auto: cpu when MLX runs on its CPU backend, "
+                        "else the GPU torch sees)")
     b.set_defaults(func=_bench)
     return p
 

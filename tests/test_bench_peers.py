@@ -129,3 +129,22 @@ def test_prefix_hit_rate_reads_engine_stats():
     assert _hit_rate({"prefix_hit_tokens": 4}, {"prefix_hit_tokens": 14}, 20) == 0.5
     assert _hit_rate({}, {"prefix_hit_rate": 0.25}, 20) == 0.25
     assert _hit_rate({"prefill_tokens": 5}, {"prefill_tokens": 25}, 20) is None
+
+
+def test_torch_device_follows_mlx():
+    """--torch-device auto puts torch on the kind of device MLX runs on; a named GPU must exist."""
+    from autocurricula.bench.peers_torch import resolve_device
+    from autocurricula.cli import build_parser
+
+    assert resolve_device("auto", mlx_gpu=False, cuda=True, mps=False) == "cpu"  # MLX's CPU backend
+    assert resolve_device("auto", mlx_gpu=True, cuda=True, mps=False) == "cuda"
+    assert resolve_device("auto", mlx_gpu=True, cuda=False, mps=True) == "mps"
+    assert resolve_device("auto", mlx_gpu=True, cuda=False, mps=False) == "cpu"
+    assert resolve_device("cpu", mlx_gpu=True, cuda=True, mps=False) == "cpu"
+    assert resolve_device("cuda", mlx_gpu=False, cuda=True, mps=False) == "cuda"
+    with pytest.raises(RuntimeError, match="no such device"):
+        resolve_device("cuda", mlx_gpu=True, cuda=False, mps=False)
+    with pytest.raises(ValueError, match="choose one of"):
+        resolve_device("xpu", mlx_gpu=False, cuda=False, mps=False)
+    assert build_parser().parse_args(["bench", "peers"]).torch_device == "auto"
+    assert build_parser().parse_args(["bench", "peers", "--torch-device", "cuda"]).torch_device == "cuda"

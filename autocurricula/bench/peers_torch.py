@@ -11,6 +11,12 @@ this file by path (``python -c "...runpy.run_path(this file)" SIDE SPEC``), so t
 - ``torch_peft_update``: one GRPO step of every player (``set_adapter``, forward, backward, per-player
   gradient clipping and ``torch.optim.AdamW``), the same clipped loss as ``autocurricula.training``.
 
+The sides run on ``resolve_device(spec["torch_device"], spec["mlx_gpu"], ...)``: by default the
+torch counterpart of the device MLX runs on (CPU with MLX's CPU backend; CUDA or MPS with its GPU
+backend), so both frameworks get the same kind of hardware. Timed runs synchronize the device. On
+CUDA the float32 matmuls run as TF32 (``torch.set_float32_matmul_precision("high")``), as MLX's
+CUDA backend runs them.
+
 Protocol: the worker prints one JSON line on its original stdout when ready (after loading and a
 warm-up on ``round_prompts[0]``), then answers each ``{"cmd": "run", "round": k}`` line on stdin
 with one JSON line (``seconds``, ``tokens``) of a run over ``round_prompts[k]``, and exits on
@@ -53,6 +59,21 @@ def serve(side: str, spec_path: str, setups: dict) -> None:
 
 
 # ---------------------------------------------------------------- torch sides
+TORCH_DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+def resolve_device(requested: str, mlx_gpu: bool, cuda: bool, mps: bool) -> str:
+    """The torch device of the torch sides. ``auto``: ``cpu`` when MLX runs on its CPU backend,
+    else the GPU torch sees (``cuda``, then ``mps``), else ``cpu``. A named device must exist."""
+    if requested not in TORCH_DEVICES:
+        raise ValueError(f"unknown torch device {requested!r}; choose one of {TORCH_DEVICES}")
+    if requested == "auto":
+        return "cuda" if mlx_gpu and cuda else "mps" if mlx_gpu and mps else "cpu"
+    if (requested == "cuda" and not cuda) or (requested == "mps" and not mps):
+        raise RuntimeError(f"--torch-device {requested}: torch sees no such device")
+    return requested
+
+
 def _torch():
     import torch
 
@@ -60,17 +81,38 @@ def _torch():
     return torch
 
 
-def _peft_model(spec: dict, trainable: bool):
+def _device(spec: dict) -> str:
+    torch = _torch()
+    mps = getattr(torch.backends, "mps", None)
+    device = resolve_device(spec.get("torch_device", "cpu"), spec.get("mlx_gpu", False), torch.cuda.is_available(),
+                            bool(mps and mps.is_available()))
+    if device == "cuda":  # TF32 matmuls, as MLX's CUDA backend runs float32 matmuls
+        torch.set_float32_matmul_precision("high")
+    return device
+
+
+def _sync(device: str) -> None:
+    """Wait for the device's queued work, so a timed run ends when its last kernel does."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "mps":
+        torch.mps.synchronize()
+
+
+def _peft_model(spec: dict, trainable: bool, device: str = "cpu"):
     torch = _torch()
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    base = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32).to(device)
     names = spec["player_names"]
     model = PeftModel.from_pretrained(base, spec["adapters"][names[0]]["peft"], adapter_name=names[0],
                                       is_trainable=trainable)
     for n in names[1:]:
         model.load_adapter(spec["adapters"][n]["peft"], adapter_name=n, is_trainable=trainable)
+    model.to(device)  # the adapters' weights too
     if trainable:
         return model
     # no eos: exactly max_new_tokens per row, as the engine's ignore_eos (no min-length logits processor)
@@ -78,32 +120,35 @@ def _peft_model(spec: dict, trainable: bool):
     return model.eval()
 
 
-def _generate(model, prompts, n_new, **kw) -> int:
+def _generate(model, prompts, n_new, device: str = "cpu", **kw) -> int:
     import torch
 
-    ids = torch.tensor(prompts, dtype=torch.long)  # equal-length prompts: no padding needed
+    ids = torch.tensor(prompts, dtype=torch.long, device=device)  # equal-length prompts: no padding needed
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
                              top_k=0, top_p=1.0, max_new_tokens=n_new, pad_token_id=0, **kw)
+    _sync(device)
     return int((out.shape[1] - ids.shape[1]) * ids.shape[0])
 
 
 def setup_peft_mixed(spec: dict):
-    model = _peft_model(spec, trainable=False)
+    device = _device(spec)
+    model = _peft_model(spec, trainable=False, device=device)
     order, n_new = spec["order"], spec["new_tokens"]
 
     def run(r: int, k: int | None = None):
         prompts = spec["round_prompts"][r][:k]
         t0 = time.perf_counter()
-        tokens = _generate(model, prompts, n_new, adapter_names=order[: len(prompts)])
+        tokens = _generate(model, prompts, n_new, device, adapter_names=order[: len(prompts)])
         return {"seconds": time.perf_counter() - t0, "tokens": tokens}
 
     run(0, 8)  # warm-up
-    return run, {}
+    return run, {"torch_device": device}
 
 
 def setup_peft_set_adapter(spec: dict):
-    model = _peft_model(spec, trainable=False)
+    device = _device(spec)
+    model = _peft_model(spec, trainable=False, device=device)
     order, n_new = spec["order"], spec["new_tokens"]
 
     def run(r: int, players=spec["player_names"]):
@@ -111,16 +156,17 @@ def setup_peft_set_adapter(spec: dict):
         t0, tokens = time.perf_counter(), 0
         for n in players:
             model.set_adapter(n)
-            tokens += _generate(model, by_player[n], n_new)
+            tokens += _generate(model, by_player[n], n_new, device)
         return {"seconds": time.perf_counter() - t0, "tokens": tokens}
 
     run(0, spec["player_names"][:1])  # warm-up
-    return run, {}
+    return run, {"torch_device": device}
 
 
-def grpo_rows(turns: list[dict], names: list[str]) -> dict:
+def grpo_rows(turns: list[dict], names: list[str], device: str = "cpu") -> dict:
     """Per player: tensors of its rows (``ids`` without the last token, targets, sampler logprobs,
-    advantages); rows must share one prompt and one completion length (the benchmark's turns do)."""
+    advantages) on ``device``; rows must share one prompt and one completion length (the
+    benchmark's turns do)."""
     import torch
 
     out = {}
@@ -129,9 +175,10 @@ def grpo_rows(turns: list[dict], names: list[str]) -> dict:
         if len({(len(t["prompt_ids"]), len(t["completion_ids"])) for t in mine}) != 1:
             raise ValueError("the torch update needs rows of one prompt length and one completion length")
         ids = torch.tensor([t["prompt_ids"] + t["completion_ids"] for t in mine], dtype=torch.long)
-        out[n] = {"ids": ids[:, :-1], "tgt": torch.tensor([t["completion_ids"] for t in mine], dtype=torch.long),
-                  "old": torch.tensor([t["logprobs"] for t in mine], dtype=torch.float32),
-                  "adv": torch.tensor([t["advantage"] for t in mine], dtype=torch.float32)}
+        rows = {"ids": ids[:, :-1], "tgt": torch.tensor([t["completion_ids"] for t in mine], dtype=torch.long),
+                "old": torch.tensor([t["logprobs"] for t in mine], dtype=torch.float32),
+                "adv": torch.tensor([t["advantage"] for t in mine], dtype=torch.float32)}
+        out[n] = {k: v.to(device) for k, v in rows.items()}
     return out
 
 
@@ -163,10 +210,11 @@ def grpo_step(model, rows: dict, optims: dict, params: dict, cfg: dict) -> dict:
 
 def setup_torch_peft_update(spec: dict):
     torch = _torch()
-    model = _peft_model(spec, trainable=True)
+    device = _device(spec)
+    model = _peft_model(spec, trainable=True, device=device)
     cfg, names = spec["grpo"], spec["player_names"]
     turns = json.loads(Path(spec["turns"]).read_text())
-    rows = grpo_rows(turns, names)
+    rows = grpo_rows(turns, names, device)
     params = {n: [p for k, p in model.named_parameters() if f".{n}." in k and "lora_" in k] for n in names}
     optims = {n: torch.optim.AdamW(params[n], lr=cfg["learning_rate"], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
               for n in names}
@@ -175,10 +223,11 @@ def setup_torch_peft_update(spec: dict):
     def run(r: int):  # the same rows every round
         t0 = time.perf_counter()
         m = grpo_step(model, rows, optims, params, cfg)
+        _sync(device)  # the last optimizer step too
         return {"seconds": time.perf_counter() - t0, "tokens": tokens, "loss": m["loss"]}
 
     first = grpo_step(model, rows, optims, params, cfg)  # the first step (also the warm-up) is compared
-    return run, {"first_loss": first["loss"], "first_grad_norms": first["grad_norms"]}
+    return run, {"first_loss": first["loss"], "first_grad_norms": first["grad_norms"], "torch_device": device}
 
 
 SETUPS = {"peft_mixed": setup_peft_mixed, "peft_set_adapter": setup_peft_set_adapter,
