@@ -161,6 +161,27 @@ def test_fused_step_equals_sequential_steps(tiny_model_path, engine):
         other.close()
 
 
+def test_padding_the_width_leaves_the_step_unchanged(tiny_model_path, engine):
+    """The updater pads micro-batches on a GPU (width a multiple of 4): exact, as shown here on CPU."""
+    names = ["a", "b"]
+    load_players(engine, names)
+    turns = play_turns(engine, names)
+    other = Engine(str(tiny_model_path), config=EngineConfig(max_slots=8))
+    try:
+        load_players(other, names)
+        plain, padded = Updater(engine, GRPOConfig(learning_rate=1e-2)), Updater(other, GRPOConfig(learning_rate=1e-2))
+        padded.width_multiple = 16
+        a, b = plain.step(turns), padded.step(turns)
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
+        for n in names:
+            wa, wb = engine.slots.records[n].weights, other.slots.records[n].weights
+            for p in wa.modules:
+                for x, y in zip(wa.modules[p], wb.modules[p]):
+                    np.testing.assert_allclose(x, y, atol=1e-6, rtol=1e-5)
+    finally:
+        other.close()
+
+
 def test_absent_and_frozen_players_are_bit_identical(engine):
     load_players(engine, ["a", "b", "frozen", "absent"])
     turns = play_turns(engine, ["a", "b", "frozen"], per_player=2)

@@ -82,6 +82,9 @@ class Updater:
         self.remotes = list(remotes)
         self.optim: dict[str, AdamWState] = {}
         self.steps = 0
+        # MLX 0.32.4's CUDA gather_mm faulted ("misaligned address", a 16-byte read) in the backward at
+        # widths 23 and 27, not 24: pad to a multiple of 4 on a GPU; exact (causal rows never see it)
+        self.width_multiple = 4 if mx.default_device().type == mx.DeviceType.gpu else 1
 
     # -------------------------------------------------------------- public (any thread but the engine's)
     def step(self, turns: list[Turn], lr: dict[str, float] | None = None, skip=()) -> dict:
@@ -138,11 +141,7 @@ class Updater:
 
     def _arrays(self, batch: list[_Row]) -> dict:
         width = max(len(r.ids) for r in batch) - 1
-        if mx.default_device().type == mx.DeviceType.gpu:
-            # MLX 0.32.4's CUDA gather_mm faulted ("misaligned address", a 16-byte read) in the backward
-            # at widths 23 and 27, not at 24; more right padding is exact (causal rows never see it,
-            # ``pos`` picks the scored columns)
-            width = -(-width // 4) * 4
+        width = -(-width // self.width_multiple) * self.width_multiple
         t_max = max(r.n for r in batch)
         ids = np.zeros((len(batch), width), np.int32)
         pos = np.zeros((len(batch), t_max), np.int32)
