@@ -139,6 +139,14 @@ def test_target_turns_are_log_likelihood_steps_without_sampler_logprobs(engine):
     assert m["clip_ratio"] == 1 and logprob_of(engine, "a", plain) == pytest.approx(before, abs=1e-5)
 
 
+def assert_same_adapters(engine, other, names, **tolerance):
+    for n in names:
+        wa, wb = engine.slots.records[n].weights, other.slots.records[n].weights
+        for p in wa.modules:
+            for x, y in zip(wa.modules[p], wb.modules[p]):
+                np.testing.assert_allclose(x, y, err_msg=f"{n} {p}", **tolerance)
+
+
 def test_fused_step_equals_sequential_steps(tiny_model_path, engine):
     names = ["a", "b", "c"]
     load_players(engine, names)
@@ -152,11 +160,7 @@ def test_fused_step_equals_sequential_steps(tiny_model_path, engine):
             fused.step(turns)
             for n in names:
                 seq.step([t for t in turns if t.player == n])
-        for n in names:
-            wf, ws = engine.slots.records[n].weights, other.slots.records[n].weights
-            for p in wf.modules:
-                for x, y in zip(wf.modules[p], ws.modules[p]):
-                    np.testing.assert_allclose(x, y, atol=2e-6, rtol=1e-4)
+        assert_same_adapters(engine, other, names, atol=2e-6, rtol=1e-4)
     finally:
         other.close()
 
@@ -173,11 +177,7 @@ def test_padding_the_width_leaves_the_step_unchanged(tiny_model_path, engine):
         padded.width_multiple = 16
         a, b = plain.step(turns), padded.step(turns)
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
-        for n in names:
-            wa, wb = engine.slots.records[n].weights, other.slots.records[n].weights
-            for p in wa.modules:
-                for x, y in zip(wa.modules[p], wb.modules[p]):
-                    np.testing.assert_allclose(x, y, atol=1e-6, rtol=1e-5)
+        assert_same_adapters(engine, other, names, atol=1e-6, rtol=1e-5)
     finally:
         other.close()
 
