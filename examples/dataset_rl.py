@@ -59,7 +59,8 @@ held_out, train = problems[:args.held_out], problems[args.held_out:]
 rng = random.Random(args.seed)
 examples = [(p["prompt"], str(max(0, int(p["answer"]) + rng.randint(-args.warmup_spread, args.warmup_spread))))
             for p in (problems if args.warmup_on == "all" else train) for _ in range(20)]
-base = build_tiny_model(CACHE / f"tiny-h{args.hidden}-l{args.layers}-a{args.heads}", hidden_size=args.hidden,
+seed_tag = f"-s{args.seed}" if args.seed else ""  # one cached base per seed
+base = build_tiny_model(CACHE / f"tiny-h{args.hidden}-l{args.layers}-a{args.heads}{seed_tag}", hidden_size=args.hidden,
                         num_layers=args.layers, num_heads=args.heads, intermediate_size=2 * args.hidden, seed=args.seed)
 warm = sft_warmup(base, CACHE / f"{base.name}-sum{args.max_operand}-warm{args.warmup_steps}-s{args.warmup_spread}-{args.warmup_on}", examples,
                   steps=args.warmup_steps, batch_size=64, learning_rate=1e-3, seed=args.seed)

@@ -53,7 +53,8 @@ for _ in range(3000):
     problem = f"{rng.randint(0, 9)}{rng.choice('+-*')}{rng.randint(0, 9)}"
     examples.append((checker.propose_prompt, problem))
     examples.append((checker.solve_prompt(problem), str(ps.safe_eval(problem) + rng.randint(-2, 2))))
-base = build_tiny_model(CACHE / f"tiny-h{args.hidden}-l{args.layers}-a{args.heads}", hidden_size=args.hidden,
+seed_tag = f"-s{args.seed}" if args.seed else ""  # one cached base per seed
+base = build_tiny_model(CACHE / f"tiny-h{args.hidden}-l{args.layers}-a{args.heads}{seed_tag}", hidden_size=args.hidden,
                         num_layers=args.layers, num_heads=args.heads, intermediate_size=2 * args.hidden, seed=args.seed)
 warm = sft_warmup(base, CACHE / f"{base.name}-ps-warm{args.warmup_steps}", examples, steps=args.warmup_steps,
                   batch_size=64, learning_rate=1e-3, seed=args.seed)

@@ -14,8 +14,10 @@ CACHE = Path(os.environ.get("AUTOCURRICULA_CACHE", Path.home() / ".cache" / "aut
 
 
 def tiny_base(hidden: int = 128, layers: int = 2, heads: int = HEADS, seed: int = 0) -> Path:
-    """The examples' tiny llama (random weights, no download), cached by its arguments."""
-    return build_tiny_model(CACHE / f"tiny-h{hidden}-l{layers}-a{heads}", hidden_size=hidden, num_layers=layers,
+    """The examples' tiny llama (random weights, no download), cached by its arguments (one folder
+    per seed, so that runs of different seeds do not rebuild each other's)."""
+    name = f"tiny-h{hidden}-l{layers}-a{heads}" + (f"-s{seed}" if seed else "")
+    return build_tiny_model(CACHE / name, hidden_size=hidden, num_layers=layers,
                             num_heads=heads, intermediate_size=2 * hidden, seed=seed)
 
 
