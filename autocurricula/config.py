@@ -35,9 +35,10 @@ class GRPOConfig:
     learning_rate: float = _help("AdamW learning rate of every player (per-player overrides via "
                                  "Updater.step(lr={player: lr})). trl's 1e-6 targets full fine-tuning; "
                                  "LoRA players usually want 1e-5..5e-4", 1e-4)
-    lr_scheduler_type: str = _help("learning-rate schedule over the run's rounds (transformers' names): "
-                                   "'constant', 'linear' or 'cosine', falling from learning_rate at the first "
-                                   "round toward learning_rate * min_lr_ratio after the last", "constant")
+    lr_scheduler_type: str = _help("learning-rate schedule over a trainer's epochs x rounds (transformers' "
+                                   "names): 'constant', 'linear' or 'cosine', falling from learning_rate at the "
+                                   "first round toward learning_rate * min_lr_ratio after the last; applied by "
+                                   "the trainers (a bare Updater takes Updater.step(lr=...))", "constant")
     min_lr_ratio: float = _help("floor of a 'linear' or 'cosine' schedule, as a fraction of learning_rate", 0.0)
     loss_type: str = _help("'grpo' (mean over tokens per sequence, then over sequences), 'bnpo' (mean over "
                            "the tokens of the batch), 'dr_grpo' (sum / (sequences * max_completion_length)), "
@@ -79,6 +80,9 @@ class GRPOConfig:
             raise ValueError(f"lr_scheduler_type must be one of {_LR_SCHEDULES}, got {self.lr_scheduler_type!r}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1] (a fraction of learning_rate), got {self.min_lr_ratio}")
+        if self.min_lr_ratio and self.lr_scheduler_type == "constant":
+            raise ValueError("min_lr_ratio is the floor of a decaying schedule: set lr_scheduler_type='linear' or "
+                             "'cosine', or leave min_lr_ratio at 0")
         if self.learning_rate < 0 or not self.epsilon > 0:
             raise ValueError("learning_rate must be >= 0 and epsilon > 0")
         if self.epsilon_high is not None and self.epsilon_high <= 0:
@@ -119,6 +123,9 @@ def coerce_grpo_config(cfg) -> GRPOConfig:
         if values["lr_scheduler_type"] not in _LR_SCHEDULES:
             raise ValueError(f"lr_scheduler_type {values['lr_scheduler_type']!r} from {type(cfg).__name__} is not "
                              f"supported here; use one of {_LR_SCHEDULES}")
+    if getattr(cfg, "lr_scheduler_kwargs", None):
+        raise ValueError(f"{type(cfg).__name__}.lr_scheduler_kwargs is not supported here (schedules take no "
+                         f"arguments but min_lr_ratio); leave it empty")
     if getattr(cfg, "warmup_steps", 0) or getattr(cfg, "warmup_ratio", 0):
         raise ValueError(f"{type(cfg).__name__} asks for a learning-rate warm-up, which is not supported here; "
                          "set warmup_steps=0 (and warmup_ratio=0)")

@@ -585,6 +585,12 @@ class AutocurriculumTrainer:
         cfg = self.config
         self.lora_spec = coerce_lora_spec(lora_config)
         self.grpo = coerce_grpo_config(grpo_config)
+        self.credit = make_credit(cfg, self.grpo)
+        if callable(getattr(self.credit, "check_game", None)):  # e.g. moves credit needs play.moves: say so now
+            self.credit.check_game(play)
+        if self.grpo.lr_scheduler_type != "constant":
+            log.info("learning rate: %s schedule from %g to %g x that over %d rounds", self.grpo.lr_scheduler_type,
+                     self.grpo.learning_rate, self.grpo.min_lr_ratio, cfg.epochs * cfg.rounds)
         if isinstance(model, Engine):
             self.engine, self.model_name = model, model.name
         elif isinstance(model, tuple) and len(model) == 2:  # (model, tokenizer) from mlx_lm.load
@@ -611,9 +617,6 @@ class AutocurriculumTrainer:
         self._pool = Pool(self.engine, self.lora_spec, self.rng)
         make = getattr(servers, "make_updater", None)  # cluster.RayEngine(learners=N): updates on Ray learner actors
         self.updater = (make and make(self.engine, self.grpo)) or Updater(self.engine, self.grpo)
-        self.credit = make_credit(cfg, self.grpo)
-        if callable(getattr(self.credit, "check_game", None)):  # e.g. moves credit needs play.moves: say so now
-            self.credit.check_game(play)
         self.elo = Elo(k=cfg.elo_k, scale=cfg.elo_scale, initial=cfg.elo_initial)
         self.payoff = Payoff(cfg.payoff_decay)
         self.bt_records: list[tuple] = []

@@ -234,8 +234,7 @@ def test_trainer_refuses_moves_for_a_game_without_them_before_playing(tiny_model
                                              game_name="digits", bt_bootstrap=0))
     with pytest.raises(ValueError, match="moves\\(prompt\\)"):
         trainer.train(str(tiny_model_path), digits)
-    assert not (tmp_path / "match_history.jsonl").exists() or not (tmp_path / "match_history.jsonl").read_text()
-    trainer.engine.close()
+    assert getattr(trainer, "engine", None) is None  # refused before the model is even loaded
 
 
 def test_moves_credit_through_a_server_equals_in_process(tiny_model_path, tmp_path):

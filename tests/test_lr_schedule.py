@@ -28,13 +28,18 @@ def test_config_checks_and_trl_names():
     with pytest.raises(ValueError, match="lr_scheduler_type"):
         GRPOConfig(lr_scheduler_type="polynomial")
     with pytest.raises(ValueError, match="min_lr_ratio"):
-        GRPOConfig(min_lr_ratio=1.5)
+        GRPOConfig(lr_scheduler_type="linear", min_lr_ratio=1.5)
+    with pytest.raises(ValueError, match="decaying schedule"):
+        GRPOConfig(min_lr_ratio=0.1)  # a floor without a schedule does nothing
     trl = pytest.importorskip("trl")
     cfg = coerce_grpo_config(trl.GRPOConfig(output_dir="/tmp/ac-trl", use_cpu=True, bf16=False))
     assert cfg.lr_scheduler_type == "linear"  # trl's default, carried over as a plain string
     with pytest.raises(ValueError, match="not supported here"):
         coerce_grpo_config(trl.GRPOConfig(output_dir="/tmp/ac-trl", use_cpu=True, bf16=False,
                                           lr_scheduler_type="polynomial"))
+    with pytest.raises(ValueError, match="lr_scheduler_kwargs"):
+        coerce_grpo_config(trl.GRPOConfig(output_dir="/tmp/ac-trl", use_cpu=True, bf16=False,
+                                          lr_scheduler_type="cosine", lr_scheduler_kwargs={"num_cycles": 2}))
     with pytest.raises(ValueError, match="warm-up"):
         coerce_grpo_config(trl.GRPOConfig(output_dir="/tmp/ac-trl", use_cpu=True, bf16=False, warmup_steps=5))
 
@@ -73,8 +78,9 @@ def test_a_league_updates_with_the_scheduled_rate_and_resumes_on_it(tiny_model_p
     _run(tiny_model_path, tmp_path / "split", monkeypatch, stop=True)
     _, seen2, _, resumed = _run(tiny_model_path, tmp_path / "split", monkeypatch, resume=True)
     assert [s[learner] for s in seen2] == pytest.approx([5e-3, 2.5e-3])
-    for (path, a), (_, b) in zip(sorted(straight[learner].modules.items()), sorted(resumed[learner].modules.items())):
-        np.testing.assert_allclose(a[0], b[0], atol=1e-6, err_msg=path)
+    for path, (a, b) in straight[learner].modules.items():
+        np.testing.assert_allclose(resumed[learner].modules[path][0], a, atol=1e-6, err_msg=path)
+        np.testing.assert_allclose(resumed[learner].modules[path][1], b, atol=1e-6, err_msg=path)
     # the constant schedule leaves the updater's own rate in charge
     _, seen3, rows3, constant = _run(tiny_model_path, tmp_path / "constant", monkeypatch, schedule="constant")
     assert seen3 == [{}] * 4 and not any("train/learning_rate" in r for r in rows3)

@@ -83,8 +83,9 @@ class Updater:
         self.optim: dict[str, AdamWState] = {}
         self.steps = 0
         # MLX 0.32.4's CUDA gather_mm faulted ("misaligned address", a 16-byte read) in the backward at
-        # widths 23 and 27, not 24: pad to a multiple of 4 on a GPU; exact (causal rows never see it)
-        self.width_multiple = 4 if mx.default_device().type == mx.DeviceType.gpu else 1
+        # widths 23 and 27, not 24: pad to a multiple of 4 there; exact (causal rows never see it)
+        cuda = mx.default_device().type == mx.DeviceType.gpu and not mx.metal.is_available()
+        self.width_multiple = 4 if cuda else 1
 
     # -------------------------------------------------------------- public (any thread but the engine's)
     def step(self, turns: list[Turn], lr: dict[str, float] | None = None, skip=()) -> dict:
