@@ -7,9 +7,9 @@
 Builds (and caches) the tiny model and a supervised warm-up that teaches the format but no
 strategy, with the private card in the targets (a random P(bet or call) per information set,
 ``kuhn_poker.warmup_examples``). Then a pure league with no scripted players: a main agent under
-AlphaStar's rules (self-play, PFSP over snapshots) and a league exploiter that trains against the
-league's Nash mixture of frozen players and is never reset (PSRO-style best responses,
-warm-started); a snapshot of each every 2 rounds. Then, on the same number of games per round,
+AlphaStar's rules (self-play, PFSP over snapshots; 32 games a round) and a league exploiter that
+trains against the league's Nash mixture of frozen players and is never reset (PSRO-style best
+responses, warm-started; 128 games a round); a snapshot of each every 2 rounds. Then, on the same number of games per round,
 mirror self-play. After every epoch every model player's strategy is read off its token
 probabilities at the 12 information sets and scored by exact exploitability (0 = Nash, 0.458 =
 uniform, 0.333 = always bet/call):
@@ -23,9 +23,9 @@ uniform, 0.333 = always bet/call):
 
 Credit is ``branch`` with ``branch_advantage="moves"`` (no lookup table): at each learner turn both
 legal moves are played out in K branches each, and the policy is regressed toward a bounded
-softmax of their values (docs/training.md). Time on 2 cores shared with two other jobs: league 17
-and self-play 26 minutes (less on idle cores), plus a warm-up of about 4 minutes on the first run
-(cached afterwards). Figures, and what limits them: docs/results.md.
+softmax of their values (docs/training.md). Time on 2 cores shared with one or two other jobs:
+league 17 and self-play 17 minutes (less on idle cores), plus a warm-up of about 4 minutes on the
+first run (cached afterwards). Figures, and what limits them: docs/results.md.
 
 Writes ``exploitability.png`` (per epoch) and ``exploitability.json`` in ``--output-dir``; the last
 line is one JSON object with the figures.
@@ -47,8 +47,9 @@ def parse_args(argv=None):
     parser.add_argument("--mode", default="both", choices=["both", "league", "selfplay"])
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=6, help="rounds per epoch (one update of every learner each)")
-    parser.add_argument("--games", type=int, default=64, help="main agent's games per round")
-    parser.add_argument("--exploiter-games", type=int, default=96, help="games per exploiter and round")
+    parser.add_argument("--games", type=int, default=32, help="main agent's games per round")
+    parser.add_argument("--exploiter-games", type=int, default=128, help="games per exploiter and round (most of "
+                        "the budget: the mixture is only as good as the exploiter's best responses)")
     parser.add_argument("--main-exploiters", type=int, default=0)
     parser.add_argument("--league-exploiters", type=int, default=1)
     parser.add_argument("--exploiters-vs", default="nash", choices=["nash", "league"],
@@ -66,7 +67,7 @@ def parse_args(argv=None):
                         help="credit branch: 'moves' (default) branches both legal moves and regresses the policy "
                         "toward softmax(Q / tau), bounded; 'return' is A = G - V(s) on the sampled move")
     parser.add_argument("--move-temperature", type=float, default=0.15, help="tau of --branch-advantage moves")
-    parser.add_argument("--move-clip", type=float, default=3.0, help="bound on the centred target logit of moves")
+    parser.add_argument("--move-clip", type=float, default=6.0, help="bound on the centred target logit of moves")
     parser.add_argument("--learning-rate", type=float, default=5e-3)
     parser.add_argument("--lr-schedule", default="constant", choices=["constant", "linear", "cosine"],
                         help="learning-rate schedule over the run's rounds (GRPOConfig.lr_scheduler_type)")
