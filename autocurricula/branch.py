@@ -183,7 +183,8 @@ class BranchCredit(Credit):
         engine = replayer.scorer
         if not callable(getattr(engine, "completion_logprobs", None)):
             raise ValueError("branch_advantage='moves' scores each move under the learner's adapter with "
-                             "Engine.completion_logprobs: play the round on an in-process Engine, or use 'return'")
+                             "Engine.completion_logprobs: give the Replayer an in-process Engine "
+                             "(Replayer(..., scorer=engine); the trainers do), or use 'return'")
         tok = engine.tokenizer
         eos = tok.eos_token_id
         asked, answers = [], []
