@@ -9,8 +9,8 @@ strategy, with the private card in the targets (a random P(bet or call) per info
 ``kuhn_poker.warmup_examples``). Then a pure league with no scripted players: a main agent under
 AlphaStar's rules (self-play, PFSP over snapshots; 32 games a round) and a league exploiter that
 trains against the league's Nash mixture of frozen players and is never reset (PSRO-style best
-responses, warm-started; 128 games a round); a snapshot of each every 2 rounds. Then, on the same number of games per round,
-mirror self-play. After every epoch every model player's strategy is read off its token
+responses, warm-started; 128 games a round); a snapshot of each every 2 rounds. Then, on the
+same number of games per round, mirror self-play. After every epoch every model player's strategy is read off its token
 probabilities at the 12 information sets and scored by exact exploitability (0 = Nash, 0.458 =
 uniform, 0.333 = always bet/call):
 
