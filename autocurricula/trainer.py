@@ -492,13 +492,20 @@ class AutocurriculumTrainer:
         """Per-learner learning rates of this round under ``GRPOConfig.lr_scheduler_type`` (None when
         constant), by the rounds done so far out of ``epochs * rounds``; resumed runs continue it."""
         g, cfg = self.grpo, self.config
-        if g.lr_scheduler_type == "constant":
+        peak = {t.player: self.learning_rate_of(t.player) for t in turns}
+        if g.lr_scheduler_type == "constant" and all(v == g.learning_rate for v in peak.values()):
             return None, {}
         from autocurricula.training.optim import scheduled_lr
 
         done = self.current_epoch * cfg.rounds + self.current_round
-        rate = scheduled_lr(g.learning_rate, g.lr_scheduler_type, done, cfg.epochs * cfg.rounds, g.min_lr_ratio)
-        return {t.player: rate for t in turns}, {"train/learning_rate": rate}
+        factor = scheduled_lr(1.0, g.lr_scheduler_type, done, cfg.epochs * cfg.rounds, g.min_lr_ratio)
+        return ({pid: v * factor for pid, v in peak.items()},
+                {"train/learning_rate": g.learning_rate * factor})
+
+    def learning_rate_of(self, player_id: str) -> float:
+        """A learner's peak learning rate, before the schedule: ``GRPOConfig.learning_rate``; a league
+        overrides it per role."""
+        return self.grpo.learning_rate
 
     def _league_hooks(self, records: list[GameRecord]) -> dict:
         """The players on_round_end() adds (snapshots), each joining before the next is decided."""

@@ -69,6 +69,8 @@ def parse_args(argv=None):
     parser.add_argument("--move-temperature", type=float, default=0.15, help="tau of --branch-advantage moves")
     parser.add_argument("--move-clip", type=float, default=6.0, help="bound on the centred target logit of moves")
     parser.add_argument("--learning-rate", type=float, default=5e-3)
+    parser.add_argument("--exploiter-learning-rate", type=float, default=None,
+                        help="the exploiters' learning rate (default: --learning-rate)")
     parser.add_argument("--lr-schedule", default="constant", choices=["constant", "linear", "cosine"],
                         help="learning-rate schedule over the run's rounds (GRPOConfig.lr_scheduler_type)")
     parser.add_argument("--min-lr-ratio", type=float, default=0.0, help="floor of --lr-schedule, x learning rate")
@@ -184,6 +186,7 @@ def run_league(args, engine, start: float) -> tuple:
                           league_exploiters=args.league_exploiters, games_per_learner=args.games,
                           exploiter_games=args.exploiter_games, anchor_share=0.0,
                           league_exploiter_reset_prob=args.league_exploiter_reset,
+                          exploiter_learning_rate=args.exploiter_learning_rate,
                           snapshot_min_rounds=args.snapshot_rounds, snapshot_max_rounds=args.snapshot_rounds,
                           **common(args, str(Path(args.output_dir) / "league")))
     curve = Curve("league", args.meta, start)

@@ -52,6 +52,10 @@ class LeagueConfig(AutocurriculumConfig):
     exploiter_games: int | None = field(default=None, metadata={"help": "games each exploiter plays per round "
                                         "(None = games_per_learner); fewer leaves the main agents more of the "
                                         "compute on a small budget"})
+    exploiter_learning_rate: float | None = field(default=None, metadata={"help": "peak learning rate of the "
+                                                  "main and league exploiters (None = GRPOConfig.learning_rate); "
+                                                  "GRPOConfig's schedule scales it alike. Higher lets an "
+                                                  "exploiter reach a best response sooner"})
     selfplay_share: float = field(default=0.35, metadata={"help": "main agents: share of self-play"})
     pfsp_share: float = field(default=0.5, metadata={"help": "main agents: share of PFSP over past players"})
     main_pfsp_weighting: str = field(default="squared", metadata={"help": "main agents' PFSP weighting"})
@@ -81,6 +85,9 @@ class LeagueConfig(AutocurriculumConfig):
         if self.games_per_learner < 1 or (self.exploiter_games is not None and self.exploiter_games < 1):
             raise ValueError("games_per_learner and exploiter_games must be >= 1 (exploiter_games None = "
                              "games_per_learner; for no exploiters set main_exploiters=0 and league_exploiters=0)")
+        if self.exploiter_learning_rate is not None and not self.exploiter_learning_rate > 0:
+            raise ValueError(f"exploiter_learning_rate must be > 0 (None = GRPOConfig.learning_rate), got "
+                             f"{self.exploiter_learning_rate}")
         if not 0 <= self.anchor_share <= 1:
             raise ValueError(f"anchor_share must be in [0, 1], got {self.anchor_share}")
         if not self.scripted_in_pool and self.anchor_share > 0:
@@ -104,6 +111,13 @@ class LeagueTrainer(AutocurriculumTrainer):
         self._last_snapshot: dict[str, int] = {}
 
     # who is who ----------------------------------------------------------
+    def learning_rate_of(self, player_id: str) -> float:
+        rate = self.config.exploiter_learning_rate
+        if rate is not None and any(p["id"] == player_id and p.get("role") in ("main_exploiter", "league_exploiter")
+                                    for p in self.players):
+            return rate
+        return super().learning_rate_of(player_id)
+
     def learners(self, role: str | None = None) -> list[dict]:
         return [p for p in self.players if not p["frozen"] and (role is None or p.get("role") == role)]
 

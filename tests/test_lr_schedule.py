@@ -86,3 +86,33 @@ def test_a_league_updates_with_the_scheduled_rate_and_resumes_on_it(tiny_model_p
     assert seen3 == [{}] * 4 and not any("train/learning_rate" in r for r in rows3)
     assert any(not np.allclose(a[0], b[0]) for (_, a), (_, b) in zip(sorted(straight[learner].modules.items()),
                                                                      sorted(constant[learner].modules.items())))
+
+
+def test_a_league_gives_its_exploiters_their_own_rate(tiny_model_path, tmp_path, monkeypatch):
+    from autocurricula import LeagueConfig, LeagueTrainer
+
+    with pytest.raises(ValueError, match="exploiter_learning_rate"):
+        LeagueConfig(exploiter_learning_rate=0.0)
+    seen = []
+    step = Updater.step
+
+    def spy(self, turns, lr=None, skip=()):
+        seen.append(dict(lr or {}))
+        return step(self, turns, lr=lr, skip=skip)
+
+    monkeypatch.setattr(Updater, "step", spy)
+    for schedule in ("constant", "linear"):
+        seen.clear()
+        t = LeagueTrainer(LeagueConfig(epochs=1, rounds=2, main_exploiters=1, league_exploiters=1,
+                                       games_per_learner=2, exploiter_learning_rate=3e-2, output_dir=str(tmp_path / schedule),
+                                       progress=False, bt_bootstrap=0, max_tokens=2, game_name="digits",
+                                       overwrite_output_dir=True))
+        t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(learning_rate=1e-2, lr_scheduler_type=schedule))
+        roles = {p["id"]: p["role"] for p in t.players if not p["frozen"]}
+        t.engine.close()
+        factors = [1.0, 1.0] if schedule == "constant" else [1.0, 0.5]
+        assert len(seen) == 2
+        for rates, f in zip(seen, factors):
+            assert set(rates) == set(roles)
+            for pid, rate in rates.items():
+                assert rate == pytest.approx((1e-2 if roles[pid] == "main_agent" else 3e-2) * f), (pid, schedule)
