@@ -9,10 +9,11 @@ strategy, with the private card in the targets (a random P(bet or call) per info
 ``kuhn_poker.warmup_examples``). Then a pure league with no scripted players: a main agent under
 AlphaStar's rules (self-play, PFSP over snapshots; 32 games a round) and a league exploiter that
 trains against the league's Nash mixture of frozen players and is never reset (PSRO-style best
-responses, warm-started; 128 games a round); a snapshot of each every 2 rounds. Then, on the
-same number of games per round, mirror self-play. After every epoch every model player's strategy is read off its token
-probabilities at the 12 information sets and scored by exact exploitability (0 = Nash, 0.458 =
-uniform, 0.333 = always bet/call):
+responses, warm-started; 128 games a round, lr 1e-2 against the main agent's 5e-3); a snapshot
+of each every 2 rounds. Then, on the same number of games per round, mirror self-play. After
+every epoch every model player's strategy is read off its token probabilities at the 12
+information sets and scored by exact exploitability (0 = Nash, 0.458 = uniform, 0.333 = always
+bet/call):
 
 * ``exploitability_latest``: the main agent;
 * ``exploitability_mixture``: the league's Nash mixture over its players (snapshots included), as
@@ -69,8 +70,9 @@ def parse_args(argv=None):
     parser.add_argument("--move-temperature", type=float, default=0.15, help="tau of --branch-advantage moves")
     parser.add_argument("--move-clip", type=float, default=6.0, help="bound on the centred target logit of moves")
     parser.add_argument("--learning-rate", type=float, default=5e-3)
-    parser.add_argument("--exploiter-learning-rate", type=float, default=None,
-                        help="the exploiters' learning rate (default: --learning-rate)")
+    parser.add_argument("--exploiter-learning-rate", type=float, default=1e-2,
+                        help="the exploiters' learning rate (LeagueConfig.exploiter_learning_rate): higher than "
+                        "the main agent's, so that each exploiter snapshot is nearer a best response")
     parser.add_argument("--lr-schedule", default="constant", choices=["constant", "linear", "cosine"],
                         help="learning-rate schedule over the run's rounds (GRPOConfig.lr_scheduler_type)")
     parser.add_argument("--min-lr-ratio", type=float, default=0.0, help="floor of --lr-schedule, x learning rate")
