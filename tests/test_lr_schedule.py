@@ -48,7 +48,8 @@ def _stop_after_epoch_0(trainer):
     trainer._stop_requested = "SIGTERM"  # as the signal handler does: checkpoint, then stop
 
 
-def _run(tiny_model_path, out, monkeypatch, *, epochs=2, resume=False, stop=False, schedule="linear"):
+def _record_rates(monkeypatch) -> list[dict]:
+    """The per-player rates every ``Updater.step`` receives, in order."""
     seen = []
     step = Updater.step
 
@@ -57,6 +58,11 @@ def _run(tiny_model_path, out, monkeypatch, *, epochs=2, resume=False, stop=Fals
         return step(self, turns, lr=lr, skip=skip)
 
     monkeypatch.setattr(Updater, "step", spy)
+    return seen
+
+
+def _run(tiny_model_path, out, monkeypatch, *, epochs=2, resume=False, stop=False, schedule="linear"):
+    seen = _record_rates(monkeypatch)
     t = SelfPlayTrainer(SelfPlayConfig(epochs=epochs, rounds=2, games_per_round=4, past_share=0.0,
                                        output_dir=str(out), progress=False, bt_bootstrap=0, max_tokens=4,
                                        game_name="digits", overwrite_output_dir=not resume, save_total_limit=None))
@@ -93,14 +99,7 @@ def test_a_league_gives_its_exploiters_their_own_rate(tiny_model_path, tmp_path,
 
     with pytest.raises(ValueError, match="exploiter_learning_rate"):
         LeagueConfig(exploiter_learning_rate=0.0)
-    seen = []
-    step = Updater.step
-
-    def spy(self, turns, lr=None, skip=()):
-        seen.append(dict(lr or {}))
-        return step(self, turns, lr=lr, skip=skip)
-
-    monkeypatch.setattr(Updater, "step", spy)
+    seen = _record_rates(monkeypatch)
     for schedule in ("constant", "linear"):
         seen.clear()
         t = LeagueTrainer(LeagueConfig(epochs=1, rounds=2, main_exploiters=1, league_exploiters=1,
