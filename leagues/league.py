@@ -21,6 +21,8 @@ from autocurricula.config import AutocurriculumConfig
 from autocurricula.pool import snapshot_spec
 from autocurricula.trainer import AutocurriculumTrainer
 
+EXPLOITER_ROLES = ("main_exploiter", "league_exploiter")  # the roles exploiter_games/_learning_rate set
+
 WEIGHTINGS = {
     "squared": lambda x: (1 - x) ** 2,
     "variance": lambda x: x * (1 - x),
@@ -113,8 +115,7 @@ class LeagueTrainer(AutocurriculumTrainer):
     # who is who ----------------------------------------------------------
     def learning_rate_of(self, player_id: str) -> float:
         rate = self.config.exploiter_learning_rate
-        if rate is not None and any(p["id"] == player_id and p.get("role") in ("main_exploiter", "league_exploiter")
-                                    for p in self.players):
+        if rate is not None and any(p["id"] == player_id and p.get("role") in EXPLOITER_ROLES for p in self.players):
             return rate
         return super().learning_rate_of(player_id)
 
@@ -152,7 +153,7 @@ class LeagueTrainer(AutocurriculumTrainer):
         cfg = self.config
         for learner in self.learners():
             n = cfg.games_per_learner
-            if learner.get("role") in ("main_exploiter", "league_exploiter") and cfg.exploiter_games is not None:
+            if learner.get("role") in EXPLOITER_ROLES and cfg.exploiter_games is not None:
                 n = cfg.exploiter_games
             for _ in range(n):
                 games.append(self.random_seats(learner, self.opponent_for(learner)))
