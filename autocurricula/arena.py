@@ -46,7 +46,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -130,6 +130,17 @@ class GameResult(Sequence):
         return f"GameResult(rewards={self.rewards}, extras={self.extras}, turns={self.turns})"
 
 
+class Call(NamedTuple):
+    """One logged model call of a game (``GameRecord.calls``), what a replay forces or branches from."""
+
+    key: tuple  # (level, node, call index): the call's place in its (sub-)game
+    player: str  # the id of the player (or judge) asked
+    prompt_ids: list[int]
+    generation: Any  # the answer, a Generation
+    turn: Turn | None  # the turn it made (None: not trained, or forced by a replay)
+    seat: int  # the asked player's seat in its (sub-)game, -1 for a judge
+
+
 @dataclass
 class GameRecord:
     """What one game produced."""
@@ -142,7 +153,7 @@ class GameRecord:
     error: str | None = None
     traceback: str | None = None  # the full traceback of ``error``
     extras: dict = field(default_factory=dict)  # a GameResult's extras
-    calls: list | None = None  # a list: every model call is logged as (key, player id, prompt ids, Generation, Turn)
+    calls: list | None = None  # a list: every model call is logged as a Call, a replay's forced ones included
     replay: Any = None  # an autocurricula.replay plan: recorded answers for some calls, branch seeds for the rest
 
 
@@ -228,8 +239,10 @@ class GameHandle:
         if self.record.replay is not None:  # autocurricula.replay: the recorded answer, or a branch's own seed
             forced = self.record.replay.forced(key, player, ids)
             if forced is not None:
-                return forced
+                return self._logged(key, player, ids, forced, None)
             seed = self.record.replay.seed(key, seed)
+            if trainable:  # a branch's continuation policy; judges keep their sampling
+                temperature = self.record.replay.sampling_temperature(temperature)
         if is_scripted(player):  # a Python callable, never trained
             text = prompt if isinstance(prompt, str) else self.arena.engine.decode(ids)
             gen = Generation(self.arena.scripted(player, text, seed), [], [], ids, "stop", None, player["id"])
@@ -253,7 +266,7 @@ class GameHandle:
 
     def _logged(self, key: tuple, player: dict, ids: list[int], gen: Generation, turn: Turn | None) -> Generation:
         if self.record.calls is not None:  # kept for replays (autocurricula.replay)
-            self.record.calls.append((key, player["id"], list(ids), gen, turn))
+            self.record.calls.append(Call(key, player["id"], list(ids), gen, turn, self._seat(player)))
         return gen
 
     def _hf_generate(self, input_ids=None, attention_mask=None, max_new_tokens: int = 20, do_sample: bool = True,
@@ -421,6 +434,7 @@ class Arena:
         self._live: set[str] = set()
         self._wake: asyncio.Event | None = None
         self.split_ticks = 0  # lockstep ticks submitted without a game that was busy past the grace
+        self._memo: dict | None = None  # Arena.run(greedy_memo=...): greedy answers of this run, by request
 
     def is_trainable(self, player: dict) -> bool:
         return not is_scripted(player) and not self._frozen(player)
@@ -432,9 +446,22 @@ class Arena:
         fn = player["policy"]
         return str(fn(prompt, np.random.default_rng(seed)) if takes_rng(fn) else fn(prompt))
 
+    def _memo_key(self, adapter, ids, params: SamplingParams):
+        """The key of a greedy request in ``greedy_memo`` (None: not memoised). A greedy answer is a
+        function of the adapter's weights and these, whatever the seed."""
+        if self._memo is None or params.temperature != 0:
+            return None
+        return adapter, tuple(ids), params.max_tokens, tuple(params.stop), params.ignore_eos
+
     async def complete(self, game_id: str, order: tuple, ids: list[int], player: dict, params: SamplingParams):
         if not self.lockstep:
-            return await asyncio.wrap_future(self.engine.submit(ids, self.adapter_of(player), params))
+            mk = self._memo_key(self.adapter_of(player), ids, params)
+            if mk is not None and mk in self._memo:
+                return self._memo[mk]
+            out = await asyncio.wrap_future(self.engine.submit(ids, self.adapter_of(player), params))
+            if mk is not None:
+                self._memo[mk] = out
+            return out
         fut = asyncio.get_running_loop().create_future()
         self._waiting.append(((game_id, *order), ids, self.adapter_of(player), params, fut))
         self._queued[game_id] = self._queued.get(game_id, 0) + 1
@@ -476,32 +503,60 @@ class Arena:
             batch, self._waiting = sorted(self._waiting, key=lambda w: w[0]), []
             for (key, *_rest) in batch:
                 self._queued[key[0]] -= 1
-            self._inflight += len(batch)
+            send, owners = self._requests(batch)
+            self._inflight += sum(len(waiters) for _, waiters in owners)
             try:  # admitted together, in this order: the tick is one batch whatever else is queued
-                futs = self.engine.submit_many([(ids, adapter, params) for _, ids, adapter, params, _ in batch])
+                futs = self.engine.submit_many(send) if send else []
             except BaseException as exc:  # noqa: BLE001 - the tick's games get the error, the coordinator lives on
-                self._inflight -= len(batch)
-                for *_x, waiter in batch:
-                    if not waiter.done():  # a cancelled (timed-out) game's waiter is done already
-                        waiter.set_exception(exc)
+                for _, waiters in owners:
+                    self._inflight -= len(waiters)
+                    for waiter in waiters:
+                        if not waiter.done():  # a cancelled (timed-out) game's waiter is done already
+                            waiter.set_exception(exc)
                 continue
-            for (_, _, _, _, waiter), f in zip(batch, futs):
-                f.add_done_callback(lambda cf, w=waiter: self.loop.call_soon_threadsafe(self._settle, w, cf))
+            for (mk, waiters), f in zip(owners, futs):
+                f.add_done_callback(lambda cf, ws=waiters, k=mk: self.loop.call_soon_threadsafe(self._settle, ws, cf, k))
 
-    def _settle(self, waiter: asyncio.Future, cf) -> None:
-        self._inflight -= 1
+    def _requests(self, batch: list[tuple]) -> tuple[list[tuple], list[tuple]]:
+        """A tick's engine requests, and per request (its memo key, the waiters it answers). With a
+        greedy memo, a greedy request answered in an earlier tick is answered here at once, and
+        identical greedy requests of one tick go to the engine once."""
+        send, owners, first = [], [], {}
+        for _, ids, adapter, params, waiter in batch:
+            mk = self._memo_key(adapter, ids, params)
+            if mk is not None and mk in self._memo:
+                if not waiter.done():
+                    waiter.set_result(self._memo[mk])
+                continue
+            if mk is not None and mk in first:
+                owners[first[mk]][1].append(waiter)
+                continue
+            if mk is not None:
+                first[mk] = len(send)
+            send.append((ids, adapter, params))
+            owners.append((mk, [waiter]))
+        return send, owners
+
+    def _settle(self, waiters: list[asyncio.Future], cf, memo_key=None) -> None:
+        self._inflight -= len(waiters)
         self._wake.set()
-        if waiter.done():
-            return
         exc = cf.exception()
-        waiter.set_exception(exc) if exc else waiter.set_result(cf.result())
+        if exc is None and memo_key is not None and self._memo is not None:
+            self._memo[memo_key] = cf.result()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(exc) if exc else waiter.set_result(cf.result())
 
     async def run(self, games: list[tuple[Callable, list[dict], GameRecord, str]], max_concurrent: int = 64,
-                  sync_workers: int = 16, timeout_s: float | None = None) -> list[GameRecord]:
+                  sync_workers: int = 16, timeout_s: float | None = None,
+                  greedy_memo: dict | None = None) -> list[GameRecord]:
         """Play ``games`` ((play, players, record, game name) tuples) concurrently; returns records
         with rewards and turns (a game that raised or ran past ``timeout_s`` keeps its error and
-        traceback, and no turns)."""
+        traceback, and no turns). ``greedy_memo``: a dict that keeps the greedy (temperature 0)
+        answers of this run, and of earlier runs given the same dict, so that a request asked again
+        is answered without the engine; valid only while no adapter changes (a replayer's branches)."""
         self.loop = asyncio.get_running_loop()
+        self._memo = greedy_memo
         self._wake = asyncio.Event()
         coordinator = asyncio.create_task(self._coordinator()) if self.lockstep else None
         # a sync game is live before it has a thread: waiting for one, it would hold every lockstep
@@ -545,6 +600,7 @@ class Arena:
         try:
             return list(await asyncio.gather(*(one(*g) for g in games)))
         finally:
+            self._memo = None
             if coordinator:
                 coordinator.cancel()
 

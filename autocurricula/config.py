@@ -64,6 +64,12 @@ class GRPOConfig:
     adam_epsilon: float = _help("AdamW epsilon", 1e-8)
     num_iterations: int = _help("optimizer steps over the same turns per update (trl's num_iterations, GRPO's "
                                 "mu); after the first, the clipped ratio against the sampler keeps them on-policy", 1)
+    steps_per_generation: int = _help("optimizer steps per update: each round's turns are split into this many "
+                                      "slices, a player's games dealt round-robin so that a game stays in one "
+                                      "slice, and each slice is one step (more steps per round at the same "
+                                      "compute; the clipped ratio against the sampler covers the later slices). "
+                                      "trl counts micro-steps: a trl.GRPOConfig gives steps_per_generation // "
+                                      "gradient_accumulation_steps", 1)
     max_tokens_per_microbatch: int = _help("padded tokens (rows x length) per forward/backward pass; bounds "
                                            "activation memory whatever the number of players (2048 measured fastest "
                                            "on a 2-core CPU; raise it on a GPU)", 2048)
@@ -95,6 +101,10 @@ class GRPOConfig:
             raise ValueError("max_tokens_per_microbatch and max_completion_length must be positive")
         if not isinstance(self.num_iterations, int) or self.num_iterations < 1:
             raise ValueError("num_iterations must be an integer >= 1")
+        if not isinstance(self.steps_per_generation, int) or isinstance(self.steps_per_generation, bool) \
+                or self.steps_per_generation < 1:
+            raise ValueError(f"steps_per_generation must be an integer >= 1 (optimizer steps per round), "
+                             f"got {self.steps_per_generation!r}")
 
     @property
     def clip_high(self) -> float:
@@ -115,6 +125,11 @@ def coerce_grpo_config(cfg) -> GRPOConfig:
             raise ValueError(f"unknown GRPO settings {sorted(unknown)}; known: {sorted(names)}")
         return GRPOConfig(**{k: v for k, v in cfg.items() if k in names})
     values = {n: getattr(cfg, n) for n in names if hasattr(cfg, n)}
+    if values.get("steps_per_generation") is not None:  # trl counts micro-steps: optimizer steps = these / accumulation
+        values["steps_per_generation"] = max(1, values["steps_per_generation"]
+                                             // max(1, getattr(cfg, "gradient_accumulation_steps", 1) or 1))
+    else:
+        values.pop("steps_per_generation", None)
     if isinstance(values.get("scale_rewards"), bool):  # older trl used a bool
         values["scale_rewards"] = "group" if values["scale_rewards"] else "none"
     schedule = values.get("lr_scheduler_type")
@@ -212,6 +227,27 @@ class AutocurriculumConfig:
     branch_move_clip: float = _help("credit='branch', branch_advantage='moves': bound c on each move's target "
                                     "centred logit (Q - mean Q) / tau, so a state stops pulling once its better "
                                     "move is about e^(2c) times as likely (math.inf: no bound)", 2.0)
+    branch_temperature: float | None = _help("credit='branch': sampling temperature of the players' calls in the "
+                                             "branch continuations (after the branched move); None = as in the "
+                                             "games. 0 = greedy continuations: in a game without chance, one "
+                                             "branch per move (branch_samples=1) gives the exact value of greedy "
+                                             "play from there, and 'moves' then regresses each state toward "
+                                             "the move that is best if both sides play on greedily (its fixed "
+                                             "point is minimax play where every state is visited)", None)
+    branch_move_loss: str = _help("credit='branch', branch_advantage='moves': how each state's move turns pull the "
+                                  "policy toward softmax(y). 'residual': advantages y - (log pi - mean log pi) "
+                                  "centred, a regression of the log-probability differences between the moves; "
+                                  "it leaves the probability of replies that are none of the moves free, so "
+                                  "many updates can drift it up (an illegal reply). 'cross_entropy': "
+                                  "advantages softmax(y) (the loss is the cross-entropy toward the target): the "
+                                  "same fixed point, and it keeps the mass on the listed moves", "residual")
+    branch_replies: bool = _help("credit='branch', branch_advantage='moves': a one-ply search over the answer to "
+                                 "each move: the next seated call is branched with every reply the game lists "
+                                 "(play.moves), K branches each, and the replier's best reply for its own seat "
+                                 "gives the move's value (for two players in a zero-sum game, the reply worst for "
+                                 "the mover). For games of perfect information: the replier chooses knowing "
+                                 "everything the branch knows. Cost: about as many games per move as it has "
+                                 "replies", False)
     game_name: str | None = _help("name of the game in turns and cards (default: play's module name)", None)
     max_concurrent_games: int = _help("games in flight at once (their calls share the engine's batches)", 64)
     lockstep: bool = _help("batch the calls of all running games in a fixed order: full batches and "
@@ -284,6 +320,15 @@ class AutocurriculumConfig:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v or \
                     (not inf_ok and not math.isfinite(v)):
                 raise ValueError(f"{name} must be a {'' if inf_ok else 'finite '}number > 0, got {v!r}")
+        t = self.branch_temperature
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0):
+            raise ValueError(f"branch_temperature must be None (the games' sampling) or a finite number >= 0 "
+                             f"(0 = greedy continuations), got {t!r}")
+        if self.branch_move_loss not in ("residual", "cross_entropy"):
+            raise ValueError(f"branch_move_loss must be 'residual' or 'cross_entropy', got {self.branch_move_loss!r}")
+        if self.branch_replies and (self.credit != "branch" or self.branch_advantage != "moves"):
+            raise ValueError("branch_replies searches the replies to every listed move: set credit='branch' and "
+                             "branch_advantage='moves', or branch_replies=False")
         if self.branch_advantage not in ("return", "td", "moves"):
             raise ValueError(f"branch_advantage must be 'return' (A = G - V), 'td' (A = V(next) - V) or 'moves' "
                              f"(A = Q(s, m) - mean Q for every legal move), got {self.branch_advantage!r}")

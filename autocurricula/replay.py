@@ -51,6 +51,7 @@ class ReplayPlan:
     answers: dict = field(default_factory=dict)  # call key -> (player id, prompt ids, Generation)
     salt: str | None = None  # None: calls not forced keep the recorded game's seeds
     used: int = 0  # forced calls answered so far
+    temperature: float | None = None  # players' calls not forced are sampled at this (None: as the game asks)
 
     def forced(self, key: tuple, player: dict, ids: list[int]):
         """The recorded :class:`~autocurricula.arena.Generation` of call ``key``, or None to sample it."""
@@ -71,31 +72,41 @@ class ReplayPlan:
         """The seed of a call that is sampled: the recorded one, mixed with the branch's salt."""
         return seed if self.salt is None else derive_seed(seed, self.salt)
 
+    def sampling_temperature(self, temperature: float | None) -> float | None:
+        """The temperature of a player's call that is sampled: the plan's when it sets one."""
+        return temperature if self.temperature is None else self.temperature
 
-def plan(record: GameRecord, position: int, salt: str | None = None, answer: Generation | None = None) -> ReplayPlan:
+
+def plan(record: GameRecord, position: int, salt: str | None = None, answer: Generation | None = None, *,
+         temperature: float | None = None) -> ReplayPlan:
     """A plan that forces the first ``position`` calls of ``record`` (``len(record.calls)``: all),
-    and with ``answer`` call ``position`` too: it gets ``answer`` instead of being sampled."""
+    and with ``answer`` call ``position`` too: it gets ``answer`` instead of being sampled. With
+    ``temperature``, the players' calls it samples use it (0: greedy continuations); judge calls
+    (``trainable=False``) keep their own."""
     if record.calls is None:
         raise ValueError(f"game {record.game_id} was not logged: run it with GameRecord(..., calls=[]) to replay it")
     if not 0 <= position <= len(record.calls):
         raise ValueError(f"position must be in [0, {len(record.calls)}] (the calls of game {record.game_id}), "
                          f"got {position}")
-    answers = {key: (pid, list(ids), gen) for key, pid, ids, gen, _ in record.calls[:position]}
+    answers = {c.key: (c.player, list(c.prompt_ids), c.generation) for c in record.calls[:position]}
     if answer is not None:
         if position >= len(record.calls):
             raise ValueError(f"game {record.game_id} has no call {position} to answer (it made {len(record.calls)})")
-        key, pid, ids, _, _ = record.calls[position]
-        answers[key] = (pid, list(ids), answer)
-    return ReplayPlan(record.game_id, answers, salt)
+        c = record.calls[position]
+        answers[c.key] = (c.player, list(c.prompt_ids), answer)
+    # a logged branch is replayed as its own game was: under the recorded game's node, hence its seeds
+    return ReplayPlan(getattr(record.replay, "node", None) or record.game_id, answers, salt, temperature=temperature)
 
 
 def turn_positions(record: GameRecord) -> dict[int, int]:
     """``{id(turn): position of its call}`` for the turns a logged game recorded."""
-    return {id(turn): i for i, (*_, turn) in enumerate(record.calls or []) if turn is not None}
+    return {id(c.turn): i for i, c in enumerate(record.calls or []) if c.turn is not None}
 
 
 class Replayer:
-    """Runs replays and branches of recorded games through ``arena`` (all of a call at once)."""
+    """Runs replays and branches of recorded games through ``arena`` (all of a call at once).
+    Greedy answers (temperature 0) are kept for the replayer's life and reused when the same player
+    is asked the same prompt again: make a new replayer after the players' adapters change."""
 
     def __init__(self, arena: Arena, play: Callable, game: str = "game", *, max_concurrent: int = 64,
                  timeout_s: float | None = None, scorer=None):
@@ -109,23 +120,28 @@ class Replayer:
         self.scorer = scorer if scorer is not None else arena.engine
         self.max_concurrent, self.timeout_s = max_concurrent, timeout_s
         self.games_run = 0
+        # greedy answers of this replayer's runs: the adapters do not change while one round's
+        # branches are played, so a greedy call asked again (a transposition) needs no engine
+        self.greedy_memo: dict = {}
 
-    def run(self, requests: list[tuple]) -> list[GameRecord]:
+    def run(self, requests: list[tuple], temperature: float | None = None, log: bool = False) -> list[GameRecord]:
         """Replay each ``(record, position, salt)`` or ``(record, position, salt, answer)`` (see
-        :func:`plan`); one ``Arena.run`` for all.
+        :func:`plan`, which also takes ``temperature``); one ``Arena.run`` for all. ``log``: the
+        replays log their calls (forced ones included), so they can be branched in turn.
         A replay that asked for something else, or stopped before its forced calls were used, has
         ``error`` set to a ``ReplayDiverged`` message."""
         from autocurricula.trainer import run_async
 
         games = []
         for n, (record, position, salt, *answer) in enumerate(requests):
-            replay = plan(record, position, salt, *answer)
+            replay = plan(record, position, salt, *answer, temperature=temperature)
             rec = GameRecord(f"{record.game_id}#{salt if salt is not None else 'replay'}#{n}", record.players,
-                             replay=replay)
+                             replay=replay, calls=[] if log else None)
             games.append((self.play, record.players, rec, self.game))
         if not games:
             return []
-        out = run_async(self.arena.run(games, self.max_concurrent, timeout_s=self.timeout_s))
+        out = run_async(self.arena.run(games, self.max_concurrent, timeout_s=self.timeout_s,
+                                       greedy_memo=self.greedy_memo))
         self.games_run += len(out)
         for rec in out:
             if rec.error is None and rec.replay.used < len(rec.replay.answers):
@@ -149,25 +165,28 @@ class Replayer:
                 f"{record.rewards}: the game draws randomness that is not from model.seed (module random, "
                 f"os.urandom, the clock) or reads outside state, so it cannot be replayed")
 
-    def branch(self, requests: list[tuple[GameRecord, int]], samples: int, tag: str = "b") -> list[list[GameRecord]]:
+    def branch(self, requests: list[tuple[GameRecord, int]], samples: int, tag: str = "b",
+               temperature: float | None = None) -> list[list[GameRecord]]:
         """For each ``(record, position)``: ``samples`` branch games that force the calls before
-        ``position`` and sample the rest with seeds of their own; all run in one ``Arena.run``."""
+        ``position`` and sample the rest with seeds of their own (at ``temperature`` when given);
+        all run in one ``Arena.run``."""
         if samples < 1:
             raise ValueError(f"samples must be >= 1, got {samples}")
         flat = [(record, position, f"{tag}{position}.{k}") for record, position in requests for k in range(samples)]
-        out = self.run(flat)
+        out = self.run(flat, temperature)
         return [out[i * samples:(i + 1) * samples] for i in range(len(requests))]
 
     def branch_moves(self, requests: list[tuple[GameRecord, int, list[Generation]]], samples: int,
-                     tag: str = "m") -> list[list[list[GameRecord]]]:
+                     tag: str = "m", temperature: float | None = None, log: bool = False) -> list[list[list[GameRecord]]]:
         """For each ``(record, position, answers)``: for each answer, ``samples`` branch games that
         force the calls before ``position``, answer call ``position`` with it, and sample the rest
-        with seeds of their own (the returns estimate Q(s, move)); all run in one ``Arena.run``."""
+        with seeds of their own (at ``temperature`` when given; the returns estimate Q(s, move));
+        all run in one ``Arena.run``."""
         if samples < 1:
             raise ValueError(f"samples must be >= 1, got {samples}")
         flat = [(record, position, f"{tag}{position}.{j}.{k}", answer) for record, position, answers in requests
                 for j, answer in enumerate(answers) for k in range(samples)]
-        out, i, grouped = self.run(flat), 0, []
+        out, i, grouped = self.run(flat, temperature, log), 0, []
         for _, _, answers in requests:
             grouped.append([out[i + j * samples:i + (j + 1) * samples] for j in range(len(answers))])
             i += len(answers) * samples

@@ -64,13 +64,21 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
                         "softmax(Q / tau), bounded")
     parser.add_argument("--move-temperature", type=float, default=0.25, help="tau of --branch-advantage moves")
     parser.add_argument("--move-clip", type=float, default=2.0, help="bound on the centred target logit of moves")
+    parser.add_argument("--move-loss", default="residual", choices=["residual", "cross_entropy"],
+                        help="with --branch-advantage moves: branch_move_loss")
+    parser.add_argument("--branch-replies", action="store_true", help="with --branch-advantage moves: each move's "
+                        "value is taken after the opponent's best reply, every reply played out (a one-ply search)")
+    parser.add_argument("--branch-temperature", type=float, default=None, help="with --credit branch: sampling "
+                        "temperature of the branch continuations (default: the games' 1.0; 0 = greedy)")
     parser.add_argument("--q-targets", type=float, default=1.0, help="with --credit q: also train every visited "
                         "position toward its best known move, advantage COEF x (score - V) (q_target_coef; 0 = off)")
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--warmup-steps", type=int, default=400, help="supervised warm-up steps on random legal moves")
     parser.add_argument("--eval-games", type=int, default=2000, help="evaluation games per opponent and epoch")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the base model")
-    parser.add_argument("--num-iterations", type=int, default=1, help="optimizer steps per batch of turns")
+    parser.add_argument("--num-iterations", type=int, default=1, help="passes over each round's turns")
+    parser.add_argument("--steps-per-generation", type=int, default=1, help="optimizer steps per pass: the "
+                        "round's turns split into this many slices")
     parser.add_argument("--openings", default="0-4", help="every training game starts after lo-hi random moves "
                         "(drawn per game), e.g. 0-4: positions a league alone rarely reaches")
     if extra is not None:
@@ -90,7 +98,9 @@ def credit_settings(args) -> dict:
     """The config fields of ``--credit`` and its options."""
     return {"credit": args.credit, "q_target_coef": args.q_targets, "branch_samples": args.branch_samples,
             "branch_turns_per_game": args.branch_turns, "branch_advantage": args.branch_advantage,
-            "branch_move_temperature": args.move_temperature, "branch_move_clip": args.move_clip}
+            "branch_move_temperature": args.move_temperature, "branch_move_clip": args.move_clip,
+            "branch_temperature": args.branch_temperature, "branch_replies": args.branch_replies,
+            "branch_move_loss": args.move_loss}
 
 
 def game(args):
@@ -128,7 +138,7 @@ def update_settings(args):
 
     return (LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
             GRPOConfig(learning_rate=args.learning_rate, beta=args.beta, loss_type="grpo", temperature=1.0,
-                       num_iterations=args.num_iterations))
+                       num_iterations=args.num_iterations, steps_per_generation=args.steps_per_generation))
 
 
 def finish(trainer, evaluator, engine, figures) -> None:

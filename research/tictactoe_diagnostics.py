@@ -4,6 +4,8 @@
     python research/tictactoe_diagnostics.py agree ADAPTER_FOLDER    # how often a player follows it
     python research/tictactoe_diagnostics.py supervised --steps 1600 # full fine-tune on minimax's moves
     python research/tictactoe_diagnostics.py supervised --lora --steps 800   # the same through our Updater
+    python research/tictactoe_diagnostics.py targets [ADAPTER_FOLDER] # how right greedy branch values are
+    python research/tictactoe_diagnostics.py regression --steps 600  # branch "moves" credit with exact values
     python research/tictactoe_diagnostics.py bandit --epochs 40      # RL with a perfect per-move reward
     python research/tictactoe_diagnostics.py scripted --minimax-share 0.5 --openings 0-6 --epochs 40
     python research/tictactoe_diagnostics.py scripted --credit q --openings 0-4 --learning-rate 2e-3 --epochs 50
@@ -96,6 +98,99 @@ def supervised(args, base):
             top = logits.max(-1, keepdims=True)
             logp = logits[np.arange(len(c)), c] - (top + np.log(np.exp(logits - top).sum(-1, keepdims=True)))[:, 0]
             turns.append(Turn("p", f"s{step}-{i}", "X", p, c, logp.tolist(), reward=1.0, advantage=1.0))
+        updater.step(turns)
+    engine.close()
+
+
+def target_quality(table: dict, tau: float = 0.25, clip: float = 2.0) -> dict:
+    """How right the targets of ``branch_advantage="moves"`` with greedy continuations are, given the
+    greedy policy ``table`` that plays the continuations (both sides): at every reachable position,
+    each move's value is the outcome of greedy play after it ("greedy"), or after the opponent's best
+    reply to it and greedy play on ("best_reply", ``branch_replies=True``). Reported: the share of
+    positions whose best-valued moves are all optimal, and the mean target probability
+    (``move_distribution``) on optimal moves."""
+    from functools import lru_cache
+
+    from autocurricula.branch import move_distribution
+
+    sign = {"X": 1, "O": -1}
+
+    @lru_cache(None)
+    def greedy_outcome(board: str) -> int:  # for X, greedy play from board (an illegal move loses)
+        w = T.winner(board)
+        if w:
+            return 0 if w == "draw" else sign[w]
+        mark = T.to_move(board)
+        move = table[(board, mark)]
+        if move is None or board[move - 1] != ".":
+            return -sign[mark]
+        return greedy_outcome(T.apply_move(board, move, mark))
+
+    def after_reply(board, mark, move):
+        b = T.apply_move(board, move, mark)
+        if T.winner(b):
+            return sign[mark] * greedy_outcome(b)
+        return min(sign[mark] * greedy_outcome(T.apply_move(b, r, T.to_move(b))) for r in T.legal_moves(b))
+
+    rules = {"greedy": lambda b, m, mv: sign[m] * greedy_outcome(T.apply_move(b, mv, m)), "best_reply": after_reply}
+    out, positions = {}, T.reachable_positions()
+    for name, value in rules.items():
+        top_right = mass = 0.0
+        for b, m in positions:
+            moves = T.legal_moves(b)
+            q = [value(b, m, mv) for mv in moves]
+            best, optimal = max(q), T.optimal_moves(b, m)
+            top_right += all(mv in optimal for mv, v in zip(moves, q) if v == best)
+            mass += sum(p for mv, p in zip(moves, move_distribution(q, tau, clip)) if mv in optimal)
+        out[name] = {"top_moves_optimal": round(top_right / len(positions), 3),
+                     "target_mass_on_optimal": round(mass / len(positions), 3)}
+    return out
+
+
+def regression(args, base):
+    """The ``branch_advantage="moves"`` regression with exact values: each step draws ``--states``
+    positions uniformly and regresses the policy toward the bounded softmax of the moves' perfect-play
+    values (``--move-temperature``, ``--move-clip``), as branch credit does with values from branches.
+    The best case of that credit: how many updates of how many states reach which optimal-move rate."""
+    from autocurricula.branch import move_advantages, move_distribution
+    from autocurricula.pool import fresh_adapter
+    from autocurricula.training import Updater
+
+    engine = Engine(str(base))
+    lora = lora_spec(args)
+    dims = {p: engine.linear_dims[p] for p in lora.resolve(engine.linear_dims)}
+    engine.load_adapter("p", fresh_adapter(dims, lora, np.random.default_rng(0)))
+    updater = Updater(engine, GRPOConfig(learning_rate=args.learning_rate, beta=0.0, loss_type="grpo"))
+    rng, positions, eos, t = random.Random(args.seed), T.reachable_positions(), engine.tokenizer.eos_token_id, time.time()
+    for step in range(args.steps + 1):
+        if step % args.eval_every == 0:
+            table = T.greedy_table(engine, "p")
+            from autocurricula.eval.tictactoe import adversarial_figures
+
+            adv = adversarial_figures(table)
+            print(json.dumps({"step": step, "minutes": round((time.time() - t) / 60, 2), **figures(table, args.eval_games),
+                              "loses_as_x": adv["loses_to_best_response_as_x"],
+                              "loses_as_o": adv["loses_to_best_response_as_o"],
+                              "value_losing_share": round(adv["value_losing_share"], 4)}), flush=True)
+        if step == args.steps:
+            break
+        turns, pairs, rows = [], [], []
+        for i in range(args.states):
+            b, m = positions[rng.randrange(len(positions))]
+            prompt = engine.encode(T.render_prompt(b, m))
+            values = T.minimax_values(b, m)
+            moves = sorted(values)
+            rows.append((i, prompt, moves, [float(values[mv]) for mv in moves]))
+            pairs += [(prompt, engine.encode(str(mv)) + [eos]) for mv in moves]
+        logps = iter(engine.completion_logprobs(pairs, "p"))
+        for i, prompt, moves, q in rows:
+            lp = [next(logps) for _ in moves]
+            adv = (move_advantages(q, lp, args.move_temperature, args.move_clip) if args.move_loss == "residual"
+                   else move_distribution(q, args.move_temperature, args.move_clip))
+            for mv, a in zip(moves, adv):
+                c = engine.encode(str(mv)) + [eos]
+                turns.append(Turn("p", f"s{step}-{i}", "X", prompt, c, [0.0] * len(c), reward=0.0, advantage=a,
+                                  target=True))
         updater.step(turns)
     engine.close()
 
@@ -223,8 +318,10 @@ def cost(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["static", "agree", "supervised", "bandit", "scripted", "cost", "opponents"])
-    parser.add_argument("adapter", nargs="?", help="agree: a player's adapter folder (peft format); opponents: a run folder")
+    parser.add_argument("mode", choices=["static", "agree", "targets", "supervised", "regression", "bandit",
+                                         "scripted", "cost", "opponents"])
+    parser.add_argument("adapter", nargs="?", help="agree, targets: a player's adapter folder (peft format; targets "
+                        "without one: the warm base); opponents: a run folder")
     parser.add_argument("--steps", type=int, default=400, help="supervised: optimizer steps of 64 examples")
     parser.add_argument("--lora", action="store_true", help="supervised: LoRA (--rank, --alpha) through the Updater")
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank (supervised --lora, bandit, scripted)")
@@ -232,6 +329,11 @@ def main():
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=10, help="updates per epoch")
     parser.add_argument("--games", type=int, default=256, help="games per update")
+    parser.add_argument("--states", type=int, default=64, help="regression: positions per update")
+    parser.add_argument("--move-temperature", type=float, default=0.25, help="regression: tau")
+    parser.add_argument("--move-clip", type=float, default=2.0, help="regression: bound c")
+    parser.add_argument("--move-loss", default="residual", choices=["residual", "cross_entropy"],
+                        help="regression: the moves' loss")
     parser.add_argument("--group", type=int, default=1, help="bandit: moves asked per position (GRPO groups)")
     parser.add_argument("--minimax-share", type=float, default=0.5)
     parser.add_argument("--openings", default="0-0", help="scripted: random opening moves, lo-hi")
@@ -269,6 +371,18 @@ def main():
         print(json.dumps({"rule": "first free of center, corners, edges", **figures(static_table(), args.eval_games)}))
         return
     base = warm_base(hidden=args.hidden, layers=args.layers, heads=args.heads, steps=args.warmup_steps, seed=args.seed)
+    if args.mode == "targets":
+        from autocurricula.engine.adapters import load_folder
+
+        engine = Engine(str(base))
+        if args.adapter:
+            engine.load_adapter("a", load_folder(args.adapter))
+        table = T.greedy_table(engine, "a" if args.adapter else None)
+        engine.close()
+        optimal = sum(mv in T.optimal_moves(b, m) for (b, m), mv in table.items()) / len(table)
+        print(json.dumps({"adapter": args.adapter or "warm base", "policy_optimal": round(optimal, 3),
+                          **target_quality(table, args.move_temperature, args.move_clip)}))
+        return
     if args.mode == "agree":
         from autocurricula.engine.adapters import load_folder
 
@@ -282,7 +396,7 @@ def main():
                  for name, t in (("player", player), ("warm_base", warm))}
         print(json.dumps({"agrees_with_rule": share}))
         return
-    {"supervised": supervised, "bandit": bandit, "scripted": scripted}[args.mode](args, base)
+    {"supervised": supervised, "regression": regression, "bandit": bandit, "scripted": scripted}[args.mode](args, base)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pytest
 
 from autocurricula import SelfPlayConfig
 from autocurricula.arena import Arena, GameRecord, Generation
-from autocurricula.branch import BranchCredit, move_advantages
+from autocurricula.branch import BranchCredit, move_advantages, move_distribution
 from autocurricula.games import kuhn_poker
 from autocurricula.replay import Replayer
 
@@ -101,6 +101,53 @@ def test_move_advantages_by_hand():
         move_advantages([1.0], [0.0], 0.0)
     with pytest.raises(ValueError, match="one value"):
         move_advantages([1.0, 2.0], [0.0], 1.0)
+
+
+def test_move_distribution_by_hand():
+    # centred values -0.5 / +0.5 over tau 0.25: logits -2 / +2
+    assert move_distribution([-2.0, -1.0], 0.25) == pytest.approx([1 / (1 + math.e ** 4), 1 / (1 + math.e ** -4)])
+    assert move_distribution([3.0, -3.0], 0.25, max_logit=1.0) == pytest.approx(
+        [math.e / (math.e + 1 / math.e), (1 / math.e) / (math.e + 1 / math.e)])  # the bound
+    assert sum(move_distribution([0.3, -1.0, 2.0], 0.5, 1.0)) == pytest.approx(1.0)
+    assert move_distribution([1.0, 1.0, 1.0], 0.1) == pytest.approx([1 / 3] * 3)
+    with pytest.raises(ValueError, match="temperature"):
+        move_distribution([1.0], 0.0)
+
+
+def test_cross_entropy_moves_keep_the_mass_on_the_listed_moves(tiny_model_path):
+    """The two move losses share a fixed point, but only the cross-entropy raises the probability of
+    the listed moves together; the residuals sum to zero and move the differences between them."""
+    from autocurricula.credit import Turn
+    from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
+    from autocurricula.config import GRPOConfig
+    from autocurricula.training import Updater
+
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=4))
+    try:
+        spec = LoraSpec(r=4, lora_alpha=8, target_modules="all-linear")
+        dims = {p: eng.linear_dims[p] for p in spec.resolve(eng.linear_dims)}
+        for name in ("residual", "cross_entropy"):
+            eng.load_adapter(name, AdapterWeights.random(dims, spec, seed=0, b_std=0.0))
+        prompt = eng.encode("pick a cell:")
+        moves = [eng.encode(m) + [eng.tokenizer.eos_token_id] for m in ("1", "2", "3")]
+        q = [1.0, 0.0, -1.0]
+
+        def listed_mass(name):
+            return sum(math.exp(lp) for lp in eng.completion_logprobs([(prompt, m) for m in moves], name))
+
+        before = listed_mass("residual")
+        for name in ("residual", "cross_entropy"):
+            up = Updater(eng, GRPOConfig(learning_rate=1e-2, loss_type="grpo"))
+            for _ in range(5):
+                lp = eng.completion_logprobs([(prompt, m) for m in moves], name)
+                adv = move_advantages(q, lp, 0.5, 2.0) if name == "residual" else move_distribution(q, 0.5, 2.0)
+                up.step([Turn(name, "g", "X", prompt, m, [0.0] * len(m), reward=0.0, advantage=a, target=True)
+                         for m, a in zip(moves, adv)])
+        assert before < 1e-3  # a random model rarely says these
+        assert listed_mass("cross_entropy") > 0.9  # 5 steps put nearly all of it on the moves
+        assert listed_mass("residual") < 0.01  # the differences moved, the mass hardly
+    finally:
+        eng.close()
 
 
 def test_engine_scores_completions_as_its_full_logits_do(tiny_model_path):
@@ -197,6 +244,58 @@ def test_move_targets_match_known_values():
     # a branched turn whose reply is a legal move gets 0: its state's move turns carry the update
     assert sum(a == 0.0 for a in adv) >= 2
     assert credit.extra_turns(turns) == []  # targets serve their round once
+
+
+async def share(players, model, tokenizer=None):
+    """``dice``'s moves, but both seats get (d + e) / 18: the replier's best reply is the mover's too."""
+    d = int((await model.generate(players[0], "roll", max_tokens=1)).text)
+    e = int((await model.generate(players[1], f"beat {d}", max_tokens=1)).text)
+    return [(d + e) / 18, (d + e) / 18]
+
+
+share.moves = dice.moves
+
+
+@pytest.mark.parametrize("game", [dice, share])
+def test_reply_search_values_each_move_after_the_repliers_best_answer(game):
+    """With replies=True a move's value is its return after the reply best for the replier's own seat:
+    in ``dice`` (zero-sum) seat 1 answers 9, so every d < 9 loses and 9 draws; in ``share`` the
+    replier also answers 9, which is now the mover's best case. The game ends after seat 1's move,
+    so its values stand as they are. Exact with one branch each: nothing is left to chance."""
+    eng = DigitEngine()
+    arena = Arena(eng, seed=4)
+    records = logged(arena, game, 3)
+    credit = BranchCredit(samples=1, advantage="moves", temperature=0.5, max_logit=1.5, replies=True)
+    credit.see_round(records, Replayer(arena, game))
+    turns = [t for r in records for t in r.turns]
+    credit.advantages(turns)
+    targets = credit.extra_turns(turns)
+    lp = [0.0] * 10  # the engine's scores: uniform digits
+    for rec in records:
+        d, e = int(rec.calls[0][3].text), int(rec.calls[1][3].text)
+        if game is dice:
+            q0 = [0.0 if m == 9 else -1.0 for m in range(10)]
+            q1 = [float(np.sign(m - d)) for m in range(10)]
+        else:
+            q0 = [(m + 9) / 18 for m in range(10)]
+            q1 = [(d + m) / 18 for m in range(10)]
+        for seat, q in ((0, q0), (1, q1)):
+            group = sorted((t for t in targets if t.game_id == rec.game_id and t.seat == seat),
+                           key=lambda t: t.completion_ids)
+            assert [t.advantage for t in group] == pytest.approx(move_advantages(q, lp, 0.5, 1.5)), (seat, d, e)
+    # per game: 10 moves of seat 0 and 10 of seat 1 played out once, then 10 replies to each of seat 0's moves
+    assert credit.metrics()["credit/branch_games"] == 3 * (10 + 10 + 10 * 10)
+    without = BranchCredit(samples=1, advantage="moves", temperature=0.5, max_logit=1.5)
+    without.see_round(records, Replayer(arena, game))
+    assert without.metrics()["credit/branch_games"] == 3 * 20
+
+
+def test_reply_search_needs_moves():
+    with pytest.raises(ValueError, match="branch_advantage='moves'"):
+        BranchCredit(advantage="return", replies=True)
+    with pytest.raises(ValueError, match="branch_replies"):
+        SelfPlayConfig(credit="branch", branch_advantage="return", branch_replies=True)
+    assert SelfPlayConfig(credit="branch", branch_advantage="moves", branch_replies=True).branch_replies
 
 
 def test_moves_needs_the_game_to_list_them():

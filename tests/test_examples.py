@@ -54,7 +54,27 @@ def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
     assert config["num_attention_heads"] == 8  # --heads reaches the model
 
 
-@pytest.mark.parametrize("mode", [["static"], ["supervised", "--lora", "--steps", "2", "--eval-every", "2", "--rank", "4"],
+def test_target_quality_of_perfect_and_board_blind_continuations():
+    """With a perfect greedy policy playing the continuations, greedy values are the minimax values,
+    so every target's best moves are optimal; with the board-blind rule the best reply repairs most."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ttt_diag", ROOT / "research" / "tictactoe_diagnostics.py")
+    diag = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(diag)
+    from autocurricula.games import tictactoe as T
+
+    perfect = {(b, m): min(T.optimal_moves(b, m)) for b, m in T.reachable_positions()}
+    got = diag.target_quality(perfect)
+    assert got["greedy"]["top_moves_optimal"] == got["best_reply"]["top_moves_optimal"] == 1.0
+    blind = diag.target_quality(diag.static_table())
+    assert blind["greedy"]["top_moves_optimal"] < 0.8 < blind["best_reply"]["top_moves_optimal"] < 1.0
+
+
+@pytest.mark.parametrize("mode", [["static"], ["targets"],
+                                  ["regression", "--steps", "2", "--states", "4", "--eval-every", "2",
+                                   "--move-loss", "cross_entropy"],
+                                  ["supervised", "--lora", "--steps", "2", "--eval-every", "2", "--rank", "4"],
                                   ["bandit", "--epochs", "1", "--rounds", "2", "--games", "8", "--group", "4",
                                    "--entropy-coef", "0.1", "--num-iterations", "2", "--eval-every", "1"],
                                   ["scripted", "--epochs", "1", "--rounds", "2", "--games", "4", "--openings", "0-3",
@@ -72,6 +92,9 @@ def test_tictactoe_diagnostics_run(mode, tmp_path):
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     if mode[0] == "cost":  # one row per head count, ratios against the first
         assert [r["heads"] for r in rows] == [2, 8] and rows[0]["ratio"] == 1.0 and rows[1]["ms_per_step"] > 0
+        return
+    if mode[0] == "targets":  # shares of positions and probability mass
+        assert all(0 <= rows[0][rule][k] <= 1 for rule in ("greedy", "best_reply") for k in rows[0][rule])
         return
     assert rows and all(0 <= r["optimal_move_rate"] <= 1 for r in rows)
     if mode[0] == "static":

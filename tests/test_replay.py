@@ -80,7 +80,9 @@ def test_branch_maths_by_hand():
 def test_config_checks_branch_fields():
     cfg = SelfPlayConfig(credit="branch", branch_samples=3, branch_turns_per_game=2, branch_advantage="td")
     assert cfg.branch_samples == 3
-    for bad in (dict(branch_samples=0), dict(branch_turns_per_game=-1), dict(branch_advantage="gae")):
+    assert SelfPlayConfig(credit="branch", branch_temperature=0.0).branch_temperature == 0.0
+    for bad in (dict(branch_samples=0), dict(branch_turns_per_game=-1), dict(branch_advantage="gae"),
+                dict(branch_temperature=-0.5), dict(branch_temperature=float("nan"))):
         with pytest.raises(ValueError, match=next(iter(bad))):
             SelfPlayConfig(credit="branch", **bad)
 
@@ -132,6 +134,97 @@ def test_replay_makes_no_engine_call_and_branches_resample_from_the_state():
     firsts = {eng.decode(b.turns[0].completion_ids) for b in branches}
     assert len(firsts) > 3 and all(b.turns[0].prompt_ids == rec.calls[0][2] for b in branches)
     assert d in "0123456789"
+
+
+class TemperatureEngine(DigitEngine):
+    """DigitEngine that records each call's sampling temperature; at temperature 0 its digit is a
+    function of the prompt alone, as a model's greedy answer is."""
+
+    def __init__(self):
+        super().__init__()
+        self.temperatures = []
+
+    def submit(self, ids, adapter, params):
+        self.temperatures.append(params.temperature)
+        if params.temperature == 0:
+            params = types.SimpleNamespace(seed=sum(ids) * 7919 % 1000)
+        return super().submit(ids, adapter, params)
+
+
+async def dice_with_judge(players, model, tokenizer=None):
+    """``dice`` with a judge call (trainable=False, its own temperature) between the two moves."""
+    d = int((await model.generate(players[0], "roll", max_tokens=1)).text)
+    await model.generate(players[0], "judge", max_tokens=1, temperature=0.7, trainable=False)
+    e = int((await model.generate(players[1], f"beat {d}", max_tokens=1, temperature=1.3)).text)
+    return [1.0, -1.0] if d > e else [-1.0, 1.0] if e > d else [0.0, 0.0]
+
+
+def test_branch_temperature_sets_the_players_sampling_and_spares_judges():
+    eng = TemperatureEngine()
+    arena = Arena(eng, seed=0)
+    rec, = logged(arena, dice_with_judge, [[{"id": "p0"}, {"id": "p1"}]])
+    assert eng.temperatures == [1.0, 0.7, 1.3]  # the arena's default, then what the game asked
+    replayer = Replayer(arena, dice_with_judge)
+    eng.temperatures.clear()
+    replayer.branch([(rec, 0)], 1)  # no temperature: as the game asks
+    assert eng.temperatures == [1.0, 0.7, 1.3]
+    eng.temperatures.clear()
+    replayer.branch([(rec, 0)], 2, temperature=0.0)
+    # the players' calls greedy, the judge's untouched; the two branches ask the same greedy calls,
+    # and the engine answers each once (the replayer's greedy memo)
+    assert sorted(eng.temperatures) == [0.0, 0.0, 0.7, 0.7]
+    eng.temperatures.clear()
+    replayer.branch_moves([(rec, 0, [rec.calls[0][3]])], 1, temperature=0.25)
+    assert eng.temperatures == [0.7, 0.25]  # the move is forced; the rest follows the branch temperature
+
+
+def test_greedy_memo_answers_repeated_greedy_calls_without_the_engine():
+    eng = TemperatureEngine()
+    arena = Arena(eng, seed=0)
+    players = [[{"id": "p0"}, {"id": "p1"}] for _ in range(4)]
+
+    async def greedy_dice(players, model, tokenizer=None):
+        d = int((await model.generate(players[0], "roll", max_tokens=1, temperature=0.0)).text)
+        e = int((await model.generate(players[1], f"beat {d}", max_tokens=1, temperature=0.0)).text)
+        return [float(d > e) - float(e > d), float(e > d) - float(d > e)]
+
+    plain = logged(arena, greedy_dice, players)
+    assert eng.submits == 8  # no memo: every call goes to the engine
+    memo = {}
+    games = [(greedy_dice, p, GameRecord(f"g{i}", p, calls=[]), "game") for i, p in enumerate(players)]
+    first = asyncio.run(arena.run(games, greedy_memo=memo))
+    assert eng.submits == 8 + 2 and len(memo) == 2  # one tick's identical requests go to the engine once
+    again = asyncio.run(arena.run([(greedy_dice, p, GameRecord(f"h{i}", p, calls=[]), "game")
+                                   for i, p in enumerate(players)], greedy_memo=memo))
+    assert eng.submits == 10  # a later run with the same memo asks nothing
+    assert [r.rewards for r in plain] == [r.rewards for r in first] == [r.rewards for r in again]
+    assert [[c.generation.text for c in r.calls] for r in first] == [[c.generation.text for c in r.calls] for r in plain]
+    sampled = asyncio.run(arena.run([(dice, p, GameRecord(f"s{i}", p), "game") for i, p in enumerate(players)],
+                                    greedy_memo={}))
+    assert eng.submits == 18 and all(r.error is None for r in sampled)  # sampled calls are never memoised
+
+
+def test_greedy_branches_from_one_state_are_one_game(tiny_model_path):
+    """With temperature 0 every branch from a state plays the same continuation, the model's greedy
+    one, whatever its seed; sampled branches differ."""
+    from autocurricula.engine import Engine, EngineConfig
+    from autocurricula.games import tictactoe
+
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2))
+    try:
+        arena = Arena(eng, seed=5, max_tokens=3)
+        a = {"id": "a", "adapter": None}
+        rec, = logged(arena, tictactoe.play, [[a, a]])
+        replayer = Replayer(arena, tictactoe.play)
+        greedy = replayer.branch([(rec, 0)], 6, temperature=0.0)[0]
+        sampled = replayer.branch([(rec, 0)], 6)[0]
+        assert all(g.error is None and g.turns for g in greedy + sampled)
+        assert len({tuple(tuple(t.completion_ids) for t in g.turns) for g in greedy}) == 1
+        want = eng.generate(rec.calls[0][2], None, max_tokens=2, temperature=0.0).token_ids
+        assert greedy[0].turns[0].completion_ids == want
+        assert len({tuple(g.turns[0].completion_ids) for g in sampled}) > 1
+    finally:
+        eng.close()
 
 
 # ---------------------------------------------------------------------- values with known odds
@@ -263,8 +356,8 @@ def test_branch_credit_in_a_short_league(tiny_model_path, tmp_path, monkeypatch)
         seen.append(records)
         return real_see(self, records, replayer)
 
-    def branch(self, requests, samples, tag="b"):
-        out = real_branch(self, requests, samples, tag)
+    def branch(self, requests, samples, tag="b", **kw):
+        out = real_branch(self, requests, samples, tag, **kw)
         branched.append((requests, out))
         return out
 

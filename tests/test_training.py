@@ -12,7 +12,7 @@ from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec,
 from autocurricula.training import AdamWState, Updater
 from autocurricula.training.loss import policy_loss, policy_loss_reference, token_weights
 from autocurricula.training.optim import adamw
-from autocurricula.training.update import completion_logprobs
+from autocurricula.training.update import completion_logprobs, merge_step_metrics, split_turns
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
@@ -268,6 +268,57 @@ def test_remote_servers_receive_the_new_weights(tiny_model_path, engine):
             np.testing.assert_allclose(remote.logits(ids, "a"), engine.logits(ids, "a"), atol=1e-5)
     finally:
         remote.close()
+
+
+def test_split_turns_deals_each_players_games_round_robin():
+    turns = [Turn(p, g, "X", [1], [2], [0.0]) for p, g in
+             [("a", "g0"), ("a", "g0"), ("b", "g0"), ("a", "g1"), ("a", "g2"), ("b", "g3"), ("a", "g0")]]
+    parts = split_turns(turns, 2)
+    keys = [[(t.player, t.game_id) for t in part] for part in parts]
+    # a's games g0, g1, g2 go to slices 0, 1, 0; b's g0, g3 to 0, 1; a game's turns stay together
+    assert keys == [[("a", "g0"), ("a", "g0"), ("b", "g0"), ("a", "g2"), ("a", "g0")], [("a", "g1"), ("b", "g3")]]
+    assert split_turns(turns, 1) == [turns] and len(split_turns(turns[:1], 4)) == 1  # empty slices dropped
+    merged = merge_step_metrics([{"rows": 2, "tokens": 10, "loss": 0.5, "players": 2, "clip_ratio": 0.1,
+                                  "grad_norm/a": 1.0},
+                                 {"rows": 1, "tokens": 30, "loss": 0.25, "players": 1, "clip_ratio": 0.5}])
+    assert merged == {"rows": 3, "tokens": 40, "loss": 0.75, "players": 2, "clip_ratio": 0.4, "grad_norm/a": 1.0}
+
+
+def test_steps_per_generation_is_one_step_per_slice(tiny_model_path, engine):
+    names = ["a", "b"]
+    load_players(engine, names)
+    turns = play_turns(engine, names)
+    other = Engine(str(tiny_model_path), config=EngineConfig(max_slots=8))
+    try:
+        load_players(other, names)
+        split = Updater(engine, GRPOConfig(learning_rate=1e-2, steps_per_generation=2))
+        by_hand = Updater(other, GRPOConfig(learning_rate=1e-2))
+        m = split.step(turns)
+        for part in split_turns(turns, 2):
+            by_hand.step(part)
+        assert split.optim["a"].step == by_hand.optim["a"].step == 2 and m["rows"] == len(turns)
+        assert engine.adapter_info("a")["version"] == 3
+        assert_same_adapters(engine, other, names, atol=1e-6, rtol=1e-5)
+        one = Engine(str(tiny_model_path), config=EngineConfig(max_slots=8))
+        try:  # and not the same as one step over all the turns
+            load_players(one, names)
+            Updater(one, GRPOConfig(learning_rate=1e-2)).step(turns)
+            with pytest.raises(AssertionError):
+                assert_same_adapters(engine, one, names, atol=1e-6, rtol=1e-5)
+        finally:
+            one.close()
+    finally:
+        other.close()
+
+
+def test_steps_per_generation_checks_and_trl():
+    with pytest.raises(ValueError, match="steps_per_generation"):
+        GRPOConfig(steps_per_generation=0)
+    trl = pytest.importorskip("trl")
+    cfg = coerce_grpo_config(trl.GRPOConfig(output_dir="/tmp/ac-trl", use_cpu=True, bf16=False,
+                                            gradient_accumulation_steps=2, steps_per_generation=8))
+    assert cfg.steps_per_generation == 4  # trl counts micro-steps: 8 of them, 2 per optimizer step
+    assert coerce_grpo_config(trl.GRPOConfig(output_dir="/tmp/ac-trl", use_cpu=True, bf16=False)).steps_per_generation == 1
 
 
 def test_num_iterations_reuses_turns_with_clipping(engine):

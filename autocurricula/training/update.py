@@ -35,6 +35,43 @@ class _Row:
     fresh: bool = False  # a target turn: no sampler logprobs, the ratio is taken against the current ones
 
 
+def split_turns(turns: list[Turn], parts: int) -> list[list[Turn]]:
+    """``turns`` in ``parts`` slices for as many optimizer steps (trl's ``steps_per_generation``):
+    each player's games are dealt round-robin in the order they first appear, so a game's turns
+    (a state's move targets among them) stay in one slice and every player is in every slice it
+    can fill. Empty slices are dropped."""
+    if parts <= 1:
+        return [turns]
+    slot: dict[tuple[str, str], int] = {}
+    dealt: dict[str, int] = {}
+    out: list[list[Turn]] = [[] for _ in range(parts)]
+    for t in turns:
+        key = (t.player, t.game_id)
+        if key not in slot:
+            slot[key] = dealt.get(t.player, 0) % parts
+            dealt[t.player] = dealt.get(t.player, 0) + 1
+        out[slot[key]].append(t)
+    return [part for part in out if part]
+
+
+def merge_step_metrics(steps: list[dict]) -> dict:
+    """One metrics dict for the optimizer steps of one pass: counts and losses summed, ratios
+    token-weighted, per-player entries (grad norms, versions) from the last step that has them."""
+    if len(steps) == 1:
+        return steps[0]
+    out: dict = {}
+    for m in steps:
+        out.update({k: v for k, v in m.items() if "/" in k})
+    tokens = sum(m.get("tokens", 0) for m in steps)
+    for k in ("rows", "tokens", "loss"):
+        out[k] = sum(m.get(k, 0) for m in steps)
+    out["players"] = max(m.get("players", 0) for m in steps)
+    for k in ("clip_ratio", "kl", "entropy"):
+        if any(k in m for m in steps):
+            out[k] = sum(m.get(k, 0.0) * m.get("tokens", 0) for m in steps) / max(1, tokens)
+    return out
+
+
 def _body_and_head(model):
     """(hidden-state function, LM head) for mlx-lm models, so logits are computed only at
     completion positions; ``None`` falls back to the full forward."""
@@ -89,13 +126,20 @@ class Updater:
 
     # -------------------------------------------------------------- public (any thread but the engine's)
     def step(self, turns: list[Turn], lr: dict[str, float] | None = None, skip=()) -> dict:
-        """One update of every player with turns (except those in ``skip``, e.g. frozen snapshots).
-        ``lr`` overrides the learning rate per player. Returns metrics."""
+        """One update of every player with turns (except those in ``skip``, e.g. frozen snapshots):
+        ``num_iterations`` passes over ``steps_per_generation`` slices of the turns, one optimizer
+        step per slice. ``lr`` overrides the learning rate per player. Returns metrics (``loss`` and
+        ``clip_ratio`` of the last pass, summed and token-weighted over its slices)."""
         turns, lr, skip = list(turns), dict(lr or {}), set(skip)
+        slices = split_turns(turns, self.config.steps_per_generation)
         new: dict = {}
         for _ in range(self.config.num_iterations):  # later passes see the ratio move away from 1 and clip
-            metrics, latest = self.engine.call(self._step, turns, lr, skip).result()
-            new.update(latest)
+            passes = []
+            for part in slices:
+                metrics, latest = self.engine.call(self._step, part, lr, skip).result()
+                new.update(latest)
+                passes.append(metrics)
+            metrics = merge_step_metrics(passes)
         for client in self.remotes:
             for name, weights in new.items():
                 client.upload_adapter(name, weights)
