@@ -52,11 +52,12 @@ config = LeagueConfig(
     selfplay_share=args.selfplay_share, pfsp_share=args.pfsp_share,
     main_pfsp_weighting=args.pfsp_weighting,
     snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),  # <= 2 per epoch
-    output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=2, game_name="tictactoe",
+    output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2, game_name="tictactoe",
     **credit_settings(args), max_concurrent_games=128, bt_bootstrap=50, progress=False,
 )
 trainer = LeagueTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
-trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
+trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
+              resume_from_checkpoint=args.resume)
 finish(trainer, evaluator, engine, figures)

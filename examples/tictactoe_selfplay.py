@@ -17,11 +17,12 @@ args = parse_args(__doc__, "--games-per-round", 320, "runs/tictactoe-selfplay") 
 engine, figures = start(args)
 
 config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round, past_share=0.5,
-                        output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=2,
+                        output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2,
                         game_name="tictactoe",
                         **credit_settings(args), max_concurrent_games=128, bt_bootstrap=50, progress=False)
 trainer = SelfPlayTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
-trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
+trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
+              resume_from_checkpoint=args.resume)
 finish(trainer, evaluator, engine, figures)

@@ -79,6 +79,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     parser.add_argument("--num-iterations", type=int, default=1, help="passes over each round's turns")
     parser.add_argument("--steps-per-generation", type=int, default=1, help="optimizer steps per pass: the "
                         "round's turns split into this many slices")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its latest "
+                        "checkpoint, up to --epochs (the same flags otherwise; the curve lists the epochs run now)")
     parser.add_argument("--openings", default="0-4", help="every training game starts after lo-hi random moves "
                         "(drawn per game), e.g. 0-4: positions a league alone rarely reaches")
     if extra is not None:

@@ -1,5 +1,7 @@
 """GRPO-family losses and the fused multi-player update."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -147,13 +149,22 @@ def assert_same_adapters(engine, other, names, **tolerance):
                 np.testing.assert_allclose(x, y, err_msg=f"{n} {p}", **tolerance)
 
 
+@contextlib.contextmanager
+def twin(tiny_model_path, names):
+    """Another engine with the same players (same adapters), closed afterwards."""
+    other = Engine(str(tiny_model_path), config=EngineConfig(max_slots=8))
+    try:
+        load_players(other, names)
+        yield other
+    finally:
+        other.close()
+
+
 def test_fused_step_equals_sequential_steps(tiny_model_path, engine):
     names = ["a", "b", "c"]
     load_players(engine, names)
     turns = play_turns(engine, names)
-    other = Engine(str(tiny_model_path), config=EngineConfig(max_slots=8))
-    try:
-        load_players(other, names)
+    with twin(tiny_model_path, names) as other:
         cfg = GRPOConfig(learning_rate=1e-2, max_tokens_per_microbatch=64)  # forces several micro-batches
         fused, seq = Updater(engine, cfg), Updater(other, cfg)
         for _ in range(2):
@@ -161,8 +172,6 @@ def test_fused_step_equals_sequential_steps(tiny_model_path, engine):
             for n in names:
                 seq.step([t for t in turns if t.player == n])
         assert_same_adapters(engine, other, names, atol=2e-6, rtol=1e-4)
-    finally:
-        other.close()
 
 
 def test_padding_the_width_leaves_the_step_unchanged(tiny_model_path, engine):
@@ -170,16 +179,12 @@ def test_padding_the_width_leaves_the_step_unchanged(tiny_model_path, engine):
     names = ["a", "b"]
     load_players(engine, names)
     turns = play_turns(engine, names)
-    other = Engine(str(tiny_model_path), config=EngineConfig(max_slots=8))
-    try:
-        load_players(other, names)
+    with twin(tiny_model_path, names) as other:
         plain, padded = Updater(engine, GRPOConfig(learning_rate=1e-2)), Updater(other, GRPOConfig(learning_rate=1e-2))
         padded.width_multiple = 16
         a, b = plain.step(turns), padded.step(turns)
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
         assert_same_adapters(engine, other, names, atol=1e-6, rtol=1e-5)
-    finally:
-        other.close()
 
 
 def test_absent_and_frozen_players_are_bit_identical(engine):
@@ -288,9 +293,7 @@ def test_steps_per_generation_is_one_step_per_slice(tiny_model_path, engine):
     names = ["a", "b"]
     load_players(engine, names)
     turns = play_turns(engine, names)
-    other = Engine(str(tiny_model_path), config=EngineConfig(max_slots=8))
-    try:
-        load_players(other, names)
+    with twin(tiny_model_path, names) as other, twin(tiny_model_path, names) as one:
         split = Updater(engine, GRPOConfig(learning_rate=1e-2, steps_per_generation=2))
         by_hand = Updater(other, GRPOConfig(learning_rate=1e-2))
         m = split.step(turns)
@@ -299,16 +302,9 @@ def test_steps_per_generation_is_one_step_per_slice(tiny_model_path, engine):
         assert split.optim["a"].step == by_hand.optim["a"].step == 2 and m["rows"] == len(turns)
         assert engine.adapter_info("a")["version"] == 3
         assert_same_adapters(engine, other, names, atol=1e-6, rtol=1e-5)
-        one = Engine(str(tiny_model_path), config=EngineConfig(max_slots=8))
-        try:  # and not the same as one step over all the turns
-            load_players(one, names)
-            Updater(one, GRPOConfig(learning_rate=1e-2)).step(turns)
-            with pytest.raises(AssertionError):
-                assert_same_adapters(engine, one, names, atol=1e-6, rtol=1e-5)
-        finally:
-            one.close()
-    finally:
-        other.close()
+        Updater(one, GRPOConfig(learning_rate=1e-2)).step(turns)  # and not one step over all the turns
+        with pytest.raises(AssertionError):
+            assert_same_adapters(engine, one, names, atol=1e-6, rtol=1e-5)
 
 
 def test_steps_per_generation_checks_and_trl():
