@@ -160,7 +160,8 @@ def regression(args, base):
     lora = lora_spec(args)
     dims = {p: engine.linear_dims[p] for p in lora.resolve(engine.linear_dims)}
     engine.load_adapter("p", fresh_adapter(dims, lora, np.random.default_rng(0)))
-    updater = Updater(engine, GRPOConfig(learning_rate=args.learning_rate, beta=0.0, loss_type="grpo"))
+    updater = Updater(engine, GRPOConfig(learning_rate=args.learning_rate, beta=0.0, loss_type="grpo",
+                                         num_iterations=args.num_iterations))
     rng, positions, eos, t = random.Random(args.seed), T.reachable_positions(), engine.tokenizer.eos_token_id, time.time()
     for step in range(args.steps + 1):
         if step % args.eval_every == 0:

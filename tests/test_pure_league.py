@@ -85,8 +85,13 @@ def test_pure_league_refuses_anchor_share():
     assert LeagueConfig().scripted_in_pool is True
 
 
-def test_tictactoe_league_example_pure_with_branch_credit(tmp_path):
-    """The example's pure league with branch credit runs and reports the best-response verdicts."""
+@pytest.mark.parametrize("flags", [["--branch-turns", "1", "--branch-samples", "2"],
+                                   ["--branch-advantage", "moves", "--branch-samples", "1", "--branch-temperature",
+                                    "0", "--branch-replies", "--move-loss", "cross_entropy",
+                                    "--steps-per-generation", "2"]])
+def test_tictactoe_league_example_pure_with_branch_credit(tmp_path, flags):
+    """The example's pure league with branch credit (sampled-move values; every move valued after the
+    best reply, greedy on) runs, reports the best-response verdicts, and resumes for another epoch."""
     import json
     import os
     import subprocess
@@ -94,13 +99,17 @@ def test_tictactoe_league_example_pure_with_branch_credit(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    args = [sys.executable, str(root / "examples" / "tictactoe_league.py"), "--pure", "--credit", "branch",
-            "--branch-turns", "1", "--branch-samples", "2", "--epochs", "1", "--rounds", "1",
-            "--games-per-learner", "8", "--exploiter-games", "2", "--hidden", "32", "--layers", "1", "--heads", "8",
-            "--warmup-steps", "20", "--eval-games", "50", "--output-dir", str(tmp_path / "run")]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
-    assert out.returncode == 0, out.stderr[-3000:]
+    args = [sys.executable, str(root / "examples" / "tictactoe_league.py"), "--pure", "--credit", "branch", *flags,
+            "--rounds", "1", "--games-per-learner", "8", "--exploiter-games", "2", "--hidden", "32", "--layers", "1",
+            "--heads", "8", "--warmup-steps", "20", "--eval-games", "50", "--output-dir", str(tmp_path / "run")]
+
+    def run(*more):
+        out = subprocess.run(args + list(more), capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out
+
+    out = run("--epochs", "1")
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["credit"] == "branch"
     assert isinstance(summary["loses_to_best_response_as_x"], bool)
@@ -109,3 +118,6 @@ def test_tictactoe_league_example_pure_with_branch_credit(tmp_path):
     board = out.stdout.split("rank", 1)[1].strip().splitlines()[:-1]  # the leaderboard's rows
     assert board and not any(row.split()[1] in ("random", "minimax") for row in board)  # never in the pool
     assert (tmp_path / "run" / "checkpoint-0" / "COMPLETE").exists()
+    resumed = json.loads(run("--epochs", "2", "--resume").stdout.strip().splitlines()[-1])
+    assert [row["epoch"] for row in resumed["curve"]] == [1]  # epoch 0 came from the checkpoint
+    assert (tmp_path / "run" / "checkpoint-1" / "COMPLETE").exists()
