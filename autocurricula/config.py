@@ -20,7 +20,7 @@ from autocurricula.engine.adapters import LoraSpec
 __all__ = ["GRPOConfig", "LoraSpec", "coerce_grpo_config", "coerce_lora_spec"]
 
 _LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-_LR_SCHEDULES = ("constant", "linear", "cosine")
+_LR_SCHEDULES = ("constant", "linear", "cosine", "warmup_stable_decay")
 _TRL_IGNORED = ("num_generations", "gradient_accumulation_steps", "seed")  # see the module docstring
 
 
@@ -37,9 +37,15 @@ class GRPOConfig:
                                  "LoRA players usually want 1e-5..5e-4", 1e-4)
     lr_scheduler_type: str = _help("learning-rate schedule over a trainer's epochs x rounds (transformers' "
                                    "names): 'constant', 'linear' or 'cosine', falling from learning_rate at the "
-                                   "first round toward learning_rate * min_lr_ratio after the last; applied by "
-                                   "the trainers (a bare Updater takes Updater.step(lr=...))", "constant")
-    min_lr_ratio: float = _help("floor of a 'linear' or 'cosine' schedule, as a fraction of learning_rate", 0.0)
+                                   "first round toward learning_rate * min_lr_ratio after the last, or "
+                                   "'warmup_stable_decay' (constant, then a decay over the last lr_decay_ratio "
+                                   "of the rounds); applied by the trainers (a bare Updater takes "
+                                   "Updater.step(lr=...))", "constant")
+    min_lr_ratio: float = _help("floor of a decaying schedule, as a fraction of learning_rate", 0.0)
+    lr_decay_ratio: float | None = _help("'warmup_stable_decay' (transformers' WSD, without the warm-up): the share "
+                                         "of the rounds, at the end of the run, over which the rate falls along a "
+                                         "half cosine to learning_rate * min_lr_ratio; constant before. Required "
+                                         "by that schedule, refused by the others", None)
     loss_type: str = _help("'grpo' (mean over tokens per sequence, then over sequences), 'bnpo' (mean over "
                            "the tokens of the batch), 'dr_grpo' (sum / (sequences * max_completion_length)), "
                            "'dapo' (sum / tokens of the whole generation batch; trl's default)", "dapo")
@@ -87,8 +93,16 @@ class GRPOConfig:
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1] (a fraction of learning_rate), got {self.min_lr_ratio}")
         if self.min_lr_ratio and self.lr_scheduler_type == "constant":
-            raise ValueError("min_lr_ratio is the floor of a decaying schedule: set lr_scheduler_type='linear' or "
-                             "'cosine', or leave min_lr_ratio at 0")
+            raise ValueError("min_lr_ratio is the floor of a decaying schedule: set lr_scheduler_type='linear', "
+                             "'cosine' or 'warmup_stable_decay', or leave min_lr_ratio at 0")
+        wsd = self.lr_scheduler_type == "warmup_stable_decay"
+        if wsd and not (isinstance(self.lr_decay_ratio, (int, float)) and not isinstance(self.lr_decay_ratio, bool)
+                        and 0 < self.lr_decay_ratio <= 1):
+            raise ValueError(f"lr_scheduler_type='warmup_stable_decay' needs lr_decay_ratio in (0, 1], the share of "
+                             f"the rounds at the end over which the rate decays (e.g. 0.25), got {self.lr_decay_ratio!r}")
+        if not wsd and self.lr_decay_ratio is not None:
+            raise ValueError(f"lr_decay_ratio belongs to lr_scheduler_type='warmup_stable_decay', not "
+                             f"{self.lr_scheduler_type!r}: set that schedule or leave lr_decay_ratio at None")
         if self.learning_rate < 0 or not self.epsilon > 0:
             raise ValueError("learning_rate must be >= 0 and epsilon > 0")
         if self.epsilon_high is not None and self.epsilon_high <= 0:
@@ -140,7 +154,8 @@ def coerce_grpo_config(cfg) -> GRPOConfig:
                              f"supported here; use one of {_LR_SCHEDULES}")
     if getattr(cfg, "lr_scheduler_kwargs", None):
         raise ValueError(f"{type(cfg).__name__}.lr_scheduler_kwargs is not supported here (schedules take no "
-                         f"arguments but min_lr_ratio); leave it empty")
+                         f"arguments but min_lr_ratio, and lr_decay_ratio for 'warmup_stable_decay', which "
+                         f"count in rounds: pass our GRPOConfig for those); leave it empty")
     if getattr(cfg, "warmup_steps", 0) or getattr(cfg, "warmup_ratio", 0):
         raise ValueError(f"{type(cfg).__name__} asks for a learning-rate warm-up, which is not supported here; "
                          "set warmup_steps=0 (and warmup_ratio=0)")

@@ -498,7 +498,8 @@ class AutocurriculumTrainer:
         from autocurricula.training.optim import scheduled_lr
 
         done = self.current_epoch * cfg.rounds + self.current_round
-        factor = scheduled_lr(1.0, g.lr_scheduler_type, done, cfg.epochs * cfg.rounds, g.min_lr_ratio)
+        factor = scheduled_lr(1.0, g.lr_scheduler_type, done, cfg.epochs * cfg.rounds, g.min_lr_ratio,
+                              g.lr_decay_ratio)
         return ({pid: v * factor for pid, v in peak.items()},
                 {"train/learning_rate": g.learning_rate * factor})
 
@@ -596,8 +597,9 @@ class AutocurriculumTrainer:
         if callable(getattr(self.credit, "check_game", None)):  # e.g. moves credit needs play.moves: say so now
             self.credit.check_game(play)
         if self.grpo.lr_scheduler_type != "constant":
-            log.info("learning rate: %s schedule from %g to %g x that over %d rounds", self.grpo.lr_scheduler_type,
-                     self.grpo.learning_rate, self.grpo.min_lr_ratio, cfg.epochs * cfg.rounds)
+            log.info("learning rate: %s schedule from %g to %g x that over %d rounds%s", self.grpo.lr_scheduler_type,
+                     self.grpo.learning_rate, self.grpo.min_lr_ratio, cfg.epochs * cfg.rounds,
+                     f" (decay over the last {self.grpo.lr_decay_ratio:g})" if self.grpo.lr_decay_ratio else "")
         if isinstance(model, Engine):
             self.engine, self.model_name = model, model.name
         elif isinstance(model, tuple) and len(model) == 2:  # (model, tokenizer) from mlx_lm.load

@@ -69,6 +69,8 @@ def parse_args(argv=None):
                         "toward softmax(Q / tau), bounded; 'return' is A = G - V(s) on the sampled move")
     parser.add_argument("--move-temperature", type=float, default=0.15, help="tau of --branch-advantage moves")
     parser.add_argument("--move-clip", type=float, default=6.0, help="bound on the centred target logit of moves")
+    parser.add_argument("--move-loss", default="residual", choices=["residual", "cross_entropy"],
+                        help="branch_move_loss: the moves' loss")
     parser.add_argument("--learning-rate", type=float, default=5e-3)
     parser.add_argument("--exploiter-learning-rate", type=float, default=1e-2,
                         help="the exploiters' learning rate (LeagueConfig.exploiter_learning_rate): higher than "
@@ -144,7 +146,7 @@ def common(args, output_dir: str) -> dict:
     return dict(epochs=args.epochs, rounds=args.rounds, output_dir=output_dir, overwrite_output_dir=True,
                 seed=args.seed, max_tokens=2, credit=args.credit, branch_samples=args.branch_samples,
                 branch_advantage=args.branch_advantage, branch_move_temperature=args.move_temperature,
-                branch_move_clip=args.move_clip,
+                branch_move_clip=args.move_clip, branch_move_loss=args.move_loss,
                 game_name="kuhn_poker", max_concurrent_games=128, bt_bootstrap=0, progress=False,
                 save_total_limit=1)
 

@@ -73,6 +73,11 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     parser.add_argument("--q-targets", type=float, default=1.0, help="with --credit q: also train every visited "
                         "position toward its best known move, advantage COEF x (score - V) (q_target_coef; 0 = off)")
     parser.add_argument("--learning-rate", type=float, default=2e-3)
+    parser.add_argument("--lr-schedule", default="constant",
+                        choices=["constant", "linear", "cosine", "warmup_stable_decay"],
+                        help="GRPOConfig.lr_scheduler_type over the run's epochs x rounds")
+    parser.add_argument("--lr-decay-ratio", type=float, default=None, help="with --lr-schedule warmup_stable_decay: "
+                        "the last share of the rounds over which the rate falls to 0 (constant before)")
     parser.add_argument("--warmup-steps", type=int, default=400, help="supervised warm-up steps on random legal moves")
     parser.add_argument("--eval-games", type=int, default=2000, help="evaluation games per opponent and epoch")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the base model")
@@ -139,7 +144,8 @@ def update_settings(args):
     from autocurricula.engine import LoraSpec
 
     return (LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
-            GRPOConfig(learning_rate=args.learning_rate, beta=args.beta, loss_type="grpo", temperature=1.0,
+            GRPOConfig(learning_rate=args.learning_rate, lr_scheduler_type=args.lr_schedule,
+                       lr_decay_ratio=args.lr_decay_ratio, beta=args.beta, loss_type="grpo", temperature=1.0,
                        num_iterations=args.num_iterations, steps_per_generation=args.steps_per_generation))
 
 

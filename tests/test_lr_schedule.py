@@ -20,6 +20,12 @@ def test_schedules_by_hand():
     assert scheduled_lr(1.0, "cosine", 4, 4, min_ratio=0.1) == pytest.approx(0.1)
     assert scheduled_lr(3e-3, "constant", 3, 4) == 3e-3
     assert scheduled_lr(1.0, "linear", 9, 4) == 0.0  # past the end: the floor
+    # warmup_stable_decay: constant for the first 6 of 8, then a half cosine over the last quarter
+    wsd = [round(scheduled_lr(1.0, "warmup_stable_decay", k, 8, decay_ratio=0.25), 6) for k in range(9)]
+    assert wsd == [1.0] * 7 + [0.5, 0.0]
+    assert scheduled_lr(2.0, "warmup_stable_decay", 8, 8, min_ratio=0.1, decay_ratio=0.5) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="decay_ratio"):
+        scheduled_lr(1.0, "warmup_stable_decay", 0, 4)
     with pytest.raises(ValueError, match="schedule"):
         scheduled_lr(1.0, "step", 0, 4)
 
@@ -31,6 +37,11 @@ def test_config_checks_and_trl_names():
         GRPOConfig(lr_scheduler_type="linear", min_lr_ratio=1.5)
     with pytest.raises(ValueError, match="decaying schedule"):
         GRPOConfig(min_lr_ratio=0.1)  # a floor without a schedule does nothing
+    with pytest.raises(ValueError, match="lr_decay_ratio in"):
+        GRPOConfig(lr_scheduler_type="warmup_stable_decay")
+    with pytest.raises(ValueError, match="belongs to"):
+        GRPOConfig(lr_scheduler_type="linear", lr_decay_ratio=0.2)
+    assert GRPOConfig(lr_scheduler_type="warmup_stable_decay", lr_decay_ratio=0.25).lr_decay_ratio == 0.25
     trl = pytest.importorskip("trl")
     cfg = coerce_grpo_config(trl.GRPOConfig(output_dir="/tmp/ac-trl", use_cpu=True, bf16=False))
     assert cfg.lr_scheduler_type == "linear"  # trl's default, carried over as a plain string
@@ -61,12 +72,13 @@ def _record_rates(monkeypatch) -> list[dict]:
     return seen
 
 
-def _run(tiny_model_path, out, monkeypatch, *, epochs=2, resume=False, stop=False, schedule="linear"):
+def _run(tiny_model_path, out, monkeypatch, *, epochs=2, resume=False, stop=False, schedule="linear", decay=None):
     seen = _record_rates(monkeypatch)
     t = SelfPlayTrainer(SelfPlayConfig(epochs=epochs, rounds=2, games_per_round=4, past_share=0.0,
                                        output_dir=str(out), progress=False, bt_bootstrap=0, max_tokens=4,
                                        game_name="digits", overwrite_output_dir=not resume, save_total_limit=None))
-    t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(learning_rate=1e-2, lr_scheduler_type=schedule),
+    t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(learning_rate=1e-2, lr_scheduler_type=schedule,
+                                                                 lr_decay_ratio=decay),
             resume_from_checkpoint=resume or None, callbacks=[_stop_after_epoch_0] if stop else [])
     weights = {p["id"]: t.engine.adapter_weights(p["id"]) for p in t.players if not p["frozen"]}
     t.engine.close()
@@ -87,6 +99,9 @@ def test_a_league_updates_with_the_scheduled_rate_and_resumes_on_it(tiny_model_p
     for path, (a, b) in straight[learner].modules.items():
         np.testing.assert_allclose(resumed[learner].modules[path][0], a, atol=1e-6, err_msg=path)
         np.testing.assert_allclose(resumed[learner].modules[path][1], b, atol=1e-6, err_msg=path)
+    # warmup_stable_decay over the last half: 1e-2 twice, then the half cosine's 1e-2 and 5e-3
+    _, seen4, _, _ = _run(tiny_model_path, tmp_path / "wsd", monkeypatch, schedule="warmup_stable_decay", decay=0.5)
+    assert [s[learner] for s in seen4] == pytest.approx([1e-2, 1e-2, 1e-2, 5e-3])
     # the constant schedule leaves the updater's own rate in charge
     _, seen3, rows3, constant = _run(tiny_model_path, tmp_path / "constant", monkeypatch, schedule="constant")
     assert seen3 == [{}] * 4 and not any("train/learning_rate" in r for r in rows3)

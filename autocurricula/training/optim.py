@@ -67,9 +67,12 @@ def adamw(p: mx.array, g: mx.array, m: mx.array, v: mx.array, lr, step, beta1: f
     return p - step_size * (m / denom), m, v
 
 
-def scheduled_lr(learning_rate: float, schedule: str, done: int, total: int, min_ratio: float = 0.0) -> float:
-    """The learning rate after ``done`` of ``total`` updates under ``schedule`` ('constant', 'linear'
-    or 'cosine', as transformers' schedulers without warm-up), floored at ``min_ratio`` of it."""
+def scheduled_lr(learning_rate: float, schedule: str, done: int, total: int, min_ratio: float = 0.0,
+                 decay_ratio: float | None = None) -> float:
+    """The learning rate after ``done`` of ``total`` updates under ``schedule`` ('constant', 'linear',
+    'cosine' or 'warmup_stable_decay', as transformers' schedulers without warm-up), floored at
+    ``min_ratio`` of it. 'warmup_stable_decay' stays at ``learning_rate`` until the last
+    ``decay_ratio`` of the updates, then falls along a half cosine (transformers' default decay)."""
     if schedule == "constant" or total <= 0:
         return learning_rate
     frac = min(max(done / total, 0.0), 1.0)
@@ -77,6 +80,13 @@ def scheduled_lr(learning_rate: float, schedule: str, done: int, total: int, min
         left = 1.0 - frac
     elif schedule == "cosine":
         left = 0.5 * (1.0 + math.cos(math.pi * frac))
+    elif schedule == "warmup_stable_decay":
+        if decay_ratio is None or not 0 < decay_ratio <= 1:
+            raise ValueError(f"'warmup_stable_decay' needs decay_ratio in (0, 1], got {decay_ratio!r}")
+        start = total - decay_ratio * total
+        progress = min(max((done - start) / (decay_ratio * total), 0.0), 1.0)
+        left = 0.5 * (1.0 + math.cos(math.pi * progress))
     else:
-        raise ValueError(f"unknown learning-rate schedule {schedule!r}; use 'constant', 'linear' or 'cosine'")
+        raise ValueError(f"unknown learning-rate schedule {schedule!r}; use 'constant', 'linear', 'cosine' or "
+                         f"'warmup_stable_decay'")
     return learning_rate * (min_ratio + (1.0 - min_ratio) * left)
