@@ -14,8 +14,16 @@ scripted players (anchor_share) and the rest by AlphaStar's rules, 32 games per 
 
 ``--pure`` leaves the scripted players out of the pool (every game is self-play, PFSP over snapshots or
 against exploiters); ``--credit branch`` gives each move its advantage from branch rollouts instead of
-the tabular "q"/"value" credit. The final JSON line holds ``loses_to_best_response_as_x/o``, ``credit``
-and the per-epoch ``curve``.
+the tabular "q"/"value" credit. The pure league's best recipe so far (about 75 minutes on 2 cores;
+docs/results.md) values every free cell after the opponent's best reply, with greedy play after it:
+
+    python examples/tictactoe_league.py --pure --credit branch --branch-advantage moves \
+        --branch-samples 1 --branch-turns 0 --branch-temperature 0 --branch-replies \
+        --move-loss cross_entropy --games-per-learner 64 --exploiter-games 16 --steps-per-generation 4 \
+        --epochs 16 --rounds 20 --lr-schedule warmup_stable_decay --lr-decay-ratio 0.25
+
+The final JSON line holds ``loses_to_best_response_as_x/o``, ``credit`` and the per-epoch ``curve``;
+``--resume`` continues a run from its latest checkpoint.
 """
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
