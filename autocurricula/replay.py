@@ -121,8 +121,9 @@ class Replayer:
         self.max_concurrent, self.timeout_s = max_concurrent, timeout_s
         self.games_run = 0
         # greedy answers of this replayer's runs: the adapters do not change while one round's
-        # branches are played, so a greedy call asked again (a transposition) needs no engine
-        self.greedy_memo: dict = {}
+        # branches are played, so a greedy call asked again (a transposition) needs no engine;
+        # None turns the memo off
+        self.greedy_memo: dict | None = {}
 
     def run(self, requests: list[tuple], temperature: float | None = None, log: bool = False) -> list[GameRecord]:
         """Replay each ``(record, position, salt)`` or ``(record, position, salt, answer)`` (see

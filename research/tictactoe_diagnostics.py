@@ -6,6 +6,7 @@
     python research/tictactoe_diagnostics.py supervised --lora --steps 800   # the same through our Updater
     python research/tictactoe_diagnostics.py targets [ADAPTER_FOLDER] # how right greedy branch values are
     python research/tictactoe_diagnostics.py regression --steps 600  # branch "moves" credit with exact values
+    python research/tictactoe_diagnostics.py memo --games 64         # branch time with and without the greedy memo
     python research/tictactoe_diagnostics.py bandit --epochs 40      # RL with a perfect per-move reward
     python research/tictactoe_diagnostics.py scripted --minimax-share 0.5 --openings 0-6 --epochs 40
     python research/tictactoe_diagnostics.py scripted --credit q --openings 0-4 --learning-rate 2e-3 --epochs 50
@@ -145,6 +146,45 @@ def target_quality(table: dict, tau: float = 0.25, clip: float = 2.0) -> dict:
         out[name] = {"top_moves_optimal": round(top_right / len(positions), 3),
                      "target_mass_on_optimal": round(mass / len(positions), 3)}
     return out
+
+
+def memo(args, base):
+    """Branch credit's cost with and without the replayer's greedy memo, side by side: ``--games``
+    self-play games of the warm base, then one round of best-reply branch credit (every turn, every
+    cell, every reply, greedy on) timed ``--repeats`` times each way, alternating. The values must
+    come out the same."""
+    from autocurricula.arena import Arena, GameRecord
+    from autocurricula.branch import BranchCredit
+    from autocurricula.replay import Replayer
+    from autocurricula.trainer import run_async
+
+    engine = Engine(str(base))
+    arena = Arena(engine, seed=args.seed, max_tokens=2)
+    player = {"id": "base", "adapter": None}
+    games = [(T.play, [dict(player, seat=0), dict(player, seat=1)], GameRecord(f"g{i}", [player, player], calls=[]),
+              "tictactoe") for i in range(args.games)]
+    records = run_async(arena.run(games, 128))
+    for r in records:
+        for t in r.turns:
+            t.reward = r.rewards[t.seat]
+    times, targets = {"memo": [], "no_memo": []}, {}
+    for rep in range(args.repeats):
+        for name in ("no_memo", "memo") if rep % 2 else ("memo", "no_memo"):
+            credit = BranchCredit(samples=1, advantage="moves", continuation_temperature=0.0, replies=True,
+                                  move_loss="cross_entropy")
+            replayer = Replayer(arena, T.play, "tictactoe", max_concurrent=128)
+            if name == "no_memo":
+                replayer.greedy_memo = None
+            t0 = time.perf_counter()
+            credit.see_round(records, replayer)
+            times[name].append(time.perf_counter() - t0)
+            targets[name] = [round(t.advantage, 9) for t in credit.extra_turns([t for r in records for t in r.turns])]
+            games_played = credit.metrics()["credit/branch_games"]
+    engine.close()
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    print(json.dumps({"branch_games": games_played, "seconds": {k: round(v, 2) for k, v in med.items()},
+                      "speedup": round(med["no_memo"] / med["memo"], 2),
+                      "same_targets": targets["memo"] == targets["no_memo"]}))
 
 
 def regression(args, base):
@@ -319,7 +359,7 @@ def cost(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["static", "agree", "targets", "supervised", "regression", "bandit",
+    parser.add_argument("mode", choices=["static", "agree", "targets", "memo", "supervised", "regression", "bandit",
                                          "scripted", "cost", "opponents"])
     parser.add_argument("adapter", nargs="?", help="agree, targets: a player's adapter folder (peft format; targets "
                         "without one: the warm base); opponents: a run folder")
@@ -331,6 +371,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=10, help="updates per epoch")
     parser.add_argument("--games", type=int, default=256, help="games per update")
     parser.add_argument("--states", type=int, default=64, help="regression: positions per update")
+    parser.add_argument("--repeats", type=int, default=4, help="memo: timed rounds each way")
     parser.add_argument("--move-temperature", type=float, default=0.25, help="regression: tau")
     parser.add_argument("--move-clip", type=float, default=2.0, help="regression: bound c")
     parser.add_argument("--move-loss", default="residual", choices=["residual", "cross_entropy"],
@@ -397,7 +438,8 @@ def main():
                  for name, t in (("player", player), ("warm_base", warm))}
         print(json.dumps({"agrees_with_rule": share}))
         return
-    {"supervised": supervised, "regression": regression, "bandit": bandit, "scripted": scripted}[args.mode](args, base)
+    {"supervised": supervised, "regression": regression, "memo": memo, "bandit": bandit,
+     "scripted": scripted}[args.mode](args, base)
 
 
 if __name__ == "__main__":

@@ -290,6 +290,44 @@ def test_reply_search_values_each_move_after_the_repliers_best_answer(game):
     assert without.metrics()["credit/branch_games"] == 3 * 20
 
 
+def test_greedy_memo_leaves_best_reply_targets_unchanged(tiny_model_path):
+    """Best-reply branch credit with greedy continuations on a real model: the replayer's memo
+    answers repeated greedy calls without the engine, and the targets come out the same."""
+    from autocurricula.engine import Engine, EngineConfig
+    from autocurricula.games import tictactoe
+
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2))
+    try:
+        arena = Arena(eng, seed=1, max_tokens=2)
+        p = {"id": "a", "adapter": None}
+        games = [(tictactoe.play, [dict(p, seat=0), dict(p, seat=1)], GameRecord(f"g{i}", [p, p], calls=[]), "t")
+                 for i in range(4)]
+        records = asyncio.run(arena.run(games))
+        for r in records:
+            for t in r.turns:
+                t.reward = r.rewards[t.seat]
+        turns = [t for r in records for t in r.turns]
+        got, asked = {}, {}
+        for memo in (True, False):
+            calls = []
+            real = eng.submit_many
+            eng.submit_many = lambda reqs, real=real: calls.append(len(reqs)) or real(reqs)
+            try:
+                credit = BranchCredit(samples=1, advantage="moves", continuation_temperature=0.0, replies=True,
+                                      move_loss="cross_entropy")
+                replayer = Replayer(arena, tictactoe.play)
+                if not memo:
+                    replayer.greedy_memo = None
+                credit.see_round(records, replayer)
+            finally:
+                eng.submit_many = real
+            got[memo], asked[memo] = [t.advantage for t in credit.extra_turns(turns)], sum(calls)
+        assert got[True] == got[False] and got[True]
+        assert asked[True] < asked[False]
+    finally:
+        eng.close()
+
+
 def test_reply_search_needs_moves():
     with pytest.raises(ValueError, match="branch_advantage='moves'"):
         BranchCredit(advantage="return", replies=True)

@@ -71,7 +71,7 @@ def test_target_quality_of_perfect_and_board_blind_continuations():
     assert blind["greedy"]["top_moves_optimal"] < 0.8 < blind["best_reply"]["top_moves_optimal"] < 1.0
 
 
-@pytest.mark.parametrize("mode", [["static"], ["targets"],
+@pytest.mark.parametrize("mode", [["static"], ["targets"], ["memo", "--games", "2", "--repeats", "1"],
                                   ["regression", "--steps", "2", "--states", "4", "--eval-every", "2",
                                    "--move-loss", "cross_entropy"],
                                   ["supervised", "--lora", "--steps", "2", "--eval-every", "2", "--rank", "4"],
@@ -92,6 +92,9 @@ def test_tictactoe_diagnostics_run(mode, tmp_path):
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     if mode[0] == "cost":  # one row per head count, ratios against the first
         assert [r["heads"] for r in rows] == [2, 8] and rows[0]["ratio"] == 1.0 and rows[1]["ms_per_step"] > 0
+        return
+    if mode[0] == "memo":  # the same targets either way
+        assert rows[0]["same_targets"] is True and rows[0]["branch_games"] > 0
         return
     if mode[0] == "targets":  # shares of positions and probability mass
         assert all(0 <= rows[0][rule][k] <= 1 for rule in ("greedy", "best_reply") for k in rows[0][rule])
