@@ -138,7 +138,7 @@ class Call(NamedTuple):
     prompt_ids: list[int]
     generation: Any  # the answer, a Generation
     turn: Turn | None  # the turn it made (None: not trained, or forced by a replay)
-    seat: int  # the asked player's seat in its (sub-)game, -1 for a judge
+    seat: int  # the asked player's seat in its (sub-)game; -1 for a judge or any trainable=False call
 
 
 @dataclass
@@ -239,14 +239,14 @@ class GameHandle:
         if self.record.replay is not None:  # autocurricula.replay: the recorded answer, or a branch's own seed
             forced = self.record.replay.forced(key, player, ids)
             if forced is not None:
-                return self._logged(key, player, ids, forced, None)
+                return self._logged(key, player, ids, forced, None, trainable)
             seed = self.record.replay.seed(key, seed)
             if trainable:  # a branch's continuation policy; judges keep their sampling
                 temperature = self.record.replay.sampling_temperature(temperature)
         if is_scripted(player):  # a Python callable, never trained
             text = prompt if isinstance(prompt, str) else self.arena.engine.decode(ids)
             gen = Generation(self.arena.scripted(player, text, seed), [], [], ids, "stop", None, player["id"])
-            return self._logged(key, player, ids, gen, None)
+            return self._logged(key, player, ids, gen, None, trainable)
         params = SamplingParams(max_tokens=max_tokens or self.arena.max_tokens,
                                 temperature=self.arena.temperature if temperature is None else temperature,
                                 top_p=top_p, top_k=top_k, stop=list(stop or []), seed=seed)
@@ -261,12 +261,14 @@ class GameHandle:
                 prompt_ids=list(ids), completion_ids=list(c.token_ids), logprobs=list(c.logprobs),
                 version=c.adapter_version, game=self.game, group=group, level=self.level, parent=self.parent,
                 truncated=c.finish_reason == "length", seat=seat))
-            return self._logged(key, player, ids, gen, self.record.turns[-1])
-        return self._logged(key, player, ids, gen, None)
+            return self._logged(key, player, ids, gen, self.record.turns[-1], trainable)
+        return self._logged(key, player, ids, gen, None, trainable)
 
-    def _logged(self, key: tuple, player: dict, ids: list[int], gen: Generation, turn: Turn | None) -> Generation:
+    def _logged(self, key: tuple, player: dict, ids: list[int], gen: Generation, turn: Turn | None,
+                trainable: bool) -> Generation:
         if self.record.calls is not None:  # kept for replays (autocurricula.replay)
-            self.record.calls.append(Call(key, player["id"], list(ids), gen, turn, self._seat(player)))
+            seat = self._seat(player) if trainable else -1  # a seated player asked as a judge is a judge
+            self.record.calls.append(Call(key, player["id"], list(ids), gen, turn, seat))
         return gen
 
     def _hf_generate(self, input_ids=None, attention_mask=None, max_new_tokens: int = 20, do_sample: bool = True,

@@ -27,7 +27,9 @@ of the turn's seat over the K branches. The turn's advantage is
   an invalid reply). The log-probs are scored at the sampling temperature. With
   ``move_loss="cross_entropy"`` each move's advantage is its target probability ``softmax(y)_m``
   instead (``move_distribution``): the update is then the cross-entropy toward that target, with
-  the same fixed point, and it also raises the listed moves' total probability, which the
+  the same fixed point when every move is weighted alike (a loss that divides each sequence by its
+  length, as ``loss_type="grpo"`` does, shifts it toward shorter moves where moves differ in token
+  count), and it also raises the listed moves' total probability, which the
   residuals (they sum to zero) leave free to drift toward replies that are none of the moves.
 
 Two options shape the values. ``continuation_temperature`` samples the branches' own calls (the
@@ -252,8 +254,10 @@ class BranchCredit(Credit):
                                          log=self.replies) if asked else []
         _check_replays([b for per in branches for bs in per for b in bs])
         played, reply_games = sum(len(bs) for per in branches for bs in per), 0
+        errors = sum(b.error is not None for per in branches for bs in per for b in bs)
         if self.replies:
-            branches, reply_games = self._search_replies(asked, branches, replayer, tok)
+            branches, reply_games, reply_errors = self._search_replies(asked, branches, replayer, tok)
+            errors += reply_errors
         self._targets = []
         wanted: dict[str, tuple[list, list]] = {}  # player -> ((turn, move) keys, (prompt, move) pairs)
         for turn, rec, p in chosen if self.move_loss == "residual" else ():  # the residuals need log pi
@@ -288,14 +292,13 @@ class BranchCredit(Credit):
         self._metrics = {"credit/branch_games": played + reply_games, **({"credit/reply_games": reply_games}
                                                                           if self.replies else {}),
                          "credit/branched_turns": len(self._adv), "credit/move_targets": len(self._targets),
-                         "credit/branch_errors": sum(b.error is not None for per in branches for bs in per for b in bs),
-                         "credit/branch_s": time.perf_counter() - t0}
+                         "credit/branch_errors": errors, "credit/branch_s": time.perf_counter() - t0}
 
-    def _search_replies(self, asked, branches, replayer: Replayer, tok) -> tuple[list, int]:
+    def _search_replies(self, asked, branches, replayer: Replayer, tok) -> tuple[list, int, int]:
         """``replies=True``: the next seated call after each move (at the move's level) is answered
         with every reply the game lists for it, in K branches each, from the move's first branch; the
         replier keeps the replies best for its own seat (their branches together stand in for the
-        move's). Returns the new branches per move and the number of reply games played."""
+        move's). Returns the new branches per move, and the number of reply games played and failed."""
         requests, where = [], []  # (branch game, reply position, replies); (request, move, replier's seat)
         for i, (rec, p, _) in enumerate(asked):
             level = rec.calls[p].key[0]
@@ -321,7 +324,8 @@ class BranchCredit(Credit):
                 continue
             best = max(v for v in scores if v is not None)
             searched[i][j] = [g for v, games in zip(scores, per_reply) if v == best for g in games]
-        return searched, sum(len(games) for per in out for games in per)
+        return (searched, sum(len(games) for per in out for games in per),
+                sum(g.error is not None for per in out for games in per for g in games))
 
     def extra_turns(self, turns: list[Turn]) -> list[Turn]:
         """``advantage="moves"``: one target turn per legal move of each branched turn of ``turns``'

@@ -5,7 +5,9 @@ trl fields with no effect here: a ``trl.GRPOConfig`` (or a dict) may name ``num_
 (GRPO groups are formed by key, see ``autocurricula.credit``; a dataset game takes its own
 ``num_generations``), ``gradient_accumulation_steps`` (micro-batches
 come from ``max_tokens_per_microbatch`` and are always accumulated into one step) and ``seed`` (the
-league's ``AutocurriculumConfig.seed`` seeds everything); ``coerce_grpo_config`` ignores them. A
+league's ``AutocurriculumConfig.seed`` seeds everything); ``coerce_grpo_config`` ignores them, with
+one exception: trl counts ``steps_per_generation`` in micro-steps, so a ``trl.GRPOConfig``'s is
+divided by its ``gradient_accumulation_steps`` (a dict's counts optimizer steps, as ours does). A
 trl config brings its ``lr_scheduler_type`` (trl's default is 'linear'); a learning-rate warm-up is
 refused with an error."""
 
@@ -152,6 +154,10 @@ def coerce_grpo_config(cfg) -> GRPOConfig:
         if values["lr_scheduler_type"] not in _LR_SCHEDULES:
             raise ValueError(f"lr_scheduler_type {values['lr_scheduler_type']!r} from {type(cfg).__name__} is not "
                              f"supported here; use one of {_LR_SCHEDULES}")
+        if values["lr_scheduler_type"] == "warmup_stable_decay":
+            raise ValueError(f"'warmup_stable_decay' from {type(cfg).__name__} cannot carry its decay share here: "
+                             f"pass our GRPOConfig(lr_scheduler_type='warmup_stable_decay', lr_decay_ratio=...) "
+                             f"instead (the share of the rounds at the end over which the rate decays)")
     if getattr(cfg, "lr_scheduler_kwargs", None):
         raise ValueError(f"{type(cfg).__name__}.lr_scheduler_kwargs is not supported here (schedules take no "
                          f"arguments but min_lr_ratio, and lr_decay_ratio for 'warmup_stable_decay', which "
@@ -341,6 +347,12 @@ class AutocurriculumConfig:
                              f"(0 = greedy continuations), got {t!r}")
         if self.branch_move_loss not in ("residual", "cross_entropy"):
             raise ValueError(f"branch_move_loss must be 'residual' or 'cross_entropy', got {self.branch_move_loss!r}")
+        if self.branch_move_loss != "residual" and (self.credit != "branch" or self.branch_advantage != "moves"):
+            raise ValueError("branch_move_loss chooses the loss of the listed moves' target turns: set credit='branch' "
+                             "and branch_advantage='moves', or leave branch_move_loss='residual'")
+        if self.branch_temperature is not None and self.credit != "branch":
+            raise ValueError("branch_temperature samples branch continuations: set credit='branch', or leave "
+                             "branch_temperature=None")
         if self.branch_replies and (self.credit != "branch" or self.branch_advantage != "moves"):
             raise ValueError("branch_replies searches the replies to every listed move: set credit='branch' and "
                              "branch_advantage='moves', or branch_replies=False")

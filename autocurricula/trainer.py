@@ -600,6 +600,10 @@ class AutocurriculumTrainer:
             log.info("learning rate: %s schedule from %g to %g x that over %d rounds%s", self.grpo.lr_scheduler_type,
                      self.grpo.learning_rate, self.grpo.min_lr_ratio, cfg.epochs * cfg.rounds,
                      f" (decay over the last {self.grpo.lr_decay_ratio:g})" if self.grpo.lr_decay_ratio else "")
+        if self.grpo.lr_decay_ratio and self.grpo.lr_decay_ratio * cfg.epochs * cfg.rounds < 2:
+            log.warning("lr_decay_ratio=%g of %d rounds leaves fewer than 2 rounds to decay over, so the rate "
+                        "barely falls: raise lr_decay_ratio or the rounds", self.grpo.lr_decay_ratio,
+                        cfg.epochs * cfg.rounds)
         if isinstance(model, Engine):
             self.engine, self.model_name = model, model.name
         elif isinstance(model, tuple) and len(model) == 2:  # (model, tokenizer) from mlx_lm.load

@@ -160,9 +160,8 @@ def memo(args, base):
 
     engine = Engine(str(base))
     arena = Arena(engine, seed=args.seed, max_tokens=2)
-    player = {"id": "base", "adapter": None}
-    games = [(T.play, [dict(player, seat=0), dict(player, seat=1)], GameRecord(f"g{i}", [player, player], calls=[]),
-              "tictactoe") for i in range(args.games)]
+    seats = [{"id": "base", "adapter": None, "seat": 0}, {"id": "base", "adapter": None, "seat": 1}]
+    games = [(T.play, seats, GameRecord(f"g{i}", seats, calls=[]), "tictactoe") for i in range(args.games)]
     records = run_async(arena.run(games, 128))
     for r in records:
         for t in r.turns:

@@ -4,6 +4,7 @@ replay, values with known odds on a game without a model, the errors, and (slow)
 learns card-dependent Kuhn play against a fixed opponent."""
 
 import asyncio
+import functools
 import math
 import types
 from concurrent.futures import Future
@@ -256,7 +257,19 @@ async def share(players, model, tokenizer=None):
 share.moves = dice.moves
 
 
-@pytest.mark.parametrize("game", [dice, share])
+async def judged(players, model, tokenizer=None):
+    """``dice`` with the replier asked as a judge (trainable=False) before its move: the reply search
+    must answer the move, not the judge call."""
+    d = int((await model.generate(players[0], "roll", max_tokens=1)).text)
+    await model.generate(players[1], f"judge {d}", max_tokens=1, trainable=False)
+    e = int((await model.generate(players[1], f"beat {d}", max_tokens=1)).text)
+    return [1.0, -1.0] if d > e else [-1.0, 1.0] if e > d else [0.0, 0.0]
+
+
+judged.moves = dice.moves
+
+
+@pytest.mark.parametrize("game", [dice, share, judged])
 def test_reply_search_values_each_move_after_the_repliers_best_answer(game):
     """With replies=True a move's value is its return after the reply best for the replier's own seat:
     in ``dice`` (zero-sum) seat 1 answers 9, so every d < 9 loses and 9 draws; in ``share`` the
@@ -272,8 +285,9 @@ def test_reply_search_values_each_move_after_the_repliers_best_answer(game):
     targets = credit.extra_turns(turns)
     lp = [0.0] * 10  # the engine's scores: uniform digits
     for rec in records:
-        d, e = int(rec.calls[0][3].text), int(rec.calls[1][3].text)
-        if game is dice:
+        d, e = int(rec.calls[0][3].text), int(rec.calls[-1][3].text)
+        assert [c.seat for c in rec.calls] == ([0, -1, 1] if game is judged else [0, 1])
+        if game is not share:
             q0 = [0.0 if m == 9 else -1.0 for m in range(10)]
             q1 = [float(np.sign(m - d)) for m in range(10)]
         else:
@@ -299,10 +313,12 @@ def test_greedy_memo_leaves_best_reply_targets_unchanged(tiny_model_path):
     eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2))
     try:
         arena = Arena(eng, seed=1, max_tokens=2)
-        p = {"id": "a", "adapter": None}
-        games = [(tictactoe.play, [dict(p, seat=0), dict(p, seat=1)], GameRecord(f"g{i}", [p, p], calls=[]), "t")
-                 for i in range(4)]
+        play = functools.partial(tictactoe.play, opening_moves=(0, 1))  # X or O to move first
+        play.moves = tictactoe.moves
+        seats = [{"id": "a", "adapter": None, "seat": 0}, {"id": "a", "adapter": None, "seat": 1}]
+        games = [(play, seats, GameRecord(f"g{i}", seats, calls=[]), "t") for i in range(4)]
         records = asyncio.run(arena.run(games))
+        assert {r.calls[0].seat for r in records} == {0, 1}  # one player in both seats, told apart
         for r in records:
             for t in r.turns:
                 t.reward = r.rewards[t.seat]
@@ -315,7 +331,7 @@ def test_greedy_memo_leaves_best_reply_targets_unchanged(tiny_model_path):
             try:
                 credit = BranchCredit(samples=1, advantage="moves", continuation_temperature=0.0, replies=True,
                                       move_loss="cross_entropy")
-                replayer = Replayer(arena, tictactoe.play)
+                replayer = Replayer(arena, play)
                 if not memo:
                     replayer.greedy_memo = None
                 credit.see_round(records, replayer)
@@ -334,6 +350,18 @@ def test_reply_search_needs_moves():
     with pytest.raises(ValueError, match="branch_replies"):
         SelfPlayConfig(credit="branch", branch_advantage="return", branch_replies=True)
     assert SelfPlayConfig(credit="branch", branch_advantage="moves", branch_replies=True).branch_replies
+
+
+def test_branch_options_are_refused_where_nothing_would_use_them():
+    with pytest.raises(ValueError, match="branch_move_loss='residual'"):
+        SelfPlayConfig(credit="branch", branch_advantage="return", branch_move_loss="cross_entropy")
+    with pytest.raises(ValueError, match="branch_move_loss"):
+        SelfPlayConfig(credit="rae", branch_move_loss="cross_entropy")
+    with pytest.raises(ValueError, match="branch_temperature=None"):
+        SelfPlayConfig(credit="q", branch_temperature=0.0)
+    assert SelfPlayConfig(credit="branch", branch_advantage="moves", branch_move_loss="cross_entropy",
+                          branch_temperature=0.0).branch_temperature == 0.0
+    assert SelfPlayConfig(credit="branch", branch_temperature=0.5).branch_temperature == 0.5  # any advantage
 
 
 def test_moves_needs_the_game_to_list_them():

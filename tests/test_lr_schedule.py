@@ -53,6 +53,9 @@ def test_config_checks_and_trl_names():
                                           lr_scheduler_type="cosine", lr_scheduler_kwargs={"num_cycles": 2}))
     with pytest.raises(ValueError, match="warm-up"):
         coerce_grpo_config(trl.GRPOConfig(output_dir="/tmp/ac-trl", use_cpu=True, bf16=False, warmup_steps=5))
+    with pytest.raises(ValueError, match=r"pass our GRPOConfig\(lr_scheduler_type='warmup_stable_decay'"):
+        coerce_grpo_config(trl.GRPOConfig(output_dir="/tmp/ac-trl", use_cpu=True, bf16=False,
+                                          lr_scheduler_type="warmup_stable_decay"))
 
 
 def _stop_after_epoch_0(trainer):
@@ -86,7 +89,7 @@ def _run(tiny_model_path, out, monkeypatch, *, epochs=2, resume=False, stop=Fals
     return t, seen, rows, weights
 
 
-def test_a_league_updates_with_the_scheduled_rate_and_resumes_on_it(tiny_model_path, tmp_path, monkeypatch):
+def test_a_league_updates_with_the_scheduled_rate_and_resumes_on_it(tiny_model_path, tmp_path, monkeypatch, caplog):
     t, seen, rows, straight = _run(tiny_model_path, tmp_path / "straight", monkeypatch)
     learner = next(p["id"] for p in t.players if not p["frozen"])
     assert [s[learner] for s in seen] == pytest.approx([1e-2, 7.5e-3, 5e-3, 2.5e-3])
@@ -102,6 +105,11 @@ def test_a_league_updates_with_the_scheduled_rate_and_resumes_on_it(tiny_model_p
     # warmup_stable_decay over the last half: 1e-2 twice, then the half cosine's 1e-2 and 5e-3
     _, seen4, _, _ = _run(tiny_model_path, tmp_path / "wsd", monkeypatch, schedule="warmup_stable_decay", decay=0.5)
     assert [s[learner] for s in seen4] == pytest.approx([1e-2, 1e-2, 1e-2, 5e-3])
+    assert "barely falls" not in caplog.text
+    # a share too small to decay over two rounds is said at the start
+    _, seen5, _, _ = _run(tiny_model_path, tmp_path / "wsd-short", monkeypatch, schedule="warmup_stable_decay",
+                          decay=0.25)
+    assert [s[learner] for s in seen5] == pytest.approx([1e-2] * 4) and "barely falls" in caplog.text
     # the constant schedule leaves the updater's own rate in charge
     _, seen3, rows3, constant = _run(tiny_model_path, tmp_path / "constant", monkeypatch, schedule="constant")
     assert seen3 == [{}] * 4 and not any("train/learning_rate" in r for r in rows3)

@@ -131,7 +131,7 @@ class Updater:
         step per slice. ``lr`` overrides the learning rate per player. Returns metrics (``loss`` and
         ``clip_ratio`` of the last pass, summed and token-weighted over its slices)."""
         turns, lr, skip = list(turns), dict(lr or {}), set(skip)
-        slices = split_turns(turns, self.config.steps_per_generation)
+        slices = split_turns(turns, self.config.steps_per_generation) or [turns]  # no turns: one empty step
         new: dict = {}
         for _ in range(self.config.num_iterations):  # later passes see the ratio move away from 1 and clip
             passes = []
