@@ -14,7 +14,7 @@ scripted players (anchor_share) and the rest by AlphaStar's rules, 32 games per 
 
 ``--pure`` leaves the scripted players out of the pool (every game is self-play, PFSP over snapshots or
 against exploiters); ``--credit branch`` gives each move its advantage from branch rollouts instead of
-the tabular "q"/"value" credit. The pure league's best recipe so far (about 75 minutes on 2 cores;
+the tabular "q"/"value" credit. The pure league's best recipe so far (about 80 minutes on 2 cores;
 docs/results.md) values every free cell after the opponent's best reply, with greedy play after it:
 
     python examples/tictactoe_league.py --pure --credit branch --branch-advantage moves \
