@@ -225,6 +225,7 @@ class GameHandle:
                          temperature: float | None = None, top_p: float = 1.0, top_k: int = 0, stop=None,
                          seed: int | None = None, group: str | None = None, role: str | None = None) -> Generation:
         seat = self._seat(player)
+        logged_seat = seat if trainable else -1  # a seated player asked as a judge is logged as a judge
         call = self._calls
         self._calls += 1
         if seed is None:
@@ -239,14 +240,14 @@ class GameHandle:
         if self.record.replay is not None:  # autocurricula.replay: the recorded answer, or a branch's own seed
             forced = self.record.replay.forced(key, player, ids)
             if forced is not None:
-                return self._logged(key, player, ids, forced, None, trainable)
+                return self._logged(key, player, ids, forced, None, logged_seat)
             seed = self.record.replay.seed(key, seed)
             if trainable:  # a branch's continuation policy; judges keep their sampling
                 temperature = self.record.replay.sampling_temperature(temperature)
         if is_scripted(player):  # a Python callable, never trained
             text = prompt if isinstance(prompt, str) else self.arena.engine.decode(ids)
             gen = Generation(self.arena.scripted(player, text, seed), [], [], ids, "stop", None, player["id"])
-            return self._logged(key, player, ids, gen, None, trainable)
+            return self._logged(key, player, ids, gen, None, logged_seat)
         params = SamplingParams(max_tokens=max_tokens or self.arena.max_tokens,
                                 temperature=self.arena.temperature if temperature is None else temperature,
                                 top_p=top_p, top_k=top_k, stop=list(stop or []), seed=seed)
@@ -261,13 +262,12 @@ class GameHandle:
                 prompt_ids=list(ids), completion_ids=list(c.token_ids), logprobs=list(c.logprobs),
                 version=c.adapter_version, game=self.game, group=group, level=self.level, parent=self.parent,
                 truncated=c.finish_reason == "length", seat=seat))
-            return self._logged(key, player, ids, gen, self.record.turns[-1], trainable)
-        return self._logged(key, player, ids, gen, None, trainable)
+            return self._logged(key, player, ids, gen, self.record.turns[-1], logged_seat)
+        return self._logged(key, player, ids, gen, None, logged_seat)
 
     def _logged(self, key: tuple, player: dict, ids: list[int], gen: Generation, turn: Turn | None,
-                trainable: bool) -> Generation:
+                seat: int) -> Generation:
         if self.record.calls is not None:  # kept for replays (autocurricula.replay)
-            seat = self._seat(player) if trainable else -1  # a seated player asked as a judge is a judge
             self.record.calls.append(Call(key, player["id"], list(ids), gen, turn, seat))
         return gen
 
