@@ -46,29 +46,15 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from collections.abc import Sequence
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import numpy as np
 
-from autocurricula.credit import Turn
 from autocurricula.engine import SamplingParams
-from autocurricula.pool import is_scripted, takes_rng
+from autocurricula.records import Call, GameRecord, Generation, Turn, is_scripted, takes_rng
 
-
-@dataclass
-class Generation:
-    """One completion handed back to a game."""
-
-    text: str
-    token_ids: list[int]
-    logprobs: list[float]
-    prompt_ids: list[int]
-    finish_reason: str
-    adapter_version: int | None
-    player_id: str
-
-    def __str__(self) -> str:
-        return self.text
+__all__ = ["Arena", "BASE_JUDGE", "Call", "GameCancelled", "GameHandle", "GameRecord", "GameResult", "Generation",
+           "PlayTokenizer", "derive_seed", "game_result", "normalise_rewards", "run_async", "set_player"]
 
 
 class GameCancelled(RuntimeError):
@@ -78,6 +64,32 @@ class GameCancelled(RuntimeError):
 def set_player(model, player: dict) -> None:
     """Seed-style API: make ``player``'s adapter the one ``model.generate(**inputs)`` uses."""
     model.current_player = player
+
+
+def run_async(coro):
+    """``asyncio.run`` that also works when the caller already runs an event loop (Jupyter)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        running = False
+    else:
+        running = True
+    if not running:  # outside the except block: a game's traceback must not chain "no running event loop"
+        return asyncio.run(coro)
+    box: dict = {}
+
+    def target():
+        try:
+            box["out"] = asyncio.run(coro)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            box["exc"] = exc
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if "exc" in box:
+        raise box["exc"]
+    return box["out"]
 
 
 def derive_seed(*parts) -> int:
@@ -128,33 +140,6 @@ class GameResult(Sequence):
 
     def __repr__(self) -> str:
         return f"GameResult(rewards={self.rewards}, extras={self.extras}, turns={self.turns})"
-
-
-class Call(NamedTuple):
-    """One logged model call of a game (``GameRecord.calls``), what a replay forces or branches from."""
-
-    key: tuple  # (level, node, call index): the call's place in its (sub-)game
-    player: str  # the id of the player (or judge) asked
-    prompt_ids: list[int]
-    generation: Any  # the answer, a Generation
-    turn: Turn | None  # the turn it made (None: not trained, or forced by a replay)
-    seat: int  # the asked player's seat in its (sub-)game; -1 for a judge or any trainable=False call
-
-
-@dataclass
-class GameRecord:
-    """What one game produced."""
-
-    game_id: str
-    players: list[dict]
-    rewards: list[float] = field(default_factory=list)
-    turns: list[Turn] = field(default_factory=list)
-    experiences: Any = None
-    error: str | None = None
-    traceback: str | None = None  # the full traceback of ``error``
-    extras: dict = field(default_factory=dict)  # a GameResult's extras
-    calls: list | None = None  # a list: every model call is logged as a Call, a replay's forced ones included
-    replay: Any = None  # an autocurricula.replay plan: recorded answers for some calls, branch seeds for the rest
 
 
 BASE_JUDGE = {"id": "base", "adapter": None}  # the base model without any adapter

@@ -58,8 +58,9 @@ import time
 
 import numpy as np
 
-from autocurricula.arena import GameRecord, derive_seed
-from autocurricula.credit import RAE, Credit, Turn
+from autocurricula.arena import derive_seed
+from autocurricula.credit import RAE, Credit
+from autocurricula.records import GameRecord, Generation, Turn
 from autocurricula.replay import ReplayDiverged, Replayer, turn_positions
 
 ADVANTAGES = ("return", "td", "moves")
@@ -96,8 +97,6 @@ def move_advantages(values: list[float], logprobs: list[float], temperature: flo
 def listed_moves(call, moves_of, tok) -> list:
     """The moves ``play.moves`` lists at a logged call's prompt, as answers a replay can force: each
     move's tokens plus end-of-sequence, as a warm-up on (prompt, move) teaches."""
-    from autocurricula.arena import Generation
-
     eos = tok.eos_token_id
     out = []
     for m in moves_of(tok.decode(call.prompt_ids, skip_special_tokens=True)):

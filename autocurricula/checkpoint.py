@@ -174,7 +174,7 @@ def _atomic_text(path: Path, text: str) -> None:
 def save_checkpoint(trainer, tag: int) -> Path:
     """Write ``checkpoint-<tag>`` for ``trainer`` and prune to ``save_total_limit``."""
     from autocurricula.export import export_peft
-    from autocurricula.pool import is_scripted
+    from autocurricula.records import is_scripted
 
     cfg = trainer.config
     root = Path(cfg.output_dir)
@@ -234,7 +234,7 @@ def load_checkpoint(trainer, path: str | Path, policies: dict | None = None,
 
 def _load(trainer, path: Path, policies: dict | None, opponents: list[dict] | None) -> None:
     from autocurricula.export import import_peft
-    from autocurricula.pool import is_scripted
+    from autocurricula.records import is_scripted
     from autocurricula.training.optim import AdamWState
 
     registry = json.loads((path / "players.json").read_text())

@@ -41,38 +41,10 @@ import hashlib
 import math
 from array import array
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Iterable
 
-
-@dataclass
-class Turn:
-    """One generation a trainable player made in a game, plus (once the game ends) its reward."""
-
-    player: str
-    game_id: str
-    role: str
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]  # the sampler's, one per completion token
-    version: int | None = None  # adapter version that produced it
-    game: str = "game"  # the game's name (RAE baselines are per game and role)
-    reward: float | None = None
-    group: str | None = None  # GRPO group key, e.g. same prompt / same game seed
-    level: int = 0  # nesting depth of the (sub-)game that produced the turn
-    parent: str | None = None  # id of the enclosing game for nested games
-    truncated: bool = False  # cut by max_tokens (no eos) or unparseable
-    seat: int = -1  # the player's position in the game (its reward is rewards[seat])
-    advantage: float | None = None
-    target: bool = False  # not sampled (a critic's pick): the update uses the current logprobs as old ones
-
-    def __post_init__(self):
-        if len(self.logprobs) != len(self.completion_ids):
-            raise ValueError(f"turn of {self.player}: {len(self.logprobs)} logprobs for "
-                             f"{len(self.completion_ids)} completion tokens; they must match one to one")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from autocurricula.records import Turn
 
 
 def _key(turn: Turn) -> tuple:

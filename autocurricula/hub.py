@@ -14,7 +14,7 @@ from pathlib import Path
 
 from autocurricula.engine.adapters import AdapterWeights
 from autocurricula.export import export_peft
-from autocurricula.pool import is_scripted
+from autocurricula.records import is_scripted
 
 
 class ModelNotFoundError(FileNotFoundError):

@@ -13,50 +13,20 @@ is called as ``policy(prompt)`` or ``policy(prompt, rng)`` (:func:`call_scripted
 
 from __future__ import annotations
 
-import inspect
 import math
-import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+
+from autocurricula.records import call_scripted, is_scripted, takes_rng
+
+__all__ = ["Pool", "call_scripted", "fresh_adapter", "is_scripted", "snapshot_spec", "takes_rng"]
 
 if TYPE_CHECKING:
     from autocurricula.engine import AdapterWeights, LoraSpec
 
 RESERVED = ("id", "epoch", "parent", "frozen", "version")
 _REFERENCES = ("parent", "snapshot_of")  # spec fields that name another player
-
-
-def is_scripted(player: dict) -> bool:
-    """A scripted player: a Python ``policy`` callable, no adapter, never trained."""
-    return "policy" in player
-
-
-_TAKES_RNG: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def takes_rng(policy: Callable) -> bool:
-    """Whether a scripted policy is ``fn(prompt, rng)`` rather than ``fn(prompt)``. Cached: a signature
-    costs more than a minimax move; weak keys, so per-game lambdas are not kept alive."""
-    try:
-        known = _TAKES_RNG.get(policy)
-    except TypeError:  # not hashable or not weak-referenceable: no caching
-        known = None
-    if known is None:
-        try:
-            known = len(inspect.signature(policy).parameters) >= 2
-        except (TypeError, ValueError):
-            known = False
-        try:
-            _TAKES_RNG[policy] = known
-        except TypeError:
-            pass
-    return known
-
-
-def call_scripted(policy: Callable, prompt: str, rng: Any = None) -> str:
-    """The reply of a scripted policy: ``policy(prompt, rng)`` when it takes an rng, else ``policy(prompt)``."""
-    return str(policy(prompt, rng) if takes_rng(policy) else policy(prompt))
 
 
 def snapshot_spec(player: dict, **extra) -> dict:

@@ -36,7 +36,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
-from autocurricula.arena import Arena, GameRecord, Generation, derive_seed
+from autocurricula.arena import Arena, derive_seed, run_async
+from autocurricula.records import GameRecord, Generation
 
 
 class ReplayDiverged(RuntimeError):
@@ -131,7 +132,6 @@ class Replayer:
         replays log their calls (forced ones included), so they can be branched in turn.
         A replay that asked for something else, or stopped before its forced calls were used, has
         ``error`` set to a ``ReplayDiverged`` message."""
-        from autocurricula.trainer import run_async
 
         games = []
         for n, (record, position, salt, *answer) in enumerate(requests):

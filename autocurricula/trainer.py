@@ -37,10 +37,10 @@ from typing import Callable
 
 import numpy as np
 
-from autocurricula.arena import Arena, GameRecord
+from autocurricula.arena import Arena, run_async
 from autocurricula.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
-from autocurricula.credit import Turn, make_credit
-from autocurricula.pool import is_scripted
+from autocurricula.credit import make_credit
+from autocurricula.records import GameRecord, Turn, is_scripted
 from autocurricula.rating import (Elo, Payoff, bradley_terry_bootstrap, format_leaderboard, leaderboard_rows,
                                   nash_weights)
 
@@ -70,32 +70,6 @@ class Leaderboard:
 
     def __len__(self):
         return len(self.rows)
-
-
-def run_async(coro):
-    """``asyncio.run`` that also works when the caller already runs an event loop (Jupyter)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        running = False
-    else:
-        running = True
-    if not running:  # outside the except block: a game's traceback must not chain "no running event loop"
-        return asyncio.run(coro)
-    box: dict = {}
-
-    def target():
-        try:
-            box["out"] = asyncio.run(coro)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            box["exc"] = exc
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
-    if "exc" in box:
-        raise box["exc"]
-    return box["out"]
 
 
 def drop_stale(turns: list[Turn], versions: dict[str, int], max_staleness: int) -> tuple[list[Turn], int, int]:

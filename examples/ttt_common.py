@@ -6,6 +6,7 @@ from pathlib import Path
 
 from autocurricula import build_tiny_model
 from autocurricula.eval.tictactoe import EpochEvaluator as Evaluator  # noqa: F401  (the examples import it here)
+from autocurricula.eval.tictactoe import greedy_table
 from autocurricula.games import tictactoe
 from autocurricula.warmup import sft_warmup
 
@@ -30,7 +31,7 @@ def warm_base(hidden: int = 128, layers: int = 2, heads: int = HEADS, steps: int
 
 
 def base_figures(engine, games: int = 2000) -> dict:
-    figures = tictactoe.evaluate_table(tictactoe.greedy_table(engine, None), games=games)
+    figures = tictactoe.evaluate_table(greedy_table(engine, None), games=games)
     return {k: round(v, 3) for k, v in figures.items()}
 
 

@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from autocurricula.pool import call_scripted
+from autocurricula.records import call_scripted
 
 DEFAULT_INVALID_PENALTY = (-1.5, 0.5)  # (offender, every other player), as in SPIRAL
 

@@ -28,6 +28,7 @@ from functools import cache
 from collections.abc import Callable
 from typing import Any
 
+from autocurricula._deprecation import moved
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, check_penalty, check_players, choice,
                                          drive, drive_sync, make_rng)
 
@@ -248,17 +249,6 @@ def moves(prompt: str) -> list[str]:
 play.moves = moves
 
 
-def greedy_table(engine, player: str | None, *, max_tokens: int = 2) -> dict[tuple[str, str], int | None]:
-    """The player's greedy move in every reachable position (``None`` = unparseable), decoded in
-    full batches. Greedy decoding is deterministic, so this table *is* the greedy policy."""
-    from autocurricula.engine import SamplingParams
-
-    positions = reachable_positions()
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
-    futures = [engine.submit(render_prompt(b, m), player, params) for b, m in positions]
-    return {pos: parse_move(f.result().text) for pos, f in zip(positions, futures)}
-
-
 def evaluate_table(table: dict, *, games: int = 4000, seed: int = 0) -> dict:
     """Figures of a greedy policy table: ``vs_random`` (win rate, half the games as X, half as O),
     ``vs_minimax_draw_or_win``, ``optimal_move_rate`` and ``legal_move_rate`` (over all 4,520
@@ -314,3 +304,6 @@ def warmup_examples(n: int, seed: int = 0) -> list[tuple[str, str]]:
         board, mark = positions[rng.randrange(len(positions))]
         out.append((render_prompt(board, mark), str(choice(rng, legal_moves(board)))))
     return out
+
+
+__getattr__ = moved(__name__, {"greedy_table": "autocurricula.eval.tictactoe:greedy_table"})

@@ -27,8 +27,9 @@ import numpy as np
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import AutocurriculumConfig, AutocurriculumTrainer, GRPOConfig
-from autocurricula.credit import Turn
+from autocurricula.records import Turn
 from autocurricula.engine import Engine, LoraSpec
+from autocurricula.eval.tictactoe import greedy_table
 from autocurricula.games import tictactoe as T
 from autocurricula.pool import is_scripted
 
@@ -70,7 +71,7 @@ def supervised(args, base):
                          minimax_examples(20000), steps=args.steps, learning_rate=args.learning_rate)
         engine = Engine(str(out))
         print(json.dumps({"steps": args.steps, "minutes": round((time.time() - t) / 60, 2),
-                          **figures(T.greedy_table(engine, None), args.eval_games)}))
+                          **figures(greedy_table(engine, None), args.eval_games)}))
         engine.close()
         return
     # LoRA through our Updater: advantage-1 turns with the current logprobs make the GRPO loss a
@@ -88,7 +89,7 @@ def supervised(args, base):
     for step in range(args.steps + 1):
         if step % args.eval_every == 0:
             print(json.dumps({"step": step, "minutes": round((time.time() - t) / 60, 2),
-                              **figures(T.greedy_table(engine, "p"), args.eval_games)}), flush=True)
+                              **figures(greedy_table(engine, "p"), args.eval_games)}), flush=True)
         if step == args.steps:
             break
         turns = []
@@ -156,7 +157,7 @@ def memo(args, base):
     from autocurricula.arena import Arena, GameRecord
     from autocurricula.branch import BranchCredit
     from autocurricula.replay import Replayer
-    from autocurricula.trainer import run_async
+    from autocurricula.arena import run_async
 
     engine = Engine(str(base))
     arena = Arena(engine, seed=args.seed, max_tokens=2)
@@ -204,7 +205,7 @@ def regression(args, base):
     rng, positions, eos, t = random.Random(args.seed), T.reachable_positions(), engine.tokenizer.eos_token_id, time.time()
     for step in range(args.steps + 1):
         if step % args.eval_every == 0:
-            table = T.greedy_table(engine, "p")
+            table = greedy_table(engine, "p")
             from autocurricula.eval.tictactoe import adversarial_figures
 
             adv = adversarial_figures(table)
@@ -259,7 +260,7 @@ def probe(args, base, play, spec, opponents, n, credit):
             player = next(p for p in trainer.players if p["role"] == "main")
             print(json.dumps({"epoch": trainer.current_epoch, "updates": trainer.step,
                               "minutes": round((time.time() - start) / 60, 2),
-                              **figures(T.greedy_table(trainer.engine, player["id"]), args.eval_games)}), flush=True)
+                              **figures(greedy_table(trainer.engine, player["id"]), args.eval_games)}), flush=True)
 
     config = AutocurriculumConfig(epochs=args.epochs, rounds=args.rounds, output_dir=args.output_dir,
                                   overwrite_output_dir=True, progress=False,
@@ -418,7 +419,7 @@ def main():
         engine = Engine(str(base))
         if args.adapter:
             engine.load_adapter("a", load_folder(args.adapter))
-        table = T.greedy_table(engine, "a" if args.adapter else None)
+        table = greedy_table(engine, "a" if args.adapter else None)
         engine.close()
         optimal = sum(mv in T.optimal_moves(b, m) for (b, m), mv in table.items()) / len(table)
         print(json.dumps({"adapter": args.adapter or "warm base", "policy_optimal": round(optimal, 3),
@@ -431,7 +432,7 @@ def main():
             parser.error("agree needs an adapter folder, e.g. runs/tictactoe-league/checkpoint-11/adapters/main_agent-0")
         engine = Engine(str(base))
         engine.load_adapter("a", load_folder(args.adapter))
-        rule, player, warm = static_table(), T.greedy_table(engine, "a"), T.greedy_table(engine, None)
+        rule, player, warm = static_table(), greedy_table(engine, "a"), greedy_table(engine, None)
         engine.close()
         share = {name: round(sum(t[k] == rule[k] for k in rule) / len(rule), 3)
                  for name, t in (("player", player), ("warm_base", warm))}

@@ -279,7 +279,7 @@ def _fake_trainer(engine, ids):
 
 def test_best_response_callback_reads_the_engines_greedy_policy(tiny_engine):
     from autocurricula.engine import LoraSpec
-    from autocurricula.games.tictactoe import greedy_table
+    from autocurricula.eval.tictactoe import greedy_table
     from autocurricula.pool import fresh_adapter
 
     engine, _ = tiny_engine
@@ -363,7 +363,7 @@ def test_tictactoe_epoch_evaluator_reports_the_best_response(tiny_engine):
         evaluator.summary(trainer)
     metrics = evaluator(trainer)
     summary = evaluator.summary(trainer, {})
-    from autocurricula.games.tictactoe import greedy_table
+    from autocurricula.eval.tictactoe import greedy_table
     expected = adversarial_figures(greedy_table(engine, "ex-main"))
     for key in ("loses_to_best_response_as_x", "loses_to_best_response_as_o"):
         assert summary[key] is expected[key] and metrics[f"eval/{key}"] == float(expected[key])

@@ -249,7 +249,7 @@ def setup_mlx_lm_reload(spec: dict):
 
 def setup_update(spec: dict):
     from autocurricula.config import GRPOConfig
-    from autocurricula.credit import Turn
+    from autocurricula.records import Turn
     from autocurricula.training import Updater
 
     engine = _engine(spec)

@@ -22,7 +22,7 @@ from autocurricula import _blas
 
 
 def _turns(names, per_player, prompt_len, completion_len, vocab, seed=0):
-    from autocurricula.credit import Turn
+    from autocurricula.records import Turn
 
     rng = np.random.default_rng(seed)
     out = []

@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from autocurricula.games.kuhn_poker import CARDS, exact_value, is_terminal, legal_actions, payoff, render_prompt
-from autocurricula.pool import is_scripted
+from autocurricula.records import is_scripted
 
 __all__ = ["INFOSETS", "META_GAMES", "LeagueStrategies", "best_response_value", "chip_payoffs", "exploitability",
            "exploitability_callback", "meta_mixture", "mixture_strategy", "openspiel_key", "openspiel_policy",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autocurricula.pool import is_scripted
+from autocurricula.records import is_scripted
 
 __all__ = ["main_agent"]
 

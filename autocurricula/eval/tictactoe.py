@@ -2,7 +2,7 @@
 
 A *policy* here is deterministic: ``fn(board, mark) -> move`` (a cell 1-9, or ``None`` for an
 unparseable reply), or a table ``{(board, mark): move}`` such as
-``games.tictactoe.greedy_table(engine, player)`` returns (greedy decoding is deterministic, so that
+``greedy_table(engine, player)`` returns (greedy decoding is deterministic, so that
 table is the player's greedy policy). An illegal or missing move loses the game, as in play.
 
 ``best_response(policy, "X")`` searches the whole game tree with the policy fixed on its side and
@@ -27,9 +27,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from autocurricula.eval.players import main_agent
-from autocurricula.games.tictactoe import EMPTY_BOARD, apply_move, legal_moves, optimal_moves, to_move, winner
+from autocurricula.engine import SamplingParams
+from autocurricula.games.tictactoe import (EMPTY_BOARD, apply_move, legal_moves, optimal_moves, parse_move,
+                                            reachable_positions, render_prompt, to_move, winner)
 
-__all__ = ["BestResponse", "EpochEvaluator", "adversarial_figures", "best_response", "best_response_callback", "policy_fn"]
+__all__ = ["BestResponse", "greedy_table", "EpochEvaluator", "adversarial_figures", "best_response", "best_response_callback", "policy_fn"]
 
 OUTCOMES = {1: "win", 0: "draw", -1: "loss"}
 
@@ -42,7 +44,7 @@ def policy_fn(policy: Callable | Mapping) -> Callable[[str, str], int | None]:
         def from_table(board: str, mark: str) -> int | None:
             if (board, mark) not in table:
                 raise KeyError(f"the policy table has no move for board {board!r} with {mark} to move; "
-                               "build it over every reachable position (games.tictactoe.greedy_table)")
+                               "build it over every reachable position (greedy_table)")
             return table[(board, mark)]
 
         return from_table
@@ -50,6 +52,15 @@ def policy_fn(policy: Callable | Mapping) -> Callable[[str, str], int | None]:
         raise TypeError(f"a policy is fn(board, mark) -> move or a {{(board, mark): move}} table, "
                         f"got {type(policy).__name__}")
     return policy
+
+
+def greedy_table(engine, player: str | None, *, max_tokens: int = 2) -> dict[tuple[str, str], int | None]:
+    """The player's greedy move in every reachable position (``None`` = unparseable), decoded in
+    full batches. Greedy decoding is deterministic, so this table *is* the greedy policy."""
+    positions = reachable_positions()
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    futures = [engine.submit(render_prompt(b, m), player, params) for b, m in positions]
+    return {pos: parse_move(f.result().text) for pos, f in zip(positions, futures)}
 
 
 def _legal(board: str, move) -> bool:
@@ -152,7 +163,6 @@ def best_response_callback(player: str | Callable | None = None, *, prefix: str 
     highest Elo) is read off the engine and met by its exact best response. Returns numeric
     metrics: ``{prefix}loses_to_best_response_as_x/o`` (1.0 or 0.0), ``{prefix}worst_case_value_as_x/o``
     (+1/0/-1) and ``{prefix}value_losing_share``."""
-    from autocurricula.games.tictactoe import greedy_table
 
     def callback(trainer) -> dict:
         pid = player(trainer) if callable(player) else player or main_agent(trainer)
@@ -188,7 +198,7 @@ class EpochEvaluator:
         import json
         import time
 
-        from autocurricula.games.tictactoe import evaluate_table, greedy_table
+        from autocurricula.games.tictactoe import evaluate_table
 
         player = main_agent(trainer)
         table = greedy_table(trainer.engine, player)

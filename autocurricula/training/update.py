@@ -17,7 +17,7 @@ import mlx.core as mx
 import numpy as np
 
 from autocurricula.config import GRPOConfig, coerce_grpo_config
-from autocurricula.credit import Turn
+from autocurricula.records import Turn
 from autocurricula.engine.adapters import AdapterWeights
 from autocurricula.training.loss import policy_loss, token_weights
 from autocurricula.training.optim import AdamWState, adamw
