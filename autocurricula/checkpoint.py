@@ -190,7 +190,7 @@ def save_checkpoint(trainer, tag: int) -> Path:
             opt = trainer.updater.optim.get(p["id"])
             if opt is not None:
                 opt.save(tmp / "optimizer" / p["id"])
-        _write_json(tmp / "players.json", trainer._pool.registry())
+        _write_json(tmp / "players.json", trainer.pool.registry())
         _write_json(tmp / "state.json", trainer.state_dict())
         _write_json(tmp / "rng.json", {"numpy": trainer.rng.bit_generator.state})
         _write_json(tmp / "config.json", trainer.config_dict())
@@ -238,7 +238,7 @@ def _load(trainer, path: Path, policies: dict | None, opponents: list[dict] | No
     from autocurricula.training.optim import AdamWState
 
     registry = json.loads((path / "players.json").read_text())
-    trainer._pool.restore(registry, policies, opponents)
+    trainer.pool.restore(registry, policies, opponents)
     for p in trainer.players:
         if is_scripted(p):
             continue

@@ -97,7 +97,10 @@ def _train(args) -> None:
         settings["overwrite_output_dir"] = True
     trainer_name, config_name = LEAGUES[args.league]
     config_cls = getattr(leagues, config_name)
-    known = {f.name for f in dataclasses.fields(config_cls)}
+    from autocurricula.config import MOVED
+    from autocurricula.credit import LEGACY_CREDIT_FIELDS
+
+    known = {f.name for f in dataclasses.fields(config_cls)} | set(MOVED) | set(LEGACY_CREDIT_FIELDS)
     unknown = set(settings) - known
     if unknown:
         raise SystemExit(f"unknown {config_name} settings {sorted(unknown)}; known: {sorted(known)} "
@@ -169,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every route but /health")
-    s.add_argument("--max-slots", type=int, default=16, help="adapters resident at once (LRU beyond)")
+    s.add_argument("--max-slots", type=int, default=64, help="adapters resident at once (LRU beyond)")
     s.add_argument("--adapter-root", default=None, help="folder that /v1/load_lora_adapter paths must lie under")
     s.add_argument("--adapter", action="append", default=None, metavar="NAME=FOLDER",
                    help="load a player's adapter (peft or mlx-lm folder) before serving; repeatable")

@@ -562,7 +562,7 @@ class RayUpdater:
     def __init__(self, engine, config=None, model: str | Path | None = None, num_learners: int = 2, *,
                  engine_config: dict | None = None, actor_options: dict | None = None, name: str | None = None,
                  max_restarts: int = -1, connect_timeout: float = 300.0):
-        from autocurricula.config import coerce_grpo_config
+        from autocurricula.training.config import coerce_grpo_config
 
         ray = require_ray()
         if not ray.is_initialized():

@@ -321,6 +321,13 @@ class Credit:
     Register a new method with :func:`register_credit` and select it by name (``credit="mine"``)."""
 
     name = "credit"
+    replays = False  # the method replays games: every call of a game is logged for it
+
+    def check_game(self, play) -> None:
+        """Refuse a game this method cannot use, before the model loads."""
+
+    def see_round(self, records, replayer) -> None:
+        """With ``replays``: the round's games and a replayer of them, before :meth:`assign`."""
 
     def advantages(self, turns: list[Turn]) -> list[float]:
         raise NotImplementedError
@@ -442,6 +449,29 @@ CREDIT_METHODS = {
 }
 
 
+# INTERIM (replaced by the credit objects' own configs): the flat fields' defaults
+_FIELD_DEFAULTS = {"rae_alpha": 0.95, "rae_per_player": False, "value_lambda": 1.0, "value_max_states": 200_000,
+                   "q_target_coef": 0.0, "q_target_min_visits": 2, "branch_samples": 4, "branch_turns_per_game": 0,
+                   "branch_advantage": "return", "branch_move_temperature": 0.25, "branch_move_clip": 2.0,
+                   "branch_temperature": None, "branch_move_loss": "residual", "branch_replies": False}
+LEGACY_CREDIT_FIELDS = tuple(_FIELD_DEFAULTS)
+
+
+class _FieldCredit(Credit):
+    def __init__(self, name, fields):
+        self.name, self.fields = name, dict(fields)
+
+    def build(self, grpo_config, seed):
+        from types import SimpleNamespace
+
+        ns = SimpleNamespace(**{**_FIELD_DEFAULTS, **self.fields, "credit": self.name, "seed": seed})
+        return CREDIT_METHODS[self.name](ns, grpo_config)
+
+
+def credit_from_fields(name, fields):
+    return _FieldCredit(name, fields)
+
+
 def register_credit(name: str, factory) -> None:
     """Make ``credit=name`` build ``factory(config, grpo_config) -> Credit`` (register before
     creating the config, which checks the name)."""
@@ -452,12 +482,15 @@ def register_credit(name: str, factory) -> None:
     CREDIT_METHODS[name] = factory
 
 
-def make_credit(config, grpo_config) -> Credit:
-    """The credit method ``config.credit`` names, built from the trainer's config and GRPO settings."""
-    if config.credit not in CREDIT_METHODS:
-        raise ValueError(f"unknown credit method {config.credit!r}; use one of {sorted(CREDIT_METHODS)} "
+def make_credit(spec, grpo_config, seed: int = 0, *, config=None) -> Credit:
+    """The credit method ``spec`` names (or the object it is), ready for a run."""
+    import copy
+
+    if isinstance(spec, _FieldCredit):
+        return spec.build(grpo_config, seed)
+    if isinstance(spec, Credit):
+        return copy.deepcopy(spec)
+    if spec not in CREDIT_METHODS:
+        raise ValueError(f"unknown credit method {spec!r}; use one of {sorted(CREDIT_METHODS)} "
                          f"(or register_credit(name, factory) first)")
-    credit = CREDIT_METHODS[config.credit](config, grpo_config)
-    if not isinstance(credit, Credit):
-        raise TypeError(f"credit factory {config.credit!r} returned {type(credit).__name__}, not a Credit")
-    return credit
+    return _FieldCredit(spec, {}).build(grpo_config, seed)

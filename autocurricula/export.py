@@ -176,3 +176,22 @@ def import_peft(source: str | Path, *, revision: str | None = None, token: str |
         path = Path(snapshot_download(str(source), revision=revision, token=token,
                                       allow_patterns=["adapter_config.json", "*.safetensors"]))
     return load_folder(path)
+
+
+def export_player(trainer, player_id: str, folder, format: str = "peft") -> Path:
+    """A trainer's player as a ``"peft"`` or ``"mlx"`` adapter folder (``trainer.export``)."""
+    from autocurricula.records import is_scripted
+
+    if format not in ("peft", "mlx"):
+        raise ValueError(f"format must be 'peft' or 'mlx', got {format!r}")
+    player = next((p for p in trainer.players if p["id"] == player_id), None)
+    if player is None:
+        raise KeyError(f"no player {player_id!r} in the pool")
+    if is_scripted(player):
+        raise ValueError(f"{player_id} is a scripted player: it has no adapter to export")
+    weights = trainer.engine.adapter_weights(player_id)
+    layers = model_num_layers(trainer.engine.linear_dims)
+    if format == "peft":
+        return export_peft(weights, folder, trainer.model_name, use_rslora=trainer.lora_spec.use_rslora,
+                           num_model_layers=layers)
+    return export_mlx(weights, folder, layers)

@@ -659,7 +659,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     return app
 
 
-def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, max_slots: int = 16,
+def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, max_slots: int = 64,
           adapter_root: str | None = None, max_tokens_limit: int | None = None,
           served_model_name: str | None = None, max_batch: int = 64, max_request_bytes: int = 8 << 20,
           max_upload_bytes: int = 2 << 30, max_lora_rank: int | None = 64,

@@ -15,11 +15,12 @@ LAYERS = [
     ("records", ["autocurricula", "autocurricula._blas", "autocurricula._deprecation", "autocurricula.records"]),
     ("engine", ["autocurricula.engine", "autocurricula.client", "autocurricula.tiny"]),
     ("training", ["autocurricula.training", "autocurricula.export", "autocurricula.warmup"]),
-    ("arena", ["autocurricula.arena", "autocurricula.replay", "autocurricula.games", "autocurricula.artifacts",
+    ("arena", ["autocurricula.arena", "autocurricula.replay", "autocurricula.games", "autocurricula.game", "autocurricula.artifacts",
                "autocurricula.placement", "autocurricula.fleet", "autocurricula.remote", "autocurricula.cluster"]),
     ("credit", ["autocurricula.credit", "autocurricula.branch"]),
     ("loop", ["autocurricula.trainer", "autocurricula.loop", "autocurricula.config", "autocurricula.pool",
               "autocurricula.checkpoint", "autocurricula.rating", "autocurricula.callbacks",
+              "autocurricula.standings", "autocurricula.rounds", "autocurricula.startup",
               "autocurricula.tracking", "autocurricula.plots", "autocurricula.transcripts", "autocurricula.hub",
               "autocurricula.eval"]),
     ("leagues", ["autocurricula.leagues"]),
@@ -46,7 +47,7 @@ def layer(name: str) -> int:
     best, where = -1, None
     for i, (_, prefixes) in enumerate(LAYERS):
         for p in prefixes:
-            if (name == p or name.startswith(p + ".")) and len(p) > best:
+            if (name == p or (name.startswith(p + ".") and p != "autocurricula")) and len(p) > best:
                 best, where = len(p), i
     assert where is not None, f"{name} is in no layer: add it to LAYERS (and to docs/architecture.md)"
     return where

@@ -160,7 +160,7 @@ cfg = LeagueConfig(game_name="kuhn_poker", epochs=3, rounds=2, games_per_learner
                    progress=False)
 t = Recorded(cfg)
 t.train(model, play, resume_from_checkpoint=resume or None)
-final = {"players": t._pool.registry(), "elo": t.elo.ratings,
+final = {"players": t.pool.registry(), "elo": t.elo.ratings,
          "history": open(out + "/match_history.jsonl").read(),
          "weights": {p["id"]: of(t.engine.adapter_weights(p["id"]).modules) for p in t.players if "policy" not in p},
          "moments": {n: [s.step, of(s.moments)] for n, s in t.updater.optim.items()}}

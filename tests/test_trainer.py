@@ -127,12 +127,12 @@ def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path, cr
     assert all(row["train/entropy"] > 0 for row in t.metrics_log if "train/loss" in row)
     turns = [x for batch in t.seen for x in batch]
     assert turns and all(x.advantage is not None for x in turns)
-    assert t.values.values and t.metrics_log[-1]["credit/states"] == len(t.values.values)
+    assert t.credit.values.values and t.metrics_log[-1]["credit/states"] == len(t.credit.values.values)
     state = json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())
-    assert state["values"]["lam"] == 0.5 and len(state["values"]["values"]) == len(t.values.values)
-    assert state["values"]["actions"] == (credit == "q") and bool(t.values.action_values) == (credit == "q")
+    assert state["values"]["lam"] == 0.5 and len(state["values"]["values"]) == len(t.credit.values.values)
+    assert state["values"]["actions"] == (credit == "q") and bool(t.credit.values.action_values) == (credit == "q")
     if credit == "q":
-        assert t.metrics_log[-1]["credit/state_moves"] == len(t.values.action_values)
+        assert t.metrics_log[-1]["credit/state_moves"] == len(t.credit.values.action_values)
         # the critic's picks reach the update next to the sampled turns, one per (player, prompt) at most
         picked = [[x for x in batch if x.target] for batch in t.seen]
         assert any(picked) and [len(b) for b in picked] == [row["credit/targets"] for row in t.metrics_log]
@@ -142,7 +142,7 @@ def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path, cr
     again = SelfPlayTrainer(SelfPlayConfig(**cfg))
     again.train(str(tiny_model_path), digits, resume_from_checkpoint=True)  # all epochs done: loads only
     again.engine.close()
-    assert again.values.state_dict() == t.values.state_dict()
+    assert again.credit.values.state_dict() == t.credit.values.state_dict()
 
 
 RUN = """
@@ -154,7 +154,7 @@ cfg = SelfPlayConfig(epochs=4, rounds=2, games_per_round=6, output_dir={out!r}, 
                      max_tokens=4, save_total_limit=None, seed=7)
 t = SelfPlayTrainer(cfg)
 t.train({model!r}, digits, resume_from_checkpoint={resume!r})
-state = {{"players": t._pool.registry(), "elo": t.elo.ratings,
+state = {{"players": t.pool.registry(), "elo": t.elo.ratings,
           "weights": {{p["id"]: {{k: [a.tolist(), b.tolist()] for k, (a, b) in t.engine.adapter_weights(p["id"]).modules.items()}}
                       for p in t.players}}}}
 open({out!r} + "/final.json", "w").write(json.dumps(state))

@@ -436,7 +436,7 @@ def test_stop_mid_epoch_then_resume_continues_that_epoch(tiny_model_path, tmp_pa
     resumed = SelfPlayTrainer(SelfPlayConfig(output_dir=str(tmp_path / "b"), **cfg))
     resumed.train(str(tiny_model_path), digits, resume_from_checkpoint=True)  # rounds 1 and 2 of epoch 1, no entry()
     assert [(r["epoch"], r["step"]) for r in resumed.metrics_log] == [(1, 5), (1, 6)]
-    assert resumed._pool.registry() == straight._pool.registry()
+    assert resumed.pool.registry() == straight.pool.registry()
     for p in straight.players:
         a, b = straight.engine.adapter_weights(p["id"]).modules, resumed.engine.adapter_weights(p["id"]).modules
         assert all(np.allclose(a[k][0], b[k][0], atol=1e-6) and np.allclose(a[k][1], b[k][1], atol=1e-6) for k in a)

@@ -248,7 +248,7 @@ def setup_mlx_lm_reload(spec: dict):
 
 
 def setup_update(spec: dict):
-    from autocurricula.config import GRPOConfig
+    from autocurricula.training.config import GRPOConfig
     from autocurricula.records import Turn
     from autocurricula.training import Updater
 

@@ -82,7 +82,7 @@ def run(model: str | None = None, players: int = 8, per_player: int = 16, prompt
         completion_len: int = 8, rank: int = 8, repeats: int = 3) -> dict:
     import mlx.core as mx
 
-    from autocurricula.config import GRPOConfig
+    from autocurricula.training.config import GRPOConfig
     from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
     from autocurricula.tiny import build_tiny_model
     from autocurricula.training import Updater

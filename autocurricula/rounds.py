@@ -1,0 +1,96 @@
+"""The pieces of one round that are not the trainer's story: what a played round hands on
+(:class:`Played`), its turns with rewards, its metrics, and the rule that stops a run whose games
+keep failing."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autocurricula.records import GameRecord, Turn
+
+log = logging.getLogger(__name__)
+
+
+class GameError(RuntimeError):
+    """Too many games of a round failed (see ``max_game_error_rate``); the message holds a traceback."""
+
+
+@dataclass
+class Played:
+    """A round's games as played: the records, how long playing took, and the fleet's retry count
+    before them (None when the games ran in this process)."""
+
+    records: list[GameRecord]
+    seconds: float
+    retried_before: int | None
+    turns: list[Turn] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+
+
+def rewarded_turns(records: list[GameRecord]) -> list[Turn]:
+    """The round's turns, each with its reward: the arena's (a sub-game's) if it set one, else its
+    seat's reward in the game; turns left without one are not trained."""
+    turns = []
+    for r in records:
+        for t in r.turns:
+            if t.reward is None and 0 <= t.seat < len(r.rewards):
+                t.reward = r.rewards[t.seat]
+            if t.reward is not None:
+                turns.append(t)
+    return turns
+
+
+def rollout_metrics(records: list[GameRecord], turns: list[Turn], players: list[dict], is_trainable) -> dict:
+    metrics = {"rollout/games": len(records), "rollout/errors": sum(r.error is not None for r in records),
+               "rollout/turns": len(turns), "pool/size": len(players),
+               "pool/learners": sum(not p["frozen"] for p in players)}
+    learners = [(r, i) for r in records if not r.error for i, p in enumerate(r.players) if is_trainable(p)]
+    if learners:
+        metrics["rollout/reward_mean"] = float(np.mean([r.rewards[i] for r, i in learners]))
+    return metrics
+
+
+class ErrorGate:
+    """Logs the first traceback of each distinct error; raises :class:`GameError` when all games,
+    or more than ``max_rate`` of them, failed (a broken play must not "train" for hours)."""
+
+    def __init__(self, max_rate: float, game_name: str):
+        self.max_rate, self.game_name = max_rate, game_name
+        self.seen: set[str] = set()
+
+    def check(self, records: list[GameRecord], where: str) -> None:
+        failed = [r for r in records if r.error]
+        if not failed:
+            return
+        for r in failed:
+            if r.error not in self.seen and len(self.seen) < 20:
+                self.seen.add(r.error)
+                log.error("game %s of %s failed (each distinct error is shown once):\n%s", r.game_id, self.game_name,
+                          r.traceback or r.error)
+        if len(failed) == len(records) or len(failed) > self.max_rate * len(records):
+            first = failed[0]
+            raise GameError(f"{len(failed)} of {len(records)} games of {self.game_name!r} failed in {where} "
+                            f"(max_game_error_rate={self.max_rate:g}): fix play, or raise max_game_error_rate to "
+                            f"tolerate failing games. First failure, game {first.game_id}:\n"
+                            f"{first.traceback or first.error}")
+        log.warning("%d of %d games of %s failed in %s; first: %s", len(failed), len(records), self.game_name, where,
+                    failed[0].error)
+
+
+def drop_stale(turns: list[Turn], versions: dict[str, int], max_staleness: int) -> tuple[list[Turn], int, int]:
+    """``(kept, dropped, worst)``: the turns sampled at most ``max_staleness`` adapter versions behind
+    their player's current version (``versions``), how many were dropped, and the largest lag seen.
+    Turns without a version, of players not in ``versions``, or not sampled (``Turn.target``) are kept."""
+    kept, dropped, worst = [], 0, 0
+    for t in turns:
+        now = versions.get(t.player)
+        lag = now - t.version if now is not None and t.version is not None and not t.target else 0
+        worst = max(worst, lag)
+        if lag > max_staleness:
+            dropped += 1
+        else:
+            kept.append(t)
+    return kept, dropped, worst

@@ -1,0 +1,90 @@
+"""The league's standings: Elo, the payoff matrix, the Bradley-Terry records and the match history,
+kept together because every game updates all four at once and a checkpoint saves them together."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autocurricula.rating import (Elo, Payoff, bradley_terry_bootstrap, format_leaderboard, leaderboard_rows,
+                                  nash_weights)
+from autocurricula.records import GameRecord
+
+HISTORY = "match_history.jsonl"
+
+
+class Leaderboard:
+    """Printable Elo table, best first; ``rows`` / ``to_dicts()`` for programs."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = rows
+
+    def to_dicts(self) -> list[dict]:
+        return [dict(r) for r in self.rows]
+
+    def __str__(self) -> str:
+        return format_leaderboard(self.rows)
+
+    __repr__ = __str__
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+    def __len__(self):
+        return len(self.rows)
+
+
+class Standings:
+    """What the games said so far. ``ratings`` is a :class:`~autocurricula.config.RatingConfig`;
+    the match history is appended to ``output_dir/match_history.jsonl``."""
+
+    def __init__(self, ratings, output_dir: str | Path, seed: int):
+        self.settings, self.seed = ratings, seed
+        self.elo = Elo(k=ratings.elo_k, scale=ratings.elo_scale, initial=ratings.elo_initial)
+        self.payoff = Payoff(ratings.payoff_decay)
+        self.bt_records: list[tuple] = []
+        self.history_path = Path(output_dir) / HISTORY
+
+    def record(self, records: list[GameRecord], *, epoch: int, round_: int, step: int) -> None:
+        """Every finished game of a round: ratings between distinct players, and one history line."""
+        with self.history_path.open("a") as fh:
+            for r in records:
+                if r.error:
+                    continue
+                ids = [p["id"] for p in r.players]
+                if len(set(ids)) > 1:
+                    self.elo.update(ids, r.rewards, step=step)
+                    self.payoff.update_match(ids, r.rewards)
+                    if len(ids) == 2:
+                        a, b = r.rewards
+                        self.bt_records.append((ids[0], ids[1], 1.0 if a > b else 0.0 if a < b else 0.5))
+                fh.write(json.dumps({"game_id": r.game_id, "epoch": epoch, "round": round_, "players": ids,
+                                     "roles": [p.get("role") for p in r.players], "rewards": r.rewards,
+                                     "versions": [p.get("version") for p in r.players]}) + "\n")
+
+    def leaderboard(self, players: list[dict]) -> Leaderboard:
+        """Elo with Bradley-Terry intervals and each player's weight in the payoff's Nash mixture."""
+        bt = None
+        if self.bt_records and self.settings.bt_bootstrap:
+            bt = bradley_terry_bootstrap(self.bt_records, rounds=self.settings.bt_bootstrap, seed=self.seed)
+        nash = nash_weights(self.payoff, [p["id"] for p in players])  # the league's meta-strategy
+        return Leaderboard(leaderboard_rows(players, self.elo, bt, nash=nash))
+
+    def match_history(self):
+        """Every game played: a ``datasets.Dataset`` (a list of dicts without ``datasets``)."""
+        rows = [json.loads(line) for line in self.history_path.read_text().splitlines()] \
+            if self.history_path.exists() else []
+        try:
+            from datasets import Dataset
+        except ImportError:
+            return rows
+        return Dataset.from_list(rows)
+
+    def state_dict(self) -> dict:
+        return {"elo": self.elo.state_dict(), "payoff": self.payoff.state_dict(),
+                "bt_records": [list(r) for r in self.bt_records]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.elo.load_state_dict(state["elo"])
+        self.payoff.load_state_dict(state["payoff"])
+        self.bt_records = [tuple(r) for r in state["bt_records"]]

@@ -1,0 +1,65 @@
+"""What ``train`` sets up before the first round: the engine the updates run on, where games are
+played, and the warnings about settings that will not do what they say."""
+
+from __future__ import annotations
+
+import logging
+
+from autocurricula.engine import Engine, RolloutEngine
+
+log = logging.getLogger(__name__)
+
+
+def load_engine(model, cfg, lora_spec) -> tuple[Engine, str]:
+    """``(engine, model name)`` from an Engine, an ``mlx_lm.load`` pair, a Hub id or a folder."""
+    if isinstance(model, Engine):
+        if cfg.engine is not None:
+            raise ValueError("config.engine is set, but train() got an Engine object, whose own EngineConfig wins: "
+                             "leave config.engine at None, or pass the model's path or Hub id instead")
+        return model, model.name
+    if isinstance(model, tuple) and len(model) == 2:  # (model, tokenizer) from mlx_lm.load
+        name = getattr(getattr(model[0], "args", None), "model_type", "model")
+        return Engine(model[0], model[1], config=cfg.engine_config(lora_spec.r), name=name), name
+    from autocurricula.hub import check_model_source
+
+    name = check_model_source(model)
+    return Engine(name, config=cfg.engine_config(lora_spec.r)), name
+
+
+def open_rollout(servers, engine: Engine, api_key: str | None):
+    """Where games are played: ``engine`` itself, a RolloutEngine given as is, or the servers at
+    the given URLs (their base model is checked against ``engine``'s)."""
+    if servers is None or (not isinstance(servers, RolloutEngine) and not servers):
+        return engine
+    if isinstance(servers, RolloutEngine):
+        return servers
+    from autocurricula.remote import RemoteEngine
+
+    return RemoteEngine(servers, base=engine, api_key=api_key)
+
+
+def explain_schedule(grpo, total_rounds: int) -> None:
+    if grpo.lr_scheduler_type != "constant":
+        log.info("learning rate: %s schedule from %g to %g x that over %d rounds%s", grpo.lr_scheduler_type,
+                 grpo.learning_rate, grpo.min_lr_ratio, total_rounds,
+                 f" (decay over the last {grpo.lr_decay_ratio:g})" if grpo.lr_decay_ratio else "")
+    if grpo.lr_decay_ratio and grpo.lr_decay_ratio * total_rounds < 2:
+        log.warning("lr_decay_ratio=%g of %d rounds leaves fewer than 2 rounds to decay over, so the rate "
+                    "barely falls: raise lr_decay_ratio or the rounds", grpo.lr_decay_ratio, total_rounds)
+
+
+def explain_pipeline(max_staleness: int, num_iterations: int, in_process: bool, replays: bool, credit: str) -> None:
+    if not max_staleness:
+        return
+    if in_process:
+        log.warning("max_staleness=%d with the in-process engine: its one thread runs both the games and the "
+                    "updates, so round r+1 is played before round r's update instead of during it (the same "
+                    "games as through servers, no overlap in time); pass servers=[...] (a running "
+                    "`autocurricula serve`) to overlap them", max_staleness)
+    elif replays:
+        log.warning("max_staleness=%d with credit %r: its replays share the arena with the games, so the "
+                    "rounds run one after another (same schedule, no overlap in time)", max_staleness, credit)
+    if max_staleness < num_iterations:
+        log.warning("max_staleness=%d < num_iterations=%d: an update adds %d adapter versions, so every turn "
+                    "played during an update is dropped; set max_staleness >= num_iterations",
+                    max_staleness, num_iterations, num_iterations)
