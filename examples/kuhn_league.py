@@ -162,6 +162,12 @@ class KuhnLeagueConfig(LeagueConfig):
         "help": "peak learning rate of the main and league exploiters (None = GRPOConfig.learning_rate); "
                 "GRPOConfig's schedule scales it alike. Higher lets an exploiter reach a best response sooner"})
 
+    def __post_init__(self):
+        if self.exploiter_learning_rate is not None and not self.exploiter_learning_rate > 0:
+            raise ValueError(f"exploiter_learning_rate must be > 0 (None = GRPOConfig.learning_rate), got "
+                             f"{self.exploiter_learning_rate}")
+        super().__post_init__()
+
 
 class KuhnLeague(LeagueTrainer):
     """AlphaStar's league whose exploiters learn at ``exploiter_learning_rate``, through the trainer's
