@@ -83,4 +83,4 @@ def test_a_real_run_of_the_in_process_settings_prints_its_figures(tmp_path, monk
 
 
 def test_ratios_are_none_when_a_setting_is_missing():
-    assert league._ratio(None, 2.0) is None and league._ratio(2.0, 0) is None and league._ratio(3.0, 2.0) == 1.5
+    assert league.ratio(None, 2.0) is None and league.ratio(2.0, 0) is None and league.ratio(3.0, 2.0) == 1.5

@@ -156,7 +156,8 @@ def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=N
                for k in ("update", "rollout", "rollout_wait")}}
 
 
-def _ratio(a, b):
+def ratio(a, b):
+    """``a / b`` to two decimals; None when either setting did not run (or ``b`` is 0)."""
     return round(a / b, 2) if a is not None and b else None
 
 
@@ -191,11 +192,11 @@ def run(model: str | None = None, quick: bool = False, settings: tuple[str, ...]
               "round_s": {k: (v["round_s"] if v else None) for k, v in per.items()},
               "turns_per_s": {k: (v["turns_per_s"] if v else None) for k, v in per.items()},
               "update_s": {k: (v["update_s"] if v else None) for k, v in per.items()},
-              "remote_vs_inprocess": _ratio(gps.get("server1"), gps.get("inprocess")),
-              "two_servers_vs_one": _ratio(gps.get("server2"), gps.get("server1")),
-              "pipelined_vs_serial": _ratio(gps.get("server1_pipelined"), gps.get("server1")),
-              "pipelined_vs_serial_inprocess": _ratio(gps.get("inprocess_pipelined"), gps.get("inprocess")),
-              "ray_vs_inprocess": _ratio(gps.get("ray2"), gps.get("inprocess")),
+              "remote_vs_inprocess": ratio(gps.get("server1"), gps.get("inprocess")),
+              "two_servers_vs_one": ratio(gps.get("server2"), gps.get("server1")),
+              "pipelined_vs_serial": ratio(gps.get("server1_pipelined"), gps.get("server1")),
+              "pipelined_vs_serial_inprocess": ratio(gps.get("inprocess_pipelined"), gps.get("inprocess")),
+              "ray_vs_inprocess": ratio(gps.get("ray2"), gps.get("inprocess")),
               "retried": sum(v["retried"] for v in per.values() if v),
               "stale_dropped": sum(v["stale_dropped"] for v in per.values() if v),
               "settings": per}
