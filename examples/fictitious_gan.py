@@ -1,4 +1,5 @@
-"""The original autocurricula README's fictitious-GAN autocurriculum, unchanged apart from imports.
+"""The seed README's fictitious-GAN autocurriculum, its classes verbatim: a custom league is a
+subclass that overrides ``entry`` and ``match`` and reads ``self.players``.
 
 Each epoch adds a new generator and a new discriminator; the latest of each plays every past
 player of the other kind. The game here: the generator writes a short string; the discriminator

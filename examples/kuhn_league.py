@@ -35,10 +35,13 @@ line is one JSON object with the figures.
 import argparse
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
+from autocurricula import LeagueConfig, LeagueTrainer
 from autocurricula.games import kuhn_poker
+from autocurricula.leagues.league import EXPLOITER_ROLES
 
 CURVES = ("mixture", "latest", "selfplay")
 
@@ -73,7 +76,7 @@ def parse_args(argv=None):
                         help="branch_move_loss: the moves' loss")
     parser.add_argument("--learning-rate", type=float, default=5e-3)
     parser.add_argument("--exploiter-learning-rate", type=float, default=1e-2,
-                        help="the exploiters' learning rate (LeagueConfig.exploiter_learning_rate): higher than "
+                        help="the exploiters' learning rate (KuhnLeagueConfig.exploiter_learning_rate): higher than "
                         "the main agent's, so that each exploiter snapshot is nearer a best response")
     parser.add_argument("--lr-schedule", default="constant", choices=["constant", "linear", "cosine"],
                         help="learning-rate schedule over the run's rounds (GRPOConfig.lr_scheduler_type)")
@@ -151,50 +154,80 @@ def common(args, output_dir: str) -> dict:
                 save_total_limit=1)
 
 
-def mixture_league(strategies):
+@dataclass
+class KuhnLeagueConfig(LeagueConfig):
+    """``LeagueConfig`` plus the exploiters' own learning rate."""
+
+    exploiter_learning_rate: float | None = field(default=None, metadata={
+        "help": "peak learning rate of the main and league exploiters (None = GRPOConfig.learning_rate); "
+                "GRPOConfig's schedule scales it alike. Higher lets an exploiter reach a best response sooner"})
+
+    def __post_init__(self):
+        if self.exploiter_learning_rate is not None and not self.exploiter_learning_rate > 0:
+            raise ValueError(f"exploiter_learning_rate must be > 0 (None = GRPOConfig.learning_rate), got "
+                             f"{self.exploiter_learning_rate}")
+        super().__post_init__()
+
+
+class KuhnLeague(LeagueTrainer):
+    """AlphaStar's league whose exploiters learn at ``exploiter_learning_rate``, through the trainer's
+    ``learning_rate_of`` hook."""
+
+    config_class = KuhnLeagueConfig
+
+    def learning_rate_of(self, player_id: str) -> float:
+        rate = self.config.exploiter_learning_rate
+        if rate is not None and any(p["id"] == player_id and p.get("role") in EXPLOITER_ROLES for p in self.players):
+            return rate
+        return super().learning_rate_of(player_id)
+
+
+class MixtureLeague(KuhnLeague):
     """A league whose exploiters train against the league's Nash mixture over its frozen players
-    (the exact chip game of their strategies): each snapshot of an exploiter is then an
-    approximate best response to the current mixture, as in PSRO (Lanctot et al. 2017)."""
-    import numpy as np
+    (the exact chip game of their ``strategies``, a ``LeagueStrategies``): each snapshot of an
+    exploiter is then an approximate best response to the current mixture, as in PSRO (Lanctot
+    et al. 2017)."""
 
-    from autocurricula import LeagueTrainer
-    from autocurricula.eval.kuhn import meta_mixture
+    def __init__(self, config: KuhnLeagueConfig, strategies):
+        super().__init__(config)
+        self.strategies = strategies
+        self.mixture = None  # (ids, weights), solved once per round when an exploiter first needs it
 
-    class MixtureLeague(LeagueTrainer):
-        def match(self):
-            self._mixture = None  # solved once per round, when an exploiter first needs it
-            return super().match()
+    def match(self):
+        self.mixture = None
+        return super().match()
 
-        def nash_opponent(self) -> dict:
-            if self._mixture is None:
-                frozen = strategies.strategies(self, frozen_only=True)
-                ids = list(frozen)
-                self._mixture = (ids, meta_mixture([frozen[i] for i in ids], meta="chips"))
-            ids, weights = self._mixture
-            pid = ids[int(self.rng.choice(len(ids), p=np.asarray(weights) / np.sum(weights)))]
-            return next(p for p in self.players if p["id"] == pid)
+    def nash_opponent(self) -> dict:
+        """A frozen player drawn from the league's Nash mixture of the chip game."""
+        import numpy as np
 
-        def _main_exploiter_match(self, player):
-            return self.nash_opponent()
+        from autocurricula.eval.kuhn import meta_mixture
 
-        def _league_exploiter_match(self, player):
-            return self.nash_opponent()
+        if self.mixture is None:
+            frozen = self.strategies.strategies(self, frozen_only=True)
+            ids = list(frozen)
+            self.mixture = (ids, meta_mixture([frozen[i] for i in ids], meta="chips"))
+        ids, weights = self.mixture
+        pid = ids[int(self.rng.choice(len(ids), p=np.asarray(weights) / np.sum(weights)))]
+        return next(p for p in self.players if p["id"] == pid)
 
-    return MixtureLeague
+    def main_exploiter_opponent(self, player: dict) -> dict:
+        return self.nash_opponent()
+
+    def league_exploiter_opponent(self, player: dict) -> dict:
+        return self.nash_opponent()
 
 
 def run_league(args, engine, start: float) -> tuple:
-    from autocurricula import LeagueConfig, LeagueTrainer
-
-    config = LeagueConfig(main_agents=1, main_exploiters=args.main_exploiters,
-                          league_exploiters=args.league_exploiters, games_per_learner=args.games,
-                          exploiter_games=args.exploiter_games, anchor_share=0.0,
-                          league_exploiter_reset_prob=args.league_exploiter_reset,
-                          exploiter_learning_rate=args.exploiter_learning_rate,
-                          snapshot_min_rounds=args.snapshot_rounds, snapshot_max_rounds=args.snapshot_rounds,
-                          **common(args, str(Path(args.output_dir) / "league")))
+    config = KuhnLeagueConfig(main_agents=1, main_exploiters=args.main_exploiters,
+                              league_exploiters=args.league_exploiters, games_per_learner=args.games,
+                              exploiter_games=args.exploiter_games, anchor_share=0.0,
+                              league_exploiter_reset_prob=args.league_exploiter_reset,
+                              exploiter_learning_rate=args.exploiter_learning_rate,
+                              snapshot_min_rounds=args.snapshot_rounds, snapshot_max_rounds=args.snapshot_rounds,
+                              **common(args, str(Path(args.output_dir) / "league")))
     curve = Curve("league", args.meta, start)
-    trainer = (mixture_league(curve.league) if args.exploiters_vs == "nash" else LeagueTrainer)(config)
+    trainer = MixtureLeague(config, curve.league) if args.exploiters_vs == "nash" else KuhnLeague(config)
     lora, grpo = settings(args)
     trainer.train(engine, kuhn_poker.play, lora_config=lora, grpo_config=grpo, callbacks=[curve])
     print(trainer.leaderboard, flush=True)

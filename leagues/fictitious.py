@@ -29,6 +29,7 @@ class FictitiousPlayTrainer(AutocurriculumTrainer):
     config_class = FictitiousConfig
 
     def learner(self) -> dict:
+        """The one player that trains."""
         return next(p for p in self.players if not p["frozen"])
 
     def entry(self) -> list[dict]:
@@ -39,10 +40,11 @@ class FictitiousPlayTrainer(AutocurriculumTrainer):
 
     def match(self) -> list[tuple]:
         me = self.learner()
+        return [self.random_seats(me, self.opponent_for(me)) for _ in range(self.config.games_per_round)]
+
+    def opponent_for(self, player: dict) -> dict:
+        """A frozen player (a past snapshot or a fixed opponent), drawn by PFSP with ``weighting``
+        on ``player``'s win rates against them."""
         past = [p for p in self.players if p["frozen"]]
-        games = []
-        for _ in range(self.config.games_per_round):
-            probs = pfsp(self.payoff.win_rates(me["id"], [p["id"] for p in past]), self.config.weighting)
-            opponent = past[int(self.rng.choice(len(past), p=probs))]
-            games.append(self.random_seats(me, opponent))
-        return games
+        probs = pfsp(self.payoff.win_rates(player["id"], [p["id"] for p in past]), self.config.weighting)
+        return past[int(self.rng.choice(len(past), p=probs))]

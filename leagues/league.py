@@ -7,13 +7,18 @@ over everyone with ``linear_capped`` weighting; reset with probability 0.25). A 
 joins when a learner's win rate against its opponents exceeds 0.7, or after a step budget.
 Differences from AlphaStar: budgets are counted in rounds (one update each), not agent steps;
 new players inherit their parent's adapter instead of the supervised initial weights, except
-where the rules reset; scripted players (e.g. a minimax bot) count as historical opponents, unless
-``scripted_in_pool=False`` (a pure league) leaves them out.
+where the rules reset; fixed ``opponents`` (e.g. a minimax bot) count as historical opponents (a
+pure league passes none).
+
+Each role's opponent choice is a public method (:meth:`LeagueTrainer.main_agent_opponent`,
+:meth:`~LeagueTrainer.main_exploiter_opponent`, :meth:`~LeagueTrainer.league_exploiter_opponent`),
+so a subclass changes one role's rule by overriding one method.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -21,7 +26,7 @@ from autocurricula.config import AutocurriculumConfig
 from autocurricula.pool import snapshot_spec
 from autocurricula.trainer import AutocurriculumTrainer
 
-EXPLOITER_ROLES = ("main_exploiter", "league_exploiter")  # the roles exploiter_games/_learning_rate set
+EXPLOITER_ROLES = ("main_exploiter", "league_exploiter")  # the roles exploiter_games sets
 
 WEIGHTINGS = {
     "squared": lambda x: (1 - x) ** 2,
@@ -47,6 +52,8 @@ def pfsp(win_rates, weighting: str = "squared") -> np.ndarray:
 
 @dataclass
 class LeagueConfig(AutocurriculumConfig):
+    """The league's roles, budgets and AlphaStar's constants (the defaults)."""
+
     main_agents: int = field(default=1, metadata={"help": "main agents (AlphaStar: 1 per race)"})
     main_exploiters: int = field(default=1, metadata={"help": "main exploiters"})
     league_exploiters: int = field(default=2, metadata={"help": "league exploiters"})
@@ -54,10 +61,6 @@ class LeagueConfig(AutocurriculumConfig):
     exploiter_games: int | None = field(default=None, metadata={"help": "games each exploiter plays per round "
                                         "(None = games_per_learner); fewer leaves the main agents more of the "
                                         "compute on a small budget"})
-    exploiter_learning_rate: float | None = field(default=None, metadata={"help": "peak learning rate of the "
-                                                  "main and league exploiters (None = GRPOConfig.learning_rate); "
-                                                  "GRPOConfig's schedule scales it alike. Higher lets an "
-                                                  "exploiter reach a best response sooner"})
     selfplay_share: float = field(default=0.35, metadata={"help": "main agents: share of self-play"})
     pfsp_share: float = field(default=0.5, metadata={"help": "main agents: share of PFSP over past players"})
     main_pfsp_weighting: str = field(default="squared", metadata={"help": "main agents' PFSP weighting"})
@@ -70,18 +73,25 @@ class LeagueConfig(AutocurriculumConfig):
     snapshot_win_rate: float = field(default=0.7, metadata={"help": "snapshot when the min win rate vs opponents exceeds this"})
     snapshot_min_rounds: int = field(default=2, metadata={"help": "rounds between snapshots at least (AlphaStar: 2e9 steps)"})
     snapshot_max_rounds: int = field(default=4, metadata={"help": "snapshot anyway after this many rounds (AlphaStar: 4e9)"})
-    league_exploiter_reset_prob: float = field(default=0.25, metadata={"help": "league exploiters reset to base at a snapshot with this probability"})
+    league_exploiter_reset_prob: float = field(default=0.25, metadata={"help": "league exploiters reset to base at a "
+                                               "snapshot with this probability (AlphaStar: 0.25)"})
     anchor_share: float = field(default=0.0, metadata={"help": "main agents: share of games against the fixed "
                                 "`opponents` (e.g. scripted baselines), drawn uniformly; the league rules pick "
                                 "the rest. Not in AlphaStar (0): there they only join PFSP, where a growing "
                                 "pool of snapshots dilutes them"})
-    scripted_in_pool: bool = field(default=True, metadata={"help": "add the fixed `opponents` (scripted players) "
-                                   "to the pool, where PFSP and the exploiters can draw them. False = a pure "
-                                   "league: they stay out of the pool entirely, and every game is self-play, PFSP "
-                                   "over snapshots or against exploiters (needs anchor_share=0)"})
+    # Deprecated: each keeps working, with a DeprecationWarning that names its replacement.
+    exploiter_learning_rate: float | None = field(default=None, metadata={
+        "help": "deprecated: the exploiters' own peak learning rate",
+        "deprecated": "override LeagueTrainer.learning_rate_of(player_id) in a subclass, as KuhnLeague "
+                      "does with KuhnLeagueConfig.exploiter_learning_rate in examples/kuhn_league.py"})
+    scripted_in_pool: bool = field(default=True, metadata={
+        "help": "deprecated: False leaves the fixed `opponents` out of the pool (a pure league)",
+        "deprecated": "for a pure league pass no fixed players: LeagueTrainer(config) instead of "
+                      "LeagueTrainer(config, opponents=[...])"})
 
     def __post_init__(self):
         super().__post_init__()
+        _warn_deprecated(self)
         if self.main_agents < 1:
             raise ValueError("a league needs at least one main agent (main_agents >= 1)")
         if self.games_per_learner < 1 or (self.exploiter_games is not None and self.exploiter_games < 1):
@@ -103,8 +113,23 @@ class LeagueConfig(AutocurriculumConfig):
                 raise ValueError(f"unknown PFSP weighting {w!r}; use one of {sorted(WEIGHTINGS)}")
 
 
+def _warn_deprecated(config) -> None:
+    """A DeprecationWarning for every field given a value other than its default whose metadata
+    names a replacement under ``"deprecated"``."""
+    for f in fields(config):
+        replacement = f.metadata.get("deprecated")
+        if replacement and getattr(config, f.name) != f.default:
+            warnings.warn(f"{type(config).__name__}.{f.name} is deprecated: {replacement}", DeprecationWarning,
+                          stacklevel=4)
+
+
 class LeagueTrainer(AutocurriculumTrainer):
-    """AlphaStar league over one game; ``opponents`` adds fixed (e.g. scripted) historical players."""
+    """AlphaStar league over one game; ``opponents`` adds fixed (e.g. scripted) historical players.
+
+    ``match()`` gives every learner its round's games; each game's opponent comes from
+    :meth:`opponent_for`, which asks the learner's role: :meth:`main_agent_opponent`,
+    :meth:`main_exploiter_opponent` or :meth:`league_exploiter_opponent`. Override one of them to
+    change that role's rule; :meth:`pfsp_opponent` is PFSP over any list of candidates."""
 
     config_class = LeagueConfig
 
@@ -114,22 +139,28 @@ class LeagueTrainer(AutocurriculumTrainer):
 
     # who is who ----------------------------------------------------------
     def learning_rate_of(self, player_id: str) -> float:
+        # the deprecated LeagueConfig.exploiter_learning_rate; None leaves the trainer's rate
         rate = self.config.exploiter_learning_rate
         if rate is not None and any(p["id"] == player_id and p.get("role") in EXPLOITER_ROLES for p in self.players):
             return rate
         return super().learning_rate_of(player_id)
 
     def learners(self, role: str | None = None) -> list[dict]:
+        """The players that train (not frozen), of ``role`` if given."""
         return [p for p in self.players if not p["frozen"] and (role is None or p.get("role") == role)]
 
     def historical(self) -> list[dict]:
+        """The frozen players: snapshots and the fixed ``opponents``."""
         return [p for p in self.players if p["frozen"]]
 
-    def _win_rates(self, player: dict, others: list[dict]) -> np.ndarray:
+    def win_rates(self, player: dict, others: list[dict]) -> np.ndarray:
+        """``player``'s win rate against each of ``others``, from the payoff matrix (0.5 before any game)."""
         return np.array(self.payoff.win_rates(player["id"], [o["id"] for o in others]), dtype=np.float64)
 
-    def _choose(self, player: dict, candidates: list[dict], weighting: str) -> dict:
-        probs = pfsp(self._win_rates(player, candidates), weighting)
+    def pfsp_opponent(self, player: dict, candidates: list[dict], weighting: str) -> dict:
+        """One of ``candidates``, drawn by prioritised fictitious self-play (:func:`pfsp`) on
+        ``player``'s win rates against them."""
+        probs = pfsp(self.win_rates(player, candidates), weighting)
         return candidates[int(self.rng.choice(len(candidates), p=probs))]
 
     # entry ----------------------------------------------------------------
@@ -143,7 +174,7 @@ class LeagueTrainer(AutocurriculumTrainer):
             specs += [main, snapshot_spec(main)]  # AlphaStar seeds the league with the initial agent
         for role, n in (("main_exploiter", cfg.main_exploiters), ("league_exploiter", cfg.league_exploiters)):
             specs += [{"role": role, "init": "base"} for _ in range(n)]
-        if not cfg.scripted_in_pool:  # a pure league: nothing can draw them
+        if not cfg.scripted_in_pool:  # the deprecated spelling of a pure league
             return specs
         return specs + [dict(o) for o in self.opponents]
 
@@ -160,12 +191,13 @@ class LeagueTrainer(AutocurriculumTrainer):
         return games
 
     def opponent_for(self, player: dict) -> dict:
+        """The opponent of one of ``player``'s games, by its role's rule."""
         role = player.get("role")
         if role == "main_exploiter":
-            return self._main_exploiter_match(player)
+            return self.main_exploiter_opponent(player)
         if role == "league_exploiter":
-            return self._league_exploiter_match(player)
-        return self._main_agent_match(player)
+            return self.league_exploiter_opponent(player)
+        return self.main_agent_opponent(player)
 
     def anchors(self) -> list[dict]:
         """The fixed ``opponents`` in the pool (scripted baselines), found by their ids."""
@@ -175,7 +207,11 @@ class LeagueTrainer(AutocurriculumTrainer):
         ids = {o["id"] for o in self.opponents}
         return [p for p in self.players if p["id"] in ids]
 
-    def _main_agent_match(self, player: dict) -> dict:
+    def main_agent_opponent(self, player: dict) -> dict:
+        """A main agent's opponent: ``anchor_share`` of the games against the fixed ``opponents``;
+        of the rest, ``pfsp_share`` PFSP over the historical players, ``selfplay_share`` self-play
+        (:meth:`selfplay_opponent`) and the remainder :meth:`verification_opponent`, falling back to
+        self-play."""
         cfg = self.config
         if cfg.anchor_share > 0:  # no draw at 0: the AlphaStar schedule keeps its random stream
             anchors = self.anchors()
@@ -184,45 +220,54 @@ class LeagueTrainer(AutocurriculumTrainer):
         coin = self.rng.random()
         historical = self.historical()
         if coin < cfg.pfsp_share and historical:
-            return self._choose(player, historical, cfg.main_pfsp_weighting)
+            return self.pfsp_opponent(player, historical, cfg.main_pfsp_weighting)
         mains = self.learners("main_agent")
         opponent = mains[int(self.rng.integers(len(mains)))]
         if coin < 1 - cfg.selfplay_share:
-            found = self._verification(player, opponent)
+            found = self.verification_opponent(player, opponent)
             if found is not None:
                 return found
-        return self._selfplay(player, opponent)
+        return self.selfplay_opponent(player, opponent)
 
-    def _selfplay(self, player: dict, opponent: dict) -> dict:
+    def selfplay_opponent(self, player: dict, opponent: dict) -> dict:
+        """Self-play against the main agent ``opponent``, or, when ``player`` wins less than
+        ``selfplay_min_win_rate`` against it, one of its past snapshots (PFSP, ``variance``)."""
         if opponent is player or self.payoff.win_rate(player["id"], opponent["id"]) > self.config.selfplay_min_win_rate:
             return opponent
         past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
-        return self._choose(player, past, "variance") if past else opponent
+        return self.pfsp_opponent(player, past, "variance") if past else opponent
 
-    def _verification(self, player: dict, opponent: dict) -> dict | None:
+    def verification_opponent(self, player: dict, opponent: dict) -> dict | None:
+        """A past main exploiter that ``player`` beats less than ``verification_win_rate``, else a
+        past snapshot of the main agent ``opponent`` it beats less than ``forgetting_win_rate``
+        (PFSP, ``squared``); None when there is neither."""
         cfg = self.config
         exploiters = {p["id"] for p in self.players if p.get("role") == "main_exploiter"}
         exp_past = [p for p in self.historical() if p.get("snapshot_of") in exploiters]
-        if exp_past and self._win_rates(player, exp_past).min() < cfg.verification_win_rate:
-            return self._choose(player, exp_past, "squared")
+        if exp_past and self.win_rates(player, exp_past).min() < cfg.verification_win_rate:
+            return self.pfsp_opponent(player, exp_past, "squared")
         past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
-        if past and self._win_rates(player, past).min() < cfg.forgetting_win_rate:
-            return self._choose(player, past, "squared")
+        if past and self.win_rates(player, past).min() < cfg.forgetting_win_rate:
+            return self.pfsp_opponent(player, past, "squared")
         return None
 
-    def _main_exploiter_match(self, player: dict) -> dict:
+    def main_exploiter_opponent(self, player: dict) -> dict:
+        """A main exploiter's opponent: a current main agent, or, when ``player`` wins less than
+        ``exploiter_min_win_rate`` against it, its past snapshots (PFSP, ``exploiter_weighting``)."""
         mains = self.learners("main_agent")
         opponent = mains[int(self.rng.integers(len(mains)))]
         if self.payoff.win_rate(player["id"], opponent["id"]) > self.config.exploiter_min_win_rate:
             return opponent
         past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
-        return self._choose(player, past, self.config.exploiter_weighting) if past else opponent
+        return self.pfsp_opponent(player, past, self.config.exploiter_weighting) if past else opponent
 
-    def _league_exploiter_match(self, player: dict) -> dict:
+    def league_exploiter_opponent(self, player: dict) -> dict:
+        """A league exploiter's opponent: PFSP over every historical player
+        (``league_exploiter_weighting``); the first main agent while there is none."""
         historical = self.historical()
         if not historical:
             return self.learners("main_agent")[0]
-        return self._choose(player, historical, self.config.league_exploiter_weighting)
+        return self.pfsp_opponent(player, historical, self.config.league_exploiter_weighting)
 
     # snapshots ---------------------------------------------------------------
     def on_round_end(self, records):
@@ -245,7 +290,7 @@ class LeagueTrainer(AutocurriculumTrainer):
             opponents = self.learners("main_agent")
         else:
             opponents = self.historical()
-        rates = self._win_rates(player, opponents) if opponents else np.array([0.0])
+        rates = self.win_rates(player, opponents) if opponents else np.array([0.0])
         return bool(rates.min() > cfg.snapshot_win_rate or passed >= cfg.snapshot_max_rounds)
 
     def resets_after_snapshot(self, player: dict) -> bool:

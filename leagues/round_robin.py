@@ -1,6 +1,7 @@
-"""Round robin (the seeds' HeadToHead / EloArena): a fixed population of players, every pair
+"""Round robin (head-to-head, as in an Elo arena): a fixed population of players, every pair
 meets in both seat orders every round, and the Elo / Bradley-Terry leaderboard ranks them.
-For two-player zero-sum games; players are learners (``roles``) plus any fixed ``opponents``."""
+For two-player zero-sum games; players are learners (``roles``) plus any fixed ``opponents``.
+There is no opponent choice to override: :meth:`RoundRobinTrainer.match` is every ordered pair."""
 
 from __future__ import annotations
 
@@ -40,4 +41,5 @@ class RoundRobinTrainer(AutocurriculumTrainer):
         return [{"role": role, **init} for role in self.config.roles] + [dict(o) for o in self.opponents]
 
     def match(self) -> list[tuple]:
+        """Every ordered pair of players: each pair in both seat orders."""
         return [pair for a, b in itertools.combinations(self.players, 2) for pair in ((a, b), (b, a))]

@@ -1,5 +1,5 @@
 """Self-play: one main player against itself and its frozen past snapshots (fictitious self-play
-when ``past_share`` > 0, as in the original autocurricula's SelfPlayTrainer plus snapshots)."""
+when ``past_share`` > 0)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ class SelfPlayTrainer(AutocurriculumTrainer):
     config_class = SelfPlayConfig
 
     def main_player(self) -> dict:
+        """The learner (``role="main"``, not frozen)."""
         return next(p for p in self.players if p.get("role") == "main" and not p["frozen"])
 
     def entry(self) -> list[dict]:
@@ -43,10 +44,12 @@ class SelfPlayTrainer(AutocurriculumTrainer):
 
     def match(self) -> list[tuple]:
         main = self.main_player()
+        return [self.random_seats(main, self.opponent_for(main)) for _ in range(self.config.games_per_round)]
+
+    def opponent_for(self, player: dict) -> dict:
+        """``past_share`` of the games a frozen player (a past snapshot or a fixed opponent) drawn
+        uniformly, the rest ``player`` itself (mirror self-play)."""
         past = [p for p in self.players if p["frozen"]]
-        games = []
-        for _ in range(self.config.games_per_round):
-            use_past = past and self.rng.random() < self.config.past_share
-            opponent = past[int(self.rng.integers(len(past)))] if use_past else main
-            games.append(self.random_seats(main, opponent))
-        return games
+        if past and self.rng.random() < self.config.past_share:
+            return past[int(self.rng.integers(len(past)))]
+        return player

@@ -1,8 +1,8 @@
 """``autocurricula bench league``: every figure present and finite, printed with its ratio.
 
-The run itself (a league per setting, real `autocurricula serve` subprocesses and a local Ray
-instance) takes a few minutes on 2 cores, so it is in the slow tier
-(``pytest -m slow tests/test_bench_league.py``)."""
+The default tier runs the bench for real on its in-process settings and a tiny model (seconds);
+the full quick run (real `autocurricula serve` subprocesses and a local Ray instance) takes a few
+minutes on 2 cores, so it is in the slow tier (``pytest -m slow tests/test_bench_league.py``)."""
 
 import json
 import math
@@ -49,42 +49,38 @@ def test_quick_run_prints_every_figure(capsys):
     assert r["quick"] is True
 
 
-def _fake(ray=True) -> dict:
-    gps = {"inprocess": 10.0, "inprocess_pipelined": 12.0, "server1": 9.0, "server1_pipelined": 14.0,
-           "server2": 11.0, "ray2": 13.0 if ray else None}
-    return {"model": "m", "blas": "b", "device": "cpu", "cpus": 2, "quick": True, "games_per_s": gps,
-            "round_s": {k: (1.0 if v else None) for k, v in gps.items()},
-            "turns_per_s": {k: (20.0 if v else None) for k, v in gps.items()},
-            "update_s": {k: (0.5 if v else None) for k, v in gps.items()},
-            "remote_vs_inprocess": league._ratio(gps["server1"], gps["inprocess"]),
-            "two_servers_vs_one": league._ratio(gps["server2"], gps["server1"]),
-            "pipelined_vs_serial": league._ratio(gps["server1_pipelined"], gps["server1"]),
-            "pipelined_vs_serial_inprocess": league._ratio(gps["inprocess_pipelined"], gps["inprocess"]),
-            "ray_vs_inprocess": league._ratio(gps["ray2"], gps["inprocess"]), "retried": 0, "stale_dropped": 3,
-            "settings": {}}
+INPROCESS = ("inprocess", "inprocess_pipelined")
 
 
-def test_cli_prints_the_table_with_ratios_and_goal(monkeypatch, capsys):
+def test_a_real_run_of_the_in_process_settings_prints_its_figures(tmp_path, monkeypatch, capsys):
     from autocurricula.cli import main
+    from autocurricula.tiny import build_tiny_model
 
-    seen = {}
+    base = build_tiny_model(tmp_path / "tiny", hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
+    real, runs = league.run, []
 
-    def run(model=None, quick=False, settings=league.SETTINGS):
-        seen.update(model=model, quick=quick)
-        return _fake(ray=False)
+    def run(model=None, quick=False, settings=league.SETTINGS):  # the CLI's call, on the tiny model in-process
+        runs.append(real(model=str(base), quick=quick, settings=INPROCESS))
+        return runs[-1]
 
     monkeypatch.setattr(league, "run", run)
     main(["bench", "league", "--quick"])
     out = capsys.readouterr().out
-    assert seen == {"model": None, "quick": True}
-    assert "pipelined_vs_serial" in out and "goal >= 1.5 (ok)" in out  # 14 / 9 = 1.56
-    assert "ray2" in out and "(ray not installed)" in out
-    assert "stale_dropped" in out and "remote_vs_inprocess" in out and "turns/s" in out
-    _check(_fake(ray=False), ray_expected=False)
-    bad = _fake()
-    bad["two_servers_vs_one"] = float("nan")
-    assert not league.finite(bad)  # the check the slow test relies on catches a NaN
+    (r,) = runs
+    assert r["quick"] is True and set(r["games_per_s"]) == set(INPROCESS) and league.finite(r)
+    for name in INPROCESS:
+        # quick: 2 rounds of the measured epoch, each 8 games of the main agent and 4 of each exploiter
+        assert r["settings"][name]["games"] == 2 * (8 + 4 + 4)
+        assert r["games_per_s"][name] > 0 and r["round_s"][name] > 0 and r["turns_per_s"][name] > 0
+        row = next(line.split() for line in out.splitlines() if line.split()[:1] == [name])
+        assert float(row[1]) == r["games_per_s"][name] and float(row[3]) == r["round_s"][name]
+    ratio = r["pipelined_vs_serial_inprocess"]
+    assert ratio == round(r["games_per_s"]["inprocess_pipelined"] / r["games_per_s"]["inprocess"], 2) > 0
+    assert float(next(line.split()[1] for line in out.splitlines()
+                      if line.startswith("pipelined_vs_serial_inprocess"))) == ratio
+    assert r["remote_vs_inprocess"] is None and r["ray_vs_inprocess"] is None  # settings not run
+    assert r["stale_dropped"] == 0  # max_staleness=1 >= num_iterations=1 keeps every overlapped turn
 
 
 def test_ratios_are_none_when_a_setting_is_missing():
-    assert league._ratio(None, 2.0) is None and league._ratio(2.0, 0) is None and league._ratio(3.0, 2.0) == 1.5
+    assert league.ratio(None, 2.0) is None and league.ratio(2.0, 0) is None and league.ratio(3.0, 2.0) == 1.5

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# sha256 of the fictitious-GAN snippet in the original autocurricula README (from its
+# sha256 of the fictitious-GAN snippet in the seed README (from its
 # `class FictitiousGANConfig` to the last line of `match`): the example must hold it unchanged.
 SEED_SNIPPET_SHA256 = "25cca707b8c7345d7f7e452f25dee30e57697ae09e2e072892d61bb82529a504"
 
@@ -23,6 +23,28 @@ def test_fictitious_gan_snippet_is_verbatim():
     assert hashlib.sha256(snippet.encode()).hexdigest() == SEED_SNIPPET_SHA256
 
 
+def test_the_fictitious_gan_snippet_trains_as_written(tmp_path):
+    """The snippet's classes, called as the seed calls them (``FictitiousGANTrainer()``, then
+    ``train(model, play)``), on a small tiny model: one new generator and discriminator per epoch,
+    the latest of each against every player of the other kind."""
+    from autocurricula import build_tiny_model
+
+    gan = _load(ROOT / "examples" / "fictitious_gan.py", "fictitious_gan")
+    base = build_tiny_model(tmp_path / "tiny", hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
+    trainer = gan.FictitiousGANTrainer()
+    trainer.config.output_dir = str(tmp_path / "run")
+    trainer.train(str(base), gan.play)
+    trainer.engine.close()
+    epochs, rounds = trainer.config.epochs, trainer.config.rounds
+    assert (epochs, rounds) == (4, 2)  # the snippet's defaults
+    assert [p["id"] for p in trainer.players] == [f"{r}-{e}" for e in range(epochs) for r in ("generator",
+                                                                                              "discriminator")]
+    history = list(trainer.match_history)
+    assert len(history) == sum(2 * (e + 1) * rounds for e in range(epochs))  # latest G vs every D, latest D vs every G
+    assert all({"generator", "discriminator"} == set(row["roles"]) for row in history)
+    assert (tmp_path / "run" / f"checkpoint-{epochs - 1}" / "COMPLETE").is_file()
+
+
 @pytest.mark.slow
 def test_fictitious_gan_example_runs():
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "fictitious_gan.py")], capture_output=True,
@@ -31,6 +53,7 @@ def test_fictitious_gan_example_runs():
     assert "generator-3" in out.stdout and "discriminator-3" in out.stdout
 
 
+@pytest.mark.slow  # subprocesses: warm-up, one epoch and the evaluation of each example
 @pytest.mark.parametrize("script,games,extra", [("tictactoe_league.py", "--games-per-learner",
                                                  ["--credit", "value", "--main-exploiters", "0", "--anchor-share", "0.5",
                                                   "--exploiter-games", "4"]),
@@ -54,14 +77,24 @@ def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
     assert config["num_attention_heads"] == 8  # --heads reaches the model
 
 
+def _load(path: Path, name: str):
+    """A script of examples/ or research/ as a module, without running its command line."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _diagnostics():
+    return _load(ROOT / "research" / "tictactoe_diagnostics.py", "ttt_diag")
+
+
 def test_target_quality_of_perfect_and_board_blind_continuations():
     """With a perfect greedy policy playing the continuations, greedy values are the minimax values,
     so every target's best moves are optimal; with the board-blind rule the best reply repairs most."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ttt_diag", ROOT / "research" / "tictactoe_diagnostics.py")
-    diag = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(diag)
+    diag = _diagnostics()
     from autocurricula.games import tictactoe as T
 
     perfect = {(b, m): min(T.optimal_moves(b, m)) for b, m in T.reachable_positions()}
@@ -110,11 +143,8 @@ def test_diagnostics_count_whom_the_main_agent_met(tmp_path):
     games = [["main_agent-0", "minimax"], ["main_agent-0", "main_agent-0"], ["main_exploiter-3", "main_agent-0"],
              ["minimax", "main_agent-0"], ["random", "main_exploiter-3"]]
     (tmp_path / "match_history.jsonl").write_text("".join(json.dumps({"players": g}) + "\n" for g in games))
-    out = subprocess.run([sys.executable, str(ROOT / "research" / "tictactoe_diagnostics.py"), "opponents",
-                          str(tmp_path)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout) == {"player": "main_agent-0", "games": 4,
-                                      "share": {"minimax": 0.5, "self": 0.25, "main_exploiter": 0.25}}
+    assert _diagnostics().opponents(str(tmp_path)) == {"player": "main_agent-0", "games": 4,
+                                                       "share": {"minimax": 0.5, "self": 0.25, "main_exploiter": 0.25}}
 
 
 def test_warmup_teaches_the_format_and_is_cached(tmp_path):
@@ -182,12 +212,8 @@ def test_serve_openai_example(tmp_path):
 
 
 def test_publish_example_pushes_every_player(tmp_path, hub, monkeypatch):
-    import importlib.util
-
     calls, commits = hub
-    spec = importlib.util.spec_from_file_location("publish_to_hub", ROOT / "examples" / "publish_to_hub.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _load(ROOT / "examples" / "publish_to_hub.py", "publish_to_hub")
     module.main("me/league", output_dir=str(tmp_path), token="hf_test", endpoint="https://hub.test")
     paths = {op["value"]["path"] for op in commits[-1] if op.get("key") == "file"}
     assert {"README.md", "main-0/adapter_model.safetensors", "main-0/adapter_config.json", "main-0/README.md"} <= paths

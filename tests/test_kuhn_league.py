@@ -16,12 +16,15 @@ from autocurricula.eval.meta import nash_mixture, zero_sum_nash
 from autocurricula.games import kuhn_poker
 from autocurricula.rating import Elo, Payoff, format_leaderboard, leaderboard_rows, nash_weights
 
+from league_doubles import ListedPlayers
+
 ROOT = Path(__file__).resolve().parents[1]
 ALWAYS = dict.fromkeys(kuhn.INFOSETS, 1.0)
 NEVER = dict.fromkeys(kuhn.INFOSETS, 0.0)
 NASH = kuhn_poker.equilibrium_strategy(1 / 3)
 
 
+@pytest.mark.slow  # a subprocess: warm-up, league and self-play on the tiny budget
 def test_the_example_runs_on_a_tiny_budget_and_reports(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "kuhn_league.py"), "--smoke",
                           "--output-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=600,
@@ -149,24 +152,47 @@ def test_the_trainers_leaderboard_and_the_hub_card_carry_the_meta_strategy():
     assert "`main` 1.000" in section and "`snap`" not in section  # only players with weight > 0 are listed
 
 
-def test_the_examples_exploiters_play_the_nash_mixture_of_the_frozen_players(monkeypatch, tmp_path):
+def _example():
     sys.path.insert(0, str(ROOT / "examples"))
     try:
         import kuhn_league
     finally:
         sys.path.remove(str(ROOT / "examples"))
-    from autocurricula import LeagueConfig
+    return kuhn_league
+
+
+def test_the_examples_exploiters_play_the_nash_mixture_of_the_frozen_players(monkeypatch, tmp_path):
+    kuhn_league = _example()
+
+    class Mixture(ListedPlayers, kuhn_league.MixtureLeague):
+        pass
 
     strategies = {"main": NEVER, "snap-always": ALWAYS, "snap-nash": NASH, "snap-never": NEVER}
     monkeypatch.setattr(kuhn, "read_strategy", lambda engine, player, **kw: strategies[player])
-    league = kuhn.LeagueStrategies()
-    trainer = kuhn_league.mixture_league(league)(LeagueConfig(output_dir=str(tmp_path), seed=0))
-    trainer._pool = _league(strategies, frozen=("snap-always", "snap-nash", "snap-never"))
-    trainer._mixture = None
+    trainer = Mixture(kuhn_league.KuhnLeagueConfig(output_dir=str(tmp_path), seed=0), kuhn.LeagueStrategies())
+    trainer.listed = _league(strategies, frozen=("snap-always", "snap-nash", "snap-never")).players
     # Nash wins chips from both pure policies, so the chip game's mixture is all on it
     picked = {trainer.nash_opponent()["id"] for _ in range(20)}
     assert picked == {"snap-nash"}
-    assert trainer._main_exploiter_match(trainer.players[0])["id"] == "snap-nash"
+    exploiter = {"id": "lexp", "role": "league_exploiter", "frozen": False}
+    assert trainer.main_exploiter_opponent(exploiter)["id"] == "snap-nash"
+    assert trainer.opponent_for(exploiter)["id"] == "snap-nash"
+
+
+def test_the_examples_exploiters_learn_at_their_own_rate(recwarn):
+    kuhn_league = _example()
+
+    class League(ListedPlayers, kuhn_league.KuhnLeague):
+        pass
+
+    t = League(kuhn_league.KuhnLeagueConfig(exploiter_learning_rate=1e-2, league_exploiter_reset_prob=0.0))
+    t.listed = [{"id": "main", "role": "main_agent", "frozen": False},
+                {"id": "lexp", "role": "league_exploiter", "frozen": False}]
+    t.grpo = SimpleNamespace(learning_rate=5e-3)
+    assert (t.learning_rate_of("main"), t.learning_rate_of("lexp")) == (5e-3, 1e-2)
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]  # the example's own field
+    with pytest.raises(ValueError, match="exploiter_learning_rate"):
+        kuhn_league.KuhnLeagueConfig(exploiter_learning_rate=0.0)
 
 
 def test_the_callback_logs_both_meta_games(monkeypatch):

@@ -1,6 +1,7 @@
 """One way to do each thing: specs from entry/on_round_end, snapshot_spec, credit objects, the
 reward rule, scripted-policy calls, seat order, trl fields without effect, rng.json without py_rng."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -13,43 +14,21 @@ from autocurricula.config import coerce_grpo_config
 from autocurricula.credit import (CREDIT_METHODS, ConstantCredit, Credit, GRPOCredit, RAECredit, Turn, ValueCredit,
                                   make_credit, register_credit)
 from autocurricula.leagues import FictitiousConfig, FictitiousPlayTrainer
-from autocurricula.pool import Pool, call_scripted, is_scripted, snapshot_spec, takes_rng
+from autocurricula.pool import call_scripted, is_scripted, snapshot_spec, takes_rng
 from autocurricula.trainer import AutocurriculumTrainer
 
+from league_doubles import ListedPlayers, PooledPlayers, fake_pool
 from toy_games import digits
 
 FAST = dict(progress=False, bt_bootstrap=0, max_tokens=4)
 
 
-class FakeEngine:
-    """Just enough engine for a Pool: adapters as NumPy arrays under their names."""
-
-    linear_dims = {"layers.0.q_proj": (4, 4)}
-
-    def __init__(self):
-        self.adapters, self.versions = {}, {}
-
-    def load_adapter(self, name, weights, version=None):
-        self.adapters[name] = weights
-        self.versions[name] = self.versions.get(name, 0) + 1
-        return self.versions[name]
-
-    def adapter_weights(self, name):
-        return self.adapters[name]
-
-    def adapter_info(self, name):
-        return {"version": self.versions[name]}
+class PooledLeague(PooledPlayers, LeagueTrainer):
+    pass
 
 
-def pool():
-    from autocurricula.engine import LoraSpec
-
-    return Pool(FakeEngine(), LoraSpec(r=2, lora_alpha=4, target_modules=["q_proj"]), np.random.default_rng(0))
-
-
-def with_pool(trainer):
-    trainer._pool = pool()
-    trainer.updater = type("U", (), {"optim": {}})()
+def pooled(trainer):
+    trainer.pool = fake_pool()
     return trainer
 
 
@@ -59,7 +38,7 @@ def policy(prompt):
 
 def test_entry_returns_specs_without_touching_the_pool():
     opponents = [{"id": "bot", "role": "bot", "policy": policy}]
-    league = LeagueTrainer(LeagueConfig(main_exploiters=1, league_exploiters=2, **FAST), opponents=opponents)
+    league = PooledLeague(LeagueConfig(main_exploiters=1, league_exploiters=2, **FAST), opponents=opponents)
     specs = league.entry()  # no engine, no pool: entry only describes the newcomers
     assert [s["role"] for s in specs] == ["main_agent", "main_agent", "main_exploiter", "league_exploiter",
                                           "league_exploiter", "bot"]
@@ -67,18 +46,18 @@ def test_entry_returns_specs_without_touching_the_pool():
     fict = FictitiousPlayTrainer(FictitiousConfig(**FAST), opponents=opponents)
     specs = fict.entry()
     assert [s["role"] for s in specs] == ["learner", "learner", "bot"] and specs[1]["parent"] is specs[0]
-    with_pool(league)
-    players = league._pool.add_all(league.entry(), 0)
+    pooled(league)
+    players = league.pool.add_all(league.entry(), 0)
     assert [p["id"] for p in players] == ["main_agent-0", "main_agent-1", "main_exploiter-0", "league_exploiter-0",
                                           "league_exploiter-1", "bot"]
     snap = players[1]
     assert (snap["parent"], snap["snapshot_of"], snap["frozen"]) == ("main_agent-0", "main_agent-0", True)
-    assert league._pool.engine.adapters["main_agent-1"] is league._pool.engine.adapters["main_agent-0"]
+    assert league.pool.engine.adapters["main_agent-1"] is league.pool.engine.adapters["main_agent-0"]
     assert is_scripted(players[-1]) and not is_scripted(players[0])
 
 
 def test_snapshot_spec_of_a_pool_player_and_unknown_references():
-    p = pool()
+    p = fake_pool()
     me = p.add({"role": "main", "note": 7}, 0)
     spec = snapshot_spec(me)
     assert spec == {"role": "main", "note": 7, "frozen": True, "parent": me["id"], "snapshot_of": me["id"]}
@@ -87,37 +66,39 @@ def test_snapshot_spec_of_a_pool_player_and_unknown_references():
 
 
 def test_on_round_end_snapshots_join_one_by_one_then_exploiters_reset():
-    league = with_pool(LeagueTrainer(LeagueConfig(main_exploiters=1, league_exploiters=0, snapshot_min_rounds=1,
+    league = pooled(PooledLeague(LeagueConfig(main_exploiters=1, league_exploiters=0, snapshot_min_rounds=1,
                                                   snapshot_max_rounds=99, snapshot_win_rate=0.7, **FAST)))
     league.payoff = type("P", (), {"win_rates": lambda self, a, ids: [1.0 if i == "main_exploiter-0" or a == "x"
                                                                       else 0.9 for i in ids],
                                    "win_rate": lambda self, a, b: 0.5})()
     league.step = 0
-    league._pool.add_all(league.entry(), 0)
-    before = league._pool.engine.adapters["main_exploiter-0"]
+    league.pool.add_all(league.entry(), 0)
+    before = league.pool.engine.adapters["main_exploiter-0"]
     seen = []
     for spec in league.on_round_end([]):  # the trainer adds each spec as it comes
         seen.append(len(league.players))
-        league._pool.add_all([spec], 0)
+        league.pool.add_all([spec], 0)
     assert [p["id"] for p in league.players][-2:] == ["main_agent-2", "main_exploiter-1"]
     assert seen == [3, 4]  # the second decision saw the first snapshot in the pool
-    snap = league._pool.get("main_exploiter-1")
-    assert league._pool.engine.adapters["main_exploiter-1"] is before  # copied before the reset
-    assert league._pool.engine.adapters["main_exploiter-0"] is not before and league._pool.get("main_exploiter-0")[
+    snap = league.pool.get("main_exploiter-1")
+    assert league.pool.engine.adapters["main_exploiter-1"] is before  # copied before the reset
+    assert league.pool.engine.adapters["main_exploiter-0"] is not before and league.pool.get("main_exploiter-0")[
         "resets"] == 1
-    assert snap["snapshot_of"] == "main_exploiter-0" and league._last_snapshot == {"main_agent-0": 1,
-                                                                                 "main_exploiter-0": 1}
+    assert snap["snapshot_of"] == "main_exploiter-0"
+    assert league.extra_state()["last_snapshot"] == {"main_agent-0": 1, "main_exploiter-0": 1}
 
 
 def test_a_subclass_extends_on_round_end_by_yielding_more_specs():
-    class Guests(SelfPlayTrainer):
+    class Guests(PooledPlayers, SelfPlayTrainer):
         def on_round_end(self, records):
             yield from super().on_round_end(records)
             yield {"role": "guest", "init": "base"}
 
-    t = with_pool(Guests(SelfPlayConfig(**FAST)))
-    t._pool.add_all(t.entry(), 0)
-    assert t._league_hooks([]) == {} and [p["id"] for p in t.players] == ["main-0", "guest-0"]
+    t = pooled(Guests(SelfPlayConfig(**FAST)))
+    t.pool.add_all(t.entry(), 0)
+    for spec in t.on_round_end([]):  # the trainer adds each spec as it comes
+        t.pool.add_all([spec], 0)
+    assert [p["id"] for p in t.players] == ["main-0", "guest-0"]
 
 
 def test_random_seats_is_one_coin_from_the_trainer_rng():
@@ -194,13 +175,12 @@ def test_a_registered_credit_method_drives_the_trainer(tiny_model_path, tmp_path
 
 
 def test_rewards_the_arena_set_are_kept():
-    class Stub(AutocurriculumTrainer):
+    class Stub(ListedPlayers, AutocurriculumTrainer):
         def match(self):
             return []
 
     t = Stub(SelfPlayConfig(**FAST))
     t.game_name = "g"
-    t._pool = type("P", (), {"players": []})()
     sub = Turn("a", "g0/sub", "r", [1], [2], [0.0], reward=0.25, seat=0)  # a sub-game's reward
     own = Turn("a", "g0", "r", [1], [2], [0.0], seat=1)
     judge = Turn("a", "g0", "r", [1], [2], [0.0], seat=-1)  # no seat, no reward: not trained
@@ -238,9 +218,11 @@ def test_a_checkpoint_with_a_python_rng_entry_still_resumes(tiny_model_path, tmp
     data = json.loads(rng.read_text())
     data["python"] = [3, list(range(625)), None]  # as such checkpoints carry it
     rng.write_text(json.dumps(data))
-    from autocurricula.checkpoint import MANIFEST, _manifest
+    from autocurricula.checkpoint import MANIFEST
 
-    (tmp_path / "checkpoint-0" / MANIFEST).write_text(json.dumps({"files": _manifest(tmp_path / "checkpoint-0")}))
+    manifest = json.loads((tmp_path / "checkpoint-0" / MANIFEST).read_text())  # the edited file's new size and hash
+    manifest["files"]["rng.json"] = {"size": rng.stat().st_size, "sha256": hashlib.sha256(rng.read_bytes()).hexdigest()}
+    (tmp_path / "checkpoint-0" / MANIFEST).write_text(json.dumps(manifest))
     again = SelfPlayTrainer(SelfPlayConfig(**cfg))
     again.train(str(tiny_model_path), digits, resume_from_checkpoint=str(tmp_path / "checkpoint-0"))
     again.engine.close()

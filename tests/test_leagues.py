@@ -8,6 +8,8 @@ import pytest
 from autocurricula.leagues import LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer, pfsp
 from autocurricula.rating import Payoff
 
+from league_doubles import ListedPlayers
+
 
 def test_pfsp_weightings_by_hand():
     x = [0.1, 0.5, 0.9]
@@ -25,14 +27,13 @@ def test_pfsp_all_zero_weights_is_uniform_not_nan():
         pfsp([0.5], "cubic")
 
 
-class FakePool:
-    def __init__(self, players):
-        self.players = players
+class League(ListedPlayers, LeagueTrainer):
+    pass
 
 
 def league(players, payoff=None, **cfg):
-    t = LeagueTrainer(LeagueConfig(progress=False, **cfg))
-    t._pool = FakePool(players)
+    t = League(LeagueConfig(progress=False, **cfg))
+    t.listed = players
     t.payoff = payoff or Payoff()
     t.step = 0
     return t
@@ -134,7 +135,7 @@ def test_snapshot_readiness_uses_win_rate_or_budget():
     old = p("old", "main_agent", True, snapshot_of="main")
     payoff = Payoff()
     t = league([main, old], payoff, snapshot_min_rounds=2, snapshot_max_rounds=5)
-    t._last_snapshot = {"main": 0}
+    t.load_extra_state({"last_snapshot": {"main": 0}})
     t.step = 0
     assert not t.ready_to_snapshot(main)  # too early
     t.step = 2
@@ -149,9 +150,12 @@ def test_snapshot_readiness_uses_win_rate_or_budget():
 
 
 def test_selfplay_share_of_past_opponents():
-    t = SelfPlayTrainer(SelfPlayConfig(games_per_round=4000, past_share=0.25, progress=False))
+    class SelfPlay(ListedPlayers, SelfPlayTrainer):
+        pass
+
+    t = SelfPlay(SelfPlayConfig(games_per_round=4000, past_share=0.25, progress=False))
     main = p("main", "main")
-    t._pool = FakePool([main, p("main-old", "main", True)])
+    t.listed = [main, p("main-old", "main", True)]
     games = t.match()
     past = sum(any(q["id"] == "main-old" for q in g) for g in games)
     assert past / len(games) == pytest.approx(0.25, abs=0.03)
@@ -175,13 +179,16 @@ def test_config_errors_name_the_fix():
 def test_fictitious_play_samples_past_by_pfsp():
     from autocurricula.leagues import FictitiousConfig, FictitiousPlayTrainer
 
-    t = FictitiousPlayTrainer(FictitiousConfig(games_per_round=3000, weighting="squared", progress=False))
+    class Fictitious(ListedPlayers, FictitiousPlayTrainer):
+        pass
+
+    t = Fictitious(FictitiousConfig(games_per_round=3000, weighting="squared", progress=False))
     me = p("me", "learner")
     weak, strong = p("weak", "learner", True), p("strong", "learner", True)
     payoff = Payoff()
     for _ in range(50):
         payoff.update("me", "weak", "win")
-    t._pool, t.payoff = FakePool([me, weak, strong]), payoff
+    t.listed, t.payoff = [me, weak, strong], payoff
     opponents = Counter(next(q["id"] for q in g if q["id"] != "me") for g in t.match())
     assert opponents["strong"] > 0.95 * 3000  # PFSP "squared": beaten opponents are rarely replayed
     with pytest.raises(ValueError, match="weighting"):
@@ -206,3 +213,49 @@ def test_round_robin_plays_every_pair_in_both_seat_orders(tiny_model_path, tmp_p
     with pytest.raises(ValueError, match="roles"):
         RoundRobinConfig(roles=[])
     t.engine.close()
+
+
+def test_a_subclass_changes_one_roles_rule_through_its_public_method():
+    main, mexp, lexp = p("main", "main_agent"), p("mexp", "main_exploiter"), p("lexp", "league_exploiter")
+    old = p("main-old", "main_agent", True, snapshot_of="main")
+
+    class OldSelves(League):
+        def main_exploiter_opponent(self, player):
+            return self.pfsp_opponent(player, self.historical(), "uniform")
+
+    t = OldSelves(LeagueConfig(progress=False, games_per_learner=20))
+    t.listed, t.payoff, t.step = [main, mexp, lexp, old], Payoff(), 0
+    assert {t.opponent_for(mexp)["id"] for _ in range(50)} == {"main-old"}  # the override
+    assert {t.opponent_for(lexp)["id"] for _ in range(50)} == {"main-old"}  # PFSP over the one frozen player
+    assert {t.opponent_for(main)["id"] for _ in range(200)} == {"main", "main-old"}  # the main agent's rules
+    games = t.match()
+    assert len(games) == 60 and all("main-old" in {x["id"] for x in g} for g in games if mexp in g)
+
+
+def test_deprecated_league_fields_warn_name_the_replacement_and_still_work():
+    with pytest.warns(DeprecationWarning, match="learning_rate_of.*KuhnLeague"):
+        cfg = LeagueConfig(exploiter_learning_rate=3e-2, progress=False)
+    t = League(cfg)
+    t.listed = [p("main", "main_agent"), p("mexp", "main_exploiter"), p("lexp", "league_exploiter")]
+    t.grpo = type("G", (), {"learning_rate": 1e-3})()
+    assert [t.learning_rate_of(i) for i in ("main", "mexp", "lexp")] == [1e-3, 3e-2, 3e-2]
+    with pytest.warns(DeprecationWarning, match=r"LeagueTrainer\(config\) instead of"):
+        LeagueConfig(scripted_in_pool=False, progress=False)
+
+
+def test_a_pure_league_by_the_deprecated_field_is_a_league_without_fixed_players():
+    import warnings
+
+    scripted = [{"id": "random", "role": "random", "policy": str}, {"id": "minimax", "role": "minimax", "policy": str}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        by_field = League(LeagueConfig(scripted_in_pool=False, seed=3, progress=False), opponents=scripted)
+    without = League(LeagueConfig(seed=3, progress=False))
+    assert [s["role"] for s in by_field.entry()] == [s["role"] for s in without.entry()]
+    players = [p("main_agent-0", "main_agent"), p("main_agent-1", "main_agent", True, snapshot_of="main_agent-0"),
+               p("main_exploiter-0", "main_exploiter"), p("league_exploiter-0", "league_exploiter"),
+               p("league_exploiter-1", "league_exploiter")]
+    for t in (by_field, without):
+        t.listed, t.payoff, t.step = players, Payoff(), 0
+    for _ in range(3):  # the same games from the same random stream
+        assert [[x["id"] for x in g] for g in by_field.match()] == [[x["id"] for x in g] for g in without.match()]

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from autocurricula.games import negotiation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,6 +28,7 @@ def test_warmup_examples_are_valid_moves_in_their_state():
     assert 0 < accepts < len(examples)
 
 
+@pytest.mark.slow  # a subprocess: warm-up, one epoch and the evaluation
 def test_negotiation_example_runs_and_reports(tmp_path):
     args = [sys.executable, str(ROOT / "examples" / "negotiation_league.py"), "--epochs", "1", "--rounds", "1",
             "--games-per-learner", "6", "--branch-samples", "2", "--branch-turns", "1", "--eval-games", "8",

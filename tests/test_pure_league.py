@@ -85,6 +85,7 @@ def test_pure_league_refuses_anchor_share():
     assert LeagueConfig().scripted_in_pool is True
 
 
+@pytest.mark.slow  # subprocesses: the example's warm-up, an epoch and a resumed one, twice
 @pytest.mark.parametrize("flags", [["--branch-turns", "1", "--branch-samples", "2"],
                                    ["--branch-advantage", "moves", "--branch-samples", "1", "--branch-temperature",
                                     "0", "--branch-replies", "--move-loss", "cross_entropy",

@@ -124,7 +124,7 @@ def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=N
     rounds = rounds or (2 if quick else 8)
     cfg = dict(epochs=2, rounds=rounds, games_per_learner=games_per_learner or (8 if quick else 64),
                exploiter_games=exploiter_games or (4 if quick else 16),
-               main_agents=1, main_exploiters=1, league_exploiters=1, anchor_share=0.5, scripted_in_pool=True,
+               main_agents=1, main_exploiters=1, league_exploiters=1, anchor_share=0.5,
                snapshot_min_rounds=max(4, rounds // 2), snapshot_max_rounds=max(8, rounds),
                output_dir=str(out), overwrite_output_dir=True, seed=seed, max_tokens=2, game_name="tictactoe",
                credit="q", q_target_coef=1.0, max_concurrent_games=128, bt_bootstrap=0, progress=False,
@@ -156,7 +156,8 @@ def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=N
                for k in ("update", "rollout", "rollout_wait")}}
 
 
-def _ratio(a, b):
+def ratio(a, b):
+    """``a / b`` to two decimals; None when either setting did not run (or ``b`` is 0)."""
     return round(a / b, 2) if a is not None and b else None
 
 
@@ -191,11 +192,11 @@ def run(model: str | None = None, quick: bool = False, settings: tuple[str, ...]
               "round_s": {k: (v["round_s"] if v else None) for k, v in per.items()},
               "turns_per_s": {k: (v["turns_per_s"] if v else None) for k, v in per.items()},
               "update_s": {k: (v["update_s"] if v else None) for k, v in per.items()},
-              "remote_vs_inprocess": _ratio(gps.get("server1"), gps.get("inprocess")),
-              "two_servers_vs_one": _ratio(gps.get("server2"), gps.get("server1")),
-              "pipelined_vs_serial": _ratio(gps.get("server1_pipelined"), gps.get("server1")),
-              "pipelined_vs_serial_inprocess": _ratio(gps.get("inprocess_pipelined"), gps.get("inprocess")),
-              "ray_vs_inprocess": _ratio(gps.get("ray2"), gps.get("inprocess")),
+              "remote_vs_inprocess": ratio(gps.get("server1"), gps.get("inprocess")),
+              "two_servers_vs_one": ratio(gps.get("server2"), gps.get("server1")),
+              "pipelined_vs_serial": ratio(gps.get("server1_pipelined"), gps.get("server1")),
+              "pipelined_vs_serial_inprocess": ratio(gps.get("inprocess_pipelined"), gps.get("inprocess")),
+              "ray_vs_inprocess": ratio(gps.get("ray2"), gps.get("inprocess")),
               "retried": sum(v["retried"] for v in per.values() if v),
               "stale_dropped": sum(v["stale_dropped"] for v in per.values() if v),
               "settings": per}

@@ -1,0 +1,57 @@
+"""Leagues without train(): the players come from a list or a Pool the test holds, through the
+public subclass API (``players``, ``reset_player``), so league rules are tested on their own."""
+
+import numpy as np
+
+
+class ListedPlayers:
+    """Mixin before a league class: ``players`` is ``self.listed``, a list of player dicts the test
+    sets (no engine, no pool)."""
+
+    listed: list = []
+
+    @property
+    def players(self) -> list[dict]:
+        return list(self.listed)
+
+
+class PooledPlayers:
+    """Mixin before a league class: the players live in ``self.pool``, a :class:`Pool` over a
+    :class:`FakeEngine`; ``reset_player`` resets them there."""
+
+    pool = None
+
+    @property
+    def players(self) -> list[dict]:
+        return list(self.pool.players)
+
+    def reset_player(self, player: dict) -> None:
+        self.pool.reset(player)
+
+
+class FakeEngine:
+    """Just enough engine for a Pool: adapters as NumPy arrays under their names."""
+
+    linear_dims = {"layers.0.q_proj": (4, 4)}
+
+    def __init__(self):
+        self.adapters, self.versions = {}, {}
+
+    def load_adapter(self, name, weights, version=None):
+        self.adapters[name] = weights
+        self.versions[name] = self.versions.get(name, 0) + 1
+        return self.versions[name]
+
+    def adapter_weights(self, name):
+        return self.adapters[name]
+
+    def adapter_info(self, name):
+        return {"version": self.versions[name]}
+
+
+def fake_pool():
+    """An empty Pool over a FakeEngine (LoRA r=2 on q_proj)."""
+    from autocurricula.engine import LoraSpec
+    from autocurricula.pool import Pool
+
+    return Pool(FakeEngine(), LoraSpec(r=2, lora_alpha=4, target_modules=["q_proj"]), np.random.default_rng(0))
