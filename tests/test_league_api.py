@@ -175,25 +175,17 @@ def test_a_registered_credit_method_drives_the_trainer(tiny_model_path, tmp_path
 
 
 def test_rewards_the_arena_set_are_kept():
-    class Stub(ListedPlayers, AutocurriculumTrainer):
-        def match(self):
-            return []
+    from autocurricula.rounds import rewarded_turns, rollout_metrics
 
-    t = Stub(SelfPlayConfig(**FAST))
-    t.game_name = "g"
     sub = Turn("a", "g0/sub", "r", [1], [2], [0.0], reward=0.25, seat=0)  # a sub-game's reward
     own = Turn("a", "g0", "r", [1], [2], [0.0], seat=1)
     judge = Turn("a", "g0", "r", [1], [2], [0.0], seat=-1)  # no seat, no reward: not trained
     record = GameRecord("g0", [{"id": "a"}, {"id": "b"}])
     record.rewards, record.turns = [1.0, -1.0], [sub, own, judge]
-
-    async def run(games, *a, **k):
-        return [record]
-
-    t.arena = type("A", (), {"run": staticmethod(run), "is_trainable": staticmethod(lambda p: True)})()
-    _, turns, metrics = t._rollout(None)
+    turns = rewarded_turns([record])
     assert turns == [sub, own] and (sub.reward, own.reward, judge.reward) == (0.25, -1.0, None)
-    assert metrics["rollout/turns"] == 2
+    players = [{"id": "a", "frozen": False}, {"id": "b", "frozen": False}]
+    assert rollout_metrics([record], turns, players, lambda p: True)["rollout/turns"] == 2
 
 
 def test_trl_fields_without_effect_are_accepted_and_ignored():
