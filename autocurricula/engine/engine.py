@@ -26,6 +26,8 @@ from typing import Any, Callable
 import numpy as np
 
 from autocurricula.engine.adapters import AdapterError, AdapterWeights, check_name, load_folder
+from autocurricula.engine.errors import EngineDeadError, UnknownPlayerError
+from autocurricula.engine.logprobs import completion_logprobs
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion, Request, Scheduler, TokenEvent, resolve
 from autocurricula.engine.slots import SlotTable
@@ -46,17 +48,6 @@ def _shutdown() -> None:
 
     if "mlx.core" in sys.modules:
         sys.modules["mlx.core"].clear_streams()
-
-
-class EngineDeadError(RuntimeError):
-    """The engine thread has stopped; create a new engine."""
-
-
-class UnknownPlayerError(KeyError):
-    """No adapter is loaded under this name."""
-
-    def __str__(self):
-        return str(self.args[0]) if self.args else "unknown player"
 
 
 @dataclass
@@ -119,7 +110,8 @@ class Engine:
                       "swaps_mid_request": 0, "failed": 0,
                       # prompt tokens admitted, and those whose KV rows came from the prefix cache
                       "prefix_query_tokens": 0, "prefix_hit_tokens": 0, "prefix_hit_rate": 0.0,
-                      "prefix_cached_tokens": 0, "prefix_evictions": 0}  # tokens held now, blocks evicted
+                      "prefix_cached_tokens": 0, "prefix_evictions": 0,  # tokens held now, blocks evicted
+                      "retried": 0}  # requests a failed worker left: none in one process
         self.prefix_cache = None  # set on the engine thread when EngineConfig.prefix_cache_mb > 0
         ready: Future = Future()
         self._thread = threading.Thread(target=self._main, args=(model, tokenizer, ready),
@@ -264,6 +256,13 @@ class Engine:
             raise RuntimeError("training_stacks() runs on the engine thread: call it inside engine.call(job)")
         return self.lora.overridden(paths, rank)
 
+    def token_logprobs(self, ids, pos, tgt, temperature: float, entropy: bool = False):
+        """On the engine thread, inside :meth:`training_stacks`: the differentiable log-probabilities
+        (rows, T) of tokens ``tgt`` at positions ``pos`` of ``ids`` (MLX arrays) under the rows'
+        current routing, from logits divided by ``temperature``; with ``entropy``, also each
+        position's entropy. The update's forward; the same computation as :meth:`completion_logprobs`."""
+        return completion_logprobs(self.model, ids, pos, tgt, temperature, entropy=entropy)
+
     def unload_adapter(self, name: str) -> None:
         """Remove a player; rows already running finish with its weights first."""
         rec = self.slots.records.get(name)
@@ -273,6 +272,15 @@ class Engine:
 
     def players(self) -> list[str]:
         return sorted(n for n, r in list(self.slots.records.items()) if not r.deleted)
+
+    def sync_from(self, engine) -> dict:
+        """Nothing to mirror: the trainer's engine is the one that plays. Returns
+        ``{"pushed": [], "dropped": []}`` as a fleet's sync does."""
+        return {"pushed": [], "dropped": []}
+
+    def make_updater(self, engine, grpo_config=None) -> None:
+        """None: the trainer builds its in-process :class:`~autocurricula.training.Updater`."""
+        return None
 
     def adapter_info(self, name: str) -> dict:
         rec = self.slots.records.get(name)
@@ -339,8 +347,6 @@ class Engine:
 
     def _completion_logprobs(self, pairs, player, temperature, rows: int = 64):
         import mlx.core as mx
-
-        from autocurricula.training.update import completion_logprobs
 
         rec = None
         if player is not None:

@@ -1,33 +1,39 @@
-"""What the arena and the trainer need from an engine, whatever runs it.
+"""What the arena, the trainer and the updater need from an engine, whatever runs it.
 
-Three backends implement it: the in-process :class:`~autocurricula.engine.Engine` (the default),
-:class:`~autocurricula.remote.RemoteEngine` (one or many ``autocurricula serve`` servers over
-HTTP) and :class:`~autocurricula.cluster.RayEngine` (Ray actors, each with its own Engine). Code that only plays games takes an ``EngineProtocol``; code that trains
-adapters (the updater, the pool) needs the in-process engine, whose weights it changes, through
-three more public methods of :class:`~autocurricula.engine.Engine`: ``adapter_weights(name)`` (the
-host copy to train from), ``install(name, weights)`` (hot-swap the result, returns the version) and
-``training_stacks(paths, rank)`` (on the engine thread: lend the multi-LoRA stacks to a training
-forward and route rows to them). Nothing outside ``autocurricula/engine/`` touches more than these.
+Two protocols, one inside the other:
+
+- :class:`RolloutEngine`: generate for named players (LoRA adapters of one base model), install
+  and drop their adapters at versions, report health and counters, mirror another engine's
+  players (:meth:`~RolloutEngine.sync_from`) and say who updates them
+  (:meth:`~RolloutEngine.make_updater`). The arena and the trainer see only this. Three backends
+  implement it: the in-process :class:`~autocurricula.engine.Engine` (the default),
+  :class:`~autocurricula.remote.RemoteEngine` (``autocurricula serve`` servers over HTTP) and
+  :class:`~autocurricula.cluster.RayEngine` (Ray actors, each with its own Engine); the last two
+  are one :class:`~autocurricula.fleet.Fleet` over two worker transports.
+- :class:`TrainableEngine`: adds what updates and scoring need from the engine whose weights
+  change: the host copy of an adapter, hot-swapping a result in, jobs on the engine thread, the
+  multi-LoRA stacks lent to a training forward, and completion log-probabilities. The in-process
+  Engine implements it; nothing outside ``autocurricula/engine/`` touches more than these.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from autocurricula.engine.sampling import SamplingParams
 
-__all__ = ["EngineProtocol"]
+__all__ = ["RolloutEngine", "TrainableEngine"]
 
 
 @runtime_checkable
-class EngineProtocol(Protocol):
+class RolloutEngine(Protocol):
     """An engine that generates for named players (LoRA adapters of one base model)."""
 
     name: str  # the base model's name: as a player it means "no adapter"
     tokenizer: Any  # the base model's tokenizer (games may tokenize with it)
-    # counters; backends add their own (the in-process engine: "prefix_hit_tokens",
-    # "prefix_query_tokens", "prefix_hit_rate"; remote servers: "retried")
+    # counters; at least "retried" (requests a failed worker left that another served; 0 in one
+    # process). Backends add their own, e.g. the in-process engine's "prefix_hit_rate".
     stats: dict
 
     def submit(self, prompt: str | list[int], player: str | None = None,
@@ -81,6 +87,64 @@ class EngineProtocol(Protocol):
         """Mean rows per decode step over the batch capacity."""
         ...
 
+    def sync_from(self, engine: Any) -> dict:
+        """Make this engine's players those of ``engine`` (the trainer's in-process engine): the
+        same adapters at the same versions. Returns ``{"pushed": [...], "dropped": [...]}``; an
+        engine that is itself the trainer's pushes nothing."""
+        ...
+
+    def make_updater(self, engine: Any, grpo_config: Any = None) -> Any:
+        """The updater of ``engine``'s players when this backend runs updates itself (e.g. on Ray
+        learner actors), else None: the trainer builds its in-process
+        :class:`~autocurricula.training.Updater`."""
+        ...
+
     def close(self) -> None:
         """Release threads, connections and memory."""
         ...
+
+
+@runtime_checkable
+class TrainableEngine(RolloutEngine, Protocol):
+    """A :class:`RolloutEngine` whose adapters the updater trains in place (the in-process Engine)."""
+
+    linear_dims: dict  # adaptable module path -> (in, out) dims: the shapes an adapter may take
+
+    def adapter_weights(self, name: str) -> Any:
+        """The host copy of a player's current ``AdapterWeights`` (what an update starts from)."""
+        ...
+
+    def install(self, name: str, weights: Any, version: int | None = None, validate: bool = True) -> int:
+        """Hot-swap ``weights`` in for a player (between two decode steps); returns the version."""
+        ...
+
+    def call(self, fn: Callable[..., Any], *args, **kwargs) -> Future:
+        """Run ``fn(*args, **kwargs)`` as a job on the engine thread (all MLX work runs there)."""
+        ...
+
+    def training_stacks(self, paths: Any, rank: int) -> Any:
+        """On the engine thread: a context manager lending the multi-LoRA stacks of ``paths`` to a
+        training forward (``.set`` differentiable stacks, ``.route`` rows to them)."""
+        ...
+
+    def token_logprobs(self, ids: Any, pos: Any, tgt: Any, temperature: float, entropy: bool = False) -> Any:
+        """On the engine thread, inside :meth:`training_stacks`: differentiable log-probabilities
+        of tokens ``tgt`` at positions ``pos`` of ``ids`` (and entropies with ``entropy``)."""
+        ...
+
+    def completion_logprobs(self, pairs: list[tuple[list[int], list[int]]], player: str | None = None,
+                            temperature: float = 1.0) -> list[float]:
+        """For each ``(prompt_ids, completion_ids)``, the summed log-probability of the completion
+        under a player's adapter (branch credit scores moves with it)."""
+        ...
+
+
+def __getattr__(name: str):
+    if name == "EngineProtocol":
+        import warnings
+
+        warnings.warn("autocurricula.engine.protocol.EngineProtocol is now RolloutEngine "
+                      "(autocurricula.engine.RolloutEngine); TrainableEngine adds what updates need",
+                      DeprecationWarning, stacklevel=2)
+        return RolloutEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,14 +11,12 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from autocurricula.engine.errors import UnknownPlayerError
 from autocurricula.engine.sampling import SamplingParams
-
-if TYPE_CHECKING:
-    from autocurricula.engine.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +100,7 @@ class Row:
 
 
 class Scheduler:
-    def __init__(self, engine: "Engine"):
+    def __init__(self, engine: Any):  # the Engine that owns this scheduler
         self.e = engine
         self.pending: list[Request] = []
         self.rows: list[Row] = []
@@ -154,8 +152,6 @@ class Scheduler:
             if req.player is not None:
                 rec = e.slots.records.get(req.player)
                 if rec is None or (rec.deleted and not req.keep):
-                    from autocurricula.engine.engine import UnknownPlayerError
-
                     resolve(req.future, exc=UnknownPlayerError(f"unknown player {req.player!r} (unloaded)"))
                     continue
                 rec = None if blocked else e.residency.acquire(req.player)

@@ -23,6 +23,18 @@ from autocurricula.training.loss import policy_loss, token_weights
 from autocurricula.training.optim import AdamWState, adamw
 
 
+def __getattr__(name: str):
+    if name == "completion_logprobs":  # the engine owns the computation the sampler and the update share
+        import warnings
+
+        from autocurricula.engine.logprobs import completion_logprobs
+
+        warnings.warn("autocurricula.training.update.completion_logprobs moved to "
+                      "autocurricula.engine.logprobs.completion_logprobs", DeprecationWarning, stacklevel=2)
+        return completion_logprobs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 @dataclass
 class _Row:
     player: int
@@ -70,40 +82,6 @@ def merge_step_metrics(steps: list[dict]) -> dict:
         if any(k in m for m in steps):
             out[k] = sum(m.get(k, 0.0) * m.get("tokens", 0) for m in steps) / max(1, tokens)
     return out
-
-
-def _body_and_head(model):
-    """(hidden-state function, LM head) for mlx-lm models, so logits are computed only at
-    completion positions; ``None`` falls back to the full forward."""
-    inner = getattr(model, "model", None)
-    if inner is None or not callable(inner):
-        return None
-    if getattr(model, "lm_head", None) is not None:
-        return inner, model.lm_head
-    embed = getattr(inner, "embed_tokens", None)
-    if embed is not None and hasattr(embed, "as_linear"):
-        return inner, embed.as_linear
-    return None
-
-
-def completion_logprobs(model, ids: mx.array, pos: mx.array, tgt: mx.array, temperature: float,
-                        entropy: bool = False):
-    """Log-probabilities (rows, T) of tokens ``tgt`` predicted from positions ``pos`` of ``ids``;
-    with ``entropy``, also the entropy (rows, T) of each predicted distribution."""
-    split = _body_and_head(model)
-    if split is None:
-        logits = mx.take_along_axis(model(ids), pos[..., None], axis=1)
-    else:
-        body, head = split
-        hidden = mx.take_along_axis(body(ids), pos[..., None], axis=1)
-        logits = head(hidden)
-    logits = logits.astype(mx.float32) / temperature
-    lse = mx.logsumexp(logits, axis=-1)
-    logp = mx.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0] - lse
-    if not entropy:
-        return logp
-    log_probs = logits - lse[..., None]
-    return logp, -(mx.exp(log_probs) * log_probs).sum(axis=-1)
 
 
 class Updater:
@@ -248,8 +226,8 @@ class Updater:
             # modules none of these players adapts get all-zero entries
             stacks.set({p: (params[p]["a"], params[p]["b"] * scales) for p in params}, len(names))
             stacks.route(batch["slots"], sorted_entries=True)
-            out = completion_logprobs(engine.model, batch["ids"], batch["pos"], batch["tgt"], cfg.temperature,
-                                      entropy=bool(cfg.entropy_coef))
+            out = engine.token_logprobs(batch["ids"], batch["pos"], batch["tgt"], cfg.temperature,
+                                        entropy=bool(cfg.entropy_coef))
             logp, ent = out if cfg.entropy_coef else (out, None)
             old = mx.where(batch["fresh"], mx.stop_gradient(logp), batch["old"])  # target turns: ratio 1
             return policy_loss(logp, old, batch["adv"], batch["w"], batch["mask"], cfg.epsilon,
@@ -261,8 +239,8 @@ class Updater:
             batch = self._arrays(mb)
             if cfg.beta:
                 stacks.route(None)  # the base model: same weights, adapter off
-                batch["ref"] = mx.stop_gradient(completion_logprobs(
-                    engine.model, batch["ids"], batch["pos"], batch["tgt"], cfg.temperature))
+                batch["ref"] = mx.stop_gradient(engine.token_logprobs(
+                    batch["ids"], batch["pos"], batch["tgt"], cfg.temperature))
             (loss, m), g = grad_fn(params, batch)
             grads = g if grads is None else {p: {k: grads[p][k] + g[p][k] for k in ("a", "b")} for p in g}
             mx.eval(loss, m, grads)

@@ -1,0 +1,42 @@
+"""Log-probabilities of completion tokens under a model: the one computation that sampling's
+logprobs, branch scoring and the policy update must agree on, so the engine owns it."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+__all__ = ["completion_logprobs"]
+
+
+def _body_and_head(model):
+    """(hidden-state function, LM head) for mlx-lm models, so logits are computed only at
+    completion positions; ``None`` falls back to the full forward."""
+    inner = getattr(model, "model", None)
+    if inner is None or not callable(inner):
+        return None
+    if getattr(model, "lm_head", None) is not None:
+        return inner, model.lm_head
+    embed = getattr(inner, "embed_tokens", None)
+    if embed is not None and hasattr(embed, "as_linear"):
+        return inner, embed.as_linear
+    return None
+
+
+def completion_logprobs(model, ids: mx.array, pos: mx.array, tgt: mx.array, temperature: float,
+                        entropy: bool = False):
+    """Log-probabilities (rows, T) of tokens ``tgt`` predicted from positions ``pos`` of ``ids``;
+    with ``entropy``, also the entropy (rows, T) of each predicted distribution."""
+    split = _body_and_head(model)
+    if split is None:
+        logits = mx.take_along_axis(model(ids), pos[..., None], axis=1)
+    else:
+        body, head = split
+        hidden = mx.take_along_axis(body(ids), pos[..., None], axis=1)
+        logits = head(hidden)
+    logits = logits.astype(mx.float32) / temperature
+    lse = mx.logsumexp(logits, axis=-1)
+    logp = mx.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0] - lse
+    if not entropy:
+        return logp
+    log_probs = logits - lse[..., None]
+    return logp, -(mx.exp(log_probs) * log_probs).sum(axis=-1)
