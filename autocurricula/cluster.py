@@ -1,9 +1,10 @@
 """Rollouts on Ray actors: the engine protocol over a cluster (``pip install autocurricula[ray]``).
 
-:class:`RayEngine` implements :class:`~autocurricula.engine.protocol.EngineProtocol` over Ray
-actors, each owning an in-process :class:`~autocurricula.engine.Engine` of the same base model
-(loaded from the same path on its node). The trainer plays every game through it, exactly as
-through ``autocurricula serve`` servers::
+:class:`RayEngine` is a :class:`~autocurricula.fleet.Fleet` (placement, failover, re-sync: see
+there) over :class:`RayWorker` transports, one per Ray actor that owns an in-process
+:class:`~autocurricula.engine.Engine` of the same base model (loaded from the same path on its
+node). The trainer plays every game through it, exactly as through ``autocurricula serve``
+servers::
 
     import ray
     from autocurricula.cluster import RayEngine
@@ -15,14 +16,12 @@ through ``autocurricula serve`` servers::
 - At the first sync, every actor's base model must have the fingerprint of the trainer's
   (config and weights); a mismatch raises
   :class:`~autocurricula.engine.fingerprint.BaseModelMismatchError` before any game.
-- Players are placed on actors: sticky per player (its adapter stays resident there), a new
-  player goes to the actor with the fewest players. Adapters travel through Ray's object store:
-  one ``ray.put`` per version, fetched by each actor that serves the player.
-- An actor that dies (or does not answer within ``timeout``) is marked down; its in-flight
-  requests are sent again to another actor (counted in ``stats["retried"]``), so every game
-  finishes and none is played twice. Ray restarts a dead actor (``max_restarts``); a poll brings
-  it back once it answers, its base model checked again, before it gets work. A restarted actor
-  holds no adapter: each player it gets is uploaded at its current version first.
+- Adapters travel through Ray's object store: one ``ray.put`` per version, fetched by each actor
+  that serves the player.
+- An actor that dies (or does not answer within ``timeout``) is down; its in-flight requests go
+  to another actor (``stats["retried"]``), so every game finishes and none is played twice. Ray
+  restarts a dead actor (``max_restarts``); calls carry the actor instance they are meant for, so
+  a restarted actor refuses them until the poll has re-checked it and re-installed its players.
 
 Learning is shared out by player with ``RayEngine(..., learners=N)``: N learner actors, each with
 its own Engine and :class:`~autocurricula.training.Updater`, own disjoint sets of players (sticky,
@@ -33,32 +32,25 @@ object store and takes the new ones back into the trainer's engine, so checkpoin
 the rollout sync work as with the in-process updater, and a learner that dies loses nothing: its
 share of the step runs again on another learner (``stats["learner_retried"]``).
 
-All Ray calls of the driver run on one asyncio loop in a background thread; :meth:`submit`
-returns a ``concurrent.futures.Future`` like the in-process engine's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import threading
-import time
 import uuid
-from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from autocurricula.engine.adapters import AdapterWeights, from_tensors, load_folder
-from autocurricula.engine.engine import UnknownPlayerError
 from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fingerprint_engine
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
-from autocurricula.placement import FleetFront, pick_worker
+from autocurricula.fleet import Fleet, WorkerDown
 
-__all__ = ["ActorRestartedError", "BaseModelMismatchError", "LearnerActor", "RayEngine", "RayUpdater", "RolloutActor",
-           "require_ray"]
+__all__ = ["ActorRestartedError", "BaseModelMismatchError", "LearnerActor", "RayEngine", "RayUpdater", "RayWorker",
+           "RolloutActor", "require_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +99,10 @@ class RolloutActor:
         return await asyncio.wrap_future(self.engine.submit(ids, player, params, request_id=rid))
 
     async def complete_many(self, requests: list[tuple], instance: str) -> list:
-        """``[(ids, player, params), ...]`` admitted together (one lockstep tick); an exception is
-        returned in place of the completion it stopped."""
+        """``[(ids, player, params, request_id), ...]`` admitted together (one lockstep tick); an
+        exception is returned in place of the completion it stopped."""
         self._same(instance)
-        futs = self.engine.submit_many(requests)
+        futs = self.engine.submit_many([(ids, player, params, None, rid) for ids, player, params, rid in requests])
         return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futs), return_exceptions=True))
 
     async def load(self, name: str, weights: AdapterWeights, version: int, instance: str) -> int:
@@ -156,32 +148,64 @@ class LearnerActor:
         return metrics, new, {n: self.updater.optim[n] for n in players if n in self.updater.optim}
 
 
-@dataclass
-class _Adapter:
-    ref: Any  # ray.ObjectRef of the AdapterWeights
-    version: int
-    weights: AdapterWeights
+class RayWorker:
+    """The :class:`~autocurricula.fleet.Worker` transport of one :class:`RolloutActor`: its calls go
+    through Ray, adapters through the object store (one ``ray.put`` per version, fetched by each
+    actor that serves the player). Every call but ``health`` may take ``timeout`` seconds before
+    the actor counts as failed."""
+
+    def __init__(self, index: int, handle: Any, ray: Any, timeout: float):
+        self.key = self.index = index
+        self.label = f"rollout actor {index}"
+        self.handle, self._ray, self.timeout = handle, ray, timeout
+        self.instance: str | None = None  # the actor instance calls are meant for
+
+    async def ready(self) -> dict:
+        info = await self._run(self.handle.ready.remote())
+        self.instance = info["instance"]
+        return info
+
+    async def holding(self, names: list[str]) -> dict[str, int]:
+        return dict((await self._run(self.handle.ready.remote()))["players"])
+
+    def pack(self, source: Any) -> Any:
+        return self._ray.put(_weights_of(source))
+
+    async def load(self, name: str, payload: Any, version: int) -> None:
+        await self._run(self.handle.load.remote(name, payload, version, self.instance))
+
+    async def unload(self, name: str) -> None:
+        await self._run(self.handle.unload.remote(name))
+
+    async def complete(self, ids: list[int], player: str | None, params: SamplingParams, rid: str) -> Completion:
+        return await self._run(self.handle.complete.remote(ids, player, params, rid, self.instance))
+
+    async def complete_many(self, requests: list[tuple]) -> list:
+        return await self._run(self.handle.complete_many.remote(requests, self.instance))
+
+    async def health(self) -> dict:
+        return await self._run(self.handle.health.remote(), min(10.0, self.timeout))
+
+    async def occupancy(self) -> float:
+        return float((await self.health())["occupancy"])
+
+    async def close(self) -> None:
+        self._ray.kill(self.handle, no_restart=True)
+
+    async def _run(self, ref, timeout: float | None = None):
+        """Await an actor call; a dead, restarted or silent actor raises WorkerDown."""
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        try:
+            return await asyncio.wait_for(_awaitable(ref), timeout or self.timeout)
+        except (RayActorError, asyncio.TimeoutError, GetTimeoutError, RayTaskError) as exc:
+            if isinstance(exc, RayTaskError) and not isinstance(exc.cause, ActorRestartedError):
+                raise  # the request's own error (e.g. a prompt too long), not the actor's
+            raise WorkerDown(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
 
 
-@dataclass
-class _Actor:
-    index: int
-    handle: Any
-    up: bool = False
-    instance: str | None = None
-    held: dict[str, int] = field(default_factory=dict)  # player -> version it holds
-    inflight: int = 0
-    completions: int = 0
-    error: str | None = None
-    fingerprint: dict | None = None
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-
-    def lock(self, player: str) -> asyncio.Lock:
-        return self.locks.setdefault(player, asyncio.Lock())
-
-
-class RayEngine(FleetFront):
-    """The engine protocol over Ray rollout actors (see the module docstring).
+class RayEngine(Fleet):
+    """The rollout engine over Ray rollout actors (see the module docstring).
 
     ``model``: the base model as a folder or Hub id every node can load (the same path on every
     node, or a Hub id). ``num_actors``: rollout actors, each with its own Engine; ``num_cpus`` /
@@ -191,11 +215,14 @@ class RayEngine(FleetFront):
     joins the cluster this node belongs to; None starts a local one). ``max_restarts``: how often
     Ray restarts a dead actor (-1: always). ``timeout``: seconds one request may take before its
     actor counts as failed, and how long a request waits for an actor when all are down.
-    ``poll_s``: how often down actors are probed. ``base``: the trainer's base model as an Engine
-    or fingerprint dict to check now; otherwise it is checked at the first :meth:`sync_from`.
+    ``poll_s``: how often the actors' health is probed. ``base``: the trainer's base model as an
+    Engine or fingerprint dict to check now; otherwise it is checked at the first :meth:`sync_from`.
     ``learners``: learner actors the trainer's updates run on (0: the trainer's own process);
     ``learner_options``: their ``ray.remote`` options (default: ``num_cpus``, ``num_gpus``).
     """
+
+    group, key_name, request_prefix = "actors", "index", "ray"
+    hint = "check that the cluster has the CPUs/GPUs they ask for (num_cpus, num_gpus)"
 
     def __init__(self, model: str | Path, num_actors: int = 2, *, engine_config: Any = None,
                  num_cpus: float = 1, num_gpus: float = 0, actor_options: dict | None = None,
@@ -216,66 +243,26 @@ class RayEngine(FleetFront):
             ray.init(address=address)
         self._ray = ray
         self.model = str(model)
-        self.name = name or self.model  # as the trainer's engine names a base loaded from the same path
+        name = name or self.model  # as the trainer's engine names a base loaded from the same path
         if engine_config is not None and not isinstance(engine_config, dict):
             engine_config = asdict(engine_config)
-        self.tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(self.model)
-        self.poll_s, self.timeout = poll_s, timeout
-        self.stats = {"completions": 0, "retried": 0, "uploads": 0, "resyncs": 0, "failed": 0}
-        self.expected: dict | None = None
-        self._adapters: dict[str, _Adapter] = {}
-        self._last_version: dict[str, int] = {}
-        self._placement: dict[str, _Actor] = {}
-        self._ids = itertools.count(1)
-        self._closed = False
         remote_cls = ray.remote(RolloutActor)
         opts = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": max_restarts, "max_task_retries": 0,
                 "max_concurrency": 1000, **(actor_options or {})}
-        self.actors = [_Actor(i, remote_cls.options(**opts).remote(self.model, engine_config, self.name))
-                       for i in range(num_actors)]
+        handles = [remote_cls.options(**opts).remote(self.model, engine_config, name) for _ in range(num_actors)]
         self._engine_config, self._connect_timeout = engine_config, connect_timeout
         self.learners, self._learner_options = learners, {"num_cpus": num_cpus, "num_gpus": num_gpus,
                                                           **(learner_options or {})}
         self._updaters: list[RayUpdater] = []
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="autocurricula-ray", daemon=True)
-        self._thread.start()
-        try:
-            if base is not None:
-                self.expected = base if isinstance(base, dict) else fingerprint_engine(base)
-            self._call(self._connect(connect_timeout)).result()
-        except BaseException:
-            self.close()
-            raise
-        self._poller = self._call(self._poll())
+        expected = None if base is None else base if isinstance(base, dict) else fingerprint_engine(base)
+        super().__init__(lambda: [RayWorker(i, h, ray, timeout) for i, h in enumerate(handles)], name=name,
+                         tokenizer=tokenizer if tokenizer is not None else _load_tokenizer(self.model),
+                         expected=expected, timeout=timeout, poll_s=poll_s, connect_timeout=connect_timeout)
 
-    # ------------------------------------------------------------------ protocol (any thread)
-    def submit(self, prompt: str | list[int], player: str | None = None, params: SamplingParams | None = None,
-               on_token=None, request_id: str | None = None) -> Future:
-        """Queue one completion on an actor; returns a Future of
-        :class:`~autocurricula.engine.scheduler.Completion`."""
-        if on_token is not None:
-            raise ValueError("RayEngine does not stream tokens to on_token; use the in-process Engine")
-        ids, player, params = self._check(prompt, player, params)
-        return self._call(self._complete(ids, player, params, request_id or f"ray-{next(self._ids)}"))
-
-    def submit_many(self, requests: list[tuple]) -> list[Future]:
-        """Queue ``[(prompt, player, params), ...]``: all are checked first, then each actor admits
-        its share of them together, in order (one lockstep tick per actor)."""
-        checked = [self._check(*r) for r in requests]
-        futs = [Future() for _ in checked]
-        rids = [f"ray-{next(self._ids)}" for _ in checked]
-        self._call(self._complete_many(checked, rids, futs))
-        return futs
-
-    def sync_from(self, engine) -> dict:
-        """Make this engine's players those of ``engine`` (the trainer's in-process engine): check
-        the base model once, push every adapter whose version differs, drop the players it no
-        longer has. Returns ``{"pushed": [...], "dropped": [...]}``."""
-        if self.expected is None:
-            self.expected = fingerprint_engine(engine)
-            self._call(self._check_all_bases()).result()
-        return super().sync_from(engine)
+    @property
+    def actors(self) -> list[RayWorker]:
+        """The rollout actors' transports (``index``, ``handle``), in order."""
+        return self.workers
 
     def make_updater(self, engine, grpo_config=None) -> RayUpdater | None:
         """The trainer's updater: a :class:`RayUpdater` on ``learners`` learner actors, or None
@@ -287,268 +274,19 @@ class RayEngine(FleetFront):
         self._updaters.append(up)
         return up
 
-    def _adapter(self, source: Any, version: int) -> _Adapter:
-        weights = _weights_of(source)  # put once into the object store, fetched by each actor
-        return _Adapter(self._ray.put(weights), version, weights)
-
-    def adapter_info(self, name: str) -> dict:
-        """``{"name", "version", "actors"}``: the current version and the actors holding it."""
-        ad = self._held(name)
-        return {"name": name, "version": ad.version,
-                "actors": [a.index for a in self.actors if a.held.get(name) == ad.version]}
-
     def adapter_weights(self, name: str) -> AdapterWeights:
-        return self._held(name).weights
-
-
-    def placement(self, name: str) -> int | None:
-        """The index of the actor a player's requests go to (None before its first request)."""
-        a = self._placement.get(name)
-        return a.index if a else None
-
-    def health(self) -> dict:
-        """``ok`` while at least one actor takes work; one entry per actor."""
-        actors = [{"index": a.index, "up": a.up, "inflight": a.inflight, "players": sorted(a.held),
-                   "completions": a.completions, "error": a.error} for a in self.actors]
-        return {"ok": not self._closed and any(a.up for a in self.actors), "actors": actors}
+        """A player's current adapter, as put into the object store."""
+        return self._ray.get(self._held(name).payload)
 
     def wait_until_up(self, index: int, timeout: float = 60.0) -> bool:
         """Block until actor ``index`` is up (re-checked) or ``timeout`` runs out."""
-        deadline = time.monotonic() + timeout
-        while not self.actors[index].up and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self.actors[index].up
+        return super().wait_until_up(index, timeout)
 
     def close(self) -> None:
-        """Stop polling and kill the actors (Ray itself stays initialized)."""
-        if self._closed:
-            return
-        self._closed = True
-        loop = getattr(self, "_loop", None)
-        if loop is not None:
-            async def shutdown():
-                for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
-                    task.cancel()
-
-            try:
-                asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
-            finally:
-                loop.call_soon_threadsafe(loop.stop)
-                self._thread.join(10)
-        for a in getattr(self, "actors", []):
-            try:
-                self._ray.kill(a.handle, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-        for up in getattr(self, "_updaters", []):
+        """Stop polling, kill the rollout and learner actors (Ray itself stays initialized)."""
+        super().close()
+        for up in self._updaters:
             up.close()
-
-    # ------------------------------------------------------------------ loop thread
-    def _check(self, prompt, player, params) -> tuple[list[int], str | None, SamplingParams]:
-        self._check_open()
-        params = params or SamplingParams()
-        ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-        if not ids:
-            raise ValueError("prompt is empty; give at least one token")
-        if player == self.name:
-            player = None
-        if player is not None and player not in self._adapters:
-            raise UnknownPlayerError(f"unknown player {player!r}; load its adapter first (loaded: {self.players()})")
-        return ids, player, params
-
-    async def _connect(self, timeout: float) -> None:
-        try:
-            await asyncio.wait_for(asyncio.gather(*(self._bring_up(a) for a in self.actors)), timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"the rollout actors did not load the model within {timeout:g} s; check that the "
-                               "cluster has the CPUs/GPUs they ask for (num_cpus, num_gpus)") from None
-
-    async def _bring_up(self, actor: _Actor) -> None:
-        """Check an actor's base model and re-install what it held; then it takes work."""
-        info = await actor.handle.ready.remote()
-        if self.expected is not None:
-            compare(self.expected, info["fingerprint"], f"rollout actor {actor.index}")
-        actor.fingerprint = info["fingerprint"]
-        if info["instance"] != actor.instance:  # new or restarted: it holds what it says it holds
-            if actor.instance is not None:
-                self.stats["resyncs"] += 1
-            actor.held, actor.instance = dict(info["players"]), info["instance"]
-        for player in list(actor.held):
-            if player not in self._adapters:
-                actor.held.pop(player)
-                await actor.handle.unload.remote(player)
-            else:
-                await self._ensure(actor, player)
-        actor.error, actor.up = None, True
-
-    async def _check_all_bases(self) -> None:
-        for a in self.actors:
-            if a.fingerprint is not None:
-                compare(self.expected, a.fingerprint, f"rollout actor {a.index}")
-
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_s)
-            await asyncio.gather(*(self._revive(a) for a in self.actors if not a.up), return_exceptions=True)
-
-    async def _revive(self, actor: _Actor) -> None:
-        try:
-            await asyncio.wait_for(self._bring_up(actor), max(self.poll_s, 30.0))
-        except BaseModelMismatchError as exc:
-            if actor.error != str(exc):
-                log.error("rollout actor %d stays out of rotation: %s", actor.index, exc)
-            actor.error = str(exc)
-        except Exception as exc:  # noqa: BLE001 - dead for good, or still restarting: stays down
-            actor.error = f"{type(exc).__name__}: {exc}"
-        else:
-            log.warning("rollout actor %d is back and re-synced (%d players)", actor.index, len(actor.held))
-
-    def _down(self, actor: _Actor, why: str) -> None:
-        if actor.up:
-            log.warning("rollout actor %d is down (%s); its requests go to the other actors", actor.index, why)
-        actor.up, actor.error = False, why
-
-    def _pick(self, player: str | None, tried: set[int]) -> _Actor | None:
-        return pick_worker([a for a in self.actors if a.up and a.index not in tried], self._placement, player,
-                           key=lambda a: a.index)
-
-    async def _ensure(self, actor: _Actor, player: str) -> None:
-        """Install the player's current version unless the actor holds it already."""
-        ad = self._adapters.get(player)
-        if ad is not None and actor.held.get(player) == ad.version:
-            return
-        async with actor.lock(player):
-            while True:
-                ad = self._adapters.get(player)
-                if ad is None:
-                    raise UnknownPlayerError(f"player {player!r} was unloaded")
-                if actor.held.get(player) == ad.version:
-                    return
-                await actor.handle.load.remote(player, ad.ref, ad.version, actor.instance)
-                self.stats["uploads"] += 1
-                actor.held[player] = ad.version
-
-    async def _pick_up(self, player: str | None, tried: set[int], deadline: float) -> _Actor:
-        """An actor that is up, another than the ones tried first; waits while all are down."""
-        while True:
-            actor = self._pick(player, tried) or self._pick(player, set())
-            if actor is not None:
-                return actor
-            if time.monotonic() > deadline:
-                self.stats["failed"] += 1
-                raise RuntimeError(f"no rollout actor came up within {self.timeout:g} s (" + "; ".join(
-                    f"actor {a.index}: {a.error}" for a in self.actors) + ")")
-            await asyncio.sleep(min(0.1, self.poll_s))
-
-    async def _on_actor(self, actor: _Actor, player: str | None, call):
-        """Run ``call()`` (an ObjectRef maker) on ``actor`` after installing the player there;
-        returns ``(ok, result)``, ``ok`` False when the actor died or timed out."""
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-
-        actor.inflight += 1
-        try:
-            if player is not None:
-                await self._ensure(actor, player)
-            return True, await asyncio.wait_for(call(), self.timeout)
-        except (RayActorError, asyncio.TimeoutError, GetTimeoutError, RayTaskError) as exc:
-            if isinstance(exc, RayTaskError) and not isinstance(getattr(exc, "cause", None), ActorRestartedError):
-                raise  # the request's own error (e.g. a prompt too long), not the actor's
-            self._down(actor, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            return False, exc
-        finally:
-            actor.inflight -= 1
-
-    async def _complete(self, ids: list[int], player: str | None, params: SamplingParams, rid: str) -> Completion:
-        tried: set[int] = set()
-        deadline = time.monotonic() + self.timeout
-        while True:
-            actor = await self._pick_up(player, tried, deadline)
-            ok, out = await self._on_actor(actor, player, lambda: _awaitable(actor.handle.complete.remote(
-                ids, player, params, rid, actor.instance)))
-            if ok:
-                actor.completions += 1
-                self.stats["completions"] += 1
-                return out
-            tried.add(actor.index)
-            self.stats["retried"] += 1
-
-    async def _complete_many(self, checked: list[tuple], rids: list[str], futs: list[Future]) -> None:
-        """One ``complete_many`` per actor (its share, in order); a failed actor's share is sent
-        again request by request."""
-        groups: dict[int, list[int]] = {}
-        actors: dict[int, _Actor] = {}
-        try:
-            for i, (_, player, _) in enumerate(checked):
-                actor = await self._pick_up(player, set(), time.monotonic() + self.timeout)
-                groups.setdefault(actor.index, []).append(i)
-                actors[actor.index] = actor
-        except BaseException as exc:  # noqa: BLE001 - every future gets the error
-            for f in futs:
-                f.set_exception(exc)
-            return
-
-        async def run(actor: _Actor, idx: list[int]) -> None:
-            reqs = [checked[i] for i in idx]
-            players = sorted({p for _, p, _ in reqs if p is not None})
-
-            async def install_then_call():
-                for p in players:
-                    await self._ensure(actor, p)
-                return await actor.handle.complete_many.remote(reqs, actor.instance)
-
-            try:
-                ok, out = await self._on_actor(actor, None, install_then_call)
-            except BaseException as exc:  # noqa: BLE001 - a refused request or adapter: its games fail, none hangs
-                for i in idx:
-                    futs[i].set_exception(exc)
-                return
-            if not ok:
-                self.stats["retried"] += len(idx)
-                outs = await asyncio.gather(*(self._complete(*checked[i], rids[i]) for i in idx),
-                                            return_exceptions=True)
-            else:
-                actor.completions += len(idx)
-                self.stats["completions"] += len(idx)
-                outs = out
-            for i, r in zip(idx, outs):
-                if isinstance(r, BaseException):
-                    futs[i].set_exception(r)
-                else:
-                    futs[i].set_result(r)
-
-        await asyncio.gather(*(run(actors[k], idx) for k, idx in groups.items()))
-
-    async def _install(self, name: str, ad: _Adapter) -> int:
-        old = self._adapters.get(name)
-        self._adapters[name], self._last_version[name] = ad, ad.version
-        holders = [a for a in self.actors if a.up and name in a.held]
-        results = await asyncio.gather(*(self._on_actor(a, name, _noop) for a in holders), return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException):  # a refused adapter (bad shapes): keep serving the old one
-                if old is not None:
-                    self._adapters[name] = old
-                else:
-                    self._adapters.pop(name, None)
-                raise r
-        return ad.version
-
-    async def _drop(self, name: str) -> None:
-        self._adapters.pop(name, None)
-        self._placement.pop(name, None)
-        for a in self.actors:
-            if name in a.held:
-                a.held.pop(name)
-                if a.up:
-                    await self._on_actor(a, None, lambda a=a: _awaitable(a.handle.unload.remote(name)))
-
-    async def _occupancy(self) -> float:
-        vals = []
-        for a in self.actors:
-            if a.up:
-                ok, h = await self._on_actor(a, None, lambda a=a: _awaitable(a.handle.health.remote()))
-                if ok:
-                    vals.append(float(h["occupancy"]))
-        return sum(vals) / len(vals) if vals else 0.0
 
 
 class RayUpdater:
@@ -688,10 +426,6 @@ class RayUpdater:
 
 async def _awaitable(ref):
     return await ref
-
-
-async def _noop():
-    return None
 
 
 def _weights_of(source: Any) -> AdapterWeights:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autocurricula.engine import AdapterWeights, Engine, EngineConfig, EngineProtocol, LoraSpec
+from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, RolloutEngine, TrainableEngine
 
 PKG = Path(__file__).resolve().parent.parent / "autocurricula"
 # an engine object's internals (slot table, LoRA stacks, residency, scheduler) or private names
@@ -42,8 +42,36 @@ def test_the_scheduler_uses_no_private_engine_methods():
 
 def test_protocol_documents_what_arena_and_trainer_call():
     for name in ("submit", "submit_many", "load_adapter", "unload_adapter", "adapter_info", "players",
-                 "encode", "decode", "apply_chat_template", "health", "close"):
-        assert getattr(EngineProtocol, name).__doc__, name
+                 "encode", "decode", "apply_chat_template", "health", "occupancy", "sync_from", "make_updater",
+                 "close"):
+        assert getattr(RolloutEngine, name).__doc__, name
+    for name in ("adapter_weights", "install", "call", "training_stacks", "token_logprobs", "completion_logprobs"):
+        assert getattr(TrainableEngine, name).__doc__, name
+
+
+def test_engine_protocol_is_a_deprecated_alias_of_rollout_engine():
+    import autocurricula.engine as engine_pkg
+    from autocurricula.engine import protocol
+
+    for module in (engine_pkg, protocol):
+        with pytest.warns(DeprecationWarning, match="RolloutEngine"):
+            assert module.EngineProtocol is RolloutEngine
+
+
+def test_completion_logprobs_moved_into_the_engine_package():
+    from autocurricula.engine.logprobs import completion_logprobs
+    from autocurricula.training import update
+
+    with pytest.warns(DeprecationWarning, match="autocurricula.engine.logprobs"):
+        assert update.completion_logprobs is completion_logprobs
+
+
+def test_the_engine_package_imports_nothing_above_it_and_its_scheduler_not_the_engine():
+    for path in (PKG / "engine").glob("*.py"):
+        src = path.read_text()
+        assert not re.search(r"(?:from|import) autocurricula\.(?!engine\b)", src), path.name
+    sched = (PKG / "engine" / "scheduler.py").read_text() + (PKG / "engine" / "runner.py").read_text()
+    assert "autocurricula.engine.engine" not in sched
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +85,13 @@ def _adapter(engine, seed, rank=4):
     spec = LoraSpec(r=rank)
     dims = {p: engine.linear_dims[p] for p in spec.resolve(engine.linear_dims)}
     return AdapterWeights.random(dims, spec, seed=seed, b_std=0.5)
+
+
+def test_the_in_process_engine_is_a_rollout_and_a_trainable_engine(engine):
+    assert isinstance(engine, RolloutEngine) and isinstance(engine, TrainableEngine)
+    assert engine.stats["retried"] == 0
+    assert engine.sync_from(engine) == {"pushed": [], "dropped": []}
+    assert engine.make_updater(engine, None) is None  # the trainer builds its in-process Updater
 
 
 def test_install_and_adapter_weights_round_trip(engine):
@@ -78,16 +113,18 @@ def test_training_stacks_only_on_the_engine_thread_and_restore_serving(engine):
             pass
     engine.install("surface-b", _adapter(engine, 3))
     ids = engine.encode("hello there")
-    before = engine.logits(ids, "surface-b")
+    pair = (ids[:-1], ids[-1:])
+    before = engine.completion_logprobs([pair], "surface-b")
+    pos, tgt = mx.array([[len(ids) - 2]]), mx.array([ids[-1:]])
 
     def job():
         with engine.training_stacks([], 4) as stacks:
             dims = stacks.dims
             stacks.set({p: (mx.ones((1, i, 1)), mx.ones((1, 1, o))) for p, (i, o) in dims.items()}, 1)
             stacks.route(mx.array([0], dtype=mx.uint32))
-            changed = np.array(engine.model(mx.array([ids], dtype=mx.int32))[0])
-        return changed, engine.adapter_weights("surface-b").rank
+            changed = engine.token_logprobs(mx.array([ids[:-1]]), pos, tgt, 1.0)
+        return float(changed.sum().item()), engine.adapter_weights("surface-b").rank
 
     changed, _ = engine.call(job).result()
-    assert not np.allclose(changed, before, atol=1e-3)  # the lent stacks were used
-    np.testing.assert_array_equal(engine.logits(ids, "surface-b"), before)  # and the serving ones are back
+    assert abs(changed - before[0]) > 1e-3  # the lent stacks were used
+    assert engine.completion_logprobs([pair], "surface-b") == before  # and the serving ones are back

@@ -18,7 +18,7 @@ import pytest
 from autocurricula.client import AuthError, Client, ConflictError, NotFoundError
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams, UnknownPlayerError
 from autocurricula.engine.fingerprint import BaseModelMismatchError, fingerprint_engine, fingerprint_folder
-from autocurricula.engine.protocol import EngineProtocol
+from autocurricula.engine.protocol import RolloutEngine
 from autocurricula.remote import RemoteEngine
 
 KEY = "remote-test-key"
@@ -105,7 +105,7 @@ def test_one_server_matches_the_in_process_engine(engine, tiny_model_path, other
     try:
         remote = RemoteEngine([server.url], base=engine, api_key=KEY)
         try:
-            assert isinstance(engine, EngineProtocol) and isinstance(remote, EngineProtocol)
+            assert isinstance(engine, RolloutEngine) and isinstance(remote, RolloutEngine)
             w = weights(engine, 7)
             engine.load_adapter("alice", w, version=5)
             assert remote.load_adapter("alice", w, version=5) == 5
