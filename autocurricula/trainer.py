@@ -39,7 +39,7 @@ import numpy as np
 
 from autocurricula.arena import Arena, run_async
 from autocurricula.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
-from autocurricula.credit import LEGACY_CREDIT_FIELDS, credit_from_fields, make_credit
+from autocurricula.credit import LEGACY_CREDIT_FIELDS, Credit, credit_from_fields, make_credit
 from autocurricula.records import GameRecord, Turn, is_scripted
 from autocurricula.rating import (Elo, Payoff, bradley_terry_bootstrap, format_leaderboard, leaderboard_rows,
                                   nash_weights)
@@ -567,7 +567,8 @@ class AutocurriculumTrainer:
         cfg = self.config
         self.lora_spec = coerce_lora_spec(lora_config)
         self.grpo = coerce_grpo_config(grpo_config)
-        spec = credit_from_fields(cfg.credit, {f: getattr(cfg, f) for f in LEGACY_CREDIT_FIELDS})
+        spec = cfg.credit if isinstance(cfg.credit, Credit) else \
+            credit_from_fields(cfg.credit, {f: getattr(cfg, f) for f in LEGACY_CREDIT_FIELDS})
         self.credit = make_credit(spec, self.grpo, cfg.seed, config=cfg)
         self.credit.check_game(play)  # e.g. moves credit needs play.moves: say so now
         if self.grpo.lr_scheduler_type != "constant":
