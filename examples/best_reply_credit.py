@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autocurricula.credit import (BranchCredit, branch_value, check_replays, game_moves, listed_moves, move_distribution,
-                                  register_credit)
+from autocurricula.credit import (BranchCredit, branch_value, check_replays, game_moves, listed_moves,
+                                  move_distribution, register_credit)
 
 MOVE_LOSSES = ("residual", "cross_entropy")
 

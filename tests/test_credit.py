@@ -332,8 +332,10 @@ def test_flat_fields_that_do_not_fit_are_refused(name, fields, match):
     (lambda: QCredit(target_coef=math.nan), "target_coef"), (lambda: QCredit(target_min_visits=0), "target_min_visits"),
     (lambda: GRPOCredit(scale_rewards="std"), "scale_rewards"), (lambda: BranchCredit(samples=0), "samples"),
     (lambda: BranchCredit(samples=True), "samples"), (lambda: BranchCredit(turns_per_game=-1), "turns_per_game"),
-    (lambda: BranchCredit(advantage="gae"), "advantage"), (lambda: BranchCredit(move_temperature=0.0), "move_temperature"),
-    (lambda: BranchCredit(move_temperature="x"), "move_temperature"), (lambda: BranchCredit(move_clip=-1.0), "move_clip"),
+    (lambda: BranchCredit(advantage="gae"), "advantage"),
+    (lambda: BranchCredit(move_temperature=0.0), "move_temperature"),
+    (lambda: BranchCredit(move_temperature="x"), "move_temperature"),
+    (lambda: BranchCredit(move_clip=-1.0), "move_clip"),
 ])
 def test_each_constructor_validates_its_settings(make, match):
     with pytest.raises(ValueError, match=match):

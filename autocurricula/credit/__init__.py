@@ -20,10 +20,10 @@ from autocurricula.credit.registry import (CREDIT_METHODS, LEGACY_CREDIT_FIELDS,
                                            register_credit)
 from autocurricula.credit.values import QCredit, StateValues, ValueCredit
 
-__all__ = ["RAE", "BranchCredit", "CREDIT_METHODS", "ConstantCredit", "Credit", "GRPOCredit", "LEGACY_CREDIT_FIELDS",
-           "MoveScorer", "QCredit", "RAECredit", "StateValues", "ValueCredit", "assign_credit", "branch_advantage",
-           "branch_value", "check_replays", "constant_advantages", "credit_from_fields", "episodes", "game_moves", "grpo_advantages",
-           "listed_moves", "make_credit", "move_advantages", "move_distribution", "pick_positions",
-           "register_credit", "rewards"]
+__all__ = ["assign_credit", "branch_advantage", "branch_value", "BranchCredit", "check_replays", "constant_advantages",
+           "ConstantCredit", "Credit", "credit_from_fields", "CREDIT_METHODS", "episodes", "game_moves",
+           "grpo_advantages", "GRPOCredit", "LEGACY_CREDIT_FIELDS", "listed_moves", "make_credit",
+           "move_advantages", "move_distribution", "MoveScorer", "pick_positions", "QCredit", "RAE",
+           "RAECredit", "register_credit", "rewards", "StateValues", "ValueCredit"]
 
 __getattr__ = moved("autocurricula.credit", {"Turn": "autocurricula.records:Turn"})

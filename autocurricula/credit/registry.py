@@ -27,8 +27,8 @@ _FIELD_KEYWORDS = {"rae_alpha": "alpha", "rae_per_player": "per_player", "value_
                    "branch_turns_per_game": "turns_per_game", "branch_advantage": "advantage",
                    "branch_move_temperature": "move_temperature", "branch_move_clip": "move_clip"}
 # fields of the best-reply research credit (examples/best_reply_credit.py), with their neutral values
-_RESEARCH_FIELDS = {"branch_temperature": ("continuation_temperature", None), "branch_move_loss": ("move_loss", "residual"),
-                    "branch_replies": ("replies", False)}
+_RESEARCH_FIELDS = {"branch_temperature": ("continuation_temperature", None),
+                    "branch_move_loss": ("move_loss", "residual"), "branch_replies": ("replies", False)}
 LEGACY_CREDIT_FIELDS: tuple[str, ...] = (*_FIELD_KEYWORDS, *_RESEARCH_FIELDS)
 
 
