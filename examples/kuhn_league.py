@@ -22,7 +22,7 @@ bet/call):
   the league's win-rate matrix; both figures are printed;
 * ``exploitability_selfplay``: the self-play player.
 
-Credit is ``branch`` with ``branch_advantage="moves"`` (no lookup table): at each learner turn both
+Credit is ``BranchCredit(advantage="moves")`` (no lookup table): at each learner turn both
 legal moves are played out in K branches each, and the policy is regressed toward a bounded
 softmax of their values (docs/training.md). Time on 2 cores shared with one or two other jobs:
 league 17 and self-play 17 minutes (less on idle cores), plus a warm-up of about 4 minutes on the
@@ -73,7 +73,7 @@ def parse_args(argv=None):
     parser.add_argument("--move-temperature", type=float, default=0.15, help="tau of --branch-advantage moves")
     parser.add_argument("--move-clip", type=float, default=6.0, help="bound on the centred target logit of moves")
     parser.add_argument("--move-loss", default="residual", choices=["residual", "cross_entropy"],
-                        help="branch_move_loss: the moves' loss")
+                        help="the moves' loss (BestReplyCredit.move_loss, examples/best_reply_credit.py)")
     parser.add_argument("--learning-rate", type=float, default=5e-3)
     parser.add_argument("--exploiter-learning-rate", type=float, default=1e-2,
                         help="the exploiters' learning rate (KuhnLeagueConfig.exploiter_learning_rate): higher than "
@@ -145,11 +145,24 @@ def settings(args):
                        loss_type="grpo", temperature=1.0))
 
 
+def credit_of(args):
+    """``--credit``: branch credit with the ``--branch-*`` and ``--move-*`` options, or another method by name."""
+    if args.credit != "branch":
+        return args.credit
+    from autocurricula.credit import BranchCredit
+
+    branch = dict(samples=args.branch_samples, advantage=args.branch_advantage, move_temperature=args.move_temperature,
+                  move_clip=args.move_clip)
+    if args.move_loss == "residual":
+        return BranchCredit(**branch)
+    from best_reply_credit import BestReplyCredit
+
+    return BestReplyCredit(**branch, move_loss=args.move_loss)
+
+
 def common(args, output_dir: str) -> dict:
     return dict(epochs=args.epochs, rounds=args.rounds, output_dir=output_dir, overwrite_output_dir=True,
-                seed=args.seed, max_tokens=2, credit=args.credit, branch_samples=args.branch_samples,
-                branch_advantage=args.branch_advantage, branch_move_temperature=args.move_temperature,
-                branch_move_clip=args.move_clip, branch_move_loss=args.move_loss,
+                seed=args.seed, max_tokens=2, credit=credit_of(args),
                 game_name="kuhn_poker", max_concurrent_games=128, bt_bootstrap=0, progress=False,
                 save_total_limit=1)
 

@@ -14,8 +14,9 @@ scripted players (anchor_share) and the rest by AlphaStar's rules, 32 games per 
 
 ``--pure`` leaves the scripted players out of the pool (every game is self-play, PFSP over snapshots or
 against exploiters); ``--credit branch`` gives each move its advantage from branch rollouts instead of
-the tabular "q"/"value" credit. The pure league's best recipe so far (about 80 minutes on 2 cores;
-docs/results.md) values every free cell after the opponent's best reply, with greedy play after it:
+the tabular "q"/"value" credit. The pure league's strongest recipe in docs/results.md (about 80 minutes
+on 2 cores) values every free cell after the opponent's best reply, with greedy play after it
+(``BestReplyCredit`` of examples/best_reply_credit.py):
 
     python examples/tictactoe_league.py --pure --credit branch --branch-advantage moves \
         --branch-samples 1 --branch-turns 0 --branch-temperature 0 --branch-replies \
@@ -29,7 +30,7 @@ The final JSON line holds ``loses_to_best_response_as_x/o``, ``credit`` and the 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import LeagueConfig, LeagueTrainer
 
-from ttt_common import Evaluator, credit_settings, finish, game, parse_args, scripted_players, start, update_settings
+from ttt_common import Evaluator, credit_method, finish, game, parse_args, scripted_players, start, update_settings
 
 
 def league_flags(parser):
@@ -61,11 +62,11 @@ config = LeagueConfig(
     main_pfsp_weighting=args.pfsp_weighting,
     snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),  # <= 2 per epoch
     output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2, game_name="tictactoe",
-    **credit_settings(args), max_concurrent_games=128, bt_bootstrap=50, progress=False,
+    credit=credit_method(args), max_concurrent_games=128, bt_bootstrap=50, progress=False,
 )
 trainer = LeagueTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
 trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
               resume_from_checkpoint=args.resume)
-finish(trainer, evaluator, engine, figures)
+finish(trainer, evaluator, engine, figures, args.credit)

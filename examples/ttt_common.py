@@ -66,13 +66,14 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     parser.add_argument("--move-temperature", type=float, default=0.25, help="tau of --branch-advantage moves")
     parser.add_argument("--move-clip", type=float, default=2.0, help="bound on the centred target logit of moves")
     parser.add_argument("--move-loss", default="residual", choices=["residual", "cross_entropy"],
-                        help="with --branch-advantage moves: branch_move_loss")
+                        help="with --branch-advantage moves: the move turns' loss (BestReplyCredit.move_loss)")
     parser.add_argument("--branch-replies", action="store_true", help="with --branch-advantage moves: each move's "
                         "value is taken after the opponent's best reply, every reply played out (a one-ply search)")
     parser.add_argument("--branch-temperature", type=float, default=None, help="with --credit branch: sampling "
                         "temperature of the branch continuations (default: the games' 1.0; 0 = greedy)")
     parser.add_argument("--q-targets", type=float, default=1.0, help="with --credit q: also train every visited "
-                        "position toward its best known move, advantage COEF x (score - V) (q_target_coef; 0 = off)")
+                        "position toward its best known move, advantage COEF x (score - V) "
+                        "(QCredit.target_coef; 0 = off)")
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--lr-schedule", default="constant",
                         choices=["constant", "linear", "cosine", "warmup_stable_decay"],
@@ -102,13 +103,22 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     return args
 
 
-def credit_settings(args) -> dict:
-    """The config fields of ``--credit`` and its options."""
-    return {"credit": args.credit, "q_target_coef": args.q_targets, "branch_samples": args.branch_samples,
-            "branch_turns_per_game": args.branch_turns, "branch_advantage": args.branch_advantage,
-            "branch_move_temperature": args.move_temperature, "branch_move_clip": args.move_clip,
-            "branch_temperature": args.branch_temperature, "branch_replies": args.branch_replies,
-            "branch_move_loss": args.move_loss}
+def credit_method(args):
+    """The credit object of ``--credit`` and its options (the best-reply variant of branch credit
+    when ``--branch-replies``, ``--branch-temperature`` or ``--move-loss cross_entropy`` asks for it)."""
+    from autocurricula.credit import BranchCredit, ConstantCredit, GRPOCredit, QCredit, RAECredit, ValueCredit
+
+    if args.credit != "branch":
+        simple = {"rae": RAECredit, "value": ValueCredit, "grpo": GRPOCredit, "constant": ConstantCredit}
+        return QCredit(target_coef=args.q_targets) if args.credit == "q" else simple[args.credit]()
+    branch = dict(samples=args.branch_samples, turns_per_game=args.branch_turns, advantage=args.branch_advantage,
+                  move_temperature=args.move_temperature, move_clip=args.move_clip)
+    if args.branch_replies or args.branch_temperature is not None or args.move_loss != "residual":
+        from best_reply_credit import BestReplyCredit
+
+        return BestReplyCredit(**branch, continuation_temperature=args.branch_temperature,
+                               replies=args.branch_replies, move_loss=args.move_loss)
+    return BranchCredit(**branch)
 
 
 def game(args):
@@ -150,13 +160,13 @@ def update_settings(args):
                        num_iterations=args.num_iterations, steps_per_generation=args.steps_per_generation))
 
 
-def finish(trainer, evaluator, engine, figures) -> None:
+def finish(trainer, evaluator, engine, figures, credit_name: str) -> None:
     """Prints the leaderboard, then the final JSON line: the last epoch's figures (with the exact best
-    response's verdict as X and as O), the credit method and the per-epoch curve."""
+    response's verdict as X and as O), the credit method's name and the per-epoch curve."""
     print(trainer.leaderboard)
     engine.close()
     summary = evaluator.summary(trainer, figures)
-    summary["credit"] = trainer.config.credit
+    summary["credit"] = credit_name
     summary["curve"] = [{k: row[k] for k in ("epoch", "minutes", "optimal_move_rate", "loses_to_best_response_as_x",
                                              "loses_to_best_response_as_o", "value_losing_share")}
                         for row in evaluator.rows]

@@ -38,6 +38,7 @@ def main(argv=None):
     from kuhn_league import warm_base
 
     from autocurricula import GRPOConfig, LeagueConfig, LeagueTrainer
+    from autocurricula.credit import BranchCredit
     from autocurricula.engine import Engine, LoraSpec
     from autocurricula.eval.kuhn import INFOSETS, exploitability, read_strategy
     from autocurricula.eval.players import main_agent
@@ -48,9 +49,9 @@ def main(argv=None):
     uniform = dict.fromkeys(INFOSETS, 0.5)
     config = LeagueConfig(main_agents=1, main_exploiters=0, league_exploiters=0, games_per_learner=args.games,
                           anchor_share=1.0, epochs=1, rounds=args.rounds, output_dir=args.output_dir,
-                          overwrite_output_dir=True, seed=0, max_tokens=3, credit="branch",
-                          branch_samples=args.branch_samples, branch_advantage=args.branch_advantage,
-                          branch_move_temperature=args.move_temperature, branch_move_clip=args.move_clip,
+                          overwrite_output_dir=True, seed=0, max_tokens=3,
+                          credit=BranchCredit(samples=args.branch_samples, advantage=args.branch_advantage,
+                                              move_temperature=args.move_temperature, move_clip=args.move_clip),
                           game_name="kuhn_poker", max_concurrent_games=128, bt_bootstrap=0, progress=False,
                           save_total_limit=1)
     trainer = LeagueTrainer(config, opponents=[{"id": "random", "role": "random", "policy": kuhn_poker.random_policy}])

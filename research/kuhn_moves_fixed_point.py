@@ -2,7 +2,7 @@
 
     python research/kuhn_moves_fixed_point.py [--tau 0.25] [--clip 2] [--iterations 20000]
 
-``branch_advantage="moves"`` regresses each state's policy toward ``pi ∝ exp(y)`` with
+``BranchCredit(advantage="moves")`` regresses each state's policy toward ``pi ∝ exp(y)`` with
 ``y = clip((Q - mean Q) / tau, ±clip)``, centred, where ``Q(s, m)`` is the mean return of the
 branches that play m at s. In expectation over visits, Q is the on-policy value of the move at
 the information set (the opponent's card weighted by how often it reaches the set). This script

@@ -27,6 +27,7 @@ import numpy as np
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import AutocurriculumConfig, AutocurriculumTrainer, GRPOConfig
+from autocurricula.credit import QCredit
 from autocurricula.records import Turn
 from autocurricula.engine import Engine, LoraSpec
 from autocurricula.eval.tictactoe import greedy_table
@@ -105,15 +106,15 @@ def supervised(args, base):
 
 
 def target_quality(table: dict, tau: float = 0.25, clip: float = 2.0) -> dict:
-    """How right the targets of ``branch_advantage="moves"`` with greedy continuations are, given the
+    """How right the targets of ``BranchCredit(advantage="moves")`` with greedy continuations are, given the
     greedy policy ``table`` that plays the continuations (both sides): at every reachable position,
     each move's value is the outcome of greedy play after it ("greedy"), or after the opponent's best
-    reply to it and greedy play on ("best_reply", ``branch_replies=True``). Reported: the share of
+    reply to it and greedy play on ("best_reply", ``BestReplyCredit(replies=True)``). Reported: the share of
     positions whose best-valued moves are all optimal, and the mean target probability
     (``move_distribution``) on optimal moves."""
     from functools import lru_cache
 
-    from autocurricula.branch import move_distribution
+    from autocurricula.credit import move_distribution
 
     sign = {"X": 1, "O": -1}
 
@@ -155,8 +156,8 @@ def memo(args, base):
     cell, every reply, greedy on) timed ``--repeats`` times each way, alternating. The values must
     come out the same."""
     from autocurricula.arena import Arena, GameRecord
-    from autocurricula.branch import BranchCredit
     from autocurricula.replay import Replayer
+    from best_reply_credit import BestReplyCredit
     from autocurricula.arena import run_async
 
     engine = Engine(str(base))
@@ -170,8 +171,8 @@ def memo(args, base):
     times, targets = {"memo": [], "no_memo": []}, {}
     for rep in range(args.repeats):
         for name in ("no_memo", "memo") if rep % 2 else ("memo", "no_memo"):
-            credit = BranchCredit(samples=1, advantage="moves", continuation_temperature=0.0, replies=True,
-                                  move_loss="cross_entropy")
+            credit = BestReplyCredit(samples=1, advantage="moves", continuation_temperature=0.0, replies=True,
+                                     move_loss="cross_entropy")
             replayer = Replayer(arena, T.play, "tictactoe", max_concurrent=128)
             if name == "no_memo":
                 replayer.greedy_memo = None
@@ -188,11 +189,11 @@ def memo(args, base):
 
 
 def regression(args, base):
-    """The ``branch_advantage="moves"`` regression with exact values: each step draws ``--states``
+    """The ``BranchCredit(advantage="moves")`` regression with exact values: each step draws ``--states``
     positions uniformly and regresses the policy toward the bounded softmax of the moves' perfect-play
     values (``--move-temperature``, ``--move-clip``), as branch credit does with values from branches.
     The best case of that credit: how many updates of how many states reach which optimal-move rate."""
-    from autocurricula.branch import move_advantages, move_distribution
+    from autocurricula.credit import move_advantages, move_distribution
     from autocurricula.pool import fresh_adapter
     from autocurricula.training import Updater
 
@@ -264,9 +265,9 @@ def probe(args, base, play, spec, opponents, n, credit):
 
     config = AutocurriculumConfig(epochs=args.epochs, rounds=args.rounds, output_dir=args.output_dir,
                                   overwrite_output_dir=True, progress=False,
-                                  bt_bootstrap=0, max_tokens=2, credit=credit, save_strategy="no",
-                                  q_target_coef=args.q_targets, q_target_min_visits=args.q_target_min_visits,
-                                  max_concurrent_games=256, max_batch=128, seed=args.seed)
+                                  bt_bootstrap=0, max_tokens=2, save_strategy="no",
+                                  credit=QCredit(target_coef=args.q_targets, target_min_visits=args.q_target_min_visits)
+                                  if credit == "q" else credit, max_concurrent_games=256, max_batch=128, seed=args.seed)
     trainer = _Probe(config, spec, opponents, n)
     grpo = GRPOConfig(learning_rate=args.learning_rate, beta=args.beta, loss_type="grpo",
                       temperature=args.temperature, entropy_coef=args.entropy_coef,
@@ -380,7 +381,7 @@ def main():
     parser.add_argument("--minimax-share", type=float, default=0.5)
     parser.add_argument("--openings", default="0-0", help="scripted: random opening moves, lo-hi")
     parser.add_argument("--credit", default="value", choices=["rae", "value", "q", "grpo", "constant"])
-    parser.add_argument("--q-targets", type=float, default=0.0, help="with --credit q: q_target_coef, also train "
+    parser.add_argument("--q-targets", type=float, default=0.0, help="with --credit q: QCredit.target_coef, also train "
                         "every visited position toward its best known move (0 = off)")
     parser.add_argument("--q-target-min-visits", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=None, help="default 1e-3 (supervised) or 5e-4")

@@ -5,18 +5,34 @@ learns card-dependent Kuhn play against a fixed opponent."""
 
 import asyncio
 import functools
+import importlib.util
 import math
+import sys
 import types
 from concurrent.futures import Future
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from autocurricula import SelfPlayConfig
 from autocurricula.arena import Arena, GameRecord, Generation
-from autocurricula.branch import BranchCredit, move_advantages, move_distribution
+from autocurricula.config import GRPOConfig
+from autocurricula.credit import BranchCredit, credit_from_fields, make_credit, move_advantages, move_distribution
 from autocurricula.games import kuhn_poker
 from autocurricula.replay import Replayer
+
+
+def best_reply_module():
+    """examples/best_reply_credit.py: BranchCredit with greedy continuations, reply search, cross-entropy."""
+    path = Path(__file__).resolve().parent.parent / "examples" / "best_reply_credit.py"
+    spec = importlib.util.spec_from_file_location("best_reply_credit", path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+BestReplyCredit = best_reply_module().BestReplyCredit
 
 
 class CharTokenizer:
@@ -118,9 +134,8 @@ def test_move_distribution_by_hand():
 def test_cross_entropy_moves_keep_the_mass_on_the_listed_moves(tiny_model_path):
     """The two move losses share a fixed point, but only the cross-entropy raises the probability of
     the listed moves together; the residuals sum to zero and move the differences between them."""
-    from autocurricula.credit import Turn
     from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
-    from autocurricula.config import GRPOConfig
+    from autocurricula.records import Turn
     from autocurricula.training import Updater
 
     eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=4))
@@ -173,13 +188,16 @@ def test_engine_scores_completions_as_its_full_logits_do(tiny_model_path):
         eng.close()
 
 
-def test_config_checks_move_fields():
-    assert SelfPlayConfig(credit="branch", branch_advantage="moves").branch_move_clip == 2.0
-    assert SelfPlayConfig(credit="branch", branch_move_clip=math.inf).branch_move_clip == math.inf  # no bound
-    for bad in (dict(branch_move_temperature=0.0), dict(branch_move_clip=-1.0), dict(branch_move_temperature="x"),
-                dict(branch_move_temperature=math.inf)):
+def test_move_settings_are_checked():
+    assert BranchCredit(advantage="moves").move_clip == 2.0
+    assert BranchCredit(move_clip=math.inf).move_clip == math.inf  # no bound
+    for bad in (dict(move_temperature=0.0), dict(move_clip=-1.0), dict(move_temperature="x"),
+                dict(move_temperature=math.inf)):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            SelfPlayConfig(credit="branch", branch_advantage="moves", **bad)
+            BranchCredit(advantage="moves", **bad)
+        field = f"branch_{next(iter(bad))}"
+        with pytest.raises(ValueError, match=field):  # the flat config field it came from is named
+            credit_from_fields("branch", {"branch_advantage": "moves", field: next(iter(bad.values()))})
 
 
 def test_kuhn_lists_its_legal_moves():
@@ -215,7 +233,7 @@ def test_move_targets_match_known_values():
     eng = DigitEngine(bias={"9": 1.0})
     arena = Arena(eng, seed=3)
     records = logged(arena, dice, 2)
-    credit = BranchCredit(samples=300, advantage="moves", temperature=0.5, max_logit=1.5, turns_per_game=1)
+    credit = BranchCredit(samples=300, advantage="moves", move_temperature=0.5, move_clip=1.5, turns_per_game=1)
     credit.see_round(records, Replayer(arena, dice))
     turns = [t for r in records for t in r.turns]
     adv = credit.advantages(turns)
@@ -278,7 +296,7 @@ def test_reply_search_values_each_move_after_the_repliers_best_answer(game):
     eng = DigitEngine()
     arena = Arena(eng, seed=4)
     records = logged(arena, game, 3)
-    credit = BranchCredit(samples=1, advantage="moves", temperature=0.5, max_logit=1.5, replies=True)
+    credit = BestReplyCredit(samples=1, advantage="moves", move_temperature=0.5, move_clip=1.5, replies=True)
     credit.see_round(records, Replayer(arena, game))
     turns = [t for r in records for t in r.turns]
     credit.advantages(turns)
@@ -299,7 +317,7 @@ def test_reply_search_values_each_move_after_the_repliers_best_answer(game):
             assert [t.advantage for t in group] == pytest.approx(move_advantages(q, lp, 0.5, 1.5)), (seat, d, e)
     # per game: 10 moves of seat 0 and 10 of seat 1 played out once, then 10 replies to each of seat 0's moves
     assert credit.metrics()["credit/branch_games"] == 3 * (10 + 10 + 10 * 10)
-    without = BranchCredit(samples=1, advantage="moves", temperature=0.5, max_logit=1.5)
+    without = BranchCredit(samples=1, advantage="moves", move_temperature=0.5, move_clip=1.5)
     without.see_round(records, Replayer(arena, game))
     assert without.metrics()["credit/branch_games"] == 3 * 20
 
@@ -329,8 +347,8 @@ def test_greedy_memo_leaves_best_reply_targets_unchanged(tiny_model_path):
             real = eng.submit_many
             eng.submit_many = lambda reqs, real=real: calls.append(len(reqs)) or real(reqs)
             try:
-                credit = BranchCredit(samples=1, advantage="moves", continuation_temperature=0.0, replies=True,
-                                      move_loss="cross_entropy")
+                credit = BestReplyCredit(samples=1, advantage="moves", continuation_temperature=0.0, replies=True,
+                                         move_loss="cross_entropy")
                 replayer = Replayer(arena, play)
                 if not memo:
                     replayer.greedy_memo = None
@@ -345,23 +363,34 @@ def test_greedy_memo_leaves_best_reply_targets_unchanged(tiny_model_path):
 
 
 def test_reply_search_needs_moves():
-    with pytest.raises(ValueError, match="branch_advantage='moves'"):
-        BranchCredit(advantage="return", replies=True)
-    with pytest.raises(ValueError, match="branch_replies"):
-        SelfPlayConfig(credit="branch", branch_advantage="return", branch_replies=True)
-    assert SelfPlayConfig(credit="branch", branch_advantage="moves", branch_replies=True).branch_replies
+    with pytest.raises(ValueError, match="advantage='moves'"):
+        BestReplyCredit(advantage="return", replies=True)
+    assert BestReplyCredit(advantage="moves", replies=True).replies
 
 
-def test_branch_options_are_refused_where_nothing_would_use_them():
-    with pytest.raises(ValueError, match="branch_move_loss='residual'"):
-        SelfPlayConfig(credit="branch", branch_advantage="return", branch_move_loss="cross_entropy")
-    with pytest.raises(ValueError, match="branch_move_loss"):
-        SelfPlayConfig(credit="rae", branch_move_loss="cross_entropy")
-    with pytest.raises(ValueError, match="branch_temperature=None"):
-        SelfPlayConfig(credit="q", branch_temperature=0.0)
-    assert SelfPlayConfig(credit="branch", branch_advantage="moves", branch_move_loss="cross_entropy",
-                          branch_temperature=0.0).branch_temperature == 0.0
-    assert SelfPlayConfig(credit="branch", branch_temperature=0.5).branch_temperature == 0.5  # any advantage
+def test_best_reply_options_are_refused_where_nothing_would_use_them():
+    with pytest.raises(ValueError, match="move_loss='residual'"):
+        BestReplyCredit(advantage="return", move_loss="cross_entropy")
+    with pytest.raises(ValueError, match="move_loss"):
+        BestReplyCredit(advantage="moves", move_loss="hinge")
+    for bad in (-0.5, math.nan, True):
+        with pytest.raises(ValueError, match="continuation_temperature"):
+            BestReplyCredit(continuation_temperature=bad)
+    assert BestReplyCredit(advantage="moves", move_loss="cross_entropy",
+                           continuation_temperature=0.0).continuation_temperature == 0.0
+    assert BestReplyCredit(continuation_temperature=0.5).branch_temperature() == 0.5  # any advantage
+    # the core's flat fields do not reach them: the error names the class that has them
+    for field, value in (("branch_replies", True), ("branch_temperature", 0.0), ("branch_move_loss", "cross_entropy")):
+        with pytest.raises(ValueError, match="BestReplyCredit"):
+            credit_from_fields("branch", {"branch_advantage": "moves", field: value})
+
+
+def test_best_reply_credit_is_registered_and_binds_like_branch_credit():
+    from autocurricula.credit import CREDIT_METHODS
+
+    assert CREDIT_METHODS["best_reply"] is BestReplyCredit
+    credit = make_credit(BestReplyCredit(advantage="moves", replies=True), GRPOConfig(temperature=0.5), 9)
+    assert (credit.seed, credit.sampling_temperature, credit.replays) == (9, 0.5, True)
 
 
 def test_moves_needs_the_game_to_list_them():
@@ -394,7 +423,7 @@ def test_trainer_refuses_moves_for_a_game_without_them_before_playing(tiny_model
     from autocurricula import SelfPlayTrainer
     from toy_games import digits
 
-    trainer = SelfPlayTrainer(SelfPlayConfig(credit="branch", branch_advantage="moves", epochs=1, rounds=1,
+    trainer = SelfPlayTrainer(SelfPlayConfig(credit=BranchCredit(advantage="moves"), epochs=1, rounds=1,
                                              games_per_round=2, output_dir=str(tmp_path), progress=False,
                                              game_name="digits", bt_bootstrap=0))
     with pytest.raises(ValueError, match="moves\\(prompt\\)"):

@@ -1,11 +1,19 @@
-"""Credit assigners on hand-computed numbers."""
+"""Credit methods on hand-computed numbers; the Credit objects, their configs, the registry and the
+flat config fields they stand for."""
 
+import copy
 import json
 import math
+import warnings
 
 import pytest
 
-from autocurricula.credit import RAE, StateValues, Turn, assign_credit, grpo_advantages
+from autocurricula.config import GRPOConfig
+from autocurricula.credit import (LEGACY_CREDIT_FIELDS, RAE, BranchCredit, ConstantCredit, Credit, GRPOCredit, QCredit,
+                                  RAECredit, StateValues, ValueCredit, assign_credit, credit_from_fields,
+                                  grpo_advantages, make_credit, register_credit)
+from autocurricula.credit import registry
+from autocurricula.records import Turn
 
 
 def turn(player="p", game_id="g0", role="X", reward=0.0, **kw):
@@ -113,10 +121,8 @@ def test_state_values_round_trip_cap_and_errors():
     restored.load_state_dict(json.loads(json.dumps(sv.state_dict())))
     nxt = [move(4, "h", 0.0, player="a"), move(9, "h", 0.0, player="a")]
     assert restored.advantages(list(nxt)) == sv.advantages(list(nxt))
-    with pytest.raises(ValueError, match="value_lambda"):
+    with pytest.raises(ValueError, match="lam"):
         StateValues(lam=2)
-    with pytest.raises(ValueError, match="value table"):
-        assign_credit(nxt, "value")
 
 
 def act(state, completion, game_id, reward):
@@ -157,9 +163,7 @@ def test_action_values_round_trip_and_method_check():
     assert restored.actions
     nxt = [act(1, 9, "h", 1.0), act(2, 7, "h", 1.0)]
     assert restored.advantages(list(nxt)) == q.advantages(list(nxt))
-    with pytest.raises(ValueError, match=r"StateValues\(actions=True\)"):
-        assign_credit(nxt, "q", values=StateValues())
-    assert [t.advantage for t in assign_credit([act(3, 7, "k", 1.0)], "q", values=StateValues(actions=True))] == [1.0]
+    assert [t.advantage for t in QCredit().assign([act(3, 7, "k", 1.0)])] == [1.0]
 
 
 def test_greedy_targets_pick_the_best_known_move_by_hand():
@@ -217,10 +221,205 @@ def test_greedy_targets_pick_the_best_known_move_by_hand():
         q.greedy_targets(seen, 1.0, min_visits=0)
 
 
-def test_assign_credit_sets_advantages():
-    ts = assign_credit([turn(reward=3), turn(reward=-2)], "constant")
+# ---------------------------------------------------------------------- credit objects
+def rounds_of_turns(n_rounds=4):
+    """Turns of small two-seat games whose states repeat, with groups, sub-games and three players."""
+    out = []
+    for r in range(n_rounds):
+        turns = []
+        for g in range(6):
+            for k in range(2):
+                for seat, role in enumerate("XO"):
+                    move = (g * 2 + r + seat) % 3
+                    turns.append(Turn(f"p{(g + seat) % 3}", f"r{r}g{g}", role, [g % 2, k], [move], [-0.5], game="ttt",
+                                      reward=float((move == 0) - (move == 2) * (g % 2)), seat=seat,
+                                      group=f"s{g % 2}" if g % 3 else None, level=k,
+                                      parent=f"r{r}g{g}" if k else None))
+        out.append(turns)
+    return out
+
+
+def run_rounds(assign, extra=lambda turns: []):
+    rows = []
+    for turns in rounds_of_turns():
+        turns = copy.deepcopy(turns)
+        adv = assign(turns)
+        rows.append((adv, [(t.prompt_ids, t.completion_ids, t.advantage) for t in extra(turns)]))
+    return rows
+
+
+def by_object(credit):
+    return run_rounds(lambda ts: [t.advantage for t in credit.assign(ts)], credit.extra_turns)
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_grpo_and_constant_objects_give_the_pure_functions_values(scale):
+    bound = make_credit("grpo", GRPOConfig(scale_rewards=scale), 0)
+    assert bound.scale_rewards == scale
+    want = run_rounds(lambda ts: grpo_advantages(ts, scale))
+    assert by_object(bound) == want == by_object(GRPOCredit(scale_rewards=scale))
+    # an explicit setting is kept; unbound, it is trl's default "group"
+    assert make_credit(GRPOCredit(scale_rewards="none"), GRPOConfig(scale_rewards=scale), 0).scale_rewards == "none"
+    assert by_object(GRPOCredit()) == run_rounds(lambda ts: grpo_advantages(ts, "group"))
+    assert by_object(ConstantCredit()) == run_rounds(lambda ts: [t.reward for t in ts])
+
+
+@pytest.mark.parametrize("alpha, per_player", [(0.95, False), (0.5, True)])
+def test_table_objects_give_their_tables_values(alpha, per_player):
+    rae, targets = RAE(alpha, per_player), 0
+    assert by_object(RAECredit(alpha=alpha, per_player=per_player)) == run_rounds(rae.advantages)
+    for lam, max_states in ((1.0, 200_000), (0.3, 5)):
+        table = StateValues(lam, alpha, per_player, max_states)
+        assert by_object(ValueCredit(lam=lam, alpha=alpha, per_player=per_player, max_states=max_states)) == \
+            run_rounds(table.advantages)
+        for coef, visits in ((0.0, 2), (0.7, 1)):
+            q = StateValues(lam, alpha, per_player, max_states, actions=True, completions=coef > 0)
+            credit = QCredit(lam=lam, alpha=alpha, per_player=per_player, max_states=max_states, target_coef=coef,
+                             target_min_visits=visits)
+            got, want = by_object(credit), run_rounds(q.advantages, lambda ts: q.greedy_targets(ts, coef, visits)
+                                                      if coef else [])
+            assert got == want and credit.values.state_dict() == q.state_dict()
+            targets += sum(len(extra) for _, extra in got)
+    assert targets > 0
+
+
+def test_flat_fields_give_the_objects_and_their_values():
+    cases = [("rae", {"rae_alpha": 0.5, "rae_per_player": True}, RAECredit(alpha=0.5, per_player=True)),
+             ("value", {"value_lambda": 0.0, "rae_alpha": 0.8, "value_max_states": 9},
+              ValueCredit(lam=0.0, alpha=0.8, max_states=9)),
+             ("q", {"q_target_coef": 0.7, "q_target_min_visits": 1, "rae_per_player": True},
+              QCredit(target_coef=0.7, target_min_visits=1, per_player=True)),
+             ("branch", {"branch_samples": 2}, BranchCredit(samples=2)),
+             ("branch", {"branch_advantage": "moves", "branch_move_clip": math.inf, "rae_alpha": 0.9,
+                         "branch_move_temperature": 0.5, "branch_turns_per_game": 1},
+              BranchCredit(advantage="moves", move_clip=math.inf, alpha=0.9, move_temperature=0.5, turns_per_game=1)),
+             ("grpo", {}, GRPOCredit()), ("constant", {}, ConstantCredit())]
+    for name, fields, want in cases:
+        got = credit_from_fields(name, fields)
+        assert got == want and type(got) is type(want)
+        if name != "branch":
+            assert by_object(make_credit(got, GRPOConfig(), 0)) == by_object(make_credit(want, GRPOConfig(), 0))
+    defaults = {"rae_alpha": 0.95, "value_lambda": 1.0, "q_target_coef": 0.0, "branch_samples": 4,
+                "branch_temperature": None, "branch_move_loss": "residual", "branch_replies": False}
+    assert credit_from_fields("rae", defaults) == RAECredit()  # fields at their defaults say nothing
+    assert credit_from_fields("mine", defaults) == "mine"  # a method of your own: looked up at train time
+    assert len(LEGACY_CREDIT_FIELDS) == 14 and "credit" not in LEGACY_CREDIT_FIELDS
+
+
+@pytest.mark.parametrize("name, fields, match", [
+    ("rae", {"q_target_coef": 0.5}, "q_target_coef needs credit='q'"),
+    ("q", {"branch_samples": 2}, "branch_samples is a setting of credit 'branch'"),
+    ("grpo", {"rae_alpha": 0.5}, "leave rae_alpha=0.95"),
+    ("value", {"q_target_min_visits": 3}, "q_target_min_visits"),
+    ("mine", {"value_lambda": 0.5}, "value_lambda"),
+    ("value", {"value_lambda": 2.0}, r"lam .*value_lambda=2\.0"),
+    ("branch", {"branch_samples": 0}, "branch_samples=0"),
+    ("branch", {"branch_advantage": "gae"}, "branch_advantage"),
+    ("branch", {"branch_move_temperature": math.inf}, "branch_move_temperature"),
+    ("branch", {"branch_replies": True}, "BestReplyCredit"),
+    ("branch", {"branch_temperature": 0.0}, "branch_temperature"),
+    ("rae", {"branch_move_loss": "cross_entropy"}, "branch_move_loss"),
+    ("rae", {"rae_beta": 1.0}, "unknown credit fields"),
+])
+def test_flat_fields_that_do_not_fit_are_refused(name, fields, match):
+    with pytest.raises(ValueError, match=match):
+        credit_from_fields(name, fields)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: RAECredit(alpha=1.0), "alpha"), (lambda: ValueCredit(lam=-0.1), "lam"),
+    (lambda: ValueCredit(max_states=0), "max_states"), (lambda: QCredit(target_coef=-1.0), "target_coef"),
+    (lambda: QCredit(target_coef=math.nan), "target_coef"), (lambda: QCredit(target_min_visits=0), "target_min_visits"),
+    (lambda: GRPOCredit(scale_rewards="std"), "scale_rewards"), (lambda: BranchCredit(samples=0), "samples"),
+    (lambda: BranchCredit(samples=True), "samples"), (lambda: BranchCredit(turns_per_game=-1), "turns_per_game"),
+    (lambda: BranchCredit(advantage="gae"), "advantage"),
+    (lambda: BranchCredit(move_temperature=0.0), "move_temperature"),
+    (lambda: BranchCredit(move_temperature="x"), "move_temperature"),
+    (lambda: BranchCredit(move_clip=-1.0), "move_clip"),
+])
+def test_each_constructor_validates_its_settings(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_every_hook_has_a_default():
+    class Halves(Credit):
+        def advantages(self, turns):
+            return [t.reward / 2 for t in turns]
+
+    credit = make_credit(Halves(), GRPOConfig(), 3)  # bind: nothing to take
+    assert Credit.replays is False and credit.replays is False and BranchCredit.replays is True
+    assert credit.check_game(lambda players, model: [0.0]) is None and credit.see_round([], None) is None
+    ts = credit.assign([turn(reward=3.0)])
+    assert ts[0].advantage == 1.5 and credit.extra_turns(ts) == [] and credit.metrics() == {}
+    assert credit.state_dict() == {} and credit.load_state_dict({}) is None
+    with pytest.raises(NotImplementedError, match="advantages"):
+        Credit().advantages([])
+
+
+def test_make_credit_copies_an_object_and_binds_it():
+    spec = RAECredit(alpha=0.5)
+    a, b = make_credit(spec, GRPOConfig(), 0), make_credit(spec, GRPOConfig(), 0)
+    a.assign([turn(reward=1.0)])
+    assert a.rae.baselines and not b.rae.baselines and not spec.rae.baselines  # no learnt state is shared
+    branch = make_credit(BranchCredit(samples=2), GRPOConfig(temperature=0.7), 11)
+    assert (branch.seed, branch.sampling_temperature) == (11, 0.7) and branch == BranchCredit(samples=2)
+    assert make_credit("branch", GRPOConfig(), 5) == BranchCredit()  # a name: the method's defaults
+    with pytest.raises(ValueError, match="register_credit"):
+        make_credit("ppo", GRPOConfig(), 0)
+    with pytest.raises(TypeError, match="Credit object"):
+        make_credit(3, GRPOConfig(), 0)
+
+
+class Halves(Credit):
+    name = "halves"
+
+    def __init__(self, scale=0.5):
+        self.scale, self.seed = scale, None
+
+    def bind(self, grpo_config, seed):
+        self.seed = seed
+
+    def advantages(self, turns):
+        return [t.reward * self.scale for t in turns]
+
+
+def test_register_credit_takes_zero_argument_factories_and_the_two_argument_form_with_a_warning():
+    try:
+        register_credit("halves", Halves)  # a Credit subclass is a factory
+        credit = make_credit("halves", GRPOConfig(), 4)
+        assert isinstance(credit, Halves) and credit.seed == 4
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no warning for the zero-argument form
+            register_credit("halves", lambda: Halves(0.25))
+        assert make_credit("halves", GRPOConfig(), 0).scale == 0.25
+        with pytest.warns(DeprecationWarning, match="zero-argument factory"):
+            register_credit("halves", lambda config, grpo_config: Halves(config["scale"]))
+        assert make_credit("halves", GRPOConfig(), 1, config={"scale": 2.0}).advantages([turn(reward=1.0)]) == [2.0]
+        with pytest.raises(ValueError, match="config="):
+            make_credit("halves", GRPOConfig(), 1)
+        register_credit("halves", lambda: "not a credit")
+        with pytest.raises(TypeError, match="not a Credit"):
+            make_credit("halves", GRPOConfig(), 0)
+        with pytest.raises(TypeError, match="no arguments"):
+            register_credit("halves", lambda a, b, c: Halves())
+    finally:
+        registry.CREDIT_METHODS.pop("halves", None)
+
+
+def test_assign_credit_still_works_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="Credit objects"):
+        ts = assign_credit([turn(reward=3), turn(reward=-2)], "constant")
     assert [t.advantage for t in ts] == [3, -2]
-    with pytest.raises(ValueError, match="RAE state"):
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="RAE state"):
         assign_credit(ts, "rae")
-    with pytest.raises(ValueError, match="unknown credit"):
-        assign_credit(ts, "ppo")
+
+
+def test_moved_names_answer_with_a_warning():
+    import autocurricula.branch
+    import autocurricula.credit
+
+    with pytest.warns(DeprecationWarning, match="autocurricula.credit.branch.BranchCredit"):
+        assert autocurricula.branch.BranchCredit is BranchCredit
+    with pytest.warns(DeprecationWarning, match="autocurricula.records.Turn"):
+        assert autocurricula.credit.Turn is Turn

@@ -11,8 +11,9 @@ import autocurricula  # noqa: F401
 from autocurricula import GRPOConfig, LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer
 from autocurricula.arena import GameRecord
 from autocurricula.config import coerce_grpo_config
-from autocurricula.credit import (CREDIT_METHODS, ConstantCredit, Credit, GRPOCredit, RAECredit, Turn, ValueCredit,
-                                  make_credit, register_credit)
+from autocurricula.credit import (CREDIT_METHODS, ConstantCredit, Credit, GRPOCredit, QCredit, RAECredit, make_credit,
+                                  register_credit)
+from autocurricula.records import Turn
 from autocurricula.leagues import FictitiousConfig, FictitiousPlayTrainer
 from autocurricula.pool import call_scripted, is_scripted, snapshot_spec, takes_rng
 from autocurricula.trainer import AutocurriculumTrainer
@@ -120,23 +121,22 @@ def test_scripted_calls_share_one_rng_check():
 
 
 def test_credit_methods_are_objects_built_by_name():
-    cfg = SelfPlayConfig(credit="q", q_target_coef=0.5, **FAST)
-    credit = make_credit(cfg, GRPOConfig())
-    assert isinstance(credit, ValueCredit) and credit.values.actions and credit.name == "q"
-    assert isinstance(make_credit(SelfPlayConfig(credit="rae", **FAST), GRPOConfig()), RAECredit)
-    assert isinstance(make_credit(SelfPlayConfig(credit="constant", **FAST), GRPOConfig()), ConstantCredit)
-    grpo = make_credit(SelfPlayConfig(credit="grpo", **FAST), GRPOConfig(scale_rewards="none"))
+    credit = make_credit(QCredit(target_coef=0.5), GRPOConfig(), 0)
+    assert isinstance(credit, QCredit) and credit.values.actions and credit.name == "q"
+    assert isinstance(make_credit("rae", GRPOConfig(), 0), RAECredit)
+    assert isinstance(make_credit("constant", GRPOConfig(), 0), ConstantCredit)
+    grpo = make_credit("grpo", GRPOConfig(scale_rewards="none"), 0)
     assert isinstance(grpo, GRPOCredit) and grpo.scale_rewards == "none"
     turns = [Turn("p", f"g{i}", "r", [1, i], [2], [0.0], reward=float(i), seat=0) for i in range(3)]
     credit.assign(turns)
     # first visits: A = G - V, V a new state's fallback: the role baseline, 0.05 after rewards 0 and 1
     assert [t.advantage for t in turns] == pytest.approx([0.0, 1.0, 1.95])
     assert credit.metrics() == {"credit/states": 3, "credit/state_moves": 3, "credit/targets": 0}
-    restored = make_credit(cfg, GRPOConfig())
+    restored = make_credit(QCredit(target_coef=0.5), GRPOConfig(), 0)
     restored.load_state_dict(json.loads(json.dumps(credit.state_dict())))
     assert restored.values.state_dict() == credit.values.state_dict()
     with pytest.raises(ValueError, match="register_credit"):
-        SelfPlayConfig(credit="mine", **FAST)
+        make_credit("mine", GRPOConfig(), 0)
 
 
 class Halves(Credit):
@@ -160,10 +160,10 @@ class Halves(Credit):
 
 
 def test_a_registered_credit_method_drives_the_trainer(tiny_model_path, tmp_path):
-    register_credit("halves", lambda config, grpo_config: Halves())
+    config = SelfPlayConfig(epochs=1, rounds=2, games_per_round=2, credit="halves", output_dir=str(tmp_path), **FAST)
+    register_credit("halves", Halves)  # after its config: the name is looked up when training starts
     try:
-        t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=2, credit="halves",
-                                           output_dir=str(tmp_path), **FAST))
+        t = SelfPlayTrainer(config)
         t.train(str(tiny_model_path), digits)
         t.engine.close()
     finally:
@@ -172,6 +172,25 @@ def test_a_registered_credit_method_drives_the_trainer(tiny_model_path, tmp_path
     state = json.loads((tmp_path / "checkpoint-0" / "state.json").read_text())
     assert state["halves"] == {"calls": 2} and "python" not in json.loads((tmp_path / "checkpoint-0" /
                                                                           "rng.json").read_text())
+
+
+def test_a_credit_object_in_the_config_runs_as_its_flat_fields(tiny_model_path, tmp_path):
+    spec = RAECredit(alpha=0.5)
+    runs = []
+    for name, credit in (("object", dict(credit=spec)), ("fields", dict(credit="rae", rae_alpha=0.5))):
+        t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=2, output_dir=str(tmp_path / name),
+                                           **credit, **FAST))
+        t.train(str(tiny_model_path), digits)
+        learner = next(p["id"] for p in t.players if not p["frozen"])
+        runs.append(([(g["game_id"], g["rewards"]) for g in t.match_history], t.engine.adapter_weights(learner),
+                     t.credit.state_dict()))
+        t.engine.close()
+    (games, weights, state), (games2, weights2, state2) = runs
+    assert games == games2 and state == state2 and state["rae"]["baselines"]
+    for path, (a, b) in weights.modules.items():
+        assert (np.asarray(a) == np.asarray(weights2.modules[path][0])).all(), path
+        assert (np.asarray(b) == np.asarray(weights2.modules[path][1])).all(), path
+    assert not spec.rae.baselines  # the trainer learnt on its own copy
 
 
 def test_rewards_the_arena_set_are_kept():

@@ -14,9 +14,8 @@ import pytest
 
 from autocurricula import SelfPlayConfig, SelfPlayTrainer
 from autocurricula.arena import Arena, GameRecord
-from autocurricula.branch import BranchCredit, branch_advantage, branch_value, pick_positions
 from autocurricula.checkpoint import latest_checkpoint
-from autocurricula.credit import RAE
+from autocurricula.credit import RAE, BranchCredit, branch_advantage, branch_value, credit_from_fields, pick_positions
 from autocurricula.replay import ReplayDiverged, Replayer, turn_positions
 
 from toy_games import digits, first_digit_policy, nested, seed_style
@@ -77,14 +76,15 @@ def test_branch_maths_by_hand():
     assert len(some) == 3 and some == sorted(some) and some == pick_positions(list(range(10)), 3, seed=7)
 
 
-def test_config_checks_branch_fields():
-    cfg = SelfPlayConfig(credit="branch", branch_samples=3, branch_turns_per_game=2, branch_advantage="td")
-    assert cfg.branch_samples == 3
-    assert SelfPlayConfig(credit="branch", branch_temperature=0.0).branch_temperature == 0.0
-    for bad in (dict(branch_samples=0), dict(branch_turns_per_game=-1), dict(branch_advantage="gae"),
-                dict(branch_temperature=-0.5), dict(branch_temperature=float("nan"))):
+def test_branch_settings_are_checked():
+    assert credit_from_fields("branch", {"branch_samples": 3, "branch_turns_per_game": 2, "branch_advantage": "td"}) \
+        == BranchCredit(samples=3, turns_per_game=2, advantage="td")
+    for bad in (dict(samples=0), dict(samples=1.5), dict(turns_per_game=-1), dict(advantage="gae")):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            SelfPlayConfig(credit="branch", **bad)
+            BranchCredit(**bad)
+        field = f"branch_{next(iter(bad))}"
+        with pytest.raises(ValueError, match=field):  # the flat config field it came from is named
+            credit_from_fields("branch", {field: next(iter(bad.values()))})
 
 
 # ---------------------------------------------------------------------- replay reproduces the game

@@ -1,0 +1,29 @@
+"""Credit: from game outcomes to per-turn advantages. Each method is a :class:`Credit` object whose
+constructor is its config, validated there:
+
+- :class:`GRPOCredit` group-normalised rewards, :class:`ConstantCredit` ``A = R`` (:mod:`.grpo`);
+- :class:`RAECredit` SPIRAL's role baselines (:mod:`.rae`);
+- :class:`ValueCredit` / :class:`QCredit` a tabular critic over prompts (:mod:`.values`);
+- :class:`BranchCredit` values from branch rollouts of replayed games (:mod:`.branch`).
+
+The trainer's ``credit`` option takes one of those objects or a registered name; :func:`make_credit`
+builds and binds it, :func:`register_credit` names a method of your own."""
+
+from autocurricula._deprecation import moved
+from autocurricula.credit.assign import assign_credit
+from autocurricula.credit.base import Credit, episodes, game_moves, rewards
+from autocurricula.credit.branch import (BranchCredit, MoveScorer, branch_advantage, branch_value, check_replays,
+                                         listed_moves, move_advantages, move_distribution, pick_positions)
+from autocurricula.credit.grpo import ConstantCredit, GRPOCredit, constant_advantages, grpo_advantages
+from autocurricula.credit.rae import RAE, RAECredit
+from autocurricula.credit.registry import (CREDIT_METHODS, LEGACY_CREDIT_FIELDS, credit_from_fields, make_credit,
+                                           register_credit)
+from autocurricula.credit.values import QCredit, StateValues, ValueCredit
+
+__all__ = ["assign_credit", "branch_advantage", "branch_value", "BranchCredit", "check_replays", "constant_advantages",
+           "ConstantCredit", "Credit", "credit_from_fields", "CREDIT_METHODS", "episodes", "game_moves",
+           "grpo_advantages", "GRPOCredit", "LEGACY_CREDIT_FIELDS", "listed_moves", "make_credit",
+           "move_advantages", "move_distribution", "MoveScorer", "pick_positions", "QCredit", "RAE",
+           "RAECredit", "register_credit", "rewards", "StateValues", "ValueCredit"]
+
+__getattr__ = moved("autocurricula.credit", {"Turn": "autocurricula.records:Turn"})

@@ -1,0 +1,96 @@
+"""The credit protocol: :class:`Credit`, whose hooks the trainer calls once per round, each declared
+here with a default so that a method implements only what it needs; and the helpers every method
+shares (rewards checked, turns grouped into episodes, the moves a game lists)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from autocurricula.records import Turn
+
+if TYPE_CHECKING:
+    from autocurricula.records import GameRecord
+    from autocurricula.replay import Replayer
+
+
+class Credit:
+    """A credit method as the trainer uses it. Before training: :meth:`bind` (the trainer's GRPO
+    settings and the run's seed), then :meth:`check_game` (refuse a game it cannot use, before the
+    model loads). Each round:
+
+    1. :meth:`see_round` with the round's records and a replayer of them (methods with
+       ``replays = True`` only: the trainer logs every call of their games);
+    2. :meth:`assign` sets ``turn.advantage`` on the round's turns (all with rewards), from
+       :meth:`advantages`, which may learn from them (baselines, value tables);
+    3. :meth:`extra_turns` may add turns to train on (e.g. a critic's picks), from the learners' turns;
+    4. :meth:`metrics` reports on it (``credit/...`` names).
+
+    ``state_dict`` / ``load_state_dict`` carry what it learnt through checkpoints: its keys sit next to
+    the trainer's own in ``state.json``, so a method names its sections (``"rae"``, ``"values"``).
+    The constructor is the method's config; :func:`~autocurricula.credit.register_credit` gives a
+    method a name the trainer's ``credit`` option accepts."""
+
+    name: str = "credit"
+    replays: bool = False  # the method replays games: the trainer logs every call and calls see_round
+
+    def bind(self, grpo_config, seed: int) -> None:
+        """Receive the trainer's GRPO settings (``scale_rewards``, ``temperature``) and the run's seed."""
+
+    def check_game(self, play) -> None:
+        """Raise ``ValueError`` for a game this method cannot use (called before the model loads)."""
+
+    def see_round(self, records: list[GameRecord], replayer: Replayer) -> None:
+        """See the round's games before :meth:`assign` (called only when ``replays`` is True)."""
+
+    def advantages(self, turns: list[Turn]) -> list[float]:
+        """One advantage per turn; may learn from the turns."""
+        raise NotImplementedError(f"{type(self).__name__} must define advantages(turns) -> list[float]")
+
+    def assign(self, turns: Iterable[Turn]) -> list[Turn]:
+        """Set ``turn.advantage`` on every turn from :meth:`advantages`."""
+        turns = list(turns)
+        for t, a in zip(turns, self.advantages(turns)):
+            t.advantage = float(a)
+        return turns
+
+    def extra_turns(self, turns: list[Turn]) -> list[Turn]:
+        """Turns to train on besides the sampled ones, from the learners' ``turns`` of this round."""
+        return []
+
+    def metrics(self) -> dict:
+        """This round's figures, named ``credit/...``."""
+        return {}
+
+    def state_dict(self) -> dict:
+        """What the method learnt, JSON-able, under keys of its own."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` saved (``state`` also holds the trainer's keys)."""
+
+
+def game_moves(play) -> Callable[[str], list[str]] | None:
+    """The game's ``moves(prompt) -> list[str]`` (its legal moves at a prompt), or None when it lists none."""
+    moves = getattr(play, "moves", None)
+    return moves if callable(moves) else None
+
+
+def rewards(turns: list[Turn]) -> list[float]:
+    """Every turn's reward as a float; a missing or non-finite reward is an error."""
+    missing = [t for t in turns if t.reward is None]
+    if missing:
+        raise ValueError(f"{len(missing)} turns have no reward (e.g. {missing[0].player} in game "
+                         f"{missing[0].game_id}); assign rewards when the game ends")
+    bad = [t for t in turns if not math.isfinite(t.reward)]
+    if bad:
+        raise ValueError(f"non-finite reward {bad[0].reward} for {bad[0].player} in game {bad[0].game_id}")
+    return [float(t.reward) for t in turns]
+
+
+def episodes(turns: list[Turn]) -> list[list[int]]:
+    """The turns' indices grouped into episodes: one player's turns in one (sub-)game, in the order made."""
+    out: dict[tuple, list[int]] = {}
+    for i, t in enumerate(turns):
+        out.setdefault((t.game_id, t.level, t.parent, t.role, t.player), []).append(i)
+    return list(out.values())

@@ -1,0 +1,334 @@
+"""Branch credit (VinePPO-style, Kazemnejad et al., arXiv 2410.01679): per-move credit with no lookup table.
+
+For a turn t of a learner, the state before it, s_t, is the recorded game up to that call. K branch
+games replay the game to s_t (earlier answers forced, :mod:`autocurricula.replay`), sample the move
+at s_t and everything after it with seeds of their own, and play out; ``V(s_t)`` is the mean return
+of the turn's seat over the K branches. The turn's advantage is
+
+- ``advantage="return"`` (default): ``A_t = G - V(s_t)``, the game's return minus the branch value;
+- ``advantage="td"`` (VinePPO proper, rewards only at the end): ``A_t = V(s_{t+1}) - V(s_t)``, where
+  s_{t+1} is the state right after the move (branches that force the move too; after the game's
+  last call, ``V = G``). It judges the move by where it led, not by the later luck of the game;
+- ``advantage="moves"`` (games that list their moves: ``play.moves(prompt) -> list[str]``): every
+  legal move m at s_t is forced in K branches of its own and ``Q(s_t, m)`` is their mean return.
+  Each move becomes a training turn of its own whose advantage is the residual of a regression of
+  the policy's centred log-probabilities onto the centred values over a temperature tau, bounded:
+  ``A_m = y_m - (log pi(m) - mean log pi)`` with ``y = clip((Q - mean Q) / tau, +-c)`` centred
+  (``move_advantages``; the log-probs are scored under the learner's current adapter). Its fixed
+  point is ``pi ∝ exp(y)`` at every state, a smoothed best response. Unlike a sampled move's
+  gradient, the push does not vanish where the policy has saturated on the wrong move, and it
+  stops once a state is right (the bound c keeps a clearly better move from pulling shared
+  features without end, so states that share features do not drag each other past their
+  targets). Where the bound does not bind, the target is linear in the returns, so hidden
+  information that the branches share (a dealt card) averages out over visits; where it binds,
+  the state moves toward the mean of the clipped per-visit targets, which is biased toward the
+  move that wins more often rather than by more (c = inf removes the bias and the bound). The
+  sampled turn keeps an advantage only when its reply is none of the moves (``G - mean Q``, e.g.
+  an invalid reply). The log-probs are scored at the sampling temperature.
+
+Nothing is keyed by prompt text, so it works for free-text games whose states never repeat. Cost:
+``samples`` x the branched turns of a round extra games per round (x2 for "td" when moves
+alternate between learners and others), all batched in one ``Arena.run``. Turns not branched
+(``turns_per_game``, turns of sub-games, branches that all failed) get the RAE advantage.
+
+Subclasses shape the branches through four hooks (a one-ply reply search and greedy
+continuations live in ``examples/best_reply_credit.py``): :meth:`BranchCredit.branch_temperature`,
+:meth:`BranchCredit.branch_moves`, :meth:`BranchCredit.scores_moves` and
+:meth:`BranchCredit.move_targets`. The maths are the pure functions below.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from autocurricula.arena import derive_seed
+from autocurricula.credit.base import Credit, game_moves
+from autocurricula.credit.rae import RAE
+from autocurricula.records import GameRecord, Generation, Turn
+from autocurricula.replay import ReplayDiverged, Replayer, turn_positions
+
+ADVANTAGES = ("return", "td", "moves")
+
+
+@runtime_checkable
+class MoveScorer(Protocol):
+    """What ``advantage="moves"`` needs of the replayer's scorer: log pi(move) under a player's adapter."""
+
+    def completion_logprobs(self, pairs: list, player: str | None = None, temperature: float = 1.0) -> list[float]:
+        ...
+
+
+def branch_value(returns: list[float]) -> float | None:
+    """V(s): the mean of the branches' returns for one seat (None when no branch finished)."""
+    vals = [float(r) for r in returns if r is not None and math.isfinite(r)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def branch_advantage(ret: float, value: float, next_value: float | None = None) -> float:
+    """``ret - value`` (``advantage="return"``), or ``next_value - value`` when ``next_value`` is
+    given (``advantage="td"``: the value of the state the move led to)."""
+    return (ret if next_value is None else next_value) - value
+
+
+def _centred_logits(values: list[float], temperature: float, max_logit: float) -> list[float]:
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    q = sum(values) / len(values)
+    return [min(max((v - q) / temperature, -max_logit), max_logit) for v in values]
+
+
+def move_advantages(values: list[float], logprobs: list[float], temperature: float,
+                    max_logit: float = math.inf) -> list[float]:
+    """``advantage="moves"``: ``y_m - (logp_m - mean logp)`` per move with ``y = clip((Q - mean Q) /
+    temperature, +-max_logit)`` centred: the residuals of the regression whose fixed point is
+    ``pi ∝ exp(y)`` (``softmax(Q / temperature)`` where nothing is clipped). They sum to zero."""
+    if len(values) != len(logprobs) or not values:
+        raise ValueError(f"one value and one log-probability per move, got {len(values)} and {len(logprobs)}")
+    y = _centred_logits(values, temperature, max_logit)
+    lp = sum(logprobs) / len(logprobs)
+    y_mean = sum(y) / len(y)  # centred again after the bound: the residuals move probability between moves
+    return [t - y_mean - (l - lp) for t, l in zip(y, logprobs)]
+
+
+def move_distribution(values: list[float], temperature: float, max_logit: float = math.inf) -> list[float]:
+    """``softmax(y)`` with ``y = clip((Q - mean Q) / temperature, +-max_logit)``: the distribution over
+    a state's moves that ``advantage="moves"`` trains toward (the fixed point of :func:`move_advantages`)."""
+    if not values:
+        raise ValueError("a state needs at least one move value")
+    y = _centred_logits(values, temperature, max_logit)
+    top = max(y)
+    e = [math.exp(t - top) for t in y]
+    return [x / sum(e) for x in e]
+
+
+def listed_moves(call, moves_of, tok) -> list[Generation]:
+    """The moves ``moves_of`` lists at a logged call's prompt, as answers a replay can force: each
+    move's tokens plus end-of-sequence, as a warm-up on (prompt, move) teaches."""
+    eos = tok.eos_token_id
+    version = call.turn.version if call.turn is not None else None
+    out = []
+    for m in moves_of(tok.decode(call.prompt_ids, skip_special_tokens=True)):
+        ids = list(tok.encode(m, add_special_tokens=False)) + [eos]
+        out.append(Generation(m, ids, [0.0] * len(ids), list(call.prompt_ids), "stop", version, call.player))
+    return out
+
+
+def check_replays(games: list[GameRecord]) -> None:
+    """Stop training when a branch game left its recorded game: the game is not replayable."""
+    diverged = [g for g in games if g.error and g.error.startswith("ReplayDiverged")]
+    if diverged:
+        raise ReplayDiverged(f"branch credit: {len(diverged)} branch games diverged from their recorded game, "
+                             f"first: {diverged[0].error}")
+
+
+def pick_positions(positions: list[int], budget: int, seed: int) -> list[int]:
+    """``budget`` of ``positions`` (all when ``budget`` is 0 or not smaller), drawn without
+    replacement from ``seed``, in game order."""
+    if budget <= 0 or budget >= len(positions):
+        return sorted(positions)
+    rng = np.random.default_rng(seed)
+    return sorted(int(p) for p in rng.choice(sorted(positions), size=budget, replace=False))
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclass
+class BranchCredit(Credit):
+    """``credit="branch"`` (see the module docstring): ``samples`` branch games per branched state,
+    ``turns_per_game`` learner turns branched per game (0 = every top-level turn), ``advantage``
+    "return", "td" or "moves"; with "moves", ``move_temperature`` (tau) and ``move_clip`` (c, math.inf:
+    no bound) shape each state's target. ``alpha`` and ``per_player`` configure the RAE fallback of
+    turns not branched. :meth:`bind` takes the run's seed (which turns are branched) and the GRPO
+    sampling temperature (the moves are scored as the sampler sees them).
+
+    The trainer logs every call of a round's games (``replays = True``) and calls :meth:`see_round`
+    with the round's records and a :class:`~autocurricula.replay.Replayer` before :meth:`assign`.
+    Checkpointed as ``"rae"`` (the fallback's baselines)."""
+
+    samples: int = 4
+    turns_per_game: int = 0
+    advantage: str = "return"
+    move_temperature: float = 0.25
+    move_clip: float = 2.0
+    alpha: float = 0.95
+    per_player: bool = False
+    name = "branch"
+    replays = True
+
+    def __post_init__(self):
+        if not isinstance(self.samples, int) or isinstance(self.samples, bool) or self.samples < 1:
+            raise ValueError(f"samples must be an integer >= 1, got {self.samples!r}")
+        if not isinstance(self.turns_per_game, int) or isinstance(self.turns_per_game, bool) or self.turns_per_game < 0:
+            raise ValueError(f"turns_per_game must be an integer >= 0 (0 = all), got {self.turns_per_game!r}")
+        if self.advantage not in ADVANTAGES:
+            raise ValueError(f"advantage must be 'return' (A = G - V), 'td' (A = V(next) - V) or 'moves' "
+                             f"(every legal move branched), got {self.advantage!r}")
+        if not (_is_number(self.move_temperature) and math.isfinite(self.move_temperature)
+                and self.move_temperature > 0):
+            raise ValueError(f"move_temperature must be a finite number > 0, got {self.move_temperature!r}")
+        if not (_is_number(self.move_clip) and self.move_clip > 0):
+            raise ValueError(f"move_clip must be a number > 0 (math.inf: no bound), got {self.move_clip!r}")
+        self.move_temperature, self.move_clip = float(self.move_temperature), float(self.move_clip)
+        self.fallback = RAE(self.alpha, self.per_player)
+        self.seed, self.sampling_temperature = 0, 1.0  # until bind
+        self._adv: dict[int, float] = {}  # id(turn) -> branch advantage, for this round's turns
+        self._targets: list[Turn] = []  # advantage="moves": this round's move turns
+        self._metrics: dict = {}
+        self._checked = False
+
+    def bind(self, grpo_config, seed: int) -> None:
+        self.seed, self.sampling_temperature = seed, float(grpo_config.temperature)
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    def branch_temperature(self) -> float | None:
+        """Sampling temperature of the players' calls in the branches after the branched move; None:
+        as the game asks."""
+        return None
+
+    def branch_moves(self, asked: list, replayer: Replayer, tok) -> tuple[list, dict, int]:
+        """``advantage="moves"``: for each ``(record, position, moves)`` of ``asked``, ``samples`` branch
+        games per move. Returns the branches per move, the games' counts as metrics
+        (``credit/branch_games`` first) and the number of failed games."""
+        branches = replayer.branch_moves(asked, self.samples, temperature=self.branch_temperature()) if asked else []
+        games = [b for per in branches for bs in per for b in bs]
+        check_replays(games)
+        return branches, {"credit/branch_games": len(games)}, sum(b.error is not None for b in games)
+
+    def scores_moves(self) -> bool:
+        """Whether :meth:`move_targets` needs the moves' log-probabilities under the learner's adapter."""
+        return True
+
+    def move_targets(self, values: list[float], logprobs: list[float] | None) -> list[float]:
+        """The advantages of a state's move turns from the moves' values (and log-probabilities)."""
+        return move_advantages(values, logprobs, self.move_temperature, self.move_clip)
+
+    # ------------------------------------------------------------------ the protocol
+    def check_game(self, play) -> None:
+        """At the start of training: ``advantage="moves"`` needs the game to list its moves."""
+        if self.advantage == "moves" and game_moves(play) is None:
+            raise ValueError("branch advantage='moves' needs the game to list its legal moves: give its play "
+                             "function a `moves(prompt) -> list[str]` attribute (games.kuhn_poker.play and "
+                             "games.tictactoe.play have one), or use advantage='return'")
+
+    def see_round(self, records: list[GameRecord], replayer: Replayer) -> None:
+        """Run the round's branches and compute the branched turns' advantages."""
+        t0 = time.perf_counter()
+        self._adv = {}
+        records = [r for r in records if r.error is None and r.calls is not None]
+        if records and not self._checked:  # once: a game that is not replayable fails loudly, not silently
+            replayer.check(records[0])
+            self._checked = True
+        chosen, points = [], {}  # (turn, record, position); (game id, position) -> index in requests
+        requests = []
+        for rec in records:
+            pos = turn_positions(rec)
+            cands = {pos[id(t)]: t for t in rec.turns
+                     if id(t) in pos and t.level == 0 and t.reward is not None and 0 <= t.seat < len(rec.rewards)}
+            for p in pick_positions(list(cands), self.turns_per_game, derive_seed(self.seed, rec.game_id, "branch")):
+                chosen.append((cands[p], rec, p))
+                wanted = [p] + ([p + 1] if self.advantage == "td" and p + 1 < len(rec.calls) else [])
+                for q in wanted:
+                    if (rec.game_id, q) not in points:
+                        points[(rec.game_id, q)] = len(requests)
+                        requests.append((rec, q))
+        if self.advantage == "moves":
+            return self._see_moves(chosen, requests, points, replayer, t0)
+        branches = replayer.branch(requests, self.samples, temperature=self.branch_temperature())
+        check_replays([b for bs in branches for b in bs])
+        values = {key: [g.rewards for g in branches[i] if g.error is None] for key, i in points.items()}
+
+        def value(rec, position, seat):
+            return branch_value([rows[seat] for rows in values.get((rec.game_id, position), [])])
+
+        for turn, rec, p in chosen:
+            v = value(rec, p, turn.seat)
+            if v is None:
+                continue
+            nxt = None
+            if self.advantage == "td":
+                nxt = rec.rewards[turn.seat] if p + 1 >= len(rec.calls) else value(rec, p + 1, turn.seat)
+                if nxt is None:
+                    continue
+            self._adv[id(turn)] = branch_advantage(float(turn.reward), v, nxt)
+        n_games = sum(len(b) for b in branches)
+        self._metrics = {"credit/branch_games": n_games, "credit/branched_turns": len(self._adv),
+                         "credit/branch_errors": sum(b.error is not None for bs in branches for b in bs),
+                         "credit/branch_s": time.perf_counter() - t0}
+
+    def _see_moves(self, chosen, requests, points, replayer: Replayer, t0: float) -> None:
+        """``advantage="moves"``: K branches per legal move of each chosen turn; the moves become
+        target turns with their centred branch values (see the module docstring)."""
+        self.check_game(replayer.play)
+        moves_of = game_moves(replayer.play)
+        engine = replayer.scorer
+        scores = self.scores_moves()
+        if scores and not isinstance(engine, MoveScorer):
+            raise ValueError("branch advantage='moves' scores each move under the learner's adapter with "
+                             "Engine.completion_logprobs: give the Replayer an in-process Engine "
+                             "(Replayer(..., scorer=engine); the trainers do), or use advantage='return'")
+        tok = engine.tokenizer
+        asked, answers = [], []
+        for rec, p in requests:
+            gens = listed_moves(rec.calls[p], moves_of, tok)
+            asked.append((rec, p, gens))
+            answers.append(gens)
+        branches, counts, errors = self.branch_moves(asked, replayer, tok)
+        self._targets = []
+        wanted: dict[str, tuple[list, list]] = {}  # player -> ((turn, move) keys, (prompt, move) pairs)
+        for turn, rec, p in chosen if scores else ():
+            keys, pairs = wanted.setdefault(turn.player, ([], []))
+            for j, g in enumerate(answers[points[(rec.game_id, p)]]):
+                keys.append((id(turn), j))
+                pairs.append((list(turn.prompt_ids), g.token_ids))
+        scored = {}  # (turn, move) -> log pi(move): one batched scoring call per player
+        for player, (keys, pairs) in sorted(wanted.items()):
+            scored.update(zip(keys, engine.completion_logprobs(pairs, player, self.sampling_temperature)))
+        for turn, rec, p in chosen:
+            i = points[(rec.game_id, p)]
+            q = [branch_value([g.rewards[turn.seat] for g in bs if g.error is None]) for bs in branches[i]]
+            if not q or any(v is None for v in q):
+                continue  # a move with no finished branch: the turn keeps its fallback advantage
+            logps = [scored[(id(turn), j)] for j in range(len(answers[i]))] if scores else None
+            adv = self.move_targets(q, logps)
+            mean = sum(q) / len(q)
+            reply = tok.decode(list(turn.completion_ids), skip_special_tokens=True).strip()
+            sampled = [t for t in turn.completion_ids if t != tok.eos_token_id]
+            legal = any(g.text == reply or g.token_ids[:-1] == sampled for g in answers[i])
+            self._adv[id(turn)] = 0.0 if legal else float(turn.reward) - mean
+            for g, a in zip(answers[i], adv):
+                self._targets.append(Turn(
+                    player=turn.player, game_id=turn.game_id, role=turn.role, prompt_ids=list(turn.prompt_ids),
+                    completion_ids=list(g.token_ids), logprobs=[0.0] * len(g.token_ids), version=turn.version,
+                    game=turn.game, reward=turn.reward, level=turn.level, parent=turn.parent, seat=turn.seat,
+                    advantage=a, target=True))
+        self._metrics = {**counts, "credit/branched_turns": len(self._adv), "credit/move_targets": len(self._targets),
+                         "credit/branch_errors": errors, "credit/branch_s": time.perf_counter() - t0}
+
+    def extra_turns(self, turns: list[Turn]) -> list[Turn]:
+        """``advantage="moves"``: one target turn per legal move of each branched turn of ``turns``'
+        players (frozen players' turns are not passed in)."""
+        players = {t.player for t in turns}
+        out, self._targets = [t for t in self._targets if t.player in players], []
+        return out
+
+    def advantages(self, turns: list[Turn]) -> list[float]:
+        fallback = self.fallback.advantages(turns)  # keeps the role baselines learning every round
+        adv, self._adv = self._adv, {}  # keyed by id(): never reused for another round's turns
+        return [adv.get(id(t), a) for t, a in zip(turns, fallback)]
+
+    def metrics(self) -> dict:
+        return dict(self._metrics)
+
+    def state_dict(self) -> dict:
+        return {"rae": self.fallback.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("rae"):
+            self.fallback.load_state_dict(state["rae"])

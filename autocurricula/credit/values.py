@@ -1,0 +1,244 @@
+"""Per-move credit from a tabular critic over prompts: ``ValueCredit`` ("value") and ``QCredit`` ("q").
+
+- value: a table of state values keyed by the prompt a turn saw (the observation), a tabular critic
+  learnt from game outcomes only. Each turn gets ``A_i = G_i - V(s_i)`` with the lambda-return
+  ``G_i = (1 - lam) * V(s_{i+1}) + lam * G_{i+1}`` and ``G_last = R`` (rewards come at the end, no
+  discount): lam = 1 is the Monte-Carlo return minus a per-state baseline, lam = 0 is TD(0), where a
+  move is judged by the value of the position it led to. ``V(s)`` is the running mean of the returns
+  seen from ``s`` (step ``max(1/visits, 1 - alpha)``), read before the update; a state never seen
+  falls back to the RAE role baseline. Worth it when states repeat (board games); for free-text
+  games every prompt is new and it reduces to RAE.
+- q: as "value", plus a table of ``Q(s, a)`` keyed by the prompt and the completion. ``Q`` first
+  moves toward ``G_i`` (same step rule), then ``A_i = Q(s_i, a_i) - V(s_i)``: on a pair's first
+  visit that is exactly the "value" advantage, and every revisit averages the noise of single
+  outcomes away (a move's credit stops depending on the opponent's later luck). Option
+  (``target_coef`` > 0, :meth:`StateValues.greedy_targets`): each round, every position a player
+  visited also trains toward its best known move: the highest ``Q`` among moves tried at least
+  ``target_min_visits`` times, shrunk toward ``V`` as if it had one more visit at ``V``, as an extra
+  turn with ``A = coef * (Q - V)`` and no sampler logprobs (``Turn.target``). Policy improvement from
+  the critic, as in policy iteration: a move the sampler did not pick this round still gets pulled
+  up once its ``Q`` is known.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from autocurricula.credit.base import Credit, episodes, rewards
+from autocurricula.credit.rae import RAE
+from autocurricula.records import Turn
+
+
+@dataclass
+class StateValues:
+    """Per-move credit from a tabular critic over prompts (see module docstring); JSON-able state.
+
+    ``max_states`` bounds the table: the least recently updated states are dropped first."""
+
+    lam: float = 1.0
+    alpha: float = 0.95
+    per_player: bool = False
+    max_states: int = 200_000
+    actions: bool = False  # also learn Q(s, a) and use A = Q - V (credit="q")
+    completions: bool = True  # with actions: keep each move's completion ids, the targets' moves
+    values: OrderedDict = field(default_factory=OrderedDict)  # key -> [value, visits]
+    action_values: OrderedDict = field(default_factory=OrderedDict)  # key|digest -> [Q, visits, ids, truncated]
+    fallback: RAE = field(default_factory=RAE)
+    _moves: dict = field(default_factory=dict, init=False, repr=False)  # state key -> {action keys}
+
+    def __post_init__(self):
+        if not 0 <= self.lam <= 1:
+            raise ValueError(f"lam (the lambda of the lambda-return) must be in [0, 1], got {self.lam}")
+        if not 0 <= self.alpha < 1:
+            raise ValueError(f"value alpha must be in [0, 1), got {self.alpha}")
+        if self.max_states < 1:
+            raise ValueError(f"max_states must be positive, got {self.max_states}")
+        self.fallback = RAE(self.alpha, self.per_player, dict(self.fallback.baselines))
+        self._index_moves()
+
+    def _index_moves(self) -> None:
+        self._moves = {}
+        for akey, entry in self.action_values.items():
+            if len(entry) > 2 and entry[2]:
+                self._moves.setdefault(akey.rsplit("|", 1)[0], set()).add(akey)
+
+    def key(self, turn: Turn) -> str:
+        digest = hashlib.blake2b(array("q", turn.prompt_ids).tobytes(), digest_size=12).hexdigest()
+        return "|".join([turn.game] + ([turn.player] if self.per_player else []) + [digest])
+
+    def action_key(self, turn: Turn) -> str:
+        digest = hashlib.blake2b(array("q", turn.completion_ids).tobytes(), digest_size=8).hexdigest()
+        return f"{self.key(turn)}|{digest}"
+
+    def _move_toward(self, table: OrderedDict, key: str, target: float, start: float, *extra) -> float:
+        value, visits, *_ = table.pop(key, (start, 0))  # start: the value a new entry has before its first visit
+        visits += 1
+        value += max(1.0 / visits, 1 - self.alpha) * (target - value)
+        table[key] = [value, visits, *extra]  # re-inserted last: most recently updated
+        while len(table) > self.max_states:
+            dropped, _ = table.popitem(last=False)
+            if table is self.action_values:
+                self._forget_move(dropped)
+        return value
+
+    def _forget_move(self, action_key: str) -> None:
+        state = action_key.rsplit("|", 1)[0]
+        moves = self._moves.get(state)
+        if moves is not None:
+            moves.discard(action_key)
+            if not moves:
+                del self._moves[state]
+
+    def value(self, turn: Turn) -> float:
+        entry = self.values.get(self.key(turn))
+        return entry[0] if entry is not None else self.fallback.baselines.get(self.fallback.key(turn), 0.0)
+
+    def advantages(self, turns: list[Turn]) -> list[float]:
+        """Advantages for ``turns``; then every visited state's value moves toward its return."""
+        r_all = rewards(turns)
+        out = [0.0] * len(turns)
+        for idx in episodes(turns):
+            r = r_all[idx[-1]]
+            v = [self.value(turns[i]) for i in idx]  # read before the update
+            g = r
+            for j in range(len(idx) - 1, -1, -1):
+                if j < len(idx) - 1:
+                    g = (1 - self.lam) * v[j + 1] + self.lam * g
+                if self.actions:  # first visit: Q = g, so A = g - V as without action values
+                    turn = turns[idx[j]]
+                    akey = self.action_key(turn)
+                    ids = list(turn.completion_ids) if self.completions else []
+                    g_avg = self._move_toward(self.action_values, akey, g, v[j], ids, bool(turn.truncated))
+                    if ids:
+                        self._moves.setdefault(akey.rsplit("|", 1)[0], set()).add(akey)
+                    out[idx[j]] = g_avg - v[j]
+                else:
+                    out[idx[j]] = g - v[j]
+            for i, v_i in zip(idx, v):
+                self._move_toward(self.values, self.key(turns[i]), r, v_i)  # v_i: the fallback for a new state
+            self.fallback.advantages([turns[idx[0]]])  # role baseline: one update per episode
+        return out
+
+    def greedy_targets(self, turns: list[Turn], coef: float, min_visits: int = 2) -> list[Turn]:
+        """Call after :meth:`advantages`. For each (player, state) in ``turns``, one target turn with the
+        state's best known move and ``A = coef * (Q - V) > 0`` (``Q`` shrunk toward ``V`` by one visit,
+        so a lucky single outcome does not beat a move that keeps winning). Needs ``actions=True``."""
+        if not (self.actions and self.completions):
+            raise ValueError("greedy_targets needs the (state, move) table with its moves: "
+                             "StateValues(actions=True, completions=True), QCredit(target_coef > 0)")
+        if not math.isfinite(coef) or coef < 0 or min_visits < 1:
+            raise ValueError(f"greedy targets need coef >= 0 and min_visits >= 1, got {coef} and {min_visits}")
+        out, seen = [], set()
+        for t in turns:
+            state = self.key(t)
+            if coef == 0 or (t.player, state) in seen:
+                continue
+            seen.add((t.player, state))
+            v = self.value(t)
+            best = None
+            for akey in sorted(self._moves.get(state, ())):  # sorted: ties resolve the same way every run
+                q, n, ids, truncated = self.action_values[akey]
+                score = (q * n + v) / (n + 1)
+                if n >= min_visits and ids and (best is None or score > best[0]):
+                    best = (score, ids, truncated)
+            if best is None or best[0] <= v:
+                continue
+            out.append(Turn(player=t.player, game_id=t.game_id, role=t.role, prompt_ids=list(t.prompt_ids),
+                            completion_ids=list(best[1]), logprobs=[0.0] * len(best[1]), version=t.version,
+                            game=t.game, reward=t.reward, level=t.level, parent=t.parent, seat=t.seat,
+                            truncated=best[2], advantage=coef * (best[0] - v), target=True))
+        return out
+
+    def state_dict(self) -> dict:
+        return {"lam": self.lam, "alpha": self.alpha, "per_player": self.per_player, "max_states": self.max_states,
+                "actions": self.actions, "values": [[k, v[0], v[1]] for k, v in self.values.items()],
+                "action_values": [[k, *v] for k, v in self.action_values.items()],
+                "fallback": self.fallback.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.lam, self.alpha = float(state["lam"]), float(state["alpha"])
+        self.per_player, self.max_states = bool(state["per_player"]), int(state["max_states"])
+        self.values = OrderedDict((str(k), [float(v), int(n)]) for k, v, n in state["values"])
+        self.actions = bool(state.get("actions", False))  # a table without "actions" has no action values
+        # [key, Q, visits, completion ids, truncated]; rows of only [key, Q, visits] keep no moves
+        rows = ((k, v, n, *rest, [], False)[:5] for k, v, n, *rest in state.get("action_values", []))
+        self.action_values = OrderedDict((str(k), [float(v), int(n), [int(i) for i in ids], bool(cut)])
+                                         for k, v, n, ids, cut in rows)
+        self._index_moves()  # `completions` stays as constructed: a setting of this run, like the targets
+        self.fallback.load_state_dict(state["fallback"])
+
+
+@dataclass
+class ValueCredit(Credit):
+    """``credit="value"``: per-move credit from the tabular critic (:class:`StateValues`, in
+    ``self.values``): ``lam`` the lambda of the lambda-return, ``alpha`` the step floor of the running
+    means and the EMA factor of the role baselines that unseen states fall back to, ``per_player``
+    tables per player, ``max_states`` the most states kept. Checkpointed as ``"values"``."""
+
+    lam: float = 1.0
+    alpha: float = 0.95
+    per_player: bool = False
+    max_states: int = 200_000
+    name = "value"
+
+    def __post_init__(self):
+        self.values = self._table()
+
+    def _table(self) -> StateValues:
+        return StateValues(self.lam, self.alpha, self.per_player, self.max_states, completions=False)
+
+    def advantages(self, turns: list[Turn]) -> list[float]:
+        return self.values.advantages(turns)
+
+    def metrics(self) -> dict:
+        return {"credit/states": len(self.values.values)}
+
+    def state_dict(self) -> dict:
+        return {"values": self.values.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("values"):
+            self.values.load_state_dict(state["values"])
+
+
+@dataclass
+class QCredit(ValueCredit):
+    """``credit="q"``: :class:`ValueCredit` with action values, ``A = Q(s, a) - V(s)``; with
+    ``target_coef`` > 0 each round also trains every visited position toward its best known move
+    (tried at least ``target_min_visits`` times) as extra turns with ``A = target_coef * (score - V)``."""
+
+    target_coef: float = 0.0
+    target_min_visits: int = 2
+    name = "q"
+
+    def __post_init__(self):
+        if isinstance(self.target_coef, bool) or not isinstance(self.target_coef, (int, float)) or \
+                not math.isfinite(self.target_coef) or self.target_coef < 0:
+            raise ValueError(f"target_coef must be a finite number >= 0 (0 = off), got {self.target_coef!r}")
+        if not isinstance(self.target_min_visits, int) or isinstance(self.target_min_visits, bool) or \
+                self.target_min_visits < 1:
+            raise ValueError(f"target_min_visits must be an integer >= 1, got {self.target_min_visits!r}")
+        super().__post_init__()
+        self._targets = 0
+
+    def _table(self) -> StateValues:
+        # the moves' completion ids are kept only when the targets need them
+        return StateValues(self.lam, self.alpha, self.per_player, self.max_states, actions=True,
+                           completions=self.target_coef > 0)
+
+    def extra_turns(self, turns: list[Turn]) -> list[Turn]:
+        if not self.target_coef:
+            return []
+        targets = self.values.greedy_targets(turns, self.target_coef, self.target_min_visits)
+        self._targets = len(targets)
+        return targets
+
+    def metrics(self) -> dict:
+        out = {**super().metrics(), "credit/state_moves": len(self.values.action_values)}
+        if self.target_coef:
+            out["credit/targets"] = self._targets
+        return out
