@@ -92,12 +92,15 @@ class RunView:
     def settings(self) -> dict:
         """The run's rating settings: its checkpoint's config, else the defaults."""
         saved = (self._ckpt_json("config.json") or {}).get("config") or {}
+        if isinstance(saved.get("ratings"), dict):  # the rating settings' group, beside the seed
+            saved = {**saved["ratings"], "seed": saved.get("seed")}
         if all(k in saved for k in _RATING_KEYS):
             return {k: saved[k] for k in _RATING_KEYS}
         from autocurricula.config import AutocurriculumConfig  # defaults (imports mlx: only when needed)
 
         default = AutocurriculumConfig()
-        return {k: saved.get(k, getattr(default, k)) for k in _RATING_KEYS}
+        defaults = {**vars(default.ratings), "seed": default.seed}
+        return {k: saved.get(k, defaults[k]) for k in _RATING_KEYS}
 
     def registry(self) -> list[dict]:
         """Players of the latest checkpoint, then ids seen in games since (new entrants), in order."""

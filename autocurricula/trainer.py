@@ -68,7 +68,7 @@ class AutocurriculumTrainer:
         self.config = replace(config, **overrides) if overrides else config
         self.ac_config = self.config  # the seed API's name for the same object
         self.current_epoch = self.current_round = self.step = 0
-        self.engine = self.rollout = self.pool = None
+        self.engine = self.rollout = self.pool = self.elo = self.payoff = None
         self._stop_requested = False
         self.metrics_log: list[dict] = []
         self.rng = np.random.default_rng(self.config.seed)  # schedules, seats and adapter init
@@ -369,6 +369,7 @@ class AutocurriculumTrainer:
         self.pool = Pool(self.engine, self.lora_spec, self.rng)
         self.updater = self.rollout.make_updater(self.engine, self.grpo) or Updater(self.engine, self.grpo)
         self.standings = Standings(cfg.ratings, cfg.output_dir, cfg.seed)
+        self.elo, self.payoff = self.standings.elo, self.standings.payoff  # what the league rules read
         self.errors = ErrorGate(cfg.arena.max_game_error_rate, self.game_name)
         self.arena = Arena(self.rollout, seed=cfg.seed, temperature=self.grpo.temperature, max_tokens=cfg.max_tokens,
                            lockstep=cfg.arena.lockstep)
@@ -423,14 +424,6 @@ class AutocurriculumTrainer:
 
     def load_extra_state(self, state: dict) -> None:
         pass
-
-    @property
-    def elo(self):
-        return self.standings.elo
-
-    @property
-    def payoff(self):
-        return self.standings.payoff
 
     @property
     def history_path(self) -> Path:

@@ -583,9 +583,9 @@ def test_scripted_policies_any_callable_and_exact_prompt(engine):
         calls.append(fn)
         return real_signature(fn)
 
-    import autocurricula.pool
+    import autocurricula.records
 
-    autocurricula.pool._TAKES_RNG.clear()  # the rng check is cached per process: count this test's lookups
+    autocurricula.records._TAKES_RNG.clear()  # the rng check is cached per process: count this test's lookups
     arena_module.inspect.signature = counting_signature
     try:
         records = arena_run(engine, games())

@@ -129,9 +129,10 @@ def test_leaderboard_prints_the_leagues_nash_weight():
     assert "nash" not in format_leaderboard(leaderboard_rows(players, elo))  # no weights given, no column
 
 
-def test_the_trainers_leaderboard_and_the_hub_card_carry_the_meta_strategy():
+def test_the_trainers_leaderboard_and_the_hub_card_carry_the_meta_strategy(tmp_path):
+    from autocurricula.config import RatingConfig
     from autocurricula.hub import league_card
-    from autocurricula.trainer import AutocurriculumTrainer
+    from autocurricula.standings import Standings
 
     payoff, elo = Payoff(), Elo()
     for _ in range(20):
@@ -139,10 +140,11 @@ def test_the_trainers_leaderboard_and_the_hub_card_carry_the_meta_strategy():
         elo.update(["main", "snap"], [1, 0])
     players = [{"id": "main", "role": "main_agent", "frozen": False, "epoch": 0},
                {"id": "snap", "role": "main_agent", "frozen": True, "epoch": 0, "parent": "main"}]
-    trainer = SimpleNamespace(players=players, elo=elo, payoff=payoff, bt_records=[],
-                              config=SimpleNamespace(bt_bootstrap=0, seed=0), model_name="/nowhere/tiny",
+    standings = Standings(RatingConfig(bt_bootstrap=0), tmp_path, seed=0)
+    standings.elo, standings.payoff = elo, payoff
+    trainer = SimpleNamespace(players=players, elo=elo, payoff=payoff, model_name="/nowhere/tiny",
                               game_name="kuhn_poker", current_epoch=0, config_dict=lambda: {"seed": 0})
-    board = AutocurriculumTrainer.leaderboard.fget(trainer)
+    board = standings.leaderboard(players)
     assert [(r["id"], r["nash"]) for r in board.rows] == [("main", 1.0), ("snap", 0.0)]
     assert str(board).splitlines()[1].split()[-1] == "1.000"
     trainer.leaderboard = board

@@ -49,7 +49,7 @@ def test_entry_leaves_scripted_players_out_only_when_pure():
 @pytest.mark.parametrize("anchor_share", [0.0, 0.5])
 def test_default_league_still_sends_main_agent_games_to_scripted_players(anchor_share):
     t = league(anchor_share=anchor_share, main_exploiters=1, league_exploiters=1)
-    t._pool = FakePool(pool_from_entry(t))
+    t.pool = FakePool(pool_from_entry(t))
     main = t.learners("main_agent")[0]
     counts = Counter(t.opponent_for(main)["id"] for _ in range(4000))
     scripted = (counts["random"] + counts["minimax"]) / 4000
@@ -64,7 +64,7 @@ def test_pure_league_main_agent_never_meets_a_scripted_player():
                 for i in range(3)]
     players += [{"id": "main_exploiter-s", "role": "main_exploiter", "frozen": True,
                  "snapshot_of": "main_exploiter-0"}]
-    t._pool = FakePool(players)
+    t.pool = FakePool(players)
     for _ in range(20):
         t.payoff.update("main_agent-0", "main_exploiter-s", "loss")  # verification games too
     opponents = Counter()

@@ -141,12 +141,17 @@ def test_target_turns_are_log_likelihood_steps_without_sampler_logprobs(engine):
     assert m["clip_ratio"] == 1 and logprob_of(engine, "a", plain) == pytest.approx(before, abs=1e-5)
 
 
-def assert_same_adapters(engine, other, names, **tolerance):
+def assert_same_adapters(engine, other, names, lr=None, steps=None, **tolerance):
+    from helpers import assert_same_adam_updates
+
     for n in names:
         wa, wb = engine.slots.records[n].weights, other.slots.records[n].weights
         for p in wa.modules:
             for x, y in zip(wa.modules[p], wb.modules[p]):
-                np.testing.assert_allclose(x, y, err_msg=f"{n} {p}", **tolerance)
+                if lr is not None:  # other batchings: equal up to Adam's amplified rounding
+                    assert_same_adam_updates(x, y, lr, steps, f"{n} {p}")
+                else:
+                    np.testing.assert_allclose(x, y, err_msg=f"{n} {p}", **tolerance)
 
 
 @contextlib.contextmanager
@@ -171,7 +176,7 @@ def test_fused_step_equals_sequential_steps(tiny_model_path, engine):
             fused.step(turns)
             for n in names:
                 seq.step([t for t in turns if t.player == n])
-        assert_same_adapters(engine, other, names, atol=2e-6, rtol=1e-4)
+        assert_same_adapters(engine, other, names, lr=1e-2, steps=2)
 
 
 def test_padding_the_width_leaves_the_step_unchanged(tiny_model_path, engine):
@@ -183,8 +188,9 @@ def test_padding_the_width_leaves_the_step_unchanged(tiny_model_path, engine):
         plain, padded = Updater(engine, GRPOConfig(learning_rate=1e-2)), Updater(other, GRPOConfig(learning_rate=1e-2))
         padded.width_multiple = 16
         a, b = plain.step(turns), padded.step(turns)
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
-        assert_same_adapters(engine, other, names, atol=1e-6, rtol=1e-5)
+        # the loss sums terms of either sign: float32 rounding of about 1e-5 of their size remains
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-5)
+        assert_same_adapters(engine, other, names, lr=1e-2, steps=1)
 
 
 def test_absent_and_frozen_players_are_bit_identical(engine):
