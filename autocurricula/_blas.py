@@ -12,6 +12,7 @@ the same process (torch then runs roughly 2x slower on CPU); set "none" where to
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
@@ -113,3 +114,14 @@ def describe() -> str:
     if sys.platform == "darwin":
         return "Accelerate"
     return f"bundled reference BLAS ({ACTIVE['reason']})"
+
+
+@contextlib.contextmanager
+def threads_during(n: int | None):
+    """BLAS threads set to ``n`` inside the block and restored after it; ``None`` leaves them."""
+    before = use_threads(n) if n is not None else None
+    try:
+        yield
+    finally:
+        if before is not None:
+            set_threads(before)

@@ -20,6 +20,9 @@ class TrainerCallback:
     def on_games(self, trainer, records: list) -> None:
         """After a round's games are rated (``records``: the round's ``GameRecord``s)."""
 
+    def on_update(self, trainer, turns: list, result: dict) -> None:
+        """After every update: the turns it trained on and the updater's result (loss, tokens...)."""
+
     def on_log(self, trainer, row: dict) -> None:
         """For every logged row of metrics (``row`` has ``step`` and ``epoch``)."""
 

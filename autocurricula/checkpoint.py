@@ -253,3 +253,28 @@ def _load(trainer, path: Path, policies: dict | None, opponents: list[dict] | No
         shutil.copyfile(path / "match_history.jsonl", trainer.history_path)
     else:
         trainer.history_path.unlink(missing_ok=True)
+
+
+def resume(trainer, resume_from_checkpoint, policies: dict | None = None) -> tuple[int, int]:
+    """``(epoch, round)`` where ``trainer`` starts: after the latest good checkpoint (or the one
+    named) when resuming, else ``(0, 0)``. A run killed before its first checkpoint starts over."""
+    from autocurricula.records import is_scripted
+
+    output_dir = trainer.config.output_dir
+    remove_partial_checkpoints(output_dir)
+    if not resume_from_checkpoint:
+        return 0, 0
+    path = resume_checkpoint(output_dir, resume_from_checkpoint)
+    if path is None:  # its games and metrics are not kept
+        log.warning("no complete checkpoint in %s: starting from scratch", output_dir)
+        clear_run_files(output_dir)
+        return 0, 0
+    scripted = {o["id"]: o["policy"] for o in trainer.opponents if isinstance(o, dict) and "id" in o
+                and is_scripted(o)}  # the constructor's opponents bring their callables back
+    load_checkpoint(trainer, path, {**scripted, **(policies or {})}, trainer.opponents)
+    start, first_round = trainer.current_epoch, trainer.current_round + 1
+    if first_round >= trainer.config.rounds:  # saved at the end of its epoch
+        start, first_round = start + 1, 0
+    log.info("resumed from %s at epoch %d, round %d", path, start, first_round)
+    return start, first_round
+

@@ -80,6 +80,28 @@ class ErrorGate:
                     failed[0].error)
 
 
+def match_games(tuples, play, game_name: str, epoch: int, rnd: int, repeat: int, log_calls: bool) -> list[tuple]:
+    """The arena's games for match()'s ``tuples``, each played ``repeat`` times (ids
+    ``e{epoch}-r{round}-m{match}-{k}``); ``log_calls`` keeps every call (for credit that replays)."""
+    games = []
+    for mi, tup in enumerate(tuples):
+        for k in range(repeat):
+            seats = [dict(p, seat=i) for i, p in enumerate(tup)]
+            record = GameRecord(f"e{epoch}-r{rnd}-m{mi}-{k}", seats, calls=[] if log_calls else None)
+            games.append((play, seats, record, game_name))
+    return games
+
+
+def update_metrics(out: dict, seconds: float, lr_metric: dict) -> dict:
+    """The logged figures of one update from the updater's result."""
+    metrics = {"time/update_s": seconds, "train/loss": out.get("loss", 0.0), **lr_metric,
+               "train/kl": out.get("kl", 0.0), "train/clip_ratio": out.get("clip_ratio", 0.0),
+               "train/tokens": out.get("tokens", 0)}
+    if "entropy" in out:
+        metrics["train/entropy"] = out["entropy"]
+    return metrics
+
+
 def drop_stale(turns: list[Turn], versions: dict[str, int], max_staleness: int) -> tuple[list[Turn], int, int]:
     """``(kept, dropped, worst)``: the turns sampled at most ``max_staleness`` adapter versions behind
     their player's current version (``versions``), how many were dropped, and the largest lag seen.

@@ -14,17 +14,13 @@ and started as soon as round r's end, by the adapters from before round r's upda
 
 Subclasses override ``entry(self)`` and ``match(self)`` (and optionally ``play`` and
 ``on_round_end``), reading ``self.players``, ``self.current_epoch`` and ``self.rng``. Player specs
-are plain dicts; :func:`autocurricula.pool.snapshot_spec` makes the spec of a frozen copy. In
-``play`` the seed's style, ``set_player(model, player)`` then a synchronous
-``model.generate(**inputs)``, works as well as ``await model.generate(player, prompt)``.
+are plain dicts; :func:`autocurricula.pool.snapshot_spec` makes the spec of a frozen copy.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import signal
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, replace
@@ -34,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from autocurricula import checkpoint as ckpt
+from autocurricula._blas import threads_during
 from autocurricula.arena import Arena, run_async
 from autocurricula.callbacks import MetricsFile, Plots, Trackers, Transcripts, callback_list
 from autocurricula.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
@@ -43,12 +40,14 @@ from autocurricula.game import Stateful, game_name
 from autocurricula.pool import Pool
 from autocurricula.records import GameRecord, Turn, is_scripted
 from autocurricula.replay import Replayer
-from autocurricula.rounds import ErrorGate, GameError, Played, drop_stale, rewarded_turns, rollout_metrics
+from autocurricula.rounds import (ErrorGate, GameError, Played, drop_stale, match_games, rewarded_turns, rollout_metrics,
+                                  update_metrics)
+from autocurricula.signals import graceful_stop
 from autocurricula.standings import Leaderboard, Standings
 from autocurricula.startup import explain_pipeline, explain_schedule, load_engine, open_rollout
 from autocurricula.tracking import make_trackers
 from autocurricula.training import Updater
-from autocurricula.training.optim import scheduled_lr
+from autocurricula.training.optim import round_rates
 
 __all__ = ["AutocurriculumTrainer", "GameError", "Leaderboard", "drop_stale", "run_async"]
 
@@ -69,7 +68,7 @@ class AutocurriculumTrainer:
         self.ac_config = self.config  # the seed API's name for the same object
         self.current_epoch = self.current_round = self.step = 0
         self.engine = self.rollout = self.pool = self.elo = self.payoff = None
-        self._stop_requested = False
+        self.stop_requested: str | None = None  # why the run stops after this round (a signal's name)
         self.metrics_log: list[dict] = []
         self.rng = np.random.default_rng(self.config.seed)  # schedules, seats and adapter init
 
@@ -143,21 +142,17 @@ class AutocurriculumTrainer:
 
             check_hub_access(cfg.hub_model_id, private=cfg.hub_private_repo)
         self._setup(model, lora_config, grpo_config, play, servers, api_key, callbacks)
-        start, first_round = self._resume(resume_from_checkpoint, policies)
-        self._stop_requested = False
-        previous = self._install_signal_handlers()
-        threads = self._use_threads(cfg.threads)
+        start, first_round = ckpt.resume(self, resume_from_checkpoint, policies)
+        self.stop_requested = None
         try:
-            self._loop(play, start, first_round)
+            with graceful_stop(self), threads_during(cfg.threads):
+                self._loop(play, start, first_round)
         finally:
-            self._use_threads(threads)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
             for cb in self.callbacks:
                 cb.on_train_end(self)
             if self.rollout is not self.engine and self.rollout is not servers:
                 self.rollout.close()  # the servers' connections it opened; an engine object passed in stays open
-        if cfg.push_to_hub and not self._stop_requested:
+        if cfg.push_to_hub and not self.stop_requested:
             self.push_to_hub(cfg.hub_model_id, private=cfg.hub_private_repo)
         return self
 
@@ -181,11 +176,11 @@ class AutocurriculumTrainer:
                 metrics.update(cb.on_epoch_end(self) or {})
             if metrics:
                 self._log(metrics)
-            if cfg.save_strategy == "epoch" or self._stop_requested:
+            if cfg.save_strategy == "epoch" or self.stop_requested:
                 ckpt.save_checkpoint(self, epoch)
                 self.engine.clear_prefix_cache()  # a resume from here starts with an empty cache too
-            if self._stop_requested:
-                log.warning("%s: saved checkpoint-%d (epoch %d, round %d) and stopped", self._stop_requested, epoch,
+            if self.stop_requested:
+                log.warning("%s: saved checkpoint-%d (epoch %d, round %d) and stopped", self.stop_requested, epoch,
                             epoch, self.current_round)
                 break
 
@@ -205,7 +200,7 @@ class AutocurriculumTrainer:
                 played = (pending or self._start_play(play, rnd, None)).result()
                 waited, pending = time.perf_counter() - t_wait, None
                 self._results(played)
-                if ahead and rnd + 1 < rounds.stop and not self._stop_requested:
+                if ahead and rnd + 1 < rounds.stop and not self.stop_requested:
                     pending = self._start_play(play, rnd + 1, background)
                     self.current_round = rnd
                 rating = self._rate(played.records)
@@ -223,7 +218,7 @@ class AutocurriculumTrainer:
                 self.step += 1
                 if self.step % self.config.logging_steps == 0:
                     self._log(metrics)
-                if self._stop_requested and pending is None:
+                if self.stop_requested and pending is None:
                     break
         finally:
             if background is not None:  # after an error: the next round's games end before the servers close
@@ -236,7 +231,8 @@ class AutocurriculumTrainer:
         when given, else now. A future of :class:`~autocurricula.rounds.Played`."""
         retried = self._sync_rollout()
         self.current_round = rnd
-        games = self._games(play)
+        games = match_games(self.match() or [], play, self.game_name, self.current_epoch, rnd, self.config.matches,
+                            self.credit.replays)
 
         def run() -> Played:
             t0 = time.perf_counter()
@@ -249,17 +245,6 @@ class AutocurriculumTrainer:
         done = Future()
         done.set_result(run())
         return done
-
-    def _games(self, play) -> list[tuple]:
-        """match()'s games of round ``self.current_round``, each tuple ``config.matches`` times."""
-        games = []
-        for mi, tup in enumerate(self.match() or []):
-            for k in range(self.config.matches):
-                seats = [dict(p, seat=i) for i, p in enumerate(tup)]
-                gid = f"e{self.current_epoch}-r{self.current_round}-m{mi}-{k}"
-                calls = [] if self.credit.replays else None  # a method that replays games needs every call
-                games.append((play, seats, GameRecord(gid, seats, calls=calls), self.game_name))
-        return games
 
     def _results(self, played: Played) -> None:
         """A played round's turns (with rewards) and metrics; too many failed games stop here."""
@@ -303,28 +288,15 @@ class AutocurriculumTrainer:
             stale = {"rollout/stale_dropped": dropped, "rollout/staleness_max": worst}
             if not turns:
                 return stale
-        lr, lr_metric = self._scheduled_lr(turns)
+        cfg = self.config  # the schedule runs over epochs x rounds; a resumed run continues it
+        lr, lr_metric = round_rates(self.grpo, {t.player: self.learning_rate_of(t.player) for t in turns},
+                                    self.current_epoch * cfg.rounds + self.current_round, cfg.epochs * cfg.rounds)
         t0 = time.perf_counter()
         out = self.updater.step(turns, lr=lr, skip=self._frozen_ids())
-        metrics = {"time/update_s": time.perf_counter() - t0, "train/loss": out.get("loss", 0.0), **lr_metric,
-                   "train/kl": out.get("kl", 0.0), "train/clip_ratio": out.get("clip_ratio", 0.0),
-                   "train/tokens": out.get("tokens", 0)}
-        if "entropy" in out:
-            metrics["train/entropy"] = out["entropy"]
+        for cb in self.callbacks:
+            cb.on_update(self, turns, out)
         self.pool.refresh_versions()
-        return {**metrics, **stale}
-
-    def _scheduled_lr(self, turns: list[Turn]) -> tuple[dict[str, float] | None, dict]:
-        """Per-learner learning rates of this round under ``GRPOConfig.lr_scheduler_type`` (None when
-        constant), by the rounds done so far out of ``epochs * rounds``; resumed runs continue it."""
-        g, cfg = self.grpo, self.config
-        peak = {t.player: self.learning_rate_of(t.player) for t in turns}
-        if g.lr_scheduler_type == "constant" and all(v == g.learning_rate for v in peak.values()):
-            return None, {}
-        done = self.current_epoch * cfg.rounds + self.current_round
-        factor = scheduled_lr(1.0, g.lr_scheduler_type, done, cfg.epochs * cfg.rounds, g.min_lr_ratio,
-                              g.lr_decay_ratio)
-        return {pid: v * factor for pid, v in peak.items()}, {"train/learning_rate": g.learning_rate * factor}
+        return {**update_metrics(out, time.perf_counter() - t0, lr_metric), **stale}
 
     def _league(self, records: list[GameRecord]) -> dict:
         """The players on_round_end() adds (snapshots), each joining before the next is decided."""
@@ -379,26 +351,6 @@ class AutocurriculumTrainer:
         explain_pipeline(cfg.max_staleness, self.grpo.num_iterations, self.rollout is self.engine,
                          self.credit.replays, self.credit.name)
 
-    def _resume(self, resume_from_checkpoint, policies) -> tuple[int, int]:
-        """``(epoch, round)`` to start at: from the latest good checkpoint when resuming, else (0, 0)."""
-        cfg = self.config
-        ckpt.remove_partial_checkpoints(cfg.output_dir)
-        if not resume_from_checkpoint:
-            return 0, 0
-        path = ckpt.resume_checkpoint(cfg.output_dir, resume_from_checkpoint)
-        if path is None:  # a run killed before its first checkpoint: its games and metrics are not kept
-            log.warning("no complete checkpoint in %s: starting from scratch", cfg.output_dir)
-            ckpt.clear_run_files(cfg.output_dir)
-            return 0, 0
-        scripted = {o["id"]: o["policy"] for o in self.opponents if isinstance(o, dict) and "id" in o
-                    and is_scripted(o)}  # the constructor's opponents bring their callables back
-        ckpt.load_checkpoint(self, path, {**scripted, **(policies or {})}, self.opponents)
-        start, first_round = self.current_epoch, self.current_round + 1
-        if first_round >= cfg.rounds:  # saved at the end of its epoch
-            start, first_round = start + 1, 0
-        log.info("resumed from %s at epoch %d, round %d", path, start, first_round)
-        return start, first_round
-
     def config_dict(self) -> dict:
         out = {"trainer": type(self).__name__, "model": self.model_name, "config": asdict(self.config),
                "credit": self.credit.name, "grpo": asdict(self.grpo), "lora": asdict(self.lora_spec)}
@@ -437,30 +389,10 @@ class AutocurriculumTrainer:
         warnings.warn("trainer.values has moved: use trainer.credit.values", DeprecationWarning, stacklevel=2)
         return self.credit.values
 
-    @staticmethod
-    def _use_threads(n: int | None) -> int | None:
-        """Set this process's BLAS threads (``config.threads``); returns the previous count to restore."""
-        if n is None:
-            return None
-        from autocurricula import _blas
-
-        return _blas.use_threads(n)
-
-    def _install_signal_handlers(self) -> dict:
-        """SIGINT/SIGTERM: finish the round (games are bounded by game_timeout_s), save, stop; a
-        second signal stops at once without saving. Returns the previous handlers."""
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def handler(signum, frame):
-            name = signal.Signals(signum).name
-            if self._stop_requested:
-                raise KeyboardInterrupt(f"second {name}: stopped without saving this round")
-            self._stop_requested = name
-            log.warning("%s: finishing this round, then saving a checkpoint and stopping (send it again to stop "
-                        "at once, without saving)", name)
-
-        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Finish the running round, save a checkpoint and return from ``train`` (what SIGINT and
+        SIGTERM do)."""
+        self.stop_requested = reason
 
     # ------------------------------------------------------------------ league rules and publishing
     def reset_player(self, player: dict) -> None:

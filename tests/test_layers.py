@@ -20,7 +20,7 @@ LAYERS = [
     ("credit", ["autocurricula.credit", "autocurricula.branch"]),
     ("loop", ["autocurricula.trainer", "autocurricula.loop", "autocurricula.config", "autocurricula.pool",
               "autocurricula.checkpoint", "autocurricula.rating", "autocurricula.callbacks",
-              "autocurricula.standings", "autocurricula.rounds", "autocurricula.startup",
+              "autocurricula.standings", "autocurricula.rounds", "autocurricula.startup", "autocurricula.signals",
               "autocurricula.tracking", "autocurricula.plots", "autocurricula.transcripts", "autocurricula.hub",
               "autocurricula.eval"]),
     ("leagues", ["autocurricula.leagues"]),

@@ -59,7 +59,7 @@ def test_config_checks_and_trl_names():
 
 
 def _stop_after_epoch_0(trainer):
-    trainer._stop_requested = "SIGTERM"  # as the signal handler does: checkpoint, then stop
+    trainer.request_stop("SIGTERM")  # as the signal handler does: checkpoint, then stop
 
 
 def _record_rates(monkeypatch) -> list[dict]:

@@ -110,6 +110,7 @@ RUN = r"""
 import asyncio, hashlib, json, random, sys
 import numpy as np
 from autocurricula import LeagueConfig, LeagueTrainer
+from autocurricula.callbacks import TrainerCallback
 from autocurricula.games import kuhn_poker
 
 out, model, resume = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
@@ -137,29 +138,23 @@ async def play(players, model, tokenizer):
     await asyncio.sleep(jitter.random() * 0.004)
     return rewards
 
-class Recorded(LeagueTrainer):
-    def _setup(self, *a, **k):
-        super()._setup(*a, **k)
-        step = self.updater.step
-        def spy(turns, **kw):
-            turns_of = [[t.player, t.game_id, list(t.prompt_ids), list(t.completion_ids), t.target,
-                         digest(np.array(t.logprobs, np.float32)), repr(t.advantage)] for t in turns]
-            metrics = step(turns, **kw)
-            weights = {p: of(self.engine.adapter_weights(p).modules) for p in self.engine.players()}
-            steps.append({"epoch": self.current_epoch, "round": self.current_round,
-                          "turns": hashlib.sha256(json.dumps(turns_of).encode()).hexdigest()[:16], "n": len(turns),
-                          "weights": weights})
-            with open(out + "/steps.jsonl", "a") as fh:
-                fh.write(json.dumps(steps[-1]) + "\n")
-            return metrics
-        self.updater.step = spy
+class Recorded(TrainerCallback):
+    def on_update(self, t, turns, result):
+        turns_of = [[x.player, x.game_id, list(x.prompt_ids), list(x.completion_ids), x.target,
+                     digest(np.array(x.logprobs, np.float32)), repr(x.advantage)] for x in turns]
+        weights = {p: of(t.engine.adapter_weights(p).modules) for p in t.engine.players()}
+        steps.append({"epoch": t.current_epoch, "round": t.current_round,
+                      "turns": hashlib.sha256(json.dumps(turns_of).encode()).hexdigest()[:16], "n": len(turns),
+                      "weights": weights})
+        with open(out + "/steps.jsonl", "a") as fh:
+            fh.write(json.dumps(steps[-1]) + "\n")
 
 cfg = LeagueConfig(game_name="kuhn_poker", epochs=3, rounds=2, games_per_learner=4, main_exploiters=1, league_exploiters=2,
                    snapshot_min_rounds=1, snapshot_max_rounds=2, max_concurrent_games=5, credit="q",
                    q_target_coef=1.0, output_dir=out, seed=11, bt_bootstrap=0, save_total_limit=None,
                    progress=False)
-t = Recorded(cfg)
-t.train(model, play, resume_from_checkpoint=resume or None)
+t = LeagueTrainer(cfg)
+t.train(model, play, resume_from_checkpoint=resume or None, callbacks=[Recorded()])
 final = {"players": t.pool.registry(), "elo": t.elo.ratings,
          "history": open(out + "/match_history.jsonl").read(),
          "weights": {p["id"]: of(t.engine.adapter_weights(p["id"]).modules) for p in t.players if "policy" not in p},

@@ -120,7 +120,7 @@ class Timed(SelfPlayTrainer):
 
     def on_round_end(self, records):
         if (self.current_epoch, self.current_round) == self.stop_after:
-            self._stop_requested = "SIGTERM"
+            self.request_stop("SIGTERM")
         yield from super().on_round_end(records)
 
 

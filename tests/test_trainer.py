@@ -13,6 +13,7 @@ import pytest
 
 import autocurricula  # noqa: F401
 from autocurricula import AutocurriculumConfig, AutocurriculumTrainer, GRPOConfig, LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer
+from autocurricula.callbacks import TrainerCallback
 from autocurricula.checkpoint import latest_checkpoint, list_checkpoints
 
 from toy_games import digits, first_digit_policy, seed_style
@@ -29,18 +30,20 @@ def same(w1, w2):
 
 
 class Capture(SelfPlayTrainer):
-    """Self-play that records what reaches the update."""
+    """Self-play that records what reaches the update, through the public ``on_update`` hook."""
 
-    def _setup(self, *a, **k):
-        super()._setup(*a, **k)
-        step = self.updater.step
+    def train(self, *args, callbacks=None, **kwargs):
+        spy = Seen()
+        self.seen = spy.seen
+        return super().train(*args, callbacks=[*(callbacks or []), spy], **kwargs)
+
+
+class Seen(TrainerCallback):
+    def __init__(self):
         self.seen = []
 
-        def spy(turns, **kw):
-            self.seen.append(list(turns))
-            return step(turns, **kw)
-
-        self.updater.step = spy
+    def on_update(self, trainer, turns, result):
+        self.seen.append(list(turns))
 
 
 def test_async_play_records_trainable_calls_only(tiny_model_path, tmp_path):

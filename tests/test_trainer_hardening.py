@@ -419,7 +419,7 @@ class StopsMidEpoch(SelfPlayTrainer):
     def on_round_end(self, records):
         super().on_round_end(records)
         if self.current_epoch == 1 and self.current_round == 0:
-            self._stop_requested = "SIGTERM"
+            self.request_stop("SIGTERM")
 
 
 def test_stop_mid_epoch_then_resume_continues_that_epoch(tiny_model_path, tmp_path):

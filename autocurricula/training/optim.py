@@ -90,3 +90,14 @@ def scheduled_lr(learning_rate: float, schedule: str, done: int, total: int, min
         raise ValueError(f"unknown learning-rate schedule {schedule!r}; use 'constant', 'linear', 'cosine' or "
                          f"'warmup_stable_decay'")
     return learning_rate * (min_ratio + (1.0 - min_ratio) * left)
+
+
+def round_rates(grpo, peaks: dict[str, float], done: int, total: int) -> tuple[dict[str, float] | None, dict]:
+    """Each learner's learning rate for the round after ``done`` of ``total`` rounds under the
+    schedule of ``grpo`` (a GRPOConfig), from its peak rate; ``(None, {})`` when every rate is the
+    constant ``grpo.learning_rate``. The second item is the logged ``train/learning_rate``."""
+    if grpo.lr_scheduler_type == "constant" and all(v == grpo.learning_rate for v in peaks.values()):
+        return None, {}
+    factor = scheduled_lr(1.0, grpo.lr_scheduler_type, done, total, grpo.min_lr_ratio, grpo.lr_decay_ratio)
+    return {pid: v * factor for pid, v in peaks.items()}, {"train/learning_rate": grpo.learning_rate * factor}
+
