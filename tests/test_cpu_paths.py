@@ -189,13 +189,11 @@ def test_pruned_sampler_is_independent_of_the_batch():
 
 # ------------------------------------------------------------------ training
 def test_update_rows_are_grouped_by_player_within_length_buckets():
-    from autocurricula.training.update import Updater, _Row
+    from autocurricula.training.update import Row, microbatches
 
-    up = Updater.__new__(Updater)
-    up.config = type("C", (), {"max_tokens_per_microbatch": 64})()
-    rows = [_Row(p, [1] * n, 1, 1, 0.0, [0.0], 1.0) for p, n in
+    rows = [Row(p, [1] * n, 1, 1, 0.0, [0.0], 1.0) for p, n in
             [(2, 9), (0, 9), (1, 5), (2, 5), (0, 5), (1, 9), (0, 3), (2, 3)]]
-    batches = up._microbatches(rows)
+    batches = microbatches(rows, 64)
     assert sorted(id(r) for b in batches for r in b) == sorted(id(r) for r in rows)
     for b in batches:
         assert [r.player for r in b] == sorted(r.player for r in b)  # gather_mm's sorted_indices holds

@@ -115,9 +115,6 @@ def test_scripted_calls_share_one_rng_check():
 
     assert call_scripted(policy, "p", "r") == "1" and call_scripted(with_rng, "p", "r") == "p:r"
     assert takes_rng(with_rng) and not takes_rng(policy) and not takes_rng(len)  # builtins: no signature needed
-    from autocurricula.games._common import call_policy
-
-    assert call_policy(with_rng, "q", 3) == "q:3"
 
 
 def test_credit_methods_are_objects_built_by_name():

@@ -8,13 +8,14 @@ import pytest
 import autocurricula  # noqa: F401
 import mlx.core as mx
 
-from autocurricula.config import GRPOConfig, coerce_grpo_config
-from autocurricula.credit import Turn, assign_credit
+from autocurricula.training.config import GRPOConfig, coerce_grpo_config
+from autocurricula.credit import GRPOCredit
+from autocurricula.records import Turn
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams
 from autocurricula.training import AdamWState, Updater
 from autocurricula.training.loss import policy_loss, policy_loss_reference, token_weights
 from autocurricula.training.optim import adamw
-from autocurricula.training.update import completion_logprobs, merge_step_metrics, split_turns
+from autocurricula.training.update import merge_step_metrics, split_turns
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
@@ -79,7 +80,7 @@ def play_turns(engine, names, per_player=4, seed=0):
             c = engine.generate(f"Game {j}: your move", n, SamplingParams(max_tokens=6, seed=seed + j, **GREEDY_OFF))
             turns.append(Turn(n, f"g{j}", "X", c.prompt_ids, c.token_ids, c.logprobs, reward=float(j % 2),
                               group=f"prompt{j // 2}"))
-    return assign_credit(turns, "grpo")
+    return GRPOCredit().assign(turns)
 
 
 @pytest.fixture()
@@ -89,22 +90,9 @@ def engine(tiny_model_path):
     eng.close()
 
 
-def logprob_of(engine, player, turn, entropy=False):
-    """Summed logprob of the turn's completion under the player's adapter (or its mean entropy)."""
-    def job():
-        slot = engine.slots.acquire(player)[0]
-        try:
-            engine._write_slot(slot)
-            engine.lora.ctx.slots = mx.array([slot.slot], dtype=mx.uint32)
-            ids = mx.array([turn.prompt_ids + turn.completion_ids[:-1]])
-            n = len(turn.completion_ids)
-            pos = mx.array([list(range(len(turn.prompt_ids) - 1, len(turn.prompt_ids) - 1 + n))])
-            out = completion_logprobs(engine.model, ids, pos, mx.array([turn.completion_ids]), 1.0, entropy=entropy)
-            return float(out[1].mean().item()) if entropy else float(out.sum().item())
-        finally:
-            engine.lora.ctx.slots = None
-            engine.slots.release(player)
-    return engine.call(job).result()
+def logprob_of(engine, player, turn):
+    """Summed logprob of the turn's completion under the player's adapter."""
+    return engine.completion_logprobs([(turn.prompt_ids, turn.completion_ids)], player)[0]
 
 
 def test_sampler_logprobs_equal_training_logprobs(engine):
@@ -241,7 +229,11 @@ def test_kl_and_truncation_options_run(engine):
 
 
 def entropy_of(engine, player, turn):
-    return logprob_of(engine, player, turn, entropy=True)
+    """Mean entropy of the next-token distributions at the turn's completion positions."""
+    logits = engine.logits(turn.prompt_ids + turn.completion_ids[:-1], player)[len(turn.prompt_ids) - 1:]
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    return float(-(np.exp(logp) * logp).sum(axis=-1).mean())
 
 
 def test_entropy_bonus_raises_entropy_and_keeps_zero_advantage_turns(engine):

@@ -36,7 +36,8 @@ def __getattr__(name: str):
 
 
 @dataclass
-class _Row:
+class Row:
+    """One turn as the update sees it: its learner's index, prompt + completion ids and weights."""
     player: int
     ids: list[int]
     start: int  # index of the first completion token in ids
@@ -84,6 +85,23 @@ def merge_step_metrics(steps: list[dict]) -> dict:
     return out
 
 
+def microbatches(rows: list[Row], budget: int) -> list[list[Row]]:
+    """Rows in micro-batches of at most ``budget`` padded tokens (rows x longest input), longest
+    first; within a batch the rows of one player sit together, so the multi-LoRA ``gather_mm``
+    runs on sorted indices."""
+    batches, cur, width = [], [], 0
+    for row in sorted(rows, key=lambda r: -len(r.ids)):
+        w = max(width, len(row.ids) - 1)
+        if cur and w * (len(cur) + 1) > budget:
+            batches.append(cur)
+            cur, w = [], len(row.ids) - 1
+        cur.append(row)
+        width = w
+    if cur:
+        batches.append(cur)
+    return [sorted(b, key=lambda r: r.player) for b in batches]
+
+
 class Updater:
     """Policy updates of the players loaded in ``engine`` from their :class:`~autocurricula.records.Turn`s.
 
@@ -127,7 +145,7 @@ class Updater:
         return {"steps": self.steps}
 
     # -------------------------------------------------------------- engine thread
-    def _rows(self, turns: list[Turn], names: list[str]) -> list[_Row]:
+    def _rows(self, turns: list[Turn], names: list[str]) -> list[Row]:
         cfg = self.config
         index = {n: i for i, n in enumerate(names)}
         rows = []
@@ -142,27 +160,12 @@ class Updater:
                 # zero weight, or zero advantage without a KL or entropy term, contributes nothing: skip it
                 if w == 0 or (cfg.drop_zero_advantage and cfg.beta == 0 and not cfg.entropy_coef and t.advantage == 0):
                     continue
-                rows.append(_Row(index[name], list(t.prompt_ids) + list(t.completion_ids), len(t.prompt_ids),
+                rows.append(Row(index[name], list(t.prompt_ids) + list(t.completion_ids), len(t.prompt_ids),
                                  len(t.completion_ids), float(t.advantage), list(t.logprobs), w,
                                  bool(getattr(t, "target", False))))
         return rows
 
-    def _microbatches(self, rows: list[_Row]) -> list[list[_Row]]:
-        budget = self.config.max_tokens_per_microbatch
-        batches, cur, width = [], [], 0
-        for row in sorted(rows, key=lambda r: -len(r.ids)):
-            w = max(width, len(row.ids) - 1)
-            if cur and w * (len(cur) + 1) > budget:
-                batches.append(cur)
-                cur, w = [], len(row.ids) - 1
-            cur.append(row)
-            width = w
-        if cur:
-            batches.append(cur)
-        # rows of one player together, so the multi-LoRA gather_mm runs on sorted indices
-        return [sorted(b, key=lambda r: r.player) for b in batches]
-
-    def _arrays(self, batch: list[_Row]) -> dict:
+    def _arrays(self, batch: list[Row]) -> dict:
         width = max(len(r.ids) for r in batch) - 1
         width = -(-width // self.width_multiple) * self.width_multiple
         t_max = max(r.n for r in batch)
@@ -235,7 +238,7 @@ class Updater:
                                entropy=ent, entropy_coef=cfg.entropy_coef)
 
         grad_fn = mx.value_and_grad(loss_fn)
-        for mb in self._microbatches(rows):
+        for mb in microbatches(rows, self.config.max_tokens_per_microbatch):
             batch = self._arrays(mb)
             if cfg.beta:
                 stacks.route(None)  # the base model: same weights, adapter off
