@@ -5,6 +5,7 @@ keep failing."""
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -99,7 +100,23 @@ def update_metrics(out: dict, seconds: float, lr_metric: dict) -> dict:
                "train/tokens": out.get("tokens", 0)}
     if "entropy" in out:
         metrics["train/entropy"] = out["entropy"]
+    if "skipped_nonfinite" in out:
+        metrics["train/skipped_nonfinite"] = out["skipped_nonfinite"]
     return metrics
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_advantages(turns: list[Turn], credit: str) -> None:
+    """Every advantage is a finite float32: the loss is computed in float32, and one overflow would
+    turn every adapter it touches into NaN."""
+    for t in turns:
+        a = t.advantage
+        if a is not None and not (math.isfinite(a) and abs(a) <= FLOAT32_MAX):
+            raise ValueError(f"credit {credit!r} gave turn of {t.player} in game {t.game_id} ({t.game}) the advantage "
+                             f"{a!r} (reward {t.reward!r}), outside float32's range: the update runs in float32. "
+                             f"Scale the game's rewards down")
 
 
 def drop_stale(turns: list[Turn], versions: dict[str, int], max_staleness: int) -> tuple[list[Turn], int, int]:

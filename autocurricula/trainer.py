@@ -40,8 +40,8 @@ from autocurricula.game import Stateful, game_name
 from autocurricula.pool import Pool
 from autocurricula.records import GameRecord, Turn, is_scripted
 from autocurricula.replay import Replayer
-from autocurricula.rounds import (ErrorGate, GameError, Played, drop_stale, match_games, rewarded_turns, rollout_metrics,
-                                  update_metrics)
+from autocurricula.rounds import (ErrorGate, GameError, Played, check_advantages, drop_stale, match_games,
+                                  rewarded_turns, rollout_metrics, update_metrics)
 from autocurricula.signals import graceful_stop
 from autocurricula.standings import Leaderboard, Standings
 from autocurricula.startup import explain_pipeline, explain_schedule, load_engine, open_rollout
@@ -273,7 +273,9 @@ class AutocurriculumTrainer:
                                                     timeout_s=arena.game_timeout_s, scorer=self.engine))
         self.credit.assign(turns)
         frozen = self._frozen_ids()
-        return turns + self.credit.extra_turns([t for t in turns if t.player not in frozen]), self.credit.metrics()
+        turns = turns + self.credit.extra_turns([t for t in turns if t.player not in frozen])
+        check_advantages(turns, self.credit.name)
+        return turns, self.credit.metrics()
 
     def _update(self, turns: list[Turn]) -> dict:
         """One fused update of every learner on its turns (frozen players' turns are skipped). With

@@ -11,6 +11,8 @@ new adapter versions are live for the next decode step; remote servers get them 
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -21,6 +23,14 @@ from autocurricula.records import Turn
 from autocurricula.engine.adapters import AdapterWeights
 from autocurricula.training.loss import policy_loss, token_weights
 from autocurricula.training.optim import AdamWState, adamw
+
+log = logging.getLogger(__name__)
+
+MAX_NONFINITE_IN_A_ROW = 3  # updates skipped for non-finite values before training stops
+
+
+class NonFiniteUpdateError(RuntimeError):
+    """Several updates in a row had a non-finite loss, gradient or result; none was applied."""
 
 
 def __getattr__(name: str):
@@ -78,6 +88,8 @@ def merge_step_metrics(steps: list[dict]) -> dict:
     tokens = sum(m.get("tokens", 0) for m in steps)
     for k in ("rows", "tokens", "loss"):
         out[k] = sum(m.get(k, 0) for m in steps)
+    if any("skipped_nonfinite" in m for m in steps):
+        out["skipped_nonfinite"] = sum(m.get("skipped_nonfinite", 0) for m in steps)
     out["players"] = max(m.get("players", 0) for m in steps)
     for k in ("clip_ratio", "kl", "entropy"):
         if any(k in m for m in steps):
@@ -115,6 +127,7 @@ class Updater:
         self.remotes = list(remotes)
         self.optim: dict[str, AdamWState] = {}
         self.steps = 0
+        self.nonfinite_in_a_row = 0
         # MLX 0.32.4's CUDA gather_mm faulted ("misaligned address", a 16-byte read) in the backward at
         # widths 23 and 27, not 24: pad to a multiple of 4 there; exact (causal rows never see it)
         cuda = mx.default_device().type == mx.DeviceType.gpu and not mx.metal.is_available()
@@ -208,13 +221,31 @@ class Updater:
         if grads is None:
             return metrics, {}
         norms = self._clip(grads)
-        new = self._apply(names, weights, paths, params, grads, lr)
+        new = None if not (math.isfinite(metrics["loss"]) and np.isfinite(norms).all()) else \
+            self._apply(names, weights, paths, params, grads, lr)
+        if new is None or not all(np.isfinite(x).all() for w in new.values() for pair in w.modules.values() for x in pair):
+            return self._skip_nonfinite(metrics, names, norms), {}
+        self.nonfinite_in_a_row = 0
+        metrics["skipped_nonfinite"] = 0
         for n in names:
             metrics[f"grad_norm/{n}"] = float(norms[names.index(n)])
             # the updater's own outputs fit the model by construction: no validation pass
             metrics[f"version/{n}"] = engine.install(n, new[n], validate=False)
         self.steps += 1
         return metrics, new
+
+    def _skip_nonfinite(self, metrics: dict, names: list[str], norms) -> dict:
+        """A step whose loss, gradients or new weights are not finite is not applied; too many in a
+        row stop training (rewards far too large, or a learning rate that diverges)."""
+        self.nonfinite_in_a_row += 1
+        if self.nonfinite_in_a_row >= MAX_NONFINITE_IN_A_ROW:
+            raise NonFiniteUpdateError(
+                f"{self.nonfinite_in_a_row} updates in a row had a non-finite loss, gradient or result (last loss "
+                f"{metrics['loss']}, gradient norms {dict(zip(names, np.asarray(norms).tolist()))}); nothing was "
+                f"applied. Check the rewards' scale and lower GRPOConfig.learning_rate")
+        log.warning("update skipped: non-finite loss %s or gradient norms %s (%d in a row; training stops at %d)",
+                    metrics["loss"], np.asarray(norms).tolist(), self.nonfinite_in_a_row, MAX_NONFINITE_IN_A_ROW)
+        return {**metrics, "skipped_nonfinite": 1}
 
     def _forward_backward(self, stacks, turns, names, weights, paths, rank):
         """(metrics, the stacked parameters, their loss gradients summed over every microbatch or
