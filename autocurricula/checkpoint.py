@@ -69,12 +69,14 @@ def _manifest(folder: Path) -> dict:
 
 def verify_checkpoint(path: str | Path) -> None:
     """Raise :class:`CheckpointError` (naming the checkpoint and the file) unless ``path`` is
-    complete and every file matches its manifest. Checkpoints written without a manifest pass."""
+    complete and every file matches its manifest. A checkpoint without a manifest cannot be
+    verified, so it is refused too."""
     path = Path(path)
     if not (path / MARKER).is_file():
         raise CheckpointError(f"checkpoint {path} is not complete (no {MARKER} marker)")
     if not (path / MANIFEST).is_file():
-        return
+        raise CheckpointError(f"checkpoint {path} has no {MANIFEST}, so its files cannot be verified (deleted or "
+                              f"never written)")
     try:
         manifest = json.loads((path / MANIFEST).read_text())
         items = manifest["files"].items()

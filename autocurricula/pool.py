@@ -84,10 +84,10 @@ class Pool:
         return f"{base}-{k}"
 
     def _default_parent(self, spec: dict) -> dict | None:
-        # latest trainable player of the same role, else the latest trainable player, else none (base)
+        # the latest trainable player of the same role, else none: a new role starts from the base
+        # model (a discriminator must not start as a copy of the generator)
         same = [p for p in self.players if p.get("role") == spec.get("role") and not p["frozen"] and not is_scripted(p)]
-        anyone = [p for p in self.players if not p["frozen"] and not is_scripted(p)]
-        return (same or anyone or [None])[-1]
+        return same[-1] if same else None
 
     def add(self, spec: dict, epoch: int, inherit: bool = True) -> dict:
         """Create a player from ``spec``: ``parent`` (an id) picks whose weights to copy, else the

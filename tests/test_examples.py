@@ -43,6 +43,10 @@ def test_the_fictitious_gan_snippet_trains_as_written(tmp_path):
     assert len(history) == sum(2 * (e + 1) * rounds for e in range(epochs))  # latest G vs every D, latest D vs every G
     assert all({"generator", "discriminator"} == set(row["roles"]) for row in history)
     assert (tmp_path / "run" / f"checkpoint-{epochs - 1}" / "COMPLETE").is_file()
+    # each new player continues its own role's latest one; the first discriminator starts from the base
+    parents = {p["id"]: p["parent"] for p in trainer.players}
+    assert parents["generator-0"] is None and parents["discriminator-0"] is None
+    assert parents["generator-2"] == "generator-1" and parents["discriminator-3"] == "discriminator-2"
 
 
 @pytest.mark.slow

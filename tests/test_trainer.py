@@ -216,7 +216,8 @@ def test_custom_trainer_with_seed_api(tiny_model_path, tmp_path):
     t = Duel(AutocurriculumConfig(epochs=1, rounds=1, matches=3, output_dir=str(tmp_path), **FAST))
     t.train(str(tiny_model_path), digits)
     assert len(t.match_history) == 6 and t.current_epoch == 0
-    assert [p["id"] for p in t.players] == ["a-0", "b-0"] and t.players[1]["parent"] == "a-0"  # inherits
+    # a new role starts from the base model, not as a copy of another role
+    assert [p["id"] for p in t.players] == ["a-0", "b-0"] and t.players[1]["parent"] is None
     t.engine.close()
 
 
