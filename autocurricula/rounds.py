@@ -62,10 +62,16 @@ class ErrorGate:
         self.max_rate, self.game_name = max_rate, game_name
         self.seen: set[str] = set()
 
-    def check(self, records: list[GameRecord], where: str) -> None:
+    def check(self, records: list[GameRecord], where: str, rollout_health: dict | None = None) -> None:
+        """``rollout_health``: the health of the servers or actors the games ran on, if elsewhere."""
         failed = [r for r in records if r.error]
         if not failed:
             return
+        if rollout_health is not None and not rollout_health.get("ok", True):
+            raise GameError(f"{len(failed)} of {len(records)} games of {self.game_name!r} failed in {where} because "
+                            f"no server or actor is reachable ({unreachable(rollout_health)}): start them again or "
+                            f"check their addresses; the games themselves did not fail. First error: "
+                            f"{failed[0].error}")
         for r in failed:
             if r.error not in self.seen and len(self.seen) < 20:
                 self.seen.add(r.error)
@@ -117,6 +123,12 @@ def check_advantages(turns: list[Turn], credit: str) -> None:
             raise ValueError(f"credit {credit!r} gave turn of {t.player} in game {t.game_id} ({t.game}) the advantage "
                              f"{a!r} (reward {t.reward!r}), outside float32's range: the update runs in float32. "
                              f"Scale the game's rewards down")
+
+
+def unreachable(health: dict) -> str:
+    """The workers a fleet's health lists as down, with their last errors."""
+    rows = [r for v in health.values() if isinstance(v, list) for r in v if isinstance(r, dict) and not r.get("up")]
+    return "; ".join(f"{next(iter(r.values()))}: {r.get('error') or 'down'}" for r in rows) or "none is up"
 
 
 def drop_stale(turns: list[Turn], versions: dict[str, int], max_staleness: int) -> tuple[list[Turn], int, int]:

@@ -248,7 +248,9 @@ class AutocurriculumTrainer:
 
     def _results(self, played: Played) -> None:
         """A played round's turns (with rewards) and metrics; too many failed games stop here."""
-        self.errors.check(played.records, f"epoch {self.current_epoch}, round {self.current_round}")
+        elsewhere = self.rollout is not self.engine and any(r.error for r in played.records)
+        self.errors.check(played.records, f"epoch {self.current_epoch}, round {self.current_round}",
+                          self.rollout.health() if elsewhere else None)
         played.turns = rewarded_turns(played.records)
         played.metrics = rollout_metrics(played.records, played.turns, self.players, self.arena.is_trainable)
         if played.retried_before is not None:  # requests a failed server left, served by another
