@@ -222,8 +222,8 @@ class Fleet:
 
     def load_adapter(self, name: str, source: Any, version: int | None = None) -> int:
         """Install or hot-swap a player at ``version`` (default: the next one): installed now on
-        every worker that holds the player, on the others at its first request there. Returns the
-        version."""
+        every worker that holds the player (a new player on the worker placement picks for it), on
+        the others at its first request there. Returns the version."""
         check_name(name)
         if name == self.name:
             raise ValueError(f"{name!r} is the base model's name; choose another player name")
@@ -524,6 +524,9 @@ class Fleet:
         old = self._adapters.get(name)
         self._adapters[name], self._last_version[name] = ad, ad.version
         holders = [m for m in self._members if m.up and name in m.held]
+        if not holders:  # a new player goes to its worker now, so the fleet holds every player it was given
+            placed = self._pick(name, set())
+            holders = [placed] if placed is not None else []
         results = await asyncio.gather(*(self._ensure(m, name) for m in holders), return_exceptions=True)
         for m, r in zip(holders, results):
             if isinstance(r, WorkerDown):

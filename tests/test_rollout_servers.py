@@ -38,3 +38,23 @@ def test_every_server_down_is_named_as_such_not_as_a_broken_game(tiny_model_path
             remote.close()
             t.engine.close()
             serving.close()
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_after_training_the_server_holds_every_player_at_its_version(tiny_model_path, tmp_path, staleness):
+    """Snapshots made in the last round never play, yet the server holds them: it can serve the whole
+    league afterwards, whatever max_staleness."""
+    from autocurricula import LeagueConfig, LeagueTrainer
+
+    serving = Engine(str(tiny_model_path))
+    try:
+        with running_server(create_app(serving)) as url:
+            t = LeagueTrainer(LeagueConfig(epochs=2, rounds=2, games_per_learner=2, snapshot_min_rounds=1,
+                                           snapshot_max_rounds=1, output_dir=str(tmp_path), progress=False,
+                                           max_tokens=2, max_staleness=staleness, ratings={"bt_bootstrap": 0}))
+            t.train(str(tiny_model_path), digits, servers=[url])
+            t.engine.close()
+        mine = {p["id"]: p["version"] for p in t.players if "policy" not in p}
+        assert {n: serving.adapter_info(n)["version"] for n in serving.players()} == mine
+    finally:
+        serving.close()
