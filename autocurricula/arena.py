@@ -1,17 +1,10 @@
 """The ``model`` handed to ``play``: generation for players, turn recording, nested games, judges.
 
-Two styles of ``play(players, model, tokenizer)`` are supported:
-
-- recommended (async): ``await model.generate(player, prompt_or_messages, **sampling)`` returns a
-  :class:`Generation` (text, token ids, logprobs). Every call for a trainable player is recorded
-  as that player's turn in this game; ``play`` returns one reward per player (or a
-  :class:`GameResult` with extras).
-- seed style (sync, transformers-like): ``set_player(model, player)`` then
-  ``model.generate(**tokenizer(prompt, return_tensors="pt"), max_new_tokens=..., do_sample=True)``
-  returns prompt + completion ids; ``play`` returns ``(rewards, experiences)`` as in the original
-  autocurricula README. Calls are recorded the same way. In a sync game every other call of the
-  handle (``model.play``, ``model.judge``, ``model.generate(player, ...)``) blocks and returns its
-  result instead of a coroutine.
+``await model.generate(player, prompt_or_messages, **sampling)`` returns a :class:`Generation`
+(text, token ids, logprobs). Every call for a trainable player is recorded as that player's turn in
+this game; ``play`` returns one reward per player (or a :class:`GameResult` with extras). A
+synchronous ``play`` in the seed's style (``set_player`` and transformers-style ``generate``) runs
+through :mod:`autocurricula.seed_compat`, which adapts it to this handle.
 
 Calls with ``trainable=False`` never become turns. A judge is ``await model.judge(prompt)`` (the
 base model, no adapter), ``model.judge(prompt, player=frozen_player)`` (that player's adapter) or
@@ -35,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import hashlib
 import inspect
@@ -44,26 +36,21 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
+from autocurricula._deprecation import moved
 from autocurricula.engine import SamplingParams
-from autocurricula.records import Call, GameRecord, Generation, Turn, is_scripted, takes_rng
+from autocurricula.game import check_rewards
+from autocurricula.records import Call, GameRecord, Generation, Turn, call_scripted, is_scripted
+from autocurricula.seed_compat import GameCancelled, is_sync_play, run_seed_play, set_player, split_seed_return
 
 __all__ = ["Arena", "BASE_JUDGE", "Call", "GameCancelled", "GameHandle", "GameRecord", "GameResult", "Generation",
-           "PlayTokenizer", "derive_seed", "game_result", "normalise_rewards", "run_async", "set_player"]
+           "PlayTokenizer", "derive_seed", "game_result", "run_async", "set_player"]
 
-
-class GameCancelled(RuntimeError):
-    """Raised in a timed-out game's thread by its next ``model.generate``."""
-
-
-def set_player(model, player: dict) -> None:
-    """Seed-style API: make ``player``'s adapter the one ``model.generate(**inputs)`` uses."""
-    model.current_player = player
+__getattr__ = moved(__name__, {"normalise_rewards": "autocurricula.seed_compat:normalise_rewards"})
 
 
 def run_async(coro):
@@ -146,12 +133,12 @@ BASE_JUDGE = {"id": "base", "adapter": None}  # the base model without any adapt
 
 
 class GameHandle:
-    """The ``model`` argument of one ``play`` call (one per game and per sub-game, so ``set_player``
-    state and turn recording never mix between concurrent games)."""
+    """The ``model`` argument of one ``play`` call (one per game and per sub-game, so turn recording
+    never mixes between concurrent games)."""
 
     def __init__(self, arena: "Arena", record: GameRecord, game: str, level: int = 0, parent: str | None = None,
                  seats: list[dict] | None = None, *, node: str | None = None, group: str | None = None,
-                 trainable: bool = True, root: "GameHandle | None" = None):
+                 trainable: bool = True):
         self.arena, self.record, self.game = arena, record, game
         self.level, self.parent = level, parent
         # this (sub-)game's id: the game_id of its turns (a replay keeps the recorded game's, hence its seeds)
@@ -159,13 +146,8 @@ class GameHandle:
         self.group = group  # the sibling key of a sub-game (None at the top level)
         self.trainable = trainable  # False: none of this game's calls become turns
         self.seats = seats if seats is not None else record.players
-        self.current_player: dict | None = None
         self._calls = 0
         self._subgames = 0
-        self._root = root or self  # cancellation is per top-level game, sub-games included
-        self.cancelled = False  # set when the game timed out: its sync thread's next generate raises
-        self._pending: set = set()  # a sync thread's in-flight generate calls (cancelled with the game)
-        self._lock = threading.Lock()
 
     @property
     def seed(self) -> int:
@@ -173,26 +155,19 @@ class GameHandle:
         id give the same game again, so league runs and resumed runs stay reproducible."""
         return derive_seed(self.arena.seed, self.node, self.level, self.parent, "game")
 
-    # ------------------------------------------------------------------ both styles
-    def generate(self, *args, **kwargs):
-        """``await model.generate(player, prompt, **sampling)`` (async style; ``player=None``: a judge
-        call on the base model) or ``model.generate(input_ids=..., max_new_tokens=...)`` after
-        ``set_player`` (seed style; ``trainable=False`` keeps the call out of training)."""
-        if args and (isinstance(args[0], dict) or args[0] is None):
-            player, rest = args[0], args[1:]
-            if player is None:
-                return self.judge(*rest, **kwargs)
-            return self._blocking_in_sync(self._agenerate(player, *rest, **kwargs))
-        if "player" in kwargs:
-            player = kwargs.pop("player")
-            return self.judge(*args, **kwargs) if player is None else \
-                self._blocking_in_sync(self._agenerate(player, *args, **kwargs))
-        return self._hf_generate(*args, **kwargs)
+    async def generate(self, player: dict | None, prompt, **sampling) -> Generation:
+        """``player``'s reply to ``prompt`` (text, token ids or chat messages), a turn of this game
+        when the player is trainable. Sampling: ``max_tokens``, ``temperature``, ``top_p``, ``top_k``,
+        ``stop``, ``seed``; ``trainable=False`` keeps the call out of training; ``group`` / ``role``
+        name its GRPO group and role. ``player=None`` is a judge call on the base model."""
+        if player is None:
+            return await self.judge(prompt, **sampling)
+        return await self._agenerate(player, prompt, **sampling)
 
     def judge(self, prompt, *, player: dict | str | None = None, **sampling):
-        """A judge's reply (a :class:`Generation`), never a turn: ``player=None`` asks the base model
-        (no adapter), a player dict or player id asks that player's adapter (e.g. a frozen
-        snapshot), a scripted player dict asks its policy. ``await`` it in an async game."""
+        """A judge's reply (a :class:`Generation`, awaited), never a turn: ``player=None`` asks the
+        base model (no adapter), a player dict or player id asks that player's adapter (e.g. a
+        frozen snapshot), a scripted player dict asks its policy."""
         if "trainable" in sampling:
             raise TypeError("judge calls are never trained: drop trainable=")
         if player is None:
@@ -204,7 +179,11 @@ class GameHandle:
         else:
             raise TypeError(f"judge(player=...) takes None (the base model), a player id or a player dict, "
                             f"got {player!r}")
-        return self._blocking_in_sync(self._agenerate(judge, prompt, trainable=False, **sampling))
+        return self._agenerate(judge, prompt, trainable=False, **sampling)
+
+    def encode(self, text: str) -> list[int]:
+        """The token ids the model reads for ``text``."""
+        return self.arena.engine.encode(text)
 
     async def _agenerate(self, player: dict, prompt, *, trainable: bool = True, max_tokens: int | None = None,
                          temperature: float | None = None, top_p: float = 1.0, top_k: int = 0, stop=None,
@@ -218,7 +197,7 @@ class GameHandle:
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
             ids = self.arena.engine.apply_chat_template(prompt)
         elif isinstance(prompt, str):
-            ids = self.arena.engine.encode(prompt)
+            ids = self.encode(prompt)
         else:
             ids = [int(t) for t in prompt]
         key = (self.level, self.node, call)
@@ -256,68 +235,11 @@ class GameHandle:
             self.record.calls.append(Call(key, player["id"], list(ids), gen, turn, seat))
         return gen
 
-    def _hf_generate(self, input_ids=None, attention_mask=None, max_new_tokens: int = 20, do_sample: bool = True,
-                     temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, trainable: bool = True,
-                     **_ignored):
-        if self.current_player is None:
-            raise RuntimeError("call set_player(model, player) before model.generate(...) in a seed-style play")
-        rows = np.asarray(input_ids.tolist() if hasattr(input_ids, "tolist") else input_ids)
-        rows = rows.reshape(1, -1) if rows.ndim == 1 else rows
-        outs = []
-        for row in rows:
-            coro = self._agenerate(self.current_player, [int(t) for t in row], max_tokens=max_new_tokens,
-                                   temperature=temperature if do_sample else 0.0, top_p=top_p, top_k=top_k or 0,
-                                   trainable=trainable)
-            gen = self._wait_in_thread(coro)
-            outs.append(list(row) + list(gen.token_ids or self.arena.engine.encode(gen.text)))
-        width = max(len(o) for o in outs)
-        pad = getattr(self.arena.engine.tokenizer, "pad_token_id", None) or 0
-        out = np.array([o + [pad] * (width - len(o)) for o in outs])
-        if type(input_ids).__module__.startswith("torch"):
-            import torch
-
-            return torch.tensor(out)
-        return out
-
-    def _blocking_in_sync(self, coro):
-        # On the arena's event loop (an async game) the caller awaits the coroutine; in a sync
-        # game's thread there is no running loop, so run it there and block for the result.
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return self._wait_in_thread(coro)
-        return coro
-
-    def _wait_in_thread(self, coro):
-        root = self._root
-        with root._lock:
-            if root.cancelled:
-                coro.close()
-                raise GameCancelled("the game was cancelled (it ran past game_timeout_s)")
-            cf = asyncio.run_coroutine_threadsafe(coro, self.arena.loop)
-            root._pending.add(cf)
-        try:
-            return cf.result()
-        except concurrent.futures.CancelledError:
-            raise GameCancelled("the game was cancelled (it ran past game_timeout_s)") from None
-        finally:
-            with root._lock:
-                root._pending.discard(cf)
-
-    def cancel(self) -> None:
-        """Stop a timed-out game: a sync thread's waiting and future ``generate`` calls raise."""
-        root = self._root
-        with root._lock:
-            root.cancelled = True
-            pending, root._pending = list(root._pending), set()
-        for cf in pending:
-            cf.cancel()
-
     # ------------------------------------------------------------------ nested games
     def play(self, sub_play: Callable, players: list[dict], *, group: str | None = None, trainable: bool = True,
              name: str | None = None, **kwargs):
-        """Run ``sub_play(players, model, tokenizer, **kwargs)`` as a nested game and return its
-        :class:`GameResult` (``await`` it in an async game; a sync game gets the result directly).
+        """Run ``sub_play(players, model, tokenizer, **kwargs)`` as a nested game; ``await`` its
+        :class:`GameResult`. A synchronous ``sub_play`` runs in a thread (:mod:`autocurricula.seed_compat`).
 
         The sub-game's rewards become the rewards of the turns made in it. Its turns carry
         ``level + 1``, this game as ``parent`` and a sibling ``group``: by default the call site
@@ -331,28 +253,16 @@ class GameHandle:
             group = f"{sub_name}@{caller.f_code.co_name}:{caller.f_lineno}"
         child = GameHandle(self.arena, self.record, f"{self.game}/{sub_name}", self.level + 1, self.node,
                            seats=list(players), node=f"{self.node}/{self._subgames}", group=str(group),
-                           trainable=self.trainable and trainable, root=self._root)
-        if self._root.cancelled:
-            raise GameCancelled("the game was cancelled (it ran past game_timeout_s)")
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # a sync game's thread
-            if _is_async(sub_play):
-                return self._wait_in_thread(self._run_sub(child, sub_play, players, kwargs))
-            try:
-                out = sub_play(players, child, self.arena.tokenizer, **kwargs)
-            except BaseException:
-                child._drop_turns()
-                raise
-            return child._finish(out, len(players))
+                           trainable=self.trainable and trainable)
         return self._run_sub(child, sub_play, players, kwargs)
 
     async def _run_sub(self, child: "GameHandle", sub_play: Callable, players: list[dict], kwargs: dict):
         try:
-            if _is_async(sub_play):
+            if is_sync_play(sub_play):  # its blocking calls need a thread of their own
+                out, _ = split_seed_return(await run_seed_play(sub_play, players, child, self.arena.tokenizer,
+                                                               **kwargs))
+            else:
                 out = await sub_play(players, child, self.arena.tokenizer, **kwargs)
-            else:  # a sync sub-game of an async game: its blocking calls need a thread of their own
-                out = await self.arena._in_thread(lambda: sub_play(players, child, self.arena.tokenizer, **kwargs))
             if inspect.isawaitable(out):
                 out = await out
         except BaseException:
@@ -395,13 +305,11 @@ class GameHandle:
 
 
 def game_result(out, n_players: int) -> tuple[list[float], dict]:
-    """Rewards and extras of what a (sub-)game returned: a :class:`GameResult`, or anything
-    :func:`normalise_rewards` accepts (then the extras are empty)."""
+    """Rewards and extras of what a (sub-)game returned: a :class:`GameResult`, or one number per
+    player (then the extras are empty)."""
     if isinstance(out, GameResult):
-        rewards, _ = normalise_rewards(list(out.rewards), n_players)
-        return rewards, dict(out.extras)
-    rewards, _ = normalise_rewards(out, n_players)
-    return rewards, {}
+        return check_rewards(list(out.rewards), n_players), dict(out.extras)
+    return check_rewards(out, n_players), {}
 
 
 class Arena:
@@ -430,8 +338,8 @@ class Arena:
         return player.get("adapter", player["id"])
 
     def scripted(self, player: dict, prompt: str, seed: int) -> str:
-        fn = player["policy"]
-        return str(fn(prompt, np.random.default_rng(seed)) if takes_rng(fn) else fn(prompt))
+        """A scripted player's reply, its policy given a NumPy generator seeded with ``seed``."""
+        return call_scripted(player["policy"], prompt, np.random.default_rng(seed))
 
     def _memo_key(self, adapter, ids, params: SamplingParams):
         """The key of a greedy request in ``greedy_memo`` (None: not memoised). A greedy answer is a
@@ -548,15 +456,15 @@ class Arena:
         coordinator = asyncio.create_task(self._coordinator()) if self.lockstep else None
         # a sync game is live before it has a thread: waiting for one, it would hold every lockstep
         # tick for its grace period, so sync games start only as threads are free
-        sync = any(not _is_async(g[0]) for g in games)
+        sync = any(is_sync_play(g[0]) for g in games)
         gate = _StartGate(self, min(max_concurrent, sync_workers) if sync else max_concurrent)
         threads = asyncio.Semaphore(sync_workers)
 
-        async def call(play, players, handle):
-            if _is_async(play):
-                return await play(players, handle, self.tokenizer)
+        async def call(play, players, handle):  # what play returned, and the seed style's experiences
+            if not is_sync_play(play):
+                return await play(players, handle, self.tokenizer), None
             async with threads:
-                return await self._in_thread(play, players, handle, self.tokenizer)
+                return split_seed_return(await run_seed_play(play, players, handle, self.tokenizer))
 
         async def one(play, players, record, game):
             async with gate.slot(record.game_id):  # live from the moment its turn comes
@@ -565,15 +473,12 @@ class Arena:
                     task = asyncio.ensure_future(call(play, players, handle))
                     done, _ = await asyncio.wait({task}, timeout=timeout_s)
                     if not done:  # not wait_for: a TimeoutError raised by play itself is the game's own error
-                        handle.cancel()
-                        task.cancel()
+                        task.cancel()  # a seed-style game's thread: its next model call raises GameCancelled
                         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # nobody awaits it
                         raise TimeoutError(f"the game ran past game_timeout_s={timeout_s:g} s and was cancelled")
-                    out = task.result()
-                    if isinstance(out, GameResult):
-                        record.rewards, record.extras = game_result(out, len(players))
-                    else:
-                        record.rewards, record.experiences = normalise_rewards(out, len(players))
+                    out, experiences = task.result()
+                    record.rewards, record.extras = game_result(out, len(players))
+                    record.experiences = experiences
                 except Exception as exc:  # noqa: BLE001 - one broken game must not end the round
                     record.error = f"{type(exc).__name__}: {exc}"
                     record.traceback = traceback.format_exc()
@@ -590,62 +495,6 @@ class Arena:
             self._memo = None
             if coordinator:
                 coordinator.cancel()
-
-    async def _in_thread(self, fn, *args):
-        # A daemon thread per sync game, not an executor: a hung game that timed out must not keep
-        # the process alive at exit (executor threads are joined then).
-        loop, fut = self.loop, self.loop.create_future()
-
-        def settle(out, exc):
-            if not fut.done():
-                fut.set_exception(exc) if exc is not None else fut.set_result(out)
-
-        def target():
-            try:
-                out, exc = fn(*args), None
-            except BaseException as e:  # noqa: BLE001 - handed to the game's coroutine
-                out, exc = None, e
-            try:
-                loop.call_soon_threadsafe(settle, out, exc)
-            except RuntimeError:  # the loop has closed: the round moved on without this game
-                pass
-
-        threading.Thread(target=target, name="play", daemon=True).start()
-        return await fut
-
-
-def normalise_rewards(out, n_players: int) -> tuple[list[float], Any]:
-    """Accept ``rewards`` (one per player), or the seed's ``([rewards], [experiences])``."""
-    experiences = None
-    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], (list, tuple)) and out[0] \
-            and isinstance(out[0][0], (list, tuple)):
-        (rewards,), experiences = out[0][:1], out[1]
-    else:
-        rewards = out
-    if isinstance(rewards, np.ndarray) and rewards.ndim == 1:
-        rewards = rewards.tolist()
-    if not isinstance(rewards, (list, tuple)) or not all(_is_number(r) for r in rewards):
-        raise TypeError(f"play must return one number per player (e.g. [1.0, -1.0]), or the seed style "
-                        f"([rewards], [experiences]); it returned {_describe(out)}")
-    rewards = [float(r) for r in rewards]
-    if len(rewards) != n_players:
-        raise ValueError(f"play returned {len(rewards)} rewards for {n_players} players; return one per player")
-    if not all(np.isfinite(rewards)):
-        raise ValueError(f"play returned non-finite rewards {rewards}; give finite numbers (e.g. a penalty of -1.5)")
-    return rewards, experiences
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating, np.bool_))  # bool is an int (seed style)
-
-
-def _describe(out) -> str:
-    text = repr(out)
-    return f"{type(out).__name__} {text[:80] + '...' if len(text) > 80 else text}"
-
-
-def _is_async(play) -> bool:
-    return inspect.iscoroutinefunction(play) or inspect.iscoroutinefunction(getattr(play, "__call__", None))
 
 
 class _StartGate:

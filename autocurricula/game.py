@@ -1,9 +1,16 @@
-"""What a game is, declared: the :class:`Game` protocol that game modules and objects follow, and
-the one place where the trainer and credit methods read a game's optional abilities."""
+"""What a game is, declared: the :class:`Game` protocol that game modules and objects follow, what
+its ``play`` must return (:func:`check_rewards`), and the one place where the trainer and credit
+methods read a game's optional abilities (:func:`game_moves`, :func:`as_play`)."""
 
 from __future__ import annotations
 
+import inspect
+import sys
+import warnings
+from types import ModuleType
 from typing import Any, Callable, Protocol, runtime_checkable
+
+import numpy as np
 
 
 @runtime_checkable
@@ -18,18 +25,26 @@ class Stateful(Protocol):
 @runtime_checkable
 class Game(Protocol):
     """A game as a module or object: ``play(players, model, tokenizer)`` returns one reward per
-    player; ``NUM_PLAYERS`` seats; ``ZERO_SUM`` whether rewards of a game sum to zero;
-    ``random_policy(prompt, rng)`` a legal reply drawn at random. Optional: ``moves(prompt)``, the
-    legal replies at a prompt (branch credit's ``advantage="moves"``), and ``state_dict`` /
-    ``load_state_dict`` (see :class:`Stateful`). The conformance suite (tests/test_games.py) checks
-    the built-in games against it."""
+    player; ``NUM_PLAYERS`` seats (None: any number from 2); ``ZERO_SUM`` whether rewards of a game
+    sum to zero; ``random_policy(prompt, rng)`` a legal reply drawn at random. Optional:
+    ``moves(prompt)``, the legal replies at a prompt (:class:`ListsMoves`, branch credit's
+    ``advantage="moves"``), and ``state_dict`` / ``load_state_dict`` (:class:`Stateful`). Pass it to
+    :func:`as_play` for the play callable. The conformance suite (tests/test_games.py) checks the
+    built-in games against it."""
 
-    NUM_PLAYERS: int
+    NUM_PLAYERS: int | None
     ZERO_SUM: bool
 
     def play(self, players: list[dict], model: Any, tokenizer: Any) -> Any: ...
 
     def random_policy(self, prompt: str, rng: Any = None) -> str: ...
+
+
+@runtime_checkable
+class ListsMoves(Protocol):
+    """A game that lists its legal replies at a prompt (branch credit's ``advantage="moves"``)."""
+
+    def moves(self, prompt: str) -> list[str]: ...
 
 
 def game_name(play: Callable) -> str:
@@ -39,8 +54,93 @@ def game_name(play: Callable) -> str:
     return module.rsplit(".", 1)[-1]
 
 
-def game_moves(play: Callable) -> Callable[[str], list[str]] | None:
-    """A game's ``moves(prompt) -> list[str]``, when it lists its legal replies; else None. A play
-    function declares it as ``play.moves = moves`` (the built-in games do)."""
-    moves = getattr(play, "moves", None)
-    return moves if callable(moves) else None
+def game_moves(game) -> Callable[[str], list[str]] | None:
+    """A game's ``moves(prompt) -> list[str]`` when it lists its legal replies, else None. ``game``
+    is a :class:`Game` module or object, or a play callable: the play of a Game object (see
+    :func:`as_play`) or the ``play`` of a Game module (e.g. ``tictactoe.play``) reaches its game's."""
+    if isinstance(game, GamePlay):
+        return game_moves(game.game)
+    if isinstance(game, (ModuleType, Game)):
+        return game.moves if isinstance(game, ListsMoves) else None
+    if inspect.ismethod(game) and isinstance(game.__self__, Game) and game.__self__.play == game:
+        return game_moves(game.__self__)
+    home = sys.modules.get(getattr(game, "__module__", None) or "")
+    if home is not None and isinstance(home, Game) and home.play is game:
+        return game_moves(home)
+    if isinstance(game, ListsMoves):  # a play function carrying its moves
+        warnings.warn("a play function's .moves attribute is deprecated: declare moves(prompt) on a Game module "
+                      "or object (autocurricula.game.Game) and pass the game", DeprecationWarning, stacklevel=2)
+        return game.moves
+    return None
+
+
+class GamePlay:
+    """The play callable of a :class:`Game` object (:func:`as_play`): calls ``game.play``, carries
+    its name, and carries its state through checkpoints (:class:`Stateful`)."""
+
+    def __init__(self, game):
+        self.game = game
+        self.__name__ = getattr(game, "__name__", type(game).__name__)
+        self.__module__ = getattr(game, "__module__", None) or type(game).__module__
+
+    def __call__(self, players: list[dict], model: Any, tokenizer: Any, **options):
+        return self.game.play(players, model, tokenizer, **options)
+
+    def state_dict(self) -> dict:
+        return self.game.state_dict() if isinstance(self.game, Stateful) else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if isinstance(self.game, Stateful):
+            self.game.load_state_dict(state)
+
+
+class AsyncGamePlay(GamePlay):
+    """:class:`GamePlay` of a game whose ``play`` is a coroutine function."""
+
+    async def __call__(self, players: list[dict], model: Any, tokenizer: Any, **options):
+        return await self.game.play(players, model, tokenizer, **options)
+
+
+def as_play(game) -> Callable:
+    """The play callable of ``game``: a :class:`Game` module's ``play`` (its ``moves`` stay reachable
+    through :func:`game_moves`), a :class:`GamePlay` for a Game object (its ``moves`` and
+    ``state_dict`` stay reachable through :func:`game_moves` and :class:`Stateful`), or ``game``
+    itself when it is a play callable already."""
+    if isinstance(game, ModuleType):
+        if not isinstance(game, Game):
+            missing = [n for n in ("play", "NUM_PLAYERS", "ZERO_SUM", "random_policy") if not hasattr(game, n)]
+            raise TypeError(f"module {game.__name__} is not a Game: it lacks {', '.join(missing)}; "
+                            f"define them at module level (see autocurricula.game.Game)")
+        return game.play
+    if isinstance(game, Game):
+        return AsyncGamePlay(game) if inspect.iscoroutinefunction(game.play) else GamePlay(game)
+    if callable(game):
+        return game
+    raise TypeError(f"a game is a play function or a Game module or object, got {type(game).__name__}")
+
+
+def check_rewards(out, n_players: int, *, returned=None) -> list[float]:
+    """One finite float per player from what a game's ``play`` returned (a list, tuple or 1-D array
+    of numbers); ``returned``: the value to show in the error when ``out`` was taken out of it."""
+    rewards = out
+    if isinstance(rewards, np.ndarray) and rewards.ndim == 1:
+        rewards = rewards.tolist()
+    if not isinstance(rewards, (list, tuple)) or not all(_is_number(r) for r in rewards):
+        raise TypeError(f"play must return one number per player (e.g. [1.0, -1.0]) or a GameResult; a synchronous "
+                        f"play may also return the seed style ([rewards], [experiences]); it returned "
+                        f"{_describe(out if returned is None else returned)}")
+    rewards = [float(r) for r in rewards]
+    if len(rewards) != n_players:
+        raise ValueError(f"play returned {len(rewards)} rewards for {n_players} players; return one per player")
+    if not all(np.isfinite(rewards)):
+        raise ValueError(f"play returned non-finite rewards {rewards}; give finite numbers (e.g. a penalty of -1.5)")
+    return rewards
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating, np.bool_))  # bool is an int (seed style)
+
+
+def _describe(out) -> str:
+    text = repr(out)
+    return f"{type(out).__name__} {text[:80] + '...' if len(text) > 80 else text}"

@@ -11,7 +11,10 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from autocurricula._deprecation import moved
 from autocurricula.records import call_scripted
+
+__getattr__ = moved(__name__, {"call_policy": "autocurricula.records:call_scripted"})
 
 DEFAULT_INVALID_PENALTY = (-1.5, 0.5)  # (offender, every other player), as in SPIRAL
 
@@ -69,11 +72,6 @@ def check_players(players, n: int | None = 2, game: str = "this game") -> None:
         raise ValueError(f"{game} takes {n} players, got {len(players)}")
     if n is None and len(players) < 2:
         raise ValueError(f"{game} takes at least 2 players, got {len(players)}")
-
-
-def call_policy(policy: Callable, prompt: str, rng: Any) -> str:
-    """Call a scripted policy ``fn(prompt)`` or ``fn(prompt, rng)`` as the Arena does."""
-    return call_scripted(policy, prompt, rng)
 
 
 async def ask(model, player: dict, prompt, *, max_tokens: int, temperature: float | None = None,
@@ -134,5 +132,5 @@ async def drive(game: TurnGame, players, model, *, max_tokens: int, temperature:
 def drive_sync(game: TurnGame, policies: Sequence[Callable], rng: Any = None) -> TurnGame:
     """Play ``game`` out with scripted policies, without any model (fast evaluation and tests)."""
     while not game.done:
-        game.step(call_policy(policies[game.to_move], game.prompt(), rng))
+        game.step(call_scripted(policies[game.to_move], game.prompt(), rng))
     return game

@@ -19,8 +19,9 @@ import string
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, ask, call_policy, check_penalty, check_players,
+from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, ask, check_penalty, check_players,
                                          choice, invalid_rewards, make_rng)
+from autocurricula.records import call_scripted
 
 __all__ = ["NUM_PLAYERS", "PROMPT", "ZERO_SUM", "is_valid", "pairwise_rewards", "play", "play_out", "random_policy",
            "rewards_for"]
@@ -58,7 +59,7 @@ def play_out(policies: Sequence[Callable], rng: Any = None, *, prompt: str = PRO
              invalid_penalty=DEFAULT_INVALID_PENALTY) -> list[float]:
     """One scripted game without a model; returns one reward per policy."""
     rng = make_rng(rng=rng)
-    return rewards_for([call_policy(p, prompt, rng) for p in policies], invalid_penalty)
+    return rewards_for([call_scripted(p, prompt, rng) for p in policies], invalid_penalty)
 
 
 async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DEFAULT_INVALID_PENALTY,

@@ -95,8 +95,8 @@ def parse_prompt(prompt: str) -> tuple[str, tuple[str, ...], int]:
 
 
 def moves(prompt: str) -> list[str]:
-    """The legal replies at a prompt made by ``render_prompt`` (``play.moves``: branch credit's
-    ``branch_advantage="moves"`` branches each of them)."""
+    """The legal replies at a prompt made by ``render_prompt`` (the Game protocol's ``moves``:
+    branch credit's ``advantage="moves"`` branches each of them)."""
     return list(legal_actions(parse_prompt(prompt)[1]))
 
 
@@ -240,5 +240,3 @@ async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DE
     await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop)
     return game.rewards(invalid_penalty)
 
-
-play.moves = moves

@@ -241,12 +241,10 @@ async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DE
 
 
 def moves(prompt: str) -> list[str]:
-    """The legal replies at a prompt made by ``render_prompt``: the free cells' numbers (``play.moves``:
-    branch credit's ``branch_advantage="moves"`` branches each of them)."""
+    """The legal replies at a prompt made by ``render_prompt`` (the Game protocol's ``moves``:
+    branch credit's ``advantage="moves"`` branches each of them)."""
     return [str(m) for m in legal_moves(parse_prompt(prompt)[0])]
 
-
-play.moves = moves
 
 
 def evaluate_table(table: dict, *, games: int = 4000, seed: int = 0) -> dict:

@@ -18,7 +18,8 @@ import pytest
 from autocurricula import SelfPlayConfig
 from autocurricula.arena import Arena, GameRecord, Generation
 from autocurricula.config import GRPOConfig
-from autocurricula.credit import BranchCredit, credit_from_fields, make_credit, move_advantages, move_distribution
+from autocurricula.credit import (BranchCredit, credit_from_fields, game_moves, make_credit, move_advantages,
+                                  move_distribution)
 from autocurricula.games import kuhn_poker
 from autocurricula.replay import Replayer
 
@@ -204,14 +205,14 @@ def test_kuhn_lists_its_legal_moves():
     for history, legal in (((), ["check", "bet"]), (("check",), ["check", "bet"]), (("bet",), ["call", "fold"]),
                            (("check", "bet"), ["call", "fold"])):
         prompt = kuhn_poker.render_prompt("Q", history, len(history) % 2)
-        assert kuhn_poker.moves(prompt) == legal and kuhn_poker.play.moves(prompt) == legal
+        assert kuhn_poker.moves(prompt) == legal and game_moves(kuhn_poker.play)(prompt) == legal
 
 
 def test_tictactoe_lists_its_free_cells():
     from autocurricula.games import tictactoe
 
     prompt = tictactoe.render_prompt("X.O..X...", "O")
-    assert tictactoe.moves(prompt) == ["2", "4", "5", "7", "8", "9"] and tictactoe.play.moves is tictactoe.moves
+    assert tictactoe.moves(prompt) == ["2", "4", "5", "7", "8", "9"] and game_moves(tictactoe.play) == tictactoe.moves
 
 
 # ---------------------------------------------------------------------- replay with a forced answer

@@ -21,7 +21,8 @@ from autocurricula.games import highest_string as hs
 from autocurricula.games import kuhn_poker as kuhn
 from autocurricula.games import negotiation as neg
 from autocurricula.games import tictactoe as ttt
-from autocurricula.games._common import call_policy
+from autocurricula.game import Game, ListsMoves, Stateful, as_play, game_moves
+from autocurricula.records import call_scripted
 
 GAME_MODULES = sorted(m.name for m in pkgutil.iter_modules(games_pkg.__path__) if not m.name.startswith("_"))
 PENALTIES = [(-1.5, 0.5), (-3.0, 0.0)]
@@ -36,7 +37,7 @@ class FakeModel:
         self.calls = []
 
     async def generate(self, player, prompt, **sampling):
-        text = call_policy(player["policy"], prompt, self.rng)
+        text = call_scripted(player["policy"], prompt, self.rng)
         self.calls.append({"player": player["id"], "prompt": prompt, "text": text, **sampling})
         return SimpleNamespace(text=text, token_ids=[], logprobs=[])
 
@@ -88,6 +89,105 @@ def test_discovery_finds_every_game():
 
 
 # ---------------------------------------------------------------------- conformance, every game
+# what a built-in game cannot declare, and why (the suite checks everything else)
+NO_MOVES = "its replies are free text: no list of legal replies"
+ANY_PLAYERS = {"highest_string": "any number of players from 2 (NUM_PLAYERS is None)"}
+
+
+@pytest.mark.parametrize("name", GAME_MODULES)
+def test_every_game_module_is_a_game(name):
+    mod = game_module(name)
+    assert isinstance(mod, Game), f"{name} lacks one of play, NUM_PLAYERS, ZERO_SUM, random_policy"
+    if name in ANY_PLAYERS:
+        assert mod.NUM_PLAYERS is None, ANY_PLAYERS[name]
+    else:
+        assert type(mod.NUM_PLAYERS) is int and mod.NUM_PLAYERS >= 1
+    assert type(mod.ZERO_SUM) is bool
+    assert callable(mod.play) and callable(mod.random_policy)
+    assert as_play(mod) is mod.play
+    assert not isinstance(mod, Stateful)  # state lives in game objects (proposer_solver.ProposerSolver)
+
+
+@pytest.mark.parametrize("name", GAME_MODULES)
+def test_random_policy_replies_with_a_listed_move(name):
+    mod = game_module(name)
+    if not isinstance(mod, ListsMoves):
+        assert game_moves(mod) is None and game_moves(mod.play) is None, NO_MOVES
+        return
+    assert game_moves(mod) == mod.moves and game_moves(mod.play) == mod.moves  # the module's play reaches it
+    n = n_players(mod)
+    for seed in range(10):
+        model = FakeModel(seed)
+        run(mod.play, scripted(*[mod.random_policy] * n), model, seed=seed)
+        for call in model.calls:
+            legal = mod.moves(call["prompt"])
+            assert legal and call["text"] in legal, (call["prompt"], call["text"], legal)
+            for draw in range(5):
+                assert mod.random_policy(call["prompt"], random.Random(draw)) in legal
+
+
+def test_a_game_object_plays_through_as_play_and_keeps_its_abilities():
+    from autocurricula.games import proposer_solver as ps
+
+    class Coin:
+        """A Game object with moves and state: it counts the games it played."""
+
+        NUM_PLAYERS, ZERO_SUM = 1, False
+
+        def __init__(self):
+            self.played = 0
+
+        async def play(self, players, model, tokenizer=None):
+            self.played += 1
+            reply = (await model.generate(players[0], "heads or tails?")).text
+            return [1.0 if reply == "heads" else 0.0]
+
+        def random_policy(self, prompt, rng=None):
+            return random.Random(rng).choice(self.moves(prompt))
+
+        def moves(self, prompt):
+            return ["heads", "tails"]
+
+        def state_dict(self):
+            return {"played": self.played}
+
+        def load_state_dict(self, state):
+            self.played = state["played"]
+
+    coin = Coin()
+    play = as_play(coin)
+    assert isinstance(coin, Game) and isinstance(play, Stateful) and game_moves(play) == coin.moves
+    assert run(play, scripted(lambda prompt: "heads")) == [1.0] and play.state_dict() == {"played": 1}
+    play.load_state_dict({"played": 7})
+    assert coin.played == 7
+    assert game_moves(coin.play) == coin.moves
+
+    async def plain(players, model, tokenizer=None):
+        return [0.0]
+
+    assert as_play(plain) is plain and game_moves(plain) is None
+    game = ps.ProposerSolver()  # a play object with state, not a Game: taken as it is
+    assert as_play(game) is game and isinstance(game, Stateful)
+    with pytest.raises(TypeError, match="is not a Game: it lacks"):
+        as_play(importlib.import_module("autocurricula.games._tasks"))
+
+
+def test_a_play_function_carrying_moves_still_works_with_a_warning():
+    async def play(players, model, tokenizer=None):
+        return [0.0, 0.0]
+
+    play.moves = ttt.moves
+    with pytest.warns(DeprecationWarning, match="declare moves"):
+        assert game_moves(play) is ttt.moves
+
+
+def test_call_policy_is_call_scripted_with_a_warning():
+    from autocurricula.games import _common
+
+    with pytest.warns(DeprecationWarning, match="autocurricula.records.call_scripted"):
+        assert _common.call_policy is call_scripted
+
+
 @pytest.mark.parametrize("name", GAME_MODULES)
 def test_random_playouts_end_with_finite_rewards(name):
     mod = game_module(name)
@@ -565,12 +665,15 @@ def test_scripted_policies_any_callable_and_exact_prompt(engine):
 
     seen = []
 
+    def with_rng(prompt, rng):  # made by this test: no earlier test has cached what it takes
+        return ttt.random_policy(prompt, rng)
+
     def games():
         out = []
         for i in range(4):
             one_arg = lambda prompt: str(ttt.legal_moves(ttt.parse_prompt(prompt)[0])[0])  # noqa: E731
             players = [{"id": "u", "policy": Unhashable()},
-                       {"id": "r", "policy": one_arg if i % 2 else ttt.random_policy}]
+                       {"id": "r", "policy": one_arg if i % 2 else with_rng}]
             out.append((functools.partial(ttt.play, seed=i), players, GameRecord(f"g{i}", players), "ttt"))
         return out
 
@@ -583,9 +686,6 @@ def test_scripted_policies_any_callable_and_exact_prompt(engine):
         calls.append(fn)
         return real_signature(fn)
 
-    import autocurricula.records
-
-    autocurricula.records._TAKES_RNG.clear()  # the rng check is cached per process: count this test's lookups
     arena_module.inspect.signature = counting_signature
     try:
         records = arena_run(engine, games())
@@ -593,24 +693,42 @@ def test_scripted_policies_any_callable_and_exact_prompt(engine):
         arena_module.inspect.signature = real_signature
     assert all(r.error is None for r in records), [r.error for r in records]
     assert seen and all(p == ttt.render_prompt(*ttt.parse_prompt(p)) for p in seen)
-    # looked up once per cacheable policy (random_policy, two lambdas), every call for the unhashable one
+    # looked up once per cacheable policy (with_rng, two lambdas), every call for the unhashable one
     unhashable = [c for c in calls if isinstance(c, Unhashable)]
     assert len(calls) - len(unhashable) == 3 and len(unhashable) == len(seen)
     assert [r.rewards for r in arena_run(engine, games())] == [r.rewards for r in records]
 
 
-def test_engine_encode_and_decode_are_cached_and_copied(engine):
-    prompt = ttt.render_prompt(ttt.EMPTY_BOARD, "X")
-    ids = engine.encode(prompt)
-    ids.append(-1)  # the caller's list is its own: the cache is not mutated through it
-    assert engine.encode(prompt) == list(engine.tokenizer.encode(prompt))
-    assert engine.decode(engine.encode(prompt)) == prompt
-    assert engine._encoded.get(prompt) is not None
-    assert engine._decoded.get(tuple(engine.encode(prompt))) == prompt
-    from autocurricula.engine.engine import _BoundedCache
+class CountingTokenizer:
+    """The engine's tokenizer, counting the texts it encodes and the ids it decodes."""
 
-    cache = _BoundedCache(max_items=2, max_key=3)
-    cache.put("ab", 1), cache.put("cd", 2)
-    assert cache.get("ab") == 1
-    assert cache.put("ef", 3) == 3 and cache.get("ab") is None and cache.get("ef") == 3  # full: starts over
-    assert cache.put("long", 4) == 4 and cache.get("long") is None  # long keys (free text) are not kept
+    def __init__(self, tok):
+        self.tok, self.encoded, self.decoded = tok, [], []
+
+    def encode(self, text, *args, **kwargs):
+        self.encoded.append(text)
+        return self.tok.encode(text, *args, **kwargs)
+
+    def decode(self, ids, *args, **kwargs):
+        self.decoded.append(tuple(ids))
+        return self.tok.decode(ids, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+
+def test_engine_encode_and_decode_are_cached_and_copied(engine):
+    prompt = ttt.render_prompt(ttt.EMPTY_BOARD, "O") + " (cache test)"  # a text no other test encodes
+    long_prompt = "free text " * 300  # long free text (over 2048 characters) is not kept
+    real = engine.tokenizer
+    engine.tokenizer = counting = CountingTokenizer(real)
+    try:
+        ids = engine.encode(prompt)
+        ids.append(-1)  # the caller's list is its own: the cache is not mutated through it
+        assert engine.encode(prompt) == list(real.encode(prompt))
+        assert engine.decode(engine.encode(prompt)) == prompt == engine.decode(engine.encode(prompt))
+        assert counting.encoded == [prompt] and len(counting.decoded) == 1  # the tokenizer ran once each
+        engine.encode(long_prompt), engine.encode(long_prompt)
+        assert counting.encoded == [prompt, long_prompt, long_prompt]
+    finally:
+        engine.tokenizer = real

@@ -15,7 +15,7 @@ LAYERS = [
     ("records", ["autocurricula", "autocurricula._blas", "autocurricula._deprecation", "autocurricula.records"]),
     ("engine", ["autocurricula.engine", "autocurricula.client", "autocurricula.tiny"]),
     ("training", ["autocurricula.training", "autocurricula.export", "autocurricula.warmup"]),
-    ("arena", ["autocurricula.arena", "autocurricula.replay", "autocurricula.games", "autocurricula.game", "autocurricula.artifacts",
+    ("arena", ["autocurricula.arena", "autocurricula.seed_compat", "autocurricula.replay", "autocurricula.games", "autocurricula.game", "autocurricula.artifacts",
                "autocurricula.placement", "autocurricula.fleet", "autocurricula.remote", "autocurricula.cluster"]),
     ("credit", ["autocurricula.credit", "autocurricula.branch"]),
     ("loop", ["autocurricula.trainer", "autocurricula.loop", "autocurricula.config", "autocurricula.pool",

@@ -206,6 +206,34 @@ def test_sync_games_block_on_play_and_judge_and_honour_trainable(engine, lockste
     assert [(t.level, t.reward) for t in rec.turns] == [(0, None), (1, 1.0), (1, -1.0)]
 
 
+@pytest.mark.parametrize("style", ["sync", "async"])
+def test_sibling_groups_follow_the_call_site_in_both_styles(engine, style):
+    async def attempt(players, model, tokenizer):
+        await model.generate(players[0], "attempt:")
+        return [1.0]
+
+    def sync_play(players, model, tokenizer):
+        for _ in range(2):
+            model.play(attempt, players[:1])
+        model.play(attempt, players[:1])
+        return [0.0, 0.0]
+
+    async def async_play(players, model, tokenizer):
+        for _ in range(2):
+            await model.play(attempt, players[:1])
+        await model.play(attempt, players[:1])
+        return [0.0, 0.0]
+
+    play = sync_play if style == "sync" else async_play
+    players = [dict(PROPOSER, seat=0), dict(SOLVER, seat=1)]
+    (rec,) = run_games(engine, [(play, players, GameRecord("g", players), "g")])
+    assert rec.error is None, rec.traceback
+    groups = [t.group.split("|")[0] for t in rec.turns]
+    assert len(groups) == 3 and groups[0] == groups[1] != groups[2]
+    assert all(g.startswith(f"attempt@{play.__name__}:") for g in groups)
+    assert [t.game_id for t in rec.turns] == ["g/1", "g/2", "g/3"]
+
+
 def test_async_game_runs_a_sync_sub_game_in_a_thread(engine):
     def sync_sub(players, model, tokenizer):
         g = model.generate(players[0], "sync sub")

@@ -17,7 +17,7 @@ import pytest
 
 import autocurricula  # noqa: F401
 from autocurricula import LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer
-from autocurricula.arena import normalise_rewards
+from autocurricula.seed_compat import normalise_rewards
 from autocurricula.checkpoint import CheckpointError, list_checkpoints, resume_checkpoint, verify_checkpoint
 from autocurricula.config import coerce_lora_spec
 from autocurricula.hub import HubAccessError, ModelNotFoundError, check_model_source, hub_base_model, model_card
@@ -132,16 +132,39 @@ def test_hung_game_times_out_and_counts_as_an_error(tiny_model_path, tmp_path, g
 
 
 def test_timed_out_sync_game_cannot_generate_again():
-    from autocurricula.arena import GameCancelled, GameHandle, GameRecord
+    """A seed-style game past its timeout gets GameCancelled from its next model call, in its thread."""
+    import asyncio
+    import threading
 
-    handle = GameHandle(arena=None, record=GameRecord("g", []), game="x")
-    handle.cancel()
+    from autocurricula.arena import Arena, GameCancelled, GameRecord
 
-    async def never():
-        raise AssertionError("must not run")
+    class Engine:  # answers every request at once; a game that never calls it needs nothing else
+        tokenizer = None
 
-    with pytest.raises(GameCancelled, match="game_timeout_s"):
-        handle._wait_in_thread(never())
+    waiting, seen = threading.Event(), {}
+
+    def stalls(players, model, tokenizer):
+        waiting.wait(10)  # past the timeout, on something other than the model
+        try:
+            model.generate(players[0], "again?")
+        except GameCancelled as exc:
+            seen["error"] = str(exc)
+        return [0.0]
+
+    async def main():
+        arena = Arena(Engine(), lockstep=False)
+        players = [{"id": "p", "frozen": True}]
+        (rec,) = await arena.run([(stalls, players, GameRecord("g", players), "g")], timeout_s=0.2)
+        waiting.set()
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.05)
+        return rec
+
+    rec = asyncio.run(main())
+    assert rec.error.startswith("TimeoutError") and "game_timeout_s" in rec.error
+    assert "game_timeout_s" in seen["error"]
 
 
 SIGNAL_RUN = """

@@ -5,8 +5,9 @@ shares (rewards checked, turns grouped into episodes, the moves a game lists).""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
+from autocurricula.game import game_moves
 from autocurricula.records import Turn
 
 if TYPE_CHECKING:
@@ -68,12 +69,6 @@ class Credit:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` saved (``state`` also holds the trainer's keys)."""
-
-
-def game_moves(play) -> Callable[[str], list[str]] | None:
-    """The game's ``moves(prompt) -> list[str]`` (its legal moves at a prompt), or None when it lists none."""
-    moves = getattr(play, "moves", None)
-    return moves if callable(moves) else None
 
 
 def rewards(turns: list[Turn]) -> list[float]:
