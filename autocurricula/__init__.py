@@ -21,7 +21,7 @@ _LAZY = {
     "FictitiousPlayTrainer": "autocurricula.leagues",
     "RoundRobinTrainer": "autocurricula.leagues",
     "RoundRobinConfig": "autocurricula.leagues",
-    "set_player": "autocurricula.arena",
+    "set_player": "autocurricula.seed_compat",
     "build_tiny_model": "autocurricula.tiny",
     "Engine": "autocurricula.engine",
     "EngineConfig": "autocurricula.engine",

@@ -134,7 +134,13 @@ def check_rewards(out, n_players: int, *, returned=None) -> list[float]:
         raise ValueError(f"play returned {len(rewards)} rewards for {n_players} players; return one per player")
     if not all(np.isfinite(rewards)):
         raise ValueError(f"play returned non-finite rewards {rewards}; give finite numbers (e.g. a penalty of -1.5)")
+    if any(abs(r) > FLOAT32_MAX for r in rewards):
+        raise ValueError(f"play returned rewards {rewards}, outside float32's range (|r| <= {FLOAT32_MAX:.3g}): the "
+                         f"update computes in float32, where they overflow. Scale them down (e.g. to [-1, 1])")
     return rewards
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _is_number(x) -> bool:

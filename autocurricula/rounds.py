@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autocurricula.game import FLOAT32_MAX
 from autocurricula.records import GameRecord, Turn
 
 log = logging.getLogger(__name__)
@@ -109,9 +110,6 @@ def update_metrics(out: dict, seconds: float, lr_metric: dict) -> dict:
     if "skipped_nonfinite" in out:
         metrics["train/skipped_nonfinite"] = out["skipped_nonfinite"]
     return metrics
-
-
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def check_advantages(turns: list[Turn], credit: str) -> None:

@@ -36,7 +36,7 @@ from autocurricula.callbacks import MetricsFile, Plots, Trackers, Transcripts, c
 from autocurricula.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
 from autocurricula.credit import make_credit
 from autocurricula.engine import RolloutEngine
-from autocurricula.game import Stateful, game_name
+from autocurricula.game import Game, Stateful, as_play, game_name
 from autocurricula.pool import Pool
 from autocurricula.records import GameRecord, Turn, is_scripted
 from autocurricula.replay import Replayer
@@ -112,13 +112,14 @@ class AutocurriculumTrainer:
         """Every game played: a ``datasets.Dataset`` (players, roles, rewards, epoch, versions)."""
         return self.standings.match_history()
 
-    def train(self, model, play: Callable | None = None, *, lora_config=None, grpo_config=None,
+    def train(self, model, play: Callable | Game | None = None, *, lora_config=None, grpo_config=None,
               resume_from_checkpoint: bool | str | None = None, policies: dict | None = None,
               callbacks: list | None = None, servers: str | list[str] | RolloutEngine | None = None,
               api_key: str | None = None):
         """Train the league. ``model``: Hub id, local folder, an :class:`~autocurricula.engine.Engine`, or
         an already loaded ``(model, tokenizer)`` pair from ``mlx_lm.load``.
-        ``play`` defaults to ``self.play``. ``lora_config``: a ``peft.LoraConfig`` (or ours);
+        ``play``: the game's play function, or a :class:`~autocurricula.game.Game` module or object
+        (``autocurricula.games.tictactoe``); defaults to ``self.play``. ``lora_config``: a ``peft.LoraConfig`` (or ours);
         ``grpo_config``: a ``trl.GRPOConfig`` (or ours). ``resume_from_checkpoint``: True (latest
         complete checkpoint in ``output_dir`` that passes verification) or a path. ``policies``:
         ``{player id: callable}`` for scripted players on resume that are not in ``opponents``.
@@ -132,8 +133,8 @@ class AutocurriculumTrainer:
         A fresh run refuses an ``output_dir`` that holds another run unless ``overwrite_output_dir``.
         SIGINT and SIGTERM finish the round, save a checkpoint and return (a second one stops at once)."""
         if play is None and type(self).play is AutocurriculumTrainer.play:
-            raise ValueError("train(model, play) needs a play function (or override play in the trainer)")
-        play = play or self.play
+            raise ValueError("train(model, play) needs a play function or a Game (or override play in the trainer)")
+        play = as_play(play) if play is not None else self.play
         cfg = self.config
         if not resume_from_checkpoint:  # before anything slow: refuse (or clear) another run's files
             ckpt.prepare_output_dir(cfg.output_dir, cfg.overwrite_output_dir)

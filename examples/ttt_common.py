@@ -126,11 +126,22 @@ def game(args):
     if args.openings == (0, 0):
         return tictactoe.play
 
-    async def play(players, model, tokenizer=None):
-        return await tictactoe.play(players, model, tokenizer, opening_moves=args.openings)
+    return OpeningGame(args.openings)
 
-    play.moves = tictactoe.moves  # the same moves: branch_advantage="moves" can branch them
-    return play
+
+class OpeningGame:
+    """Tic-tac-toe whose games start after random opening moves: a Game object (its moves are
+    tic-tac-toe's, so branch credit's advantage="moves" can branch them)."""
+
+    NUM_PLAYERS, ZERO_SUM = tictactoe.NUM_PLAYERS, tictactoe.ZERO_SUM
+    random_policy = staticmethod(tictactoe.random_policy)
+    moves = staticmethod(tictactoe.moves)
+
+    def __init__(self, openings):
+        self.openings = openings
+
+    async def play(self, players, model, tokenizer=None):
+        return await tictactoe.play(players, model, tokenizer, opening_moves=self.openings)
 
 
 def start(args):

@@ -2,6 +2,7 @@
 checkpoints and careless inputs (issue: Hardening, trainer items)."""
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -308,12 +309,29 @@ def test_checkpoint_that_fails_to_load_is_named(tiny_model_path, tmp_path):
     t.train(str(tiny_model_path), digits)
     t.engine.close()
     cp = list_checkpoints(tmp_path)[-1]
-    (cp / "manifest.json").unlink()  # unverifiable (as an older checkpoint), and broken inside
-    (cp / "state.json").write_text("{}")
+    state = cp / "state.json"
+    state.write_text("{}")  # broken inside, yet it verifies: its manifest entry is rewritten too
+    manifest = json.loads((cp / "manifest.json").read_text())
+    manifest["files"]["state.json"] = {"size": state.stat().st_size,
+                                       "sha256": hashlib.sha256(state.read_bytes()).hexdigest()}
+    (cp / "manifest.json").write_text(json.dumps(manifest))
     again = SelfPlayTrainer(SelfPlayConfig(**cfg))
     with pytest.raises(CheckpointError, match=f"checkpoint {cp} could not be loaded"):
         again.train(str(tiny_model_path), digits, resume_from_checkpoint=True)
     again.engine.close()
+
+
+def test_a_checkpoint_without_its_manifest_is_refused_for_the_previous_one(tiny_model_path, tmp_path):
+    cfg = dict(rounds=1, games_per_round=2, output_dir=str(tmp_path), save_total_limit=None, **FAST)
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=2, **cfg))
+    t.train(str(tiny_model_path), digits)
+    t.engine.close()
+    cp0, cp1 = list_checkpoints(tmp_path)
+    (cp1 / "manifest.json").unlink()
+    (cp1 / "state.json").write_text(json.dumps({**json.loads((cp1 / "state.json").read_text()), "step": 100}))
+    assert resume_checkpoint(tmp_path, True) == cp0  # an edited, unverifiable checkpoint is not resumed
+    with pytest.raises(CheckpointError, match="no manifest.json"):
+        resume_checkpoint(tmp_path, str(cp1))
 
 
 # ---------------------------------------------------------------- 14: the league's opponents on resume
