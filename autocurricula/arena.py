@@ -50,6 +50,8 @@ from autocurricula.seed_compat import GameCancelled, is_sync_play, run_seed_play
 __all__ = ["Arena", "BASE_JUDGE", "Call", "GameCancelled", "GameHandle", "GameRecord", "GameResult", "Generation",
            "PlayTokenizer", "derive_seed", "game_result", "run_async", "set_player"]
 
+log = logging.getLogger(__name__)
+
 __getattr__ = moved(__name__, {"normalise_rewards": "autocurricula.seed_compat:normalise_rewards"})
 
 
@@ -466,9 +468,12 @@ class Arena:
             async with threads:
                 return split_seed_return(await run_seed_play(play, players, handle, self.tokenizer))
 
+        started: dict[str, float] = {}
+
         async def one(play, players, record, game):
             async with gate.slot(record.game_id):  # live from the moment its turn comes
                 handle = GameHandle(self, record, game)
+                started[record.game_id] = time.monotonic()
                 try:
                     task = asyncio.ensure_future(call(play, players, handle))
                     done, _ = await asyncio.wait({task}, timeout=timeout_s)
@@ -484,17 +489,35 @@ class Arena:
                     record.traceback = traceback.format_exc()
                     record.turns = []
                 finally:
+                    started.pop(record.game_id, None)
                     self._live.discard(record.game_id)
                     if self._wake is not None:
                         self._wake.set()
                 return record
 
+        watchdog = asyncio.create_task(_watch(started, timeout_s))
         try:
             return list(await asyncio.gather(*(one(*g) for g in games)))
         finally:
             self._memo = None
+            watchdog.cancel()
             if coordinator:
                 coordinator.cancel()
+
+
+async def _watch(started: dict[str, float], timeout_s: float | None) -> None:
+    """Names the games running far longer than a game should (half of ``timeout_s``, or a minute
+    without one), once each, so that a stuck game is seen before its timeout ends it."""
+    after = timeout_s / 2 if timeout_s else 60.0
+    warned: set[str] = set()
+    while True:
+        await asyncio.sleep(min(5.0, after / 2))
+        now = time.monotonic()
+        stuck = sorted(g for g, t0 in started.items() if now - t0 > after and g not in warned)
+        if stuck:
+            warned.update(stuck)
+            log.warning("%d game(s) running for more than %.0f s, maybe stuck: %s (game_timeout_s=%s cancels them "
+                        "and counts them as errors)", len(stuck), after, ", ".join(stuck[:10]), timeout_s)
 
 
 class _StartGate:

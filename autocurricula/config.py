@@ -38,9 +38,11 @@ class ArenaConfig:
                                 "bit-identical reruns (async play); off = pure continuous batching", True)
     game_timeout_s: float | None = help_field("wall-clock limit of one game (its whole play call, waiting for "
                                               "batches included); a game past it is cancelled and counted as an "
-                                              "error. A sync play cannot be killed: its next model.generate raises "
-                                              "and the round goes on without it. Also bounds how long SIGINT/SIGTERM "
-                                              "wait. None = no limit", None)
+                                              "error, and one running past half of it is named in the log. A sync "
+                                              "play cannot be killed: its next model.generate raises and the round "
+                                              "goes on without it. Also bounds how long SIGINT/SIGTERM wait. The "
+                                              "default, 10 minutes, is far beyond any built-in game; None = no "
+                                              "limit", 600.0)
     max_game_error_rate: float = help_field("stop training with the first traceback when more than this share of a "
                                             "round's games raise or time out; a round where every game fails always "
                                             "stops (nothing to learn from); 1.0 = stop only then", 0.5)

@@ -496,3 +496,32 @@ def test_overwrite_deletes_every_run_file(tmp_path):
     prepare_output_dir(tmp_path, overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
     assert "transcripts.jsonl" in RUN_FILES
+
+
+def test_a_game_that_hangs_is_named_by_the_watchdog_then_cancelled(caplog):
+    from autocurricula.arena import Arena
+    from autocurricula.records import GameRecord
+
+    class Idle:  # no model calls at all: the game only waits
+        tokenizer = None
+
+    async def hangs(players, model, tokenizer=None):
+        await asyncio.sleep(3600)
+
+    async def quick(players, model, tokenizer=None):
+        return [0.0, 0.0]
+
+    players = [{"id": "a"}, {"id": "b"}]
+    games = [(hangs, players, GameRecord("stuck-1", players), "g"), (quick, players, GameRecord("fine", players), "g")]
+    with caplog.at_level(logging.WARNING, logger="autocurricula.arena"):
+        t0 = time.monotonic()
+        records = asyncio.run(Arena(Idle(), lockstep=False).run(games, timeout_s=2.0))
+    assert time.monotonic() - t0 < 10
+    assert "game_timeout_s=2" in records[0].error and records[1].error is None
+    assert any("stuck-1" in r.getMessage() and "fine" not in r.getMessage() for r in caplog.records)
+
+
+def test_games_have_a_finite_timeout_by_default():
+    from autocurricula.config import ArenaConfig
+
+    assert ArenaConfig().game_timeout_s == 600.0
