@@ -39,7 +39,9 @@ def resolve(model: str | Path) -> Path:
     """The local folder of a model folder or Hub id (downloaded as ``mlx_lm.load`` does)."""
     from mlx_lm.utils import _download
 
-    return Path(_download(str(model)))
+    from autocurricula.hub import check_model_source
+
+    return Path(_download(check_model_source(model)))
 
 
 def check_model(model: str | Path, *, max_tokens: int = 12, work_dir: str | Path | None = None,
