@@ -151,6 +151,19 @@ def _dashboard(args) -> None:
         raise SystemExit(str(exc)) from None
 
 
+def _check_model(args) -> None:
+    from autocurricula.check_model import check_model, format_table, passed
+
+    if args.tiny_family:
+        from autocurricula.tiny import build_family_model
+
+        build_family_model(args.model, args.tiny_family)
+    results = check_model(args.model, max_tokens=args.max_tokens)
+    print(format_table(args.model, results))
+    if not passed(results):
+        raise SystemExit(1)
+
+
 def _bench(args) -> None:
     if args.what == "engine":
         from autocurricula.bench.engine import main
@@ -248,6 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("env", help="versions, device, active BLAS and matmul speed")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=_env)
+
+    c = sub.add_parser("check-model", help="run the engine's conformance checks on a model folder or Hub id "
+                                           "and print a table (docs/models.md)")
+    c.add_argument("model", help="model folder or Hub id")
+    c.add_argument("--tiny-family", default=None, metavar="FAMILY",
+                   help="first build a tiny random model of FAMILY (opt, gpt2, llama, qwen3, gemma3...) at MODEL")
+    c.add_argument("--max-tokens", type=int, default=12, help="greedy tokens compared per check")
+    c.set_defaults(func=_check_model)
 
     b = sub.add_parser("bench", help="benchmarks (ratios measured side by side)")
     b.add_argument("what", choices=["engine", "train", "peers", "league"])

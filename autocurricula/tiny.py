@@ -291,6 +291,9 @@ def _init_weights(spec):
 def _quantize(src, dst, bits):
     from mlx_lm.convert import convert
 
+    from autocurricula.engine.models import register
+
+    register()  # families mlx-lm lacks (OPT) convert through their definitions here
     with contextlib.redirect_stdout(io.StringIO()):  # convert prints progress lines
         convert(str(src), str(dst), quantize=True, q_bits=bits, q_group_size=64, dtype="float32")
     # convert re-saves the tokenizer through transformers (see _write_tokenizer): keep ours.
@@ -298,3 +301,129 @@ def _quantize(src, dst, bits):
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copyfile(src / name, dst / name)
     return dst
+
+
+# Tiny random models of each model family, built with transformers from a config. Refused
+# families are built too: the engine's refusal of them is part of what the matrix checks.
+_FAMILY_SIZE = dict(hidden=64, layers=2, heads=4, inter=128, vocab=512, positions=512)
+_LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "gemma2", "gemma3_text", "lfm2",
+               "qwen3_5_text")
+FAMILIES = {  # family -> (model_type, config overrides); see docs/models.md
+    "opt": ("opt", {}),
+    "gpt2": ("gpt2", {}),
+    "gpt_neox": ("gpt_neox", {"rotary_pct": 0.25, "intermediate_size": 4 * 64}),  # mlx-lm's MLP is 4x wide
+    "llama": ("llama", {}),
+    "mistral": ("mistral", {"sliding_window": None}),
+    "qwen2": ("qwen2", {}),
+    "qwen3": ("qwen3", {"head_dim": 16}),
+    "phi3": ("phi3", {}),
+    "smollm3": ("smollm3", {}),
+    "olmo2": ("olmo2", {}),
+    "mistral_window": ("mistral", {"sliding_window": 64}),
+    "gemma2": ("gemma2", {"head_dim": 16, "sliding_window": 64}),
+    "gemma3": ("gemma3_text", {"head_dim": 16, "sliding_window": 64}),
+    "qwen3_5": ("qwen3_5_text", {"head_dim": 16}),
+    "lfm2": ("lfm2", {}),
+}
+
+
+def build_family_model(path, family: str, *, seed: int = 0, quantize_bits: int | None = None,
+                       overwrite: bool = False) -> Path:
+    """Write a tiny random model of ``family`` (a key of :data:`FAMILIES`) to ``path``, built by
+    transformers from a config (``AutoModelForCausalLM.from_config``) with the byte-level BPE
+    tokenizer of :func:`build_tiny_model`; returns ``Path(path)``.
+
+    Hidden size 64, 2 layers, 4 heads, vocabulary 512, 512 positions, float32. Weights are drawn
+    from ``torch.manual_seed(seed)`` at fan-in scale (peaked next-token distributions, so greedy
+    parity tests see real differences). ``quantize_bits`` converts the result with mlx-lm as
+    :func:`build_tiny_model` does. A folder already holding the same model is reused.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; known: {sorted(FAMILIES)}")
+    path = Path(path)
+    spec = {"builder": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16], "family": family,
+            "seed": int(seed), "quantize_bits": int(quantize_bits) if quantize_bits else None}
+    if not overwrite and _is_complete(path, spec):
+        return path
+    if path.exists() and (not path.is_dir() or any(path.iterdir())) and not overwrite and _read_marker(path) is None:
+        raise FileExistsError(f"{path} exists and is not a tiny model; pass overwrite=True")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        out = tmp / "model"
+        out.mkdir()
+        _write_tokenizer(out, _FAMILY_SIZE["vocab"], _FAMILY_SIZE["positions"])
+        _write_family_model(out, family, seed)
+        if spec["quantize_bits"]:
+            out = _quantize(out, tmp / "quantized", spec["quantize_bits"])
+        _write_json(out / MARKER, spec)
+        _move_into_place(out, path, spec)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def family_config(family: str):
+    """The transformers config of :func:`build_family_model`'s ``family`` model."""
+    from transformers import AutoConfig
+
+    model_type, extra = FAMILIES[family]
+    s = _FAMILY_SIZE
+    eos, pad = SPECIAL_TOKENS.index("<|im_end|>"), SPECIAL_TOKENS.index("<|endoftext|>")
+    common = dict(vocab_size=s["vocab"], bos_token_id=None, eos_token_id=eos, pad_token_id=pad, dtype="float32")
+    if model_type == "opt":
+        sizes = dict(hidden_size=s["hidden"], num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                     ffn_dim=s["inter"], word_embed_proj_dim=s["hidden"], max_position_embeddings=s["positions"])
+    elif model_type == "gpt2":
+        sizes = dict(n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"], n_positions=s["positions"])
+    else:
+        sizes = dict(hidden_size=s["hidden"], num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                     intermediate_size=s["inter"], max_position_embeddings=s["positions"])
+        if model_type in _LLAMA_LIKE:
+            sizes["num_key_value_heads"] = s["heads"] // 2  # grouped-query attention, as the real ones
+    return AutoConfig.for_model(model_type, **{**sizes, **common, **extra})
+
+
+def _to_hub_gpt2_layout(file):
+    # the Hub's GPT-2 checkpoints are saved from GPT2Model: no "transformer." prefix, no tied
+    # lm_head copy; mlx-lm reads only that layout
+    from safetensors.numpy import load_file, save_file
+
+    w = load_file(str(file))
+    w = {k.removeprefix("transformer."): v for k, v in w.items() if k != "lm_head.weight"}
+    save_file(w, str(file), metadata={"format": "pt"})
+
+
+def _write_family_model(out, family, seed):
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    config = family_config(family)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            # fan-in scale rather than HF's flat 0.02 (see _init_weights); norms keep their ones
+            if p.ndim == 2:
+                p.copy_(torch.randn_like(p) * p.shape[1] ** -0.5)
+            elif name.endswith("bias"):
+                p.copy_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(out, safe_serialization=True)
+    if config.model_type == "gpt2":
+        _to_hub_gpt2_layout(out / "model.safetensors")
+    eos, pad = config.eos_token_id, config.pad_token_id
+    GenerationConfig(eos_token_id=[eos, pad], pad_token_id=pad).save_pretrained(out)
+    saved = json.loads((out / "config.json").read_text())
+    # mlx-lm reads rope_theta at the top level only (see _write_configs)
+    rope = saved.get("rope_parameters") or {}
+    if "rope_theta" in rope and "rope_theta" not in saved:
+        saved["rope_theta"] = rope["rope_theta"]
+    saved["tie_word_embeddings"] = bool(getattr(config, "tie_word_embeddings", False))
+    # keys the Hub's GPT-2 and Pythia configs carry and mlx-lm requires, which transformers 5
+    # no longer writes
+    if saved["model_type"] == "gpt2":
+        saved["n_ctx"] = saved["n_positions"]
+    if saved["model_type"] == "gpt_neox":
+        saved["rotary_emb_base"] = rope.get("rope_theta", _ROPE_THETA)
+        saved["rotary_pct"] = rope.get("partial_rotary_factor", 1.0)
+    _write_json(out / "config.json", saved)

@@ -24,8 +24,8 @@ LAYERS = [
               "autocurricula.tracking", "autocurricula.plots", "autocurricula.transcripts", "autocurricula.hub",
               "autocurricula.eval"]),
     ("leagues", ["autocurricula.leagues"]),
-    ("top", ["autocurricula.cli", "autocurricula.dashboard", "autocurricula.dashboard_page", "autocurricula.server",
-             "autocurricula.bench"]),
+    ("top", ["autocurricula.cli", "autocurricula.check_model", "autocurricula.dashboard", "autocurricula.dashboard_page",
+             "autocurricula.server", "autocurricula.bench"]),
 ]
 
 

@@ -94,7 +94,7 @@ class LoraSpec:
 
     def resolve(self, linear_paths) -> list[str]:
         """The module paths of ``linear_paths`` this spec targets."""
-        paths = [p for p in linear_paths if not p.endswith("lm_head")]
+        paths = [p for p in linear_paths if not p.endswith(("lm_head", "embed_out"))]  # output heads (GPT-NeoX: embed_out)
         if self.target_modules == "all-linear":
             return paths
         out = [p for p in paths if any(p == t or p.endswith("." + t) for t in self.target_modules)]

@@ -87,8 +87,9 @@ class EngineConfig:
 class Engine:
     """Multi-LoRA continuous-batching generator on one MLX thread.
 
-    ``model`` is a Hub id or local folder (loaded with ``mlx_lm.load`` on the engine thread) or an
-    already loaded mlx-lm model (then pass ``tokenizer``).
+    ``model`` is a Hub id or local folder (loaded with ``mlx_lm.load`` on the engine thread, plus
+    the families of :mod:`autocurricula.engine.models`) or an already loaded mlx-lm model (then
+    pass ``tokenizer``). docs/models.md lists the families served and those refused.
     """
 
     def __init__(self, model: Any, tokenizer: Any = None, config: EngineConfig | None = None,
@@ -482,9 +483,9 @@ class Engine:
         from autocurricula.engine.runner import make_batch_cache
 
         if isinstance(model, (str, Path)):
-            from mlx_lm import load
+            from autocurricula.engine.models import load
 
-            model, tokenizer = load(str(model))
+            model, tokenizer = load(str(model))  # mlx-lm's loader, plus OPT and named refusals
         if tokenizer is None:
             raise ValueError("pass the tokenizer together with an already loaded model")
         self.model, self.tokenizer = model, tokenizer

@@ -1,0 +1,103 @@
+"""Which model families the engine serves, and the MLX definitions it adds to mlx-lm's.
+
+``load`` is ``mlx_lm.load`` after two steps: the families defined here (OPT) are registered
+under ``mlx_lm.models``, so mlx-lm's own loader, converter and adapter loading find them; and a
+family whose layers the batched engine cannot cache yet is refused by name, with the reason,
+before any weight is read.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+# model_type -> the MLX definition this package adds (mlx-lm has none)
+ADDED = {"opt": "autocurricula.engine.models.opt"}
+
+# model_type -> why the batched engine refuses it (it batches plain KV caches only)
+_SLIDING = ("sliding-window attention layers, whose rotating KV cache the batched engine does not batch, "
+            "prefix-cache or train through yet")
+_RECURRENT = ("recurrent (linear-attention / state-space) layers, whose state cache the batched engine does not "
+              "batch, prefix-cache or train through yet")
+REFUSED = {
+    "gemma2": _SLIDING,
+    "gemma3": _SLIDING,
+    "gemma3_text": _SLIDING,
+    "cohere2": _SLIDING,
+    "qwen3_5": _RECURRENT,
+    "qwen3_5_text": _RECURRENT,
+    "qwen3_5_moe": _RECURRENT,
+    "qwen3_next": _RECURRENT,
+    "lfm2": _RECURRENT,
+    "lfm2_moe": _RECURRENT,
+    "mamba": _RECURRENT,
+    "mamba2": _RECURRENT,
+    "falcon_h1": _RECURRENT,
+    "jamba": _RECURRENT,
+    "nemotron_h": _RECURRENT,
+    "granitemoehybrid": _RECURRENT,
+    "recurrent_gemma": _RECURRENT,
+    "rwkv7": _RECURRENT,
+}
+
+
+class UnsupportedModelError(ValueError):
+    """A model family the engine cannot serve; the message names the family and the reason."""
+
+
+def register() -> None:
+    """Make the families in :data:`ADDED` importable as ``mlx_lm.models.<model_type>``, so that
+    ``mlx_lm.load``, ``mlx_lm.convert`` and ``mlx_lm.load(adapter_path=...)`` load them too.
+    A family mlx-lm ships itself is left to mlx-lm."""
+    import mlx_lm.models
+
+    for model_type, module in ADDED.items():
+        name = f"mlx_lm.models.{model_type}"
+        if name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            sys.modules[name] = importlib.import_module(module)
+            setattr(mlx_lm.models, model_type, sys.modules[name])
+
+
+def refusal(config: dict) -> str | None:
+    """Why the engine refuses a model with this ``config.json`` content, or None if it serves it."""
+    model_type = config.get("model_type")
+    text = config.get("text_config") or {}
+    if model_type in REFUSED or text.get("model_type") in REFUSED:
+        family = model_type if model_type in REFUSED else text["model_type"]
+        return f"model family {family!r} has {REFUSED[family]}"
+    window = config.get("sliding_window")
+    types = set(config.get("layer_types") or ())
+    if "sliding_attention" in types or "linear_attention" in types:
+        return f"model family {model_type!r} has {_SLIDING if 'sliding_attention' in types else _RECURRENT}"
+    if config.get("use_sliding_window", window is not None) and window \
+            and window < int(config.get("max_position_embeddings") or 0):
+        return (f"model family {model_type!r} is configured with sliding_window={window} (shorter than its "
+                f"{config.get('max_position_embeddings')} positions): {_SLIDING}")
+    return None
+
+
+def check_supported(config: dict) -> None:
+    """Raise :class:`UnsupportedModelError` naming the family and the reason when the engine
+    cannot serve a model with this ``config.json`` content."""
+    why = refusal(config)
+    if why is not None:
+        raise UnsupportedModelError(f"the autocurricula engine cannot serve this model: {why}. "
+                                    "See docs/models.md for the families it serves.")
+
+
+def load(path_or_hub_id: str):
+    """``(model, tokenizer)`` as ``mlx_lm.load`` returns them, for every family the engine serves;
+    :class:`UnsupportedModelError` for one it refuses."""
+    from mlx_lm import load as mlx_load
+    from mlx_lm.utils import _download, load_config
+
+    register()
+    folder = _download(str(path_or_hub_id))
+    check_supported(load_config(Path(folder)))
+    return mlx_load(str(folder))
+
