@@ -123,6 +123,17 @@ def check_advantages(turns: list[Turn], credit: str) -> None:
                              f"Scale the game's rewards down")
 
 
+def silent_learners(turns: list[Turn], frozen: set[str]) -> list[str]:
+    """The learners that made turns this round yet got no non-zero advantage: nothing to learn from."""
+    made, moved = set(), set()
+    for t in turns:
+        if t.player not in frozen:
+            made.add(t.player)
+            if t.advantage:
+                moved.add(t.player)
+    return sorted(made - moved)
+
+
 def unreachable(health: dict) -> str:
     """The workers a fleet's health lists as down, with their last errors."""
     rows = [r for v in health.values() if isinstance(v, list) for r in v if isinstance(r, dict) and not r.get("up")]

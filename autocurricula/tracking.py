@@ -30,7 +30,9 @@ METRICS = {
     "time/update_s": "of which the optimizer step (credit and bookkeeping are the rest)",
     "credit/states": "credit='value' or 'q': positions in the value table",
     "credit/state_moves": "credit='q': (position, move) pairs in the action-value table",
-    "credit/targets": "q_target_coef: target turns (best known moves) added to the update",
+    "credit/targets": "QCredit(target_coef > 0): target turns (best known moves) added to the update",
+    "credit/silent_learners": "learners that made turns but got no non-zero advantage this round (no signal)",
+    "train/skipped_nonfinite": "updates skipped because their loss, gradients or result were not finite",
 }
 
 

@@ -41,7 +41,7 @@ from autocurricula.pool import Pool
 from autocurricula.records import GameRecord, Turn, is_scripted
 from autocurricula.replay import Replayer
 from autocurricula.rounds import (ErrorGate, GameError, Played, check_advantages, drop_stale, match_games,
-                                  rewarded_turns, rollout_metrics, update_metrics)
+                                  rewarded_turns, rollout_metrics, silent_learners, update_metrics)
 from autocurricula.signals import graceful_stop
 from autocurricula.standings import Leaderboard, Standings
 from autocurricula.startup import explain_pipeline, explain_schedule, load_engine, open_rollout
@@ -70,6 +70,7 @@ class AutocurriculumTrainer:
         self.engine = self.rollout = self.pool = self.elo = self.payoff = None
         self.stop_requested: str | None = None  # why the run stops after this round (a signal's name)
         self.metrics_log: list[dict] = []
+        self.silent_rounds: int | None = 0  # rounds in a row where some learner got no signal (None: warned)
         self.rng = np.random.default_rng(self.config.seed)  # schedules, seats and adapter init
 
     # ------------------------------------------------------------------ the user's API
@@ -278,7 +279,17 @@ class AutocurriculumTrainer:
         frozen = self._frozen_ids()
         turns = turns + self.credit.extra_turns([t for t in turns if t.player not in frozen])
         check_advantages(turns, self.credit.name)
-        return turns, self.credit.metrics()
+        silent = silent_learners(turns, frozen)
+        if silent and self.silent_rounds is not None:
+            self.silent_rounds += 1
+            if self.silent_rounds == 3:  # once a run, after three rounds in a row
+                log.warning("%s got no non-zero advantage for 3 rounds in a row: every reward they saw was the same "
+                            "(e.g. all games drawn, a judge whose replies never parse, equal rewards in every GRPO "
+                            "group), so nothing trains. Check the rewards in match_history.jsonl", ", ".join(silent))
+                self.silent_rounds = None
+        elif self.silent_rounds is not None:
+            self.silent_rounds = 0
+        return turns, {**self.credit.metrics(), "credit/silent_learners": len(silent)}
 
     def _update(self, turns: list[Turn]) -> dict:
         """One fused update of every learner on its turns (frozen players' turns are skipped). With

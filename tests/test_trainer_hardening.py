@@ -525,3 +525,19 @@ def test_games_have_a_finite_timeout_by_default():
     from autocurricula.config import ArenaConfig
 
     assert ArenaConfig().game_timeout_s == 600.0
+
+
+def test_learners_without_any_signal_are_named_once(tiny_model_path, tmp_path, caplog):
+    async def always_a_draw(players, model, tokenizer=None):
+        for p in players:
+            await model.generate(p, "Name a digit:", max_tokens=2)
+        return [0.0, 0.0]
+
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=4, games_per_round=2, output_dir=str(tmp_path),
+                                       credit="grpo", **FAST))
+    with caplog.at_level(logging.WARNING, logger="autocurricula.trainer"):
+        t.train(str(tiny_model_path), always_a_draw)
+    t.engine.close()
+    named = [r.getMessage() for r in caplog.records if "no non-zero advantage" in r.getMessage()]
+    assert len(named) == 1 and "main-0" in named[0] and "judge" in named[0]
+    assert [row["credit/silent_learners"] for row in t.metrics_log] == [1, 1, 1, 1]
