@@ -14,9 +14,10 @@ import pytest
 
 from autocurricula import SelfPlayConfig, SelfPlayTrainer
 from autocurricula.config import AutocurriculumConfig, GRPOConfig
-from autocurricula.credit import Turn
+from autocurricula.callbacks import TrainerCallback
+from autocurricula.records import Turn
 from autocurricula.engine import AdapterWeights, Engine, LoraSpec
-from autocurricula.trainer import drop_stale
+from autocurricula.rounds import drop_stale
 from autocurricula.training import Updater
 from test_remote import KEY, start_all
 from toy_games import digits
@@ -105,23 +106,30 @@ async def timed_digits(players, model, tokenizer):
 
 
 class Timed(SelfPlayTrainer):
-    """Records when each update ends; ``update_pause`` makes the update slow enough that an overlap
-    (or its absence) shows however the CPU is shared."""
+    """Requests a stop at ``stop_after`` (epoch, round), as SIGTERM does."""
 
-    update_pause = 0.0
-    stop_after = None  # (epoch, round): request a stop there, as SIGTERM does
-
-    def _update(self, turns):
-        self.update_starts.append(time.monotonic())
-        time.sleep(self.update_pause)
-        out = super()._update(turns)
-        self.update_ends.append(time.monotonic())
-        return out
+    stop_after = None
 
     def on_round_end(self, records):
         if (self.current_epoch, self.current_round) == self.stop_after:
             self.request_stop("SIGTERM")
         yield from super().on_round_end(records)
+
+
+class Timing(TrainerCallback):
+    """Records when each round's update stage starts (its games are rated) and when its update
+    ends; ``pause`` makes the update slow enough that an overlap (or its absence) shows however the
+    CPU is shared."""
+
+    def __init__(self, trainer, pause: float):
+        self.trainer, self.pause = trainer, pause
+
+    def on_games(self, trainer, records):
+        self.trainer.update_starts.append(time.monotonic())
+
+    def on_update(self, trainer, turns, result):
+        time.sleep(self.pause)
+        self.trainer.update_ends.append(time.monotonic())
 
 
 def league(tiny_model_path, out, *, epochs=2, rounds=3, resume=False, pause=0.0, stop_after=None, grpo=None,
@@ -131,14 +139,14 @@ def league(tiny_model_path, out, *, epochs=2, rounds=3, resume=False, pause=0.0,
     t = Timed(SelfPlayConfig(epochs=epochs, rounds=rounds, games_per_round=GAMES, past_share=0.5, output_dir=str(out),
                              progress=False, bt_bootstrap=0, max_tokens=4, game_name="digits",
                              overwrite_output_dir=not resume, save_total_limit=None, **overrides))
-    t.update_starts, t.update_ends, t.update_pause, t.stop_after, t.served = [], [], pause, stop_after, []
+    t.update_starts, t.update_ends, t.stop_after, t.served = [], [], stop_after, []
 
     def served(t):  # after each epoch, before its checkpoint: what the servers hold
         if t.rollout is not t.engine:
             t.served.append({p["id"]: (p["version"], t.rollout.adapter_info(p["id"])) for p in t.players})
 
     t.train(str(tiny_model_path), timed_digits, resume_from_checkpoint=resume or None, grpo_config=grpo,
-            callbacks=[served], servers=servers, api_key=KEY if servers else None)
+            callbacks=[served, Timing(t, pause)], servers=servers, api_key=KEY if servers else None)
     t.engine.close()
     t.game_starts, t.game_ends = sorted(GAME_STARTS), sorted(GAME_ENDS)
     t.history = [(g["game_id"], g["players"], g["rewards"], g["versions"]) for g in t.match_history]
