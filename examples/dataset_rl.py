@@ -94,7 +94,7 @@ before = figures(None)
 print(json.dumps({"before": before}), flush=True)
 config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.prompts, credit="grpo",
                         output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=4,
-                        bt_bootstrap=0, progress=False, logging_steps=10)
+                        ratings={"bt_bootstrap": 0}, progress=False, logging_steps=10)
 trainer = Solo(config)
 play = functools.partial(dataset.play, dataset=train, num_generations=args.generations, max_tokens=4)
 play.__module__ = dataset.__name__

@@ -163,8 +163,8 @@ def credit_of(args):
 def common(args, output_dir: str) -> dict:
     return dict(epochs=args.epochs, rounds=args.rounds, output_dir=output_dir, overwrite_output_dir=True,
                 seed=args.seed, max_tokens=2, credit=credit_of(args),
-                game_name="kuhn_poker", max_concurrent_games=128, bt_bootstrap=0, progress=False,
-                save_total_limit=1)
+                game_name="kuhn_poker", arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0},
+                progress=False, save_total_limit=1)
 
 
 @dataclass

@@ -144,7 +144,7 @@ def main():
         output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=10,
         game_name="negotiation", credit=args.credit, branch_samples=args.branch_samples,
         branch_turns_per_game=args.branch_turns, branch_advantage=args.branch_advantage,
-        max_concurrent_games=128, bt_bootstrap=0, progress=False)
+        arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0}, progress=False)
     trainer = LeagueTrainer(config, opponents=[dict(SCRIPTED)])
     curve = DealValueCurve(args.curve_games, args.max_turns, start)
     trainer.train(engine, make_play(args.max_turns), lora_config=LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),

@@ -265,9 +265,10 @@ def probe(args, base, play, spec, opponents, n, credit):
 
     config = AutocurriculumConfig(epochs=args.epochs, rounds=args.rounds, output_dir=args.output_dir,
                                   overwrite_output_dir=True, progress=False,
-                                  bt_bootstrap=0, max_tokens=2, save_strategy="no",
+                                  ratings={"bt_bootstrap": 0}, max_tokens=2, save_strategy="no",
                                   credit=QCredit(target_coef=args.q_targets, target_min_visits=args.q_target_min_visits)
-                                  if credit == "q" else credit, max_concurrent_games=256, max_batch=128, seed=args.seed)
+                                  if credit == "q" else credit, arena={"max_concurrent_games": 256},
+                                  engine={"max_batch": 128}, seed=args.seed)
     trainer = _Probe(config, spec, opponents, n)
     grpo = GRPOConfig(learning_rate=args.learning_rate, beta=args.beta, loss_type="grpo",
                       temperature=args.temperature, entropy_coef=args.entropy_coef,
