@@ -52,8 +52,8 @@ def main(argv=None):
                           overwrite_output_dir=True, seed=0, max_tokens=3,
                           credit=BranchCredit(samples=args.branch_samples, advantage=args.branch_advantage,
                                               move_temperature=args.move_temperature, move_clip=args.move_clip),
-                          game_name="kuhn_poker", arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0}, progress=False,
-                          save_total_limit=1)
+                          game_name="kuhn_poker", arena={"max_concurrent_games": 128},
+                          ratings={"bt_bootstrap": 0}, progress=False, save_total_limit=1)
     trainer = LeagueTrainer(config, opponents=[{"id": "random", "role": "random", "policy": kuhn_poker.random_policy}])
     start, rounds = time.time(), [0]
     round_end = trainer.on_round_end
