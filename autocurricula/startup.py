@@ -18,7 +18,7 @@ def load_engine(model, cfg, lora_spec) -> tuple[Engine, str]:
                              "leave config.engine at None, or pass the model's path or Hub id instead")
         return model, model.name
     if isinstance(model, tuple) and len(model) == 2:  # (model, tokenizer) from mlx_lm.load
-        name = getattr(getattr(model[0], "args", None), "model_type", "model")
+        name = type(model[0]).__module__.rsplit(".", 1)[-1]  # mlx_lm.models.llama -> "llama"
         return Engine(model[0], model[1], config=cfg.engine_config(lora_spec.r), name=name), name
     from autocurricula.hub import check_model_source
 

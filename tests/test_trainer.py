@@ -301,6 +301,10 @@ def test_play_as_a_method_and_a_loaded_model(tiny_model_path, tmp_path):
     t.train(engine)
     assert len(t.match_history) == 2 and t.model_name == "tiny"
     engine.close()
+    pair = Mine(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path / "pair"), **FAST))
+    pair.train(loaded())  # the (model, tokenizer) pair mlx_lm.load returns, named by its architecture
+    assert len(pair.match_history) == 2 and pair.model_name == "llama"
+    pair.engine.close()
 
 
 def test_default_league_trains_tictactoe_as_in_the_seed(tiny_model_path, tmp_path, monkeypatch):
