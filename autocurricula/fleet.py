@@ -10,9 +10,10 @@ servers (:class:`~autocurricula.remote.RemoteEngine`) and Ray actors
   fleet expects (config and weights); a mismatch raises
   :class:`~autocurricula.engine.fingerprint.BaseModelMismatchError` before any request.
 - Players are placed on workers (:func:`~autocurricula.placement.pick_worker`): sticky per
-  player, a new player goes to the worker with the fewest players. A worker that does not hold a
-  player's current version gets it before the request; a new version goes at once to the workers
-  that hold the player, to the others at its first request there.
+  player, a new player goes to the worker with the fewest players, and is installed there when it
+  is pushed. A worker that does not hold a player's current version gets it before the request; a
+  new version goes at once to the workers that hold the player, to the others at its first
+  request there.
 - A worker that fails (a transport raises :class:`WorkerDown`) is marked down; its requests are
   sent again to another worker, counted in ``stats["retried"]``. A background poll brings it
   back once healthy, its base model checked again and every adapter it held re-installed at the

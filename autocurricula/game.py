@@ -75,8 +75,8 @@ def game_moves(game) -> Callable[[str], list[str]] | None:
 
 
 class GamePlay:
-    """The play callable of a :class:`Game` object (:func:`as_play`): calls ``game.play``, carries
-    its name, and carries its state through checkpoints (:class:`Stateful`)."""
+    """The play callable of a :class:`Game` object (:func:`as_play`): calls ``game.play`` and
+    carries its name."""
 
     def __init__(self, game):
         self.game = game
@@ -86,13 +86,6 @@ class GamePlay:
     def __call__(self, players: list[dict], model: Any, tokenizer: Any, **options):
         return self.game.play(players, model, tokenizer, **options)
 
-    def state_dict(self) -> dict:
-        return self.game.state_dict() if isinstance(self.game, Stateful) else {}
-
-    def load_state_dict(self, state: dict) -> None:
-        if isinstance(self.game, Stateful):
-            self.game.load_state_dict(state)
-
 
 class AsyncGamePlay(GamePlay):
     """:class:`GamePlay` of a game whose ``play`` is a coroutine function."""
@@ -101,22 +94,23 @@ class AsyncGamePlay(GamePlay):
         return await self.game.play(players, model, tokenizer, **options)
 
 
-def as_play(game) -> Callable:
-    """The play callable of ``game``: a :class:`Game` module's ``play`` (its ``moves`` stay reachable
-    through :func:`game_moves`), a :class:`GamePlay` for a Game object (its ``moves`` and
-    ``state_dict`` stay reachable through :func:`game_moves` and :class:`Stateful`), or ``game``
-    itself when it is a play callable already."""
-    if isinstance(game, ModuleType):
-        if not isinstance(game, Game):
-            missing = [n for n in ("play", "NUM_PLAYERS", "ZERO_SUM", "random_policy") if not hasattr(game, n)]
-            raise TypeError(f"module {game.__name__} is not a Game: it lacks {', '.join(missing)}; "
-                            f"define them at module level (see autocurricula.game.Game)")
-        return game.play
-    if isinstance(game, Game):
-        return AsyncGamePlay(game) if inspect.iscoroutinefunction(game.play) else GamePlay(game)
-    if callable(game):
-        return game
-    raise TypeError(f"a game is a play function or a Game module or object, got {type(game).__name__}")
+class _CarriesState:
+    """The play of a :class:`Stateful` game carries its state through checkpoints; only such a
+    play is Stateful itself (a credit method that replays games refuses stateful games)."""
+
+    def state_dict(self) -> dict:
+        return self.game.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.game.load_state_dict(state)
+
+
+class StatefulGamePlay(_CarriesState, GamePlay):
+    """:class:`GamePlay` of a :class:`Stateful` game."""
+
+
+class StatefulAsyncGamePlay(_CarriesState, AsyncGamePlay):
+    """:class:`AsyncGamePlay` of a :class:`Stateful` game."""
 
 
 def check_rewards(out, n_players: int, *, returned=None) -> list[float]:

@@ -48,13 +48,14 @@ def assert_same_adam_updates(got, want, lr: float, steps: int, label: str = "") 
     """Two adapters trained by the same AdamW steps on the same turns through different batchings.
     Float32 sums in another order change a gradient in its last bits; Adam divides by the gradient's
     own scale, so where a gradient element is near its rounding error its update can move anywhere
-    within the step bound lr. The check: every element within the bound (2 * lr * steps), and all
-    but 1 in 1000 within 1e-3 of one step (a wrong gradient moves most elements by about lr)."""
+    within the step bound lr, and later steps start from slightly different weights. The check:
+    every element within the bound (2 * lr * steps), and all but 1 in 100 within 1% of the steps'
+    total (a wrong gradient moves most elements by about lr)."""
     import numpy as np
 
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     diff = np.abs(got - want)
     bound = 2 * lr * steps
     assert diff.max() <= bound, f"{label}: an element moved {diff.max():.3g}, past the step bound {bound:.3g}"
-    far = float(np.mean(diff > 1e-3 * lr * steps))
-    assert far <= 1e-3, f"{label}: {far:.2%} of the elements differ by more than 1e-3 of a step"
+    far = float(np.mean(diff > 1e-2 * lr * steps))
+    assert far <= 1e-2, f"{label}: {far:.2%} of the elements differ by more than 1% of the steps' total"

@@ -200,10 +200,10 @@ def test_placement_is_sticky_and_least_loaded_and_updates_reach_holders(engine, 
         names = [f"p{i}" for i in range(4)]
         for i, name in enumerate(names):
             remote.load_adapter(name, weights(engine, i))
-        assert players_on(a) == players_on(b) == set()  # uploaded on first use, not before
+        placed = {name: remote.placement(name) for name in names}  # placed and uploaded when pushed
         for name in names:
             remote.generate("x o x", name, max_tokens=2, temperature=0.0)
-        placed = {name: remote.placement(name) for name in names}
+        assert {name: remote.placement(name) for name in names} == placed
         assert sorted(placed.values()) == sorted([a.url, a.url, b.url, b.url])  # least loaded: 2 and 2
         assert players_on(a) == {n for n in names if placed[n] == a.url}
         assert players_on(b) == {n for n in names if placed[n] == b.url}
