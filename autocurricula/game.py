@@ -113,6 +113,26 @@ class StatefulAsyncGamePlay(_CarriesState, AsyncGamePlay):
     """:class:`AsyncGamePlay` of a :class:`Stateful` game."""
 
 
+def as_play(game) -> Callable:
+    """The play callable of ``game``: a :class:`Game` module's ``play`` (its ``moves`` stay reachable
+    through :func:`game_moves`), a :class:`GamePlay` for a Game object (its ``moves`` and
+    ``state_dict`` stay reachable through :func:`game_moves` and :class:`Stateful`), or ``game``
+    itself when it is a play callable already."""
+    if isinstance(game, ModuleType):
+        if not isinstance(game, Game):
+            missing = [n for n in ("play", "NUM_PLAYERS", "ZERO_SUM", "random_policy") if not hasattr(game, n)]
+            raise TypeError(f"module {game.__name__} is not a Game: it lacks {', '.join(missing)}; "
+                            f"define them at module level (see autocurricula.game.Game)")
+        return game.play
+    if isinstance(game, Game):
+        is_async, stateful = inspect.iscoroutinefunction(game.play), isinstance(game, Stateful)
+        return ((StatefulAsyncGamePlay if stateful else AsyncGamePlay) if is_async
+                else (StatefulGamePlay if stateful else GamePlay))(game)
+    if callable(game):
+        return game
+    raise TypeError(f"a game is a play function or a Game module or object, got {type(game).__name__}")
+
+
 def check_rewards(out, n_players: int, *, returned=None) -> list[float]:
     """One finite float per player from what a game's ``play`` returned (a list, tuple or 1-D array
     of numbers); ``returned``: the value to show in the error when ``out`` was taken out of it."""
