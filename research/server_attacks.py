@@ -86,6 +86,8 @@ class Server:
 
 
 def measure(server: Server, name: str, fn):
+    if ONLY[0] not in name:
+        return
     time.sleep(0.5)
     base, _ = rss_mib(server.proc.pid)
     reset_peak(server.proc.pid)
@@ -99,6 +101,9 @@ def measure(server: Server, name: str, fn):
     print(json.dumps({"attack": name, "outcome": outcome, "seconds": round(took, 2),
                       "peak_over_start_mib": round(peak - base, 1), "held_after_mib": round(now - base, 1)}),
           flush=True)
+
+
+ONLY = [""]
 
 
 def put(url, name, data, timeout=300):
@@ -140,13 +145,18 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--wait", type=float, default=40.0, help="seconds to hold the slow sockets")
+    ap.add_argument("--only", default="", help="run only the attacks whose name contains this")
     args, extra = ap.parse_known_args()
     extra = [x for x in extra if x != "--"]
+    ONLY[0] = args.only
     srv = Server(args.tree, args.model, args.port, extra)
     url = srv.url
     try:
         bomb = header_bomb(16 << 20)
         measure(srv, "header bomb, 16 MiB", lambda: put(url, "bomb", bomb))
+        del bomb
+        bomb = header_bomb((4 << 20) - 64)  # just under the header cap: the tensor count refuses it
+        measure(srv, "header bomb, 4 MiB", lambda: put(url, "bomb", bomb))
         del bomb
         padded = [adapter_bytes(8, i, pad=64 << 20) for i in range(4)]
         measure(srv, "4 rank-8 adapters padded with 64 MiB", lambda: [put(url, f"pad{i}", d)[0]
@@ -168,8 +178,12 @@ def main():
         def batch_attack():
             big = {"requests": [{"prompt": "go", "max_tokens": 2000, "ignore_eos": True}] * 4096}
             out = {}
-            t = threading.Thread(target=lambda: out.update(
-                status=httpx.post(f"{url}/v1/batch/completions", json=big, timeout=25).status_code), daemon=True)
+            def send():
+                try:
+                    out["status"] = httpx.post(f"{url}/v1/batch/completions", json=big, timeout=25).status_code
+                except httpx.TimeoutException:
+                    pass
+            t = threading.Thread(target=send, daemon=True)
             t.start()
             time.sleep(3)
             victim = victim_latency(url, 20)
@@ -177,6 +191,18 @@ def main():
             return f"batch {out.get('status', 'still running (client gave up)')}; {victim}"
         measure(srv, "batch 4096 x 2000 tokens, then a 2-token request", batch_attack)
         time.sleep(2)
+
+        def full_batch():  # within the default budget: every row for 2,000 tokens
+            fair = {"requests": [{"prompt": "go", "max_tokens": 2000, "ignore_eos": True}] * 64}
+            out = {}
+            t = threading.Thread(target=lambda: out.update(status=httpx.post(
+                f"{url}/v1/batch/completions", json=fair, timeout=600).status_code), daemon=True)
+            t.start()
+            time.sleep(3)
+            victim = victim_latency(url, 200)
+            t.join(600)
+            return f"batch {out.get('status')}; {victim}"
+        measure(srv, "batch 64 x 2000 tokens, then a 2-token request", full_batch)
 
         def slow_sockets():
             socks = {"idle": open_socket(url, b""), "partial headers": open_socket(url, b"GET /health HTTP/1.1\r\n"),

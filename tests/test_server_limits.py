@@ -24,28 +24,9 @@ from autocurricula.engine.scheduler import QueueTimeoutError
 from autocurricula.http_limits import header_timeout_protocol
 from autocurricula.server import create_app
 from server_fixtures import client, engine, root  # noqa: F401  (shared fixtures)
+from test_server_hardening import error_of, put, weights
 
 GREEDY = {"temperature": 0, "ignore_eos": True}
-
-
-def weights(engine, seed=0, r=8):
-    spec = LoraSpec(r=r, lora_alpha=2 * r)
-    dims = {p: engine.linear_dims[p] for p in spec.resolve(engine.linear_dims)}
-    return AdapterWeights.random(dims, spec, seed=seed, b_std=0.5)
-
-
-def put(c, name, data, **params):
-    return c.put(f"/v1/adapters/{name}", content=data, params=params,
-                 headers={"Content-Type": "application/octet-stream"})
-
-
-def error_of(resp, status, *words):
-    assert resp.status_code == status, resp.text
-    err = resp.json()["error"]
-    assert err["code"] == status
-    for w in words:
-        assert w.lower() in err["message"].lower(), err["message"]
-    return err
 
 
 @contextlib.contextmanager

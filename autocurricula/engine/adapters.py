@@ -341,6 +341,8 @@ def parse_header(raw: bytes, max_tensors: int = MAX_TENSORS) -> SafetensorsHeade
     """Parse and check a header (the JSON after the 8-byte length): at most ``max_tensors``
     tensors, known dtypes, shapes that match their byte ranges, and ranges that tile the data
     section from 0 without gaps or overlaps (as the safetensors library requires)."""
+    if (n := bytes(raw).count(b'"data_offsets"')) > max_tensors:  # before json builds an object per entry
+        raise AdapterError(f"{_BAD} (it holds {n} tensors, more than the limit of {max_tensors})")
     try:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
