@@ -272,13 +272,17 @@ def _http_error(exc: StarletteHTTPException) -> JSONResponse:
     return _error(exc.status_code, str(exc.detail))
 
 
-def _check_limits(**limits) -> None:
-    """Each limit, given as ``name=(value, may_be_none)``, is a positive finite number."""
-    for name, (value, optional) in limits.items():
-        if value is None and optional:
+def _check_limits(counts: dict, seconds: dict, optional: tuple[str, ...] = ()) -> None:
+    """``counts`` must be positive integers, ``seconds`` positive finite numbers; those named in
+    ``optional`` may also be None (no limit)."""
+    for name, value in {**counts, **seconds}.items():
+        if value is None and name in optional:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name} must be a positive number{' (or None)' if optional else ''}, got {value!r}")
+        kinds = int if name in counts else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0:
+            what = "integer" if name in counts else "number of seconds"
+            raise ValueError(f"{name} must be a positive {what}{' (or None)' if name in optional else ''}, "
+                             f"got {value!r}")
 
 
 def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str | None = None,
@@ -311,17 +315,12 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     ``body_timeout_s``: seconds for a JSON body to arrive after its headers; an upload gets this
     plus one second per MiB.
     """
-    _check_limits(max_upload_bytes=(max_upload_bytes, False), max_request_bytes=(max_request_bytes, False),
-                  max_lora_rank=(max_lora_rank, True), max_cpu_adapters=(max_cpu_adapters, True),
-                  max_concurrent_uploads=(max_concurrent_uploads, False), max_batch_tokens=(max_batch_tokens, True),
-                  max_queue_s=(max_queue_s, True), max_chat_messages=(max_chat_messages, False),
-                  body_timeout_s=(body_timeout_s, False))
-    counts = dict(max_upload_bytes=max_upload_bytes, max_request_bytes=max_request_bytes, max_lora_rank=max_lora_rank,
-                  max_cpu_adapters=max_cpu_adapters, max_concurrent_uploads=max_concurrent_uploads,
-                  max_batch_tokens=max_batch_tokens, max_chat_messages=max_chat_messages)
-    for name, value in counts.items():
-        if value is not None and not isinstance(value, int):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
+    _check_limits(dict(max_upload_bytes=max_upload_bytes, max_request_bytes=max_request_bytes,
+                       max_lora_rank=max_lora_rank, max_cpu_adapters=max_cpu_adapters,
+                       max_concurrent_uploads=max_concurrent_uploads, max_batch_tokens=max_batch_tokens,
+                       max_chat_messages=max_chat_messages),
+                  dict(max_queue_s=max_queue_s, body_timeout_s=body_timeout_s),
+                  optional=("max_lora_rank", "max_cpu_adapters", "max_batch_tokens", "max_queue_s"))
     if max_chat_messages > MAX_CHAT_MESSAGES:
         raise ValueError(f"max_chat_messages must be at most {MAX_CHAT_MESSAGES}, got {max_chat_messages}")
     app = FastAPI(title="autocurricula", version="0.1.0")
@@ -829,8 +828,8 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
 
         _blas.use_threads(threads)
 
-    _check_limits(timeout_keep_alive=(timeout_keep_alive, False), header_timeout_s=(header_timeout_s, False),
-                  max_connections=(max_connections, False))
+    _check_limits(dict(max_connections=max_connections),
+                  dict(timeout_keep_alive=timeout_keep_alive, header_timeout_s=header_timeout_s))
 
     if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who can reach it can load adapters", host)
