@@ -66,7 +66,11 @@ def _serve(args) -> None:
           max_request_bytes=args.max_request_bytes, max_upload_bytes=args.max_upload_bytes,
           max_lora_rank=args.max_lora_rank or None, timeout_keep_alive=args.timeout_keep_alive,
           keep_quantized=args.keep_quantized, adapters=_adapter_args(args.adapter),
-          prefix_cache_mb=args.prefix_cache_mb, threads=args.threads)
+          prefix_cache_mb=args.prefix_cache_mb, threads=args.threads, header_timeout_s=args.header_timeout,
+          max_connections=args.max_connections, body_timeout_s=args.body_timeout,
+          max_cpu_adapters=args.max_cpu_adapters or None, max_concurrent_uploads=args.max_concurrent_uploads,
+          max_batch_tokens=args.max_batch_tokens, max_queue_s=args.max_queue_s or None,
+          max_chat_messages=args.max_chat_messages)
 
 
 LEAGUES = {"selfplay": ("SelfPlayTrainer", "SelfPlayConfig"), "league": ("LeagueTrainer", "LeagueConfig"),
@@ -207,6 +211,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout-keep-alive", type=float, default=75.0,
                    help="seconds an idle HTTP connection stays open (default 75, as nginx); keep it above your "
                         "clients' idle timeout (httpx 5 s, aiohttp 15 s) so they never reuse a closing connection")
+    s.add_argument("--header-timeout", type=float, default=30.0,
+                   help="seconds a connection may take to send a request's headers (slow or idle sockets are "
+                        "closed; default 30)")
+    s.add_argument("--body-timeout", type=float, default=60.0,
+                   help="seconds a JSON body may take to arrive after its headers (408 after); an adapter upload "
+                        "gets this plus 1 s per MiB (default 60)")
+    s.add_argument("--max-connections", type=int, default=512,
+                   help="connections and requests at once; beyond it the server answers 503 (default 512)")
+    s.add_argument("--max-cpu-adapters", type=int, default=256,
+                   help="players (adapters) the server holds at once, as vLLM's --max-cpu-loras; a new one beyond "
+                        "it gets 507 until one is deleted (0 = no limit; default 256)")
+    s.add_argument("--max-concurrent-uploads", type=int, default=2,
+                   help="adapter uploads read and parsed at once; the others wait, then get 429 (default 2)")
+    s.add_argument("--max-batch-tokens", type=int, default=None,
+                   help="largest sum of max_tokens in one /v1/batch/completions (default: --max-batch times the "
+                        "per-request limit)")
+    s.add_argument("--max-queue-s", type=float, default=120.0,
+                   help="a request still queued after this many seconds gets 503 with Retry-After, so one client's "
+                        "backlog cannot hold another's request for ever (0 = no limit; default 120)")
+    s.add_argument("--max-chat-messages", type=int, default=1024,
+                   help="messages in one chat request (default 1024, at most 4096)")
     s.add_argument("--keep-quantized", action="store_true",
                    help="CPU backend: keep a quantized or bf16/fp16 base as stored instead of converting it to "
                         "float32 at load (MLX's CPU quantized/half matmuls are 3-18x slower; float32 takes 8x the "

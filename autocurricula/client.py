@@ -2,7 +2,8 @@
 
 Both have the same methods; on :class:`AsyncClient` they are coroutines and the streaming ones
 return async iterators. Connection errors (refused, reset, or a kept-alive connection that the
-server closed as the request went out) and 503 answers are retried with exponential backoff;
+server closed as the request went out), 429 and 503 answers are retried with exponential backoff
+(at least the server's ``Retry-After``, at most ``max_backoff``);
 other errors raise a :class:`ServerError` subclass carrying the server's message::
 
     with Client("http://127.0.0.1:8000") as c:
@@ -51,11 +52,21 @@ class ConflictError(ServerError):
 
 
 class UnavailableError(ServerError):
-    """503 after all retries (engine dead or stuck), or the server could not be reached."""
+    """503 after all retries (engine dead or stuck, or its queue full), or the server could not be reached."""
+
+
+class TooManyRequestsError(UnavailableError):
+    """429 after all retries: the server's limit on concurrent adapter uploads was reached."""
+
+
+class InsufficientStorageError(ServerError):
+    """507: the server holds as many adapters as its ``--max-cpu-adapters`` allows; delete one first."""
 
 
 _BY_STATUS = {400: BadRequestError, 401: AuthError, 403: PermissionDeniedError, 404: NotFoundError,
-              409: ConflictError, 415: BadRequestError, 422: BadRequestError, 503: UnavailableError}
+              408: BadRequestError, 409: ConflictError, 413: BadRequestError, 415: BadRequestError,
+              422: BadRequestError, 429: TooManyRequestsError, 503: UnavailableError, 507: InsufficientStorageError}
+_RETRY_STATUS = (None, 429, 503)
 # Retried: the connection failed before an answer came. ReadError / WriteError /
 # RemoteProtocolError are what a reused keep-alive connection gives when the server closed it as
 # the request went out; sending again is safe because every request of this client is idempotent
@@ -119,8 +130,12 @@ class _Base:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = self._http_class(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
 
-    def _delay(self, attempt: int) -> float:
-        return min(self.max_backoff, self.backoff * 2**attempt)
+    def _delay(self, attempt: int, resp: httpx.Response | None = None) -> float:
+        wait = self.backoff * 2**attempt
+        hint = resp.headers.get("retry-after", "") if resp is not None else ""
+        if hint.isdigit():
+            wait = max(wait, float(hint))
+        return min(self.max_backoff, wait)
 
     def _failed(self, exc: httpx.TransportError) -> ServerError:
         if isinstance(exc, _RETRY_ON):
@@ -184,6 +199,10 @@ class _Base:
         """Version, rank, scale and residency of a player's adapter."""
         return self._run(_Req("GET", f"/v1/adapters/{quote(name, safe='')}"))
 
+    def adapters(self):
+        """:meth:`adapter_info` of every loaded player, as a list."""
+        return self._run(_Req("GET", "/v1/adapters", result=lambda body: body["data"]))
+
     def fingerprint(self):
         """The base model's fingerprint (``kind``, ``config``, ``weights`` hashes), its ``model``
         name and the server's ``instance`` id."""
@@ -211,7 +230,7 @@ class _Base:
         return req.result(body) if req.result else body
 
     def _should_retry(self, req: _Req, attempt: int, status: int | None) -> bool:
-        return req.retry and attempt < self.max_retries and status in (None, 503)
+        return req.retry and attempt < self.max_retries and status in _RETRY_STATUS
 
 
 class Client(_Base):
@@ -221,6 +240,7 @@ class Client(_Base):
 
     def _send(self, req: _Req, stream: bool = False) -> httpx.Response:
         for attempt in range(self.max_retries + 1):
+            resp = None
             try:
                 request = self._http.build_request(req.method, req.path, **self._kwargs(req))
                 resp = self._http.send(request, stream=stream)
@@ -231,7 +251,7 @@ class Client(_Base):
                 if resp.status_code in req.ok or not self._should_retry(req, attempt, resp.status_code):
                     return resp
                 resp.close()
-            time.sleep(self._delay(attempt))
+            time.sleep(self._delay(attempt, resp))
         raise AssertionError("unreachable")
 
     def _run(self, req: _Req):
@@ -270,6 +290,7 @@ class AsyncClient(_Base):
 
     async def _send(self, req: _Req, stream: bool = False) -> httpx.Response:
         for attempt in range(self.max_retries + 1):
+            resp = None
             try:
                 request = self._http.build_request(req.method, req.path, **self._kwargs(req))
                 resp = await self._http.send(request, stream=stream)
@@ -280,7 +301,7 @@ class AsyncClient(_Base):
                 if resp.status_code in req.ok or not self._should_retry(req, attempt, resp.status_code):
                     return resp
                 await resp.aclose()
-            await asyncio.sleep(self._delay(attempt))
+            await asyncio.sleep(self._delay(attempt, resp))
         raise AssertionError("unreachable")
 
     async def _run(self, req: _Req):

@@ -61,33 +61,39 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from autocurricula.engine import Engine, EngineConfig, EngineDeadError, SamplingParams, UnknownPlayerError
-from autocurricula.engine.adapters import (AdapterError, AdapterPathError, check_name, finite32,
-                                           from_safetensors_bytes, load_folder)
+from autocurricula.engine.adapters import (MAX_HEADER_BYTES, MAX_TENSORS, AdapterError, AdapterPathError,
+                                           adapter_from_parts, check_name, finite32, header_length, load_folder,
+                                           parse_header)
 from autocurricula.engine.fingerprint import fingerprint_engine, fingerprint_folder
 from autocurricula.engine.sampling import INT32_MAX, SEED_MAX
-from autocurricula.engine.scheduler import RequestError
+from autocurricula.engine.scheduler import QueueTimeoutError, RequestError
+from autocurricula.http_limits import BodyError, BodyReader, ClientGone, header_timeout_protocol
 
 log = logging.getLogger(__name__)
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-          404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 415: "invalid_request_error",
-          503: "service_unavailable"}
+          404: "not_found_error", 408: "timeout_error", 409: "conflict_error", 413: "invalid_request_error",
+          415: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable",
+          507: "insufficient_storage"}
 # Fields we do not implement: accepted only at their neutral value, so nobody gets silently ignored.
 _NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "repetition_penalty": 1, "best_of": 1,
             "logit_bias": None, "suffix": None, "tools": None, "tool_choice": "none", "min_tokens": 0}
 _PARSE_ERROR = "There was an error parsing the body"  # FastAPI's detail when json.loads fails oddly
+RETRY_LATER = {"Retry-After": "5"}  # seconds a request refused for a busy server is told to wait
+CLOSE = {"Connection": "close"}  # after a refused body: the rest of it is not worth reading
+MIN_UPLOAD_RATE = 1 << 20  # bytes/s an upload must keep up, beyond --body-timeout, before it is cut off
 
 
 class APIError(Exception):
     """An HTTP error with an OpenAI-style body."""
 
-    def __init__(self, status: int, message: str, param: str | None = None):
+    def __init__(self, status: int, message: str, param: str | None = None, headers: dict | None = None):
         super().__init__(message)
-        self.status, self.message, self.param = status, message, param
+        self.status, self.message, self.param, self.headers = status, message, param, headers
 
 
-def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
+def _error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
     err = {"message": message, "type": _TYPES.get(status, "server_error"), "param": param, "code": status}
-    return JSONResponse({"error": err}, status_code=status)
+    return JSONResponse({"error": err}, status_code=status, headers=headers)
 
 
 def _valid_unicode(text: str) -> str:
@@ -147,6 +153,9 @@ class BatchCompletionRequest(_Strict):
     requests: list[CompletionRequest] = Field(min_length=1, max_length=4096)
 
 
+MAX_CHAT_MESSAGES = 4096  # the schema's bound; create_app's max_chat_messages may be lower
+
+
 class Message(_Strict):
     """One chat message: text only (no tools, images or names)."""
 
@@ -155,7 +164,7 @@ class Message(_Strict):
 
 
 class ChatRequest(_Sampling):
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_CHAT_MESSAGES)
     logprobs: StrictBool = False
     top_logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
     max_completion_tokens: Annotated[StrictInt, Field(ge=1, le=INT32_MAX)] | None = None
@@ -187,11 +196,12 @@ class _AuthMiddleware:
 
 class _BodyLimit:
     """Pure ASGI: reads the whole body before the app parses anything and answers 413 once it
-    passes ``limit`` bytes (the declared Content-Length is checked first, then the bytes counted).
-    ``exempt`` requests (adapter uploads) stream to their route, which has its own limit."""
+    passes ``limit`` bytes (the declared Content-Length is checked first, then the bytes counted),
+    or 408 when it has not all arrived ``timeout`` seconds after the headers.
+    ``exempt`` requests (adapter uploads) stream to their route, which has its own limits."""
 
-    def __init__(self, app, limit: int, exempt):
-        self.app, self.limit, self.exempt = app, limit, exempt
+    def __init__(self, app, limit: int, timeout: float, exempt):
+        self.app, self.limit, self.timeout, self.exempt = app, limit, timeout, exempt
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or self.exempt(scope):
@@ -200,16 +210,20 @@ class _BodyLimit:
                "send a shorter prompt")
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.limit:
-            return await _error(413, msg)(scope, receive, send)
-        chunks, size = [], 0
+            return await _error(413, msg, headers=CLOSE)(scope, receive, send)
+        chunks, size, deadline = [], 0, time.monotonic() + self.timeout
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                msg = f"request body did not arrive within {self.timeout:g} s (--body-timeout); send it at once"
+                return await _error(408, msg, headers=CLOSE)(scope, receive, send)
             if message["type"] != "http.request":  # the client went away
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.limit:
-                return await _error(413, msg)(scope, receive, send)
+                return await _error(413, msg, headers=CLOSE)(scope, receive, send)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -219,6 +233,17 @@ class _BodyLimit:
             return pending.pop() if pending else await receive()
 
         await self.app(scope, replay, send)
+
+
+
+
+def _queue_timeout(exc: QueueTimeoutError) -> JSONResponse:
+    return _error(503, f"{exc} (--max-queue-s): the server is busy; retry later", headers=RETRY_LATER)
+
+
+def _failure_status(exc: BaseException) -> int:
+    """The HTTP status of a request that failed inside the engine."""
+    return {EngineDeadError: 503, UnknownPlayerError: 404, QueueTimeoutError: 503}.get(type(exc), 500)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -247,10 +272,26 @@ def _http_error(exc: StarletteHTTPException) -> JSONResponse:
     return _error(exc.status_code, str(exc.detail))
 
 
+def _check_limits(counts: dict, seconds: dict, optional: tuple[str, ...] = ()) -> None:
+    """``counts`` must be positive integers, ``seconds`` positive finite numbers; those named in
+    ``optional`` may also be None (no limit)."""
+    for name, value in {**counts, **seconds}.items():
+        if value is None and name in optional:
+            continue
+        kinds = int if name in counts else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0:
+            what = "integer" if name in counts else "number of seconds"
+            raise ValueError(f"{name} must be a positive {what}{' (or None)' if name in optional else ''}, "
+                             f"got {value!r}")
+
+
 def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str | None = None,
                max_tokens_limit: int | None = None, max_upload_bytes: int = 2 << 30,
                max_request_bytes: int = 8 << 20, max_lora_rank: int | None = 64,
-               adapters: dict[str, str] | None = None, fingerprint: dict | None = None) -> FastAPI:
+               adapters: dict[str, str] | None = None, fingerprint: dict | None = None,
+               max_cpu_adapters: int | None = 256, max_concurrent_uploads: int = 2,
+               max_batch_tokens: int | None = None, max_queue_s: float | None = 120.0,
+               max_chat_messages: int = 1024, body_timeout_s: float = 60.0) -> FastAPI:
     """Build the FastAPI app serving ``engine``.
 
     ``api_key``: require ``Authorization: Bearer <key>`` everywhere but ``/health``.
@@ -263,29 +304,48 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     folders: not limited to ``adapter_root``, but to ``max_lora_rank``).
     ``fingerprint``: the base model's fingerprint (``serve`` computes it from the model folder at
     load); default: computed from the engine on the first ``GET /v1/fingerprint``.
+    ``max_cpu_adapters``: players held at once (a new one above it is a 507; None: no limit).
+    ``max_concurrent_uploads``: adapter uploads read and parsed at once; others wait up to
+    ``body_timeout_s``, then get a 429 with ``Retry-After``.
+    ``max_batch_tokens``: the sum of ``max_tokens`` over one ``/v1/batch/completions`` (default:
+    the engine's ``max_batch`` times the per-request limit).
+    ``max_queue_s``: a request not started after this many seconds in the queue gets a 503 with
+    ``Retry-After`` (None: it waits as long as it takes).
+    ``max_chat_messages``: messages in one chat request (at most :data:`MAX_CHAT_MESSAGES`).
+    ``body_timeout_s``: seconds for a JSON body to arrive after its headers; an upload gets this
+    plus one second per MiB.
     """
-    for name, value in (("max_upload_bytes", max_upload_bytes), ("max_request_bytes", max_request_bytes)):
-        if not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
-    if max_lora_rank is not None and (not isinstance(max_lora_rank, int) or max_lora_rank <= 0):
-        raise ValueError(f"max_lora_rank must be a positive integer (or None), got {max_lora_rank!r}")
+    _check_limits(dict(max_upload_bytes=max_upload_bytes, max_request_bytes=max_request_bytes,
+                       max_lora_rank=max_lora_rank, max_cpu_adapters=max_cpu_adapters,
+                       max_concurrent_uploads=max_concurrent_uploads, max_batch_tokens=max_batch_tokens,
+                       max_chat_messages=max_chat_messages),
+                  dict(max_queue_s=max_queue_s, body_timeout_s=body_timeout_s),
+                  optional=("max_lora_rank", "max_cpu_adapters", "max_batch_tokens", "max_queue_s"))
+    if max_chat_messages > MAX_CHAT_MESSAGES:
+        raise ValueError(f"max_chat_messages must be at most {MAX_CHAT_MESSAGES}, got {max_chat_messages}")
     app = FastAPI(title="autocurricula", version="0.1.0")
     uploads = lambda scope: scope["method"] == "PUT" and scope["path"].startswith("/v1/adapters/")  # noqa: E731
-    app.add_middleware(_BodyLimit, limit=max_request_bytes, exempt=uploads)
+    app.add_middleware(_BodyLimit, limit=max_request_bytes, timeout=body_timeout_s, exempt=uploads)
     if api_key:  # added last: runs first, so an unauthenticated body is never read
         app.add_middleware(_AuthMiddleware, api_key=api_key)
     limit = max_tokens_limit or engine.max_context
+    batch_tokens = max_batch_tokens or engine.config.max_batch * limit
+    upload_slots = asyncio.Semaphore(max_concurrent_uploads)
+    install_lock = asyncio.Lock()  # the adapter count is checked and raised in one step
     root = os.path.realpath(adapter_root) if adapter_root else None
     folders: dict[str, str] = {}  # player -> folder it was loaded from (shown in /v1/models)
     instance = uuid.uuid4().hex  # a client that sees it change knows the server lost its adapters
     prints: list[dict] = [fingerprint] if fingerprint else []
+    if max_cpu_adapters is not None and len(adapters or {}) > max_cpu_adapters:
+        raise ValueError(f"{len(adapters)} adapters to preload exceed max_cpu_adapters={max_cpu_adapters}; raise it")
     for name, folder in (adapters or {}).items():
         check_name(name)
         engine.load_adapter(name, load_folder(folder, None, max_lora_rank))
         folders[name] = os.path.realpath(folder)
 
     handlers = {
-        APIError: lambda r, e: _error(e.status, e.message, e.param),
+        APIError: lambda r, e: _error(e.status, e.message, e.param, e.headers),
+        QueueTimeoutError: lambda r, e: _queue_timeout(e),
         UnknownPlayerError: lambda r, e: _error(404, str(e), "model"),
         AdapterError: lambda r, e: _error(400, str(e)),
         AdapterPathError: lambda r, e: _error(403, str(e), "lora_path"),
@@ -342,7 +402,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         if isinstance(prompt, str):
             check_fits(prompt, "prompt")
         try:
-            return engine.submit(prompt, player, params, on_token=on_token, request_id=rid)
+            return engine.submit(prompt, player, params, on_token=on_token, request_id=rid, queue_timeout_s=max_queue_s)
         except ValueError as exc:  # prompt too long / empty / bad token ids
             raise APIError(400, str(exc), "prompt") from None
 
@@ -433,8 +493,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
                         try:
                             c = ev.result()
                         except Exception as exc:  # the status line is sent already: report in-band
-                            status = {EngineDeadError: 503, UnknownPlayerError: 404}.get(type(exc), 500)
-                            yield sse(json.loads(_error(status, str(exc)).body))
+                            yield sse(json.loads(_error(_failure_status(exc), str(exc)).body))
                         else:
                             last = choice(chat, "", [], [], c.finish_reason, False, want_ids, c.prompt_ids, True)
                             yield sse(envelope(chat, rid, model, [last], chunk=True, **summary(c)))
@@ -449,6 +508,9 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         return StreamingResponse(gen(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     def chat_prompt(messages: list[Message]) -> list[int]:
+        if len(messages) > max_chat_messages:
+            raise APIError(400, f"messages holds {len(messages)} messages, more than this server's limit of "
+                                f"{max_chat_messages} (--max-chat-messages); shorten the conversation", "messages")
         norm = []
         for i, m in enumerate(messages):
             content = m.content
@@ -464,8 +526,12 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
                     raise APIError(400, f"messages[{i}].content {exc}", "messages") from None
             norm.append({"role": m.role, "content": content})
         check_fits("".join(m["content"] for m in norm), "messages")
-        try:
+        try:  # the rendered text is checked before it is tokenized: the template adds text per message
+            check_fits(engine.tokenizer.apply_chat_template(norm, add_generation_prompt=True, tokenize=False),
+                       "messages")
             return engine.apply_chat_template(norm)
+        except APIError:
+            raise
         except Exception as exc:  # template errors are the conversation's fault
             raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from None
 
@@ -513,7 +579,11 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
             except APIError as exc:
                 raise APIError(exc.status, f"{where}: {exc.message}", where) from None
             player = None if item.model in (None, engine.name) else item.model
-            items.append((prompt, player, params, None, f"cmpl-{uuid.uuid4().hex}"))
+            items.append((prompt, player, params, None, f"cmpl-{uuid.uuid4().hex}", max_queue_s))
+        if (asked := sum(it[2].max_tokens for it in items)) > batch_tokens:
+            raise APIError(400, f"the batch asks for {asked} tokens (the sum of its max_tokens), more than this "
+                                f"server's limit of {batch_tokens} (--max-batch-tokens); split it or lower max_tokens",
+                           "requests")
         try:
             futs = await run_in_threadpool(engine.submit_many, items)
         except ValueError as exc:  # which request: the engine checks them in order
@@ -522,8 +592,9 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         data = []
         for item, rid, w in zip(body.requests, rids, await settle(request, futs, rids)):
             if w.exception() is not None:
-                status = {EngineDeadError: 503, UnknownPlayerError: 404}.get(type(w.exception()), 500)
-                data.append(json.loads(_error(status, str(w.exception())).body))
+                exc = w.exception()
+                resp = _queue_timeout(exc) if isinstance(exc, QueueTimeoutError) else _error(_failure_status(exc), str(exc))
+                data.append(json.loads(resp.body))
                 continue
             c = w.result()
             ch = choice(False, c.text, c.token_ids, c.logprobs, c.finish_reason, item.logprobs is not None,
@@ -555,12 +626,22 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
              "parent": parent, "max_model_len": engine.max_context} for name, root_, parent in cards]}
 
     # ---------------------------------------------------------------- adapter routes
+    def check_room(name: str) -> None:
+        held = engine.players()
+        if max_cpu_adapters is not None and name not in held and len(held) >= max_cpu_adapters:
+            raise APIError(507, f"the server holds {len(held)} adapters, its limit (--max-cpu-adapters "
+                                f"{max_cpu_adapters}); DELETE /v1/adapters/{{name}} of a player no longer needed, "
+                                "or raise the limit")
+
     async def install(name: str, source, version: int | None = None) -> int:
         check_name(name)
         try:
+            check_room(name)  # before a folder is read, and again under the lock
             if isinstance(source, str):  # a folder: every file must resolve inside the root
                 source = await run_in_threadpool(load_folder, source, root, max_lora_rank)
-            return await run_in_threadpool(engine.load_adapter, name, source, version)
+            async with install_lock:
+                check_room(name)
+                return await run_in_threadpool(engine.load_adapter, name, source, version)
         except (AdapterError, APIError):
             raise
         except ValueError as exc:
@@ -574,6 +655,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     @app.post("/v1/load_lora_adapter")
     async def load_lora_adapter(body: LoraRequest):
         """vLLM: load (or hot-swap) a peft / mlx-lm adapter folder that lies inside ``adapter_root``."""
+        check_name(body.lora_name)
         if root is None:
             raise APIError(403, "loading adapters from server paths is disabled; start the server with "
                                 "--adapter-root DIR (or upload the weights with PUT /v1/adapters/{name})", "lora_path")
@@ -601,7 +683,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     async def put_adapter(name: str, request: Request, scale: float | None = None, version: int | None = None):
         """Create or hot-swap a player from raw safetensors bytes (peft or mlx-lm keys), at
         ``version`` when given (it must be newer than the loaded one)."""
-        check_name(name)
+        name = check_name(sent_name(request))
         if version is not None and not 1 <= version <= INT32_MAX:
             raise APIError(400, f"version must be an integer in [1, {INT32_MAX}]", "version")
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -611,26 +693,77 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         if scale is not None and not finite32(scale):  # 1e39 is finite only as float64
             raise APIError(400, "scale must be a finite number in float32's range (|scale| <= 3.4e38)", "scale")
         declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > max_upload_bytes:
-            raise APIError(413, f"adapter upload of {declared} bytes exceeds the limit of {max_upload_bytes} bytes")
-        body = bytearray()
-        async for chunk in request.stream():  # enforce the limit without trusting content-length
-            body += chunk
-            if len(body) > max_upload_bytes:
-                raise APIError(413, f"adapter upload exceeds the limit of {max_upload_bytes} bytes")
-        weights = await run_in_threadpool(from_safetensors_bytes, bytes(body), scale, max_lora_rank)
+        declared = int(declared) if declared and declared.isdigit() else None
+        if declared is not None and declared > max_upload_bytes:
+            raise APIError(413, f"adapter upload of {declared} bytes exceeds the limit of {max_upload_bytes} bytes "
+                                "(--max-upload-bytes)", headers=CLOSE)
+        check_room(name)
+        try:  # uploads beyond the limit wait for a turn, without reading their bodies
+            await asyncio.wait_for(upload_slots.acquire(), timeout=body_timeout_s)
+        except TimeoutError:
+            raise APIError(429, f"{max_concurrent_uploads} adapter uploads are in progress (--max-concurrent-uploads); "
+                                "retry later", headers=RETRY_LATER) from None
+        try:
+            weights = await read_upload(request, declared, scale)
+        except BodyError as exc:
+            raise APIError(exc.status, f"adapter upload: {exc.message}", headers=CLOSE) from None
+        except AdapterError as exc:
+            raise APIError(400, str(exc), headers=CLOSE) from None
+        except APIError as exc:
+            raise APIError(exc.status, exc.message, exc.param, CLOSE) from None
+        except ClientGone:
+            raise APIError(499, "client disconnected") from None
+        finally:
+            upload_slots.release()
         version = await install(name, weights, version)
         folders.pop(name, None)
         return {"name": name, "version": version}
 
+    def sent_name(request: Request) -> str:
+        """The adapter name exactly as sent: the route's pattern ends in ``$``, which would match
+        before a trailing newline and hand ``bob`` to a request for ``bob\\n``."""
+        return request.scope["path"].split("/v1/adapters/", 1)[1]
+
+    async def read_upload(request: Request, declared: int | None, scale: float | None):
+        """Read and parse a safetensors upload: the header length before the header, the header
+        before the data, and the data into one buffer of the size the header declares."""
+        hint = f"--body-timeout {body_timeout_s:g} s plus 1 s per MiB"
+        reader = BodyReader(request.receive, time.monotonic() + body_timeout_s, hint)
+        n = header_length(await reader.read(8), MAX_HEADER_BYTES)
+        if declared is not None and 8 + n > declared:
+            raise AdapterError(f"the header length ({n} bytes) runs past the body's {declared} bytes; send the "
+                               "bytes of a .safetensors file")
+        header = await run_in_threadpool(parse_header, await reader.read(n), MAX_TENSORS)
+        total = header.total_bytes
+        if total > max_upload_bytes:
+            raise APIError(413, f"the adapter's tensors make a file of {total} bytes, more than the limit of "
+                                f"{max_upload_bytes} bytes (--max-upload-bytes)")
+        if declared is not None and declared != total:
+            raise AdapterError(f"the body has {declared} bytes but the file its header describes has {total}; send "
+                               "the .safetensors file as written, without padding or truncation")
+        reader.deadline += header.data_bytes / MIN_UPLOAD_RATE
+        data = await reader.read_into(header.data_bytes)
+        if await reader.trailing():
+            raise AdapterError(f"bytes follow the {total} bytes that the header describes, and no tensor covers "
+                               "them; send the .safetensors file as written")
+        return await run_in_threadpool(adapter_from_parts, header, data, scale, max_lora_rank)
+
+    @app.get("/v1/adapters")
+    async def list_adapters():
+        """Every loaded player's version, rank, scale and residency, in OpenAI list format."""
+        return {"object": "list", "data": [engine.adapter_info(n) for n in engine.players()]}
+
     @app.get("/v1/adapters/{name:path}")
-    async def get_adapter(name: str):
+    async def get_adapter(name: str, request: Request):
         """Version, rank, scale and residency of one player's adapter."""
-        return engine.adapter_info(name)
+        return engine.adapter_info(sent_name(request))
 
     @app.delete("/v1/adapters/{name:path}")
-    async def delete_adapter(name: str):
+    async def delete_route(name: str, request: Request):
         """Remove a player."""
+        return await delete_adapter(sent_name(request))
+
+    async def delete_adapter(name: str):
         await run_in_threadpool(engine.unload_adapter, name)
         folders.pop(name, None)
         return {"name": name, "deleted": True}
@@ -652,9 +785,17 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
 
     @app.get("/v1/stats")
     async def stats():
-        """Engine counters, batch occupancy, health and loaded players."""
-        return {"stats": dict(engine.stats), "occupancy": engine.occupancy, "health": engine.health(),
-                "players": engine.players()}
+        """Engine counters, batch occupancy, health, queue depth, loaded players and the limits."""
+        health = engine.health()
+        return {"stats": dict(engine.stats), "occupancy": engine.occupancy, "health": health,
+                "queue": {"waiting": health["queued"], "running": health["running"]},
+                "players": engine.players(), "limits": limits}
+
+    limits = {"max_tokens": limit, "max_batch_tokens": batch_tokens, "max_request_bytes": max_request_bytes,
+              "max_upload_bytes": max_upload_bytes, "max_header_bytes": MAX_HEADER_BYTES, "max_tensors": MAX_TENSORS,
+              "max_lora_rank": max_lora_rank, "max_cpu_adapters": max_cpu_adapters,
+              "max_concurrent_uploads": max_concurrent_uploads, "max_queue_s": max_queue_s,
+              "max_chat_messages": max_chat_messages, "body_timeout_s": body_timeout_s}
 
     return app
 
@@ -664,7 +805,8 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
           served_model_name: str | None = None, max_batch: int = 64, max_request_bytes: int = 8 << 20,
           max_upload_bytes: int = 2 << 30, max_lora_rank: int | None = 64,
           timeout_keep_alive: float = 75.0, keep_quantized: bool = False,
-          adapters: dict[str, str] | None = None, prefix_cache_mb: float = 64.0, threads: int | None = None) -> None:
+          adapters: dict[str, str] | None = None, prefix_cache_mb: float = 64.0, threads: int | None = None,
+          header_timeout_s: float = 30.0, max_connections: int = 512, **limits) -> None:
     """Load ``model`` (Hub id or folder) into an :class:`Engine` and serve it with uvicorn until stopped.
 
     ``served_model_name`` is the base model's name in the API (default: ``model`` as given).
@@ -674,8 +816,11 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     quantized or half-precision base as stored (see :class:`EngineConfig`). ``adapters``:
     ``{player: folder}`` loaded before the first request. ``prefix_cache_mb``: memory of the
     engine's prefix cache (0 = off). ``threads``: BLAS threads of the CPU backend's matmuls
-    (default: every core); a server sharing the machine with a trainer gives it the rest. See
-    :func:`create_app` for the other limits."""
+    (default: every core); a server sharing the machine with a trainer gives it the rest.
+    ``header_timeout_s``: a connection whose request headers have not all arrived this many seconds
+    after it opened (or after its last response) is closed. ``max_connections``: connections and
+    requests at once; beyond it uvicorn answers 503. ``limits``: the other limits of
+    :func:`create_app` (``max_cpu_adapters``, ``max_queue_s``, ...)."""
     import uvicorn
 
     if threads is not None:
@@ -683,9 +828,8 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
 
         _blas.use_threads(threads)
 
-    if not (isinstance(timeout_keep_alive, (int, float)) and math.isfinite(timeout_keep_alive)
-            and timeout_keep_alive > 0):
-        raise ValueError(f"timeout_keep_alive must be a positive number of seconds, got {timeout_keep_alive!r}")
+    _check_limits(dict(max_connections=max_connections),
+                  dict(timeout_keep_alive=timeout_keep_alive, header_timeout_s=header_timeout_s))
 
     if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who can reach it can load adapters", host)
@@ -698,7 +842,8 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
         print_ = fingerprint_folder(model) if isinstance(model, (str, os.PathLike)) else None
         app = create_app(engine, api_key=api_key, adapter_root=adapter_root, max_tokens_limit=max_tokens_limit,
                          max_request_bytes=max_request_bytes, max_upload_bytes=max_upload_bytes,
-                         max_lora_rank=max_lora_rank, adapters=adapters, fingerprint=print_)
-        uvicorn.run(app, host=host, port=port, timeout_keep_alive=timeout_keep_alive)
+                         max_lora_rank=max_lora_rank, adapters=adapters, fingerprint=print_, **limits)
+        uvicorn.run(app, host=host, port=port, timeout_keep_alive=timeout_keep_alive,
+                    http=header_timeout_protocol(header_timeout_s), limit_concurrency=max_connections)
     finally:
         engine.close()

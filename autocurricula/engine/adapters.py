@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 PEFT_PREFIX = "base_model.model."
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,127}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,127}")  # used with fullmatch: no trailing newline
 
 
 class AdapterError(ValueError):
@@ -51,7 +51,7 @@ def _finite32_array(arr: np.ndarray, factor: float = 1.0) -> bool:
 
 def check_name(name: str) -> str:
     """Player/adapter names become URL parts and folder names: no separators, no ``..``."""
-    if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:
         raise AdapterError(
             f"invalid adapter name {name!r}: use 1-128 characters from letters, digits and _.:@+=- "
             "starting with a letter or digit, without '/' '\\' or '..'"
@@ -298,26 +298,64 @@ def load_folder(path: str | Path, root: str | None = None, max_rank: int | None 
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bf16", "F64": np.float64,
            "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+# An adapter's header holds about 150 bytes per tensor: these bounds pass any real adapter (two
+# tensors per adapted linear) and keep a hostile header from costing more than a few MiB to parse.
+MAX_HEADER_BYTES = 4 << 20
+MAX_TENSORS = 16384
+_BAD = "body is not a valid safetensors file; send the bytes of a .safetensors file"
 
 
-def read_safetensors(data: bytes) -> dict[str, np.ndarray]:
-    """Parse safetensors bytes into numpy (bfloat16 widened to float32).
+@dataclass
+class SafetensorsHeader:
+    """A parsed safetensors header: ``tensors[key] = (dtype, shape, start, end)`` with offsets
+    into the data section, which is exactly ``data_bytes`` long (every byte covered once)."""
 
-    Our own reader rather than ``mx.load`` so that parsing can run on any thread (MLX work must
-    stay on the engine thread) and so that malformed input yields one clear error.
-    """
-    bad = "body is not a valid safetensors file; send the bytes of a .safetensors file"
-    if len(data) < 8:
-        raise AdapterError(bad + " (too short)")
-    n = int.from_bytes(data[:8], "little")
-    if n <= 0 or 8 + n > len(data):
-        raise AdapterError(bad + " (bad header length)")
-    header = _header(data, n, bad)
-    body = memoryview(data)[8 + n :]
-    out = {}
+    tensors: dict[str, tuple]
+    metadata: dict[str, str]
+    header_bytes: int
+
+    @property
+    def data_bytes(self) -> int:
+        return max((hi for *_, hi in self.tensors.values()), default=0)
+
+    @property
+    def total_bytes(self) -> int:
+        """Size of the whole file: the 8-byte length, the header and the data."""
+        return 8 + self.header_bytes + self.data_bytes
+
+
+def header_length(prefix: bytes, max_header_bytes: int = MAX_HEADER_BYTES) -> int:
+    """The header length stored in the first 8 bytes, refused when it is 0 or above ``max_header_bytes``."""
+    if len(prefix) < 8:
+        raise AdapterError(_BAD + " (too short)")
+    n = int.from_bytes(prefix[:8], "little")
+    if n <= 0:
+        raise AdapterError(_BAD + " (bad header length)")
+    if n > max_header_bytes:
+        raise AdapterError(f"{_BAD} (its header of {n} bytes exceeds the limit of {max_header_bytes}; an adapter "
+                           "needs about 150 bytes per tensor)")
+    return n
+
+
+def parse_header(raw: bytes, max_tensors: int = MAX_TENSORS) -> SafetensorsHeader:
+    """Parse and check a header (the JSON after the 8-byte length): at most ``max_tensors``
+    tensors, known dtypes, shapes that match their byte ranges, and ranges that tile the data
+    section from 0 without gaps or overlaps (as the safetensors library requires)."""
+    if (n := bytes(raw).count(b'"data_offsets"')) > max_tensors:  # before json builds an object per entry
+        raise AdapterError(f"{_BAD} (it holds {n} tensors, more than the limit of {max_tensors})")
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise AdapterError(_BAD + " (header is not JSON, or is nested too deeply)") from None
+    if not isinstance(header, dict):
+        raise AdapterError(_BAD + " (header is not an object)")
+    meta = header.pop("__metadata__", None)
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise AdapterError(_BAD + " (__metadata__ must map names to strings)")
+    if len(header) > max_tensors:
+        raise AdapterError(f"{_BAD} (it holds {len(header)} tensors, more than the limit of {max_tensors})")
+    tensors = {}
     for key, info in header.items():
-        if key == "__metadata__":
-            continue
         try:
             dtype = _DTYPES[info["dtype"]]
             shape, offsets = info["shape"], info["data_offsets"]
@@ -326,59 +364,87 @@ def read_safetensors(data: bytes) -> dict[str, np.ndarray]:
                 raise ValueError
             lo, hi = offsets
         except (KeyError, TypeError, ValueError):
-            raise AdapterError(f"{bad} (tensor {key!r}: unsupported dtype, or shape/data_offsets not lists of "
+            raise AdapterError(f"{_BAD} (tensor {key!r}: unsupported dtype, or shape/data_offsets not lists of "
                                "non-negative integers)") from None
-        count = math.prod(shape)  # exact: a huge shape cannot wrap around
         width = 2 if dtype == "bf16" else np.dtype(dtype).itemsize
-        if not 0 <= lo <= hi <= len(body) or hi - lo != count * width:
-            raise AdapterError(f"{bad} (tensor {key!r}: offsets do not match its shape)")
-        raw = body[lo:hi]
+        if not lo <= hi or hi - lo != math.prod(shape) * width:  # math.prod is exact: no wrap-around
+            raise AdapterError(f"{_BAD} (tensor {key!r}: offsets do not match its shape)")
+        tensors[key] = (dtype, shape, lo, hi)
+    end = 0
+    for key, (*_, lo, hi) in sorted(tensors.items(), key=lambda kv: (kv[1][2], kv[1][3])):
+        if lo != end:
+            what = "overlaps another tensor" if lo < end else f"leaves bytes {end}..{lo} that no tensor covers"
+            raise AdapterError(f"{_BAD} (tensor {key!r} {what}; write the file with the safetensors library)")
+        end = hi
+    return SafetensorsHeader(tensors, meta or {}, len(raw))
+
+
+def tensors_from(header: SafetensorsHeader, data) -> dict[str, np.ndarray]:
+    """The tensors of ``data`` (the data section, exactly ``header.data_bytes`` long) as numpy
+    arrays that own their memory, so no view keeps the uploaded bytes alive (bfloat16 widened to float32)."""
+    if len(data) != header.data_bytes:
+        raise AdapterError(f"{_BAD} (its tensors cover {header.data_bytes} bytes after the header, but "
+                           f"{len(data)} bytes follow it; send the file as written, without padding or truncation)")
+    view = memoryview(data)
+    out = {}
+    for key, (dtype, shape, lo, hi) in header.tensors.items():
         if dtype == "bf16":  # bfloat16 is the top half of a float32
-            arr = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+            arr = (np.frombuffer(view[lo:hi], dtype="<u2").astype(np.uint32) << 16).view(np.float32)
         else:
-            arr = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<"))
+            arr = np.frombuffer(view[lo:hi], dtype=np.dtype(dtype).newbyteorder("<")).copy()
         out[key] = arr.reshape(shape)
     return out
+
+
+def _split(data, max_header_bytes: int, max_tensors: int) -> tuple[SafetensorsHeader, memoryview]:
+    n = header_length(bytes(data[:8]), max_header_bytes)
+    if 8 + n > len(data):
+        raise AdapterError(_BAD + " (bad header length)")
+    view = memoryview(data)
+    return parse_header(bytes(view[8 : 8 + n]), max_tensors), view[8 + n :]
+
+
+def read_safetensors(data, max_header_bytes: int = MAX_HEADER_BYTES, max_tensors: int = MAX_TENSORS) -> dict[str, np.ndarray]:
+    """Parse safetensors bytes into numpy arrays that own their memory (bfloat16 widened to float32).
+
+    Our own reader rather than ``mx.load`` so that parsing can run on any thread (MLX work must
+    stay on the engine thread) and so that malformed input yields one clear error.
+    """
+    header, body = _split(data, max_header_bytes, max_tensors)
+    return tensors_from(header, body)
 
 
 def _is_size(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**48
 
 
-def _header(data: bytes, n: int, bad: str) -> dict:
-    try:
-        header = json.loads(data[8 : 8 + n])
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise AdapterError(bad + " (header is not JSON, or is nested too deeply)") from None
-    if not isinstance(header, dict):
-        raise AdapterError(bad + " (header is not an object)")
-    meta = header.get("__metadata__")
-    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
-        raise AdapterError(bad + " (__metadata__ must map names to strings)")
-    return header
-
-
 def safetensors_metadata(data: bytes) -> dict:
-    """The ``__metadata__`` strings of safetensors bytes (empty when absent)."""
-    bad = "body is not a valid safetensors file; send the bytes of a .safetensors file"
-    n = int.from_bytes(data[:8], "little") if len(data) >= 8 else 0
-    if n <= 0 or 8 + n > len(data):
+    """The ``__metadata__`` strings of safetensors bytes (empty when absent or unreadable)."""
+    try:
+        return _split(data, MAX_HEADER_BYTES, MAX_TENSORS)[0].metadata
+    except AdapterError:
         return {}
-    return _header(data, n, bad).get("__metadata__") or {}
 
 
-def from_safetensors_bytes(data: bytes, scale: float | None = None, max_rank: int | None = None) -> AdapterWeights:
-    """Parse uploaded safetensors bytes (peft or mlx-lm keys). Metadata may carry ``scale``, or
-    ``lora_alpha`` (and ``use_rslora``), as strings; an explicit ``scale`` argument wins."""
-    tensors = read_safetensors(data)
-    meta = safetensors_metadata(data)
+def adapter_from_parts(header: SafetensorsHeader, data, scale: float | None = None,
+                       max_rank: int | None = None) -> AdapterWeights:
+    """Build an adapter from a parsed header and its data section (peft or mlx-lm keys). Metadata
+    may carry ``scale``, or ``lora_alpha`` (and ``use_rslora``), as strings; an explicit ``scale``
+    argument wins."""
+    meta = header.metadata
     config = {}
     if "lora_alpha" in meta:
         config["lora_alpha"] = _number(meta["lora_alpha"], "metadata lora_alpha")
         config["use_rslora"] = str(meta.get("use_rslora", "false")).lower() == "true"
     if scale is None and "scale" in meta:
         scale = _number(meta["scale"], "metadata scale")
-    return from_tensors(tensors, scale=scale, config=config, max_rank=max_rank)
+    return from_tensors(tensors_from(header, data), scale=scale, config=config, max_rank=max_rank)
+
+
+def from_safetensors_bytes(data, scale: float | None = None, max_rank: int | None = None) -> AdapterWeights:
+    """Parse uploaded safetensors bytes (peft or mlx-lm keys), header once; see :func:`adapter_from_parts`."""
+    header, body = _split(data, MAX_HEADER_BYTES, MAX_TENSORS)
+    return adapter_from_parts(header, body, scale, max_rank)
 
 
 def to_safetensors_bytes(weights: AdapterWeights) -> bytes:

@@ -123,25 +123,30 @@ class Engine:
 
     # ------------------------------------------------------------------ public API (any thread)
     def submit(self, prompt: str | list[int], player: str | None = None, params: SamplingParams | None = None,
-               on_token: Callable[[TokenEvent], None] | None = None, request_id: str | None = None) -> Future:
+               on_token: Callable[[TokenEvent], None] | None = None, request_id: str | None = None,
+               queue_timeout_s: float | None = None) -> Future:
         """Queue one completion; returns a Future of :class:`Completion`.
 
         Raises ``ValueError`` for a prompt that does not fit the context and ``UnknownPlayerError``
         for a player that is not loaded (``player=None`` or the engine's name means the base model).
+        ``queue_timeout_s``: a request still queued (not started) after this many seconds fails with
+        :class:`~autocurricula.engine.scheduler.QueueTimeoutError` (None: it waits as long as it takes).
         """
-        req = self._request(prompt, player, params, on_token, request_id)
+        req = self._request(prompt, player, params, on_token, request_id, queue_timeout_s)
         self._put(("submit", req))
         return req.future
 
     def submit_many(self, requests: list[tuple]) -> list[Future]:
-        """Queue several completions at once, ``[(prompt, player, params), ...]``: they are admitted
+        """Queue several completions at once, ``[(prompt, player, params), ...]`` (optionally also
+        ``on_token``, ``request_id``, ``queue_timeout_s``, as in :meth:`submit`): they are admitted
         together, in this order, so they share their first batch whatever else is queued (the
         arena's lockstep ticks rely on it). All are checked first: one bad request queues none."""
         reqs = [self._request(*r) for r in requests]
         self._put(("submit_many", reqs))
         return [r.future for r in reqs]
 
-    def _request(self, prompt, player=None, params=None, on_token=None, request_id=None) -> Request:
+    def _request(self, prompt, player=None, params=None, on_token=None, request_id=None,
+                 queue_timeout_s=None) -> Request:
         self._check_alive()
         params = params or SamplingParams()
         ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
@@ -159,7 +164,8 @@ class Engine:
             raise UnknownPlayerError(f"unknown player {player!r}; load its adapter first (loaded: {self.players()})")
         seed = params.seed if params.seed is not None else int(self._seed_rng.integers(2**63))
         req = Request(request_id or f"cmpl-{next(self._ids)}", ids, player, params, Future(), on_token,
-                      (seed ^ (seed >> 32)) & 0xFFFFFFFF)
+                      (seed ^ (seed >> 32)) & 0xFFFFFFFF,
+                      deadline=None if queue_timeout_s is None else time.monotonic() + queue_timeout_s)
         # a caller cancelling the future (e.g. asyncio.wait_for timing out) stops the generation
         req.future.add_done_callback(lambda f: f.cancelled() and self.cancel(req.id))
         return req

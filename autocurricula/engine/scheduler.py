@@ -9,6 +9,7 @@ that, later requests needing a slot wait behind it, so a busy player cannot star
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -33,6 +34,10 @@ def resolve(fut: Future, result: Any = None, exc: BaseException | None = None) -
 
 class RequestError(RuntimeError):
     """Generating this one request failed (its cause is chained); the engine keeps serving the others."""
+
+
+class QueueTimeoutError(RuntimeError):
+    """A request waited in the queue past its ``queue_timeout_s`` without starting; nothing ran."""
 
 
 @dataclass
@@ -79,6 +84,7 @@ class Request:
     cancelled: bool = False
     keep: bool = False  # queued before its player was unloaded: still served with those weights
     blocked_at: int | None = None  # decode step when it first found every slot pinned
+    deadline: float | None = None  # monotonic time by which it must start, else QueueTimeoutError
 
 
 @dataclass
@@ -137,6 +143,7 @@ class Scheduler:
         from autocurricula.engine.runner import prefill
 
         e, cfg = self.e, self.e.config
+        self._expire()
         room = cfg.max_batch - len(self.rows)
         if room <= 0 or not self.pending:
             return
@@ -189,6 +196,21 @@ class Scheduler:
                 mine.extend(new)
         self.rows.extend(admitted)
         self.accept(admitted, tokens, logprobs, errors)
+
+    def _expire(self) -> None:
+        """Settle queued requests whose start deadline has passed, so a long queue answers its
+        clients instead of holding them."""
+        if not any(r.deadline is not None for r in self.pending):
+            return
+        now, kept = time.monotonic(), []
+        for req in self.pending:
+            if req.deadline is not None and now > req.deadline:
+                resolve(req.future, exc=QueueTimeoutError(f"request {req.id} waited in the queue past its limit "
+                                                          "without starting"))
+                self.maybe_drop(req.player)
+            else:
+                kept.append(req)
+        self.pending = kept
 
     def step(self) -> None:
         from autocurricula.engine.runner import decode_step

@@ -1,0 +1,122 @@
+"""Connection and body limits of the HTTP server: a header timeout in uvicorn's h11 protocol, and
+an ASGI body reader with a deadline that reads exact byte counts (adapter uploads)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+
+class BodyError(Exception):
+    """The body broke a limit or ended early; ``status`` is the HTTP answer (400, 408, 413)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class ClientGone(Exception):
+    """The client disconnected while its body was being read."""
+
+
+def header_timeout_protocol(header_timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, closing a connection whose request headers have not all arrived
+    ``header_timeout_s`` after it opened or after its previous response (slow or idle sockets)."""
+
+    class HeaderTimeoutH11(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._in_request():
+                self._disarm()
+            elif self._header_timer is None:  # first bytes of the next request's headers
+                self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._disarm()  # idle from here: uvicorn's keep-alive timer takes over
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _in_request(self) -> bool:
+            return self.cycle is not None and not self.cycle.response_complete
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(header_timeout_s, self._expire)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _expire(self) -> None:
+            self._header_timer = None
+            if not self._in_request() and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeoutH11
+
+
+class BodyReader:
+    """Reads an ASGI request body in exact amounts before ``deadline`` (monotonic seconds)."""
+
+    def __init__(self, receive, deadline: float, timeout_hint: str):
+        self.receive, self.deadline, self.hint = receive, deadline, timeout_hint
+        self.buffer, self.more = b"", True
+
+    async def _chunk(self) -> bytes:
+        left = self.deadline - time.monotonic()
+        try:
+            message = await asyncio.wait_for(self.receive(), timeout=max(left, 0.0))
+        except TimeoutError:
+            raise BodyError(408, f"the request body did not arrive in time ({self.hint})") from None
+        if message["type"] != "http.request":
+            raise ClientGone()
+        self.more = message.get("more_body", False)
+        return message.get("body", b"")
+
+    async def read(self, n: int) -> bytes:
+        """Exactly ``n`` bytes (400 when the body ends first)."""
+        out = bytearray(self.buffer[:n])
+        self.buffer = self.buffer[n:]
+        while len(out) < n:
+            if not self.more:
+                raise BodyError(400, f"the body ends after {len(out)} of the {n} bytes expected; send the whole file")
+            chunk = await self._chunk()
+            take = n - len(out)
+            out += chunk[:take]
+            self.buffer = chunk[take:]
+        return bytes(out)
+
+    async def read_into(self, n: int) -> bytearray:
+        """Exactly ``n`` bytes into one buffer of that size (no growing copies)."""
+        out = bytearray(n)
+        view, filled = memoryview(out), min(n, len(self.buffer))
+        view[:filled] = self.buffer[:filled]
+        self.buffer = self.buffer[filled:]
+        while filled < n:
+            if not self.more:
+                raise BodyError(400, f"the body ends {n - filled} bytes short of what its header declares; "
+                                     "send the whole file")
+            chunk = await self._chunk()
+            take = min(n - filled, len(chunk))
+            view[filled : filled + take] = chunk[:take]
+            filled += take
+            self.buffer = chunk[take:]
+        return out
+
+    async def trailing(self) -> int:
+        """How many bytes follow what was read (0 at the end). Stops at the first extra byte."""
+        while not self.buffer and self.more:
+            self.buffer = await self._chunk()
+        return len(self.buffer)
