@@ -3,6 +3,9 @@
 Mapping (mlx-lm orientation on our side): peft ``lora_A.weight = lora_a.T`` ``(r, in)``,
 ``lora_B.weight = lora_b.T`` ``(out, r)``, keys ``base_model.model.<MLX module path>.lora_X.weight``,
 ``lora_alpha = scale * r`` (mlx-lm's scale is a plain multiplier) or ``scale * sqrt(r)`` with rsLoRA.
+Where mlx-lm names a family's blocks differently from transformers (GPT-2: ``model.h.N`` for
+``transformer.h.N``; GPT-NeoX: ``model.h.N`` for ``gpt_neox.layers.N``), the peft keys carry
+transformers' names and ``import_peft`` maps them back (:data:`HF_BLOCKS`).
 The peft checkpoint loads with ``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), dir)``
 and gives the same logits as the engine (tested to 1e-4 in float32).
 """
@@ -21,7 +24,52 @@ import numpy as np
 
 from autocurricula.engine.adapters import PEFT_PREFIX, AdapterError, AdapterWeights, load_folder, write_mlx_folder
 
-_LAYER = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(.+)$")
+# a module inside transformer block N: "layers.N" in most families, "h.N" in GPT-2 / GPT-NeoX (mlx-lm)
+_LAYER = re.compile(r"^(?:.*\.)?(?:layers|h)\.(\d+)\.(.+)$")
+
+# model_type -> (mlx-lm's block prefix, transformers' block prefix), for the families they name differently
+HF_BLOCKS = {"gpt2": ("model.h.", "transformer.h."), "gpt_neox": ("model.h.", "gpt_neox.layers.")}
+
+
+def hf_module_path(path: str, model_type: str | None) -> str:
+    """transformers' name of the MLX module ``path`` in a ``model_type`` model (the peft key's path)."""
+    mlx, hf = HF_BLOCKS.get(model_type, ("", ""))
+    return hf + path[len(mlx):] if mlx and path.startswith(mlx) else path
+
+
+def mlx_module_path(path: str, model_type: str | None) -> str:
+    """The MLX module path of transformers' module name ``path`` in a ``model_type`` model."""
+    mlx, hf = HF_BLOCKS.get(model_type, ("", ""))
+    return mlx + path[len(hf):] if hf and path.startswith(hf) else path
+
+
+def _renamed(weights: AdapterWeights, rename) -> AdapterWeights:
+    return AdapterWeights({rename(p): ab for p, ab in weights.modules.items()}, weights.scale)
+
+
+def base_config(base: str | Path) -> dict | None:
+    """The base model's ``config.json``: from a local folder, else from the Hugging Face cache
+    (no download); None when neither has it."""
+    config = Path(base) / "config.json"
+    if not config.is_file():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+        except ImportError:
+            return None
+        try:
+            cached = try_to_load_from_cache(str(base), "config.json")
+        except ValueError:  # not a repo id
+            return None
+        if not isinstance(cached, str):
+            return None
+        config = Path(cached)
+    cfg = json.loads(config.read_text())
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _model_type(base: str | Path | None) -> str | None:
+    cfg = base_config(base) if base is not None else None
+    return cfg.get("model_type") if cfg else None
 
 
 def _atomic_folder(dest: Path):
@@ -91,18 +139,23 @@ def peft_config(weights: AdapterWeights, base_model_name_or_path: str, use_rslor
 
 
 def export_peft(weights: AdapterWeights, folder: str | Path, base_model_name_or_path: str, *,
-                use_rslora: bool = False, num_model_layers: int | None = None, readme: str | None = None) -> Path:
+                use_rslora: bool = False, num_model_layers: int | None = None, readme: str | None = None,
+                model_type: str | None = None) -> Path:
     """Write a peft LoRA checkpoint (``adapter_config.json`` + ``adapter_model.safetensors``), atomically.
 
     ``base_model_name_or_path`` is the id or path the user gave for the base model.
     ``num_model_layers`` lets short target names be used only when every block is adapted; it is
-    read from the base model's ``config.json`` when that is a local folder.
+    read from the base model's ``config.json`` when that is a local folder. ``model_type`` (e.g.
+    ``"gpt2"``) picks transformers' module names; it is read from the base model's ``config.json``
+    (a local folder or the Hugging Face cache) when not given.
     """
     from safetensors.numpy import save_file
 
     folder = Path(folder)
     if num_model_layers is None and (Path(base_model_name_or_path) / "config.json").is_file():
         num_model_layers = model_num_layers(base_model_name_or_path)
+    model_type = model_type or _model_type(base_model_name_or_path)
+    weights = _renamed(weights, lambda p: hf_module_path(p, model_type))
     cfg = peft_config(weights, base_model_name_or_path, use_rslora, num_model_layers)
     tmp = _atomic_folder(folder)
     try:
@@ -123,19 +176,21 @@ def export_peft(weights: AdapterWeights, folder: str | Path, base_model_name_or_
 
 def model_num_layers(base: str | Path | dict) -> int:
     """Transformer blocks of a base model: from an engine's ``linear_dims`` (module path -> dims)
-    or from a model folder's ``config.json`` (``num_hidden_layers``, also under ``text_config``)."""
+    or from a model folder's ``config.json`` (``num_hidden_layers`` or GPT-2's ``n_layer``, also
+    under ``text_config``)."""
     if isinstance(base, dict):
         layers = {int(m.group(1)) for p in base if (m := _LAYER.match(p))}
         if not layers:
-            raise AdapterError("no transformer blocks ('layers.N') among the model's modules")
+            raise AdapterError("no transformer blocks ('layers.N' or 'h.N') among the model's modules")
         return max(layers) + 1
     config = Path(base) / "config.json"
     if not config.is_file():
         raise AdapterError(f"{base}: no config.json; pass num_model_layers= (the base model's block count)")
     cfg = json.loads(config.read_text())
-    n = cfg.get("num_hidden_layers") or (cfg.get("text_config") or {}).get("num_hidden_layers")
+    text = cfg.get("text_config") or {}
+    n = cfg.get("num_hidden_layers") or cfg.get("n_layer") or text.get("num_hidden_layers")
     if not isinstance(n, int):
-        raise AdapterError(f"{config} has no num_hidden_layers; pass num_model_layers=")
+        raise AdapterError(f"{config} has no num_hidden_layers (or n_layer); pass num_model_layers=")
     return n
 
 
@@ -163,10 +218,15 @@ def export_mlx(weights: AdapterWeights, folder: str | Path, num_model_layers: in
     return folder
 
 
-def import_peft(source: str | Path, *, revision: str | None = None, token: str | None = None) -> AdapterWeights:
+def import_peft(source: str | Path, *, revision: str | None = None, token: str | None = None,
+                model_type: str | None = None) -> AdapterWeights:
     """A peft (or mlx-lm) adapter folder, or a Hub repo id (downloaded with ``snapshot_download``),
-    as ``AdapterWeights``; unsupported variants (DoRA, embeddings, ``modules_to_save``...) raise
-    ``AdapterError`` naming them."""
+    as ``AdapterWeights`` with MLX module paths; unsupported variants (DoRA, embeddings,
+    ``modules_to_save``...) raise ``AdapterError`` naming them.
+
+    ``model_type`` (e.g. ``"gpt2"``) maps transformers' module names back to mlx-lm's; it is read
+    from the config of the adapter's ``base_model_name_or_path`` (a local folder or the Hugging
+    Face cache) when not given."""
     path = Path(source)
     if not path.exists():
         if str(source).count("/") != 1 or str(source).startswith((".", "/")):
@@ -175,7 +235,14 @@ def import_peft(source: str | Path, *, revision: str | None = None, token: str |
 
         path = Path(snapshot_download(str(source), revision=revision, token=token,
                                       allow_patterns=["adapter_config.json", "*.safetensors"]))
-    return load_folder(path)
+    weights = load_folder(path)
+    if model_type is None:
+        adapter_cfg = json.loads((path / "adapter_config.json").read_text())
+        base = adapter_cfg.get("base_model_name_or_path") if isinstance(adapter_cfg, dict) else None
+        model_type = _model_type(base) if isinstance(base, str) and base else None
+    if model_type not in HF_BLOCKS:
+        return weights
+    return _renamed(weights, lambda p: mlx_module_path(p, model_type))
 
 
 def export_player(trainer, player_id: str, folder, format: str = "peft") -> Path:

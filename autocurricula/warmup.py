@@ -28,7 +28,8 @@ def sft_warmup(base: str | Path, out: str | Path, examples: list[tuple[str, str]
     import mlx.optimizers as optim
     import numpy as np
     from mlx.utils import tree_flatten
-    from mlx_lm import load
+
+    from autocurricula.engine.models import load
 
     out = Path(out)
     key = hashlib.sha256(json.dumps([str(base), examples, steps, batch_size, learning_rate, seed]).encode()).hexdigest()

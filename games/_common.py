@@ -1,4 +1,5 @@
-"""Plumbing shared by the game modules: seeded randomness, invalid-move rewards, turn drivers.
+"""Plumbing shared by the game modules: seeded randomness, invalid-move rewards, turn drivers, and
+how a turn speaks to the model (:class:`PromptStyle`: plain or chat prompts, a reasoning format).
 
 Not a game (the leading underscore keeps it out of game discovery).
 """
@@ -8,11 +9,15 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from autocurricula._deprecation import moved
-from autocurricula.records import call_scripted
+from autocurricula.game import ListsMoves
+from autocurricula.records import Generation, call_scripted, is_scripted
 
 __getattr__ = moved(__name__, {"call_policy": "autocurricula.records:call_scripted"})
 
@@ -120,13 +125,145 @@ class TurnGame:
         return [float(r) for r in self.outcome()]
 
 
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+REASONING_INSTRUCTION = (f"Think it through first, then end your reply with your move inside answer tags, "
+                         f"e.g. {ANSWER_OPEN}MOVE{ANSWER_CLOSE}. Only the answer counts.")
+DIRECT_INSTRUCTION = "Reply with your move only."
+# room for the answer tags on top of the move's own tokens (each tag is a few tokens in any BPE vocabulary)
+ANSWER_TAG_TOKENS = 16
+_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)(" + re.escape(ANSWER_CLOSE) + r"|$)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class PromptStyle:
+    """How a board game's turn speaks to the model.
+
+    ``chat``: the game's rules go in a system message and the position in a user message, for the
+    model's chat template (the arena applies it); else one plain-text prompt. ``reasoning``: the
+    player may think first and must end with ``<answer>MOVE</answer>``; only the answer is parsed,
+    a missing one (or a reply cut by the token budget) is an invalid move, and the whole reply,
+    thinking included, is the turn's completion. ``thinking_tokens``: the token budget for the
+    thinking, on top of the move's own ``max_tokens``. The default (neither) is the game's compact
+    prompt as it is."""
+
+    chat: bool = False
+    reasoning: bool = False
+    thinking_tokens: int = 256
+
+    def __post_init__(self):
+        if not isinstance(self.thinking_tokens, int) or self.thinking_tokens < 0:
+            raise ValueError(f"thinking_tokens must be an int >= 0, got {self.thinking_tokens!r}")
+
+    @property
+    def plain(self) -> bool:
+        return not (self.chat or self.reasoning)
+
+    def prompt(self, rules: str, position: str):
+        """The turn's prompt: ``position`` alone when plain, else with the rules and the reply format
+        (chat messages with ``chat``)."""
+        if self.plain:
+            return position
+        system = f"{rules}\n{REASONING_INSTRUCTION if self.reasoning else DIRECT_INSTRUCTION}"
+        if self.chat:
+            return [{"role": "system", "content": system}, {"role": "user", "content": position}]
+        return f"{system}\n\n{position}"
+
+    def max_tokens(self, max_tokens: int) -> int:
+        """The reply's token budget: the move's, plus the thinking and the answer tags when reasoning."""
+        return int(max_tokens) + (self.thinking_tokens + ANSWER_TAG_TOKENS if self.reasoning else 0)
+
+    def stop(self, stop: Sequence[str] | None) -> list[str] | None:
+        """Stop strings: the answer's closing tag ends a reasoning reply."""
+        if not self.reasoning:
+            return list(stop) if stop else None
+        return [*(stop or ()), ANSWER_CLOSE]
+
+    def answer(self, reply: str, finish_reason: str = "stop", scripted: bool = False) -> str | None:
+        """The text the game parses: the whole reply, or with ``reasoning`` what the last
+        ``<answer>`` holds (None when there is none, or when the budget cut the reply before its
+        closing tag). A scripted player's reply without tags is its move as it is."""
+        if not self.reasoning:
+            return reply
+        at = reply.rfind(ANSWER_OPEN)
+        if at < 0:
+            return reply if scripted else None
+        m = _ANSWER_RE.match(reply, at)
+        if not m.group(2) and finish_reason == "length":  # cut before the closing tag (the stop string)
+            return None
+        return m.group(1).strip()
+
+
+PLAIN = PromptStyle()
+
+
+def answer_moves(prompt: str, replies: list[str]) -> list[str]:
+    """A game's legal ``replies`` as the prompt asks for them: inside answer tags when it asks for
+    the reasoning format (so branch credit's forced moves parse as answers)."""
+    if REASONING_INSTRUCTION in prompt:
+        return [f"{ANSWER_OPEN}{r}{ANSWER_CLOSE}" for r in replies]
+    return replies
+
+
 async def drive(game: TurnGame, players, model, *, max_tokens: int, temperature: float | None = None,
-                stop: Sequence[str] | None = None) -> TurnGame:
+                stop: Sequence[str] | None = None, style: PromptStyle = PLAIN, rules: str = "") -> TurnGame:
+    """Play ``game`` out through ``model``; ``style`` and the game's ``rules`` shape each prompt."""
+    if style.plain:
+        while not game.done:
+            reply = await ask(model, players[game.to_move], game.prompt(), max_tokens=max_tokens,
+                              temperature=temperature, stop=stop)
+            game.step(reply)
+        return game
+    kwargs: dict[str, Any] = {"max_tokens": style.max_tokens(max_tokens)}
+    if temperature is not None:
+        kwargs["temperature"] = float(temperature)
+    if style.stop(stop):
+        kwargs["stop"] = style.stop(stop)
     while not game.done:
-        reply = await ask(model, players[game.to_move], game.prompt(), max_tokens=max_tokens,
-                          temperature=temperature, stop=stop)
-        game.step(reply)
+        player = players[game.to_move]
+        gen = await model.generate(player, style.prompt(rules, game.prompt()), **kwargs)
+        text = gen if isinstance(gen, str) else gen.text
+        finish = gen.finish_reason if isinstance(gen, Generation) else "stop"
+        move = style.answer(text, finish, scripted=is_scripted(player))
+        if move is None:
+            game.mark_invalid()
+        else:
+            game.step(move)
     return game
+
+
+class GameOptions:
+    """A game module played with fixed options, as a Game object (``autocurricula.game.Game``):
+    ``GameOptions(tictactoe, chat=True, reasoning=True)`` keeps the module's name and ``moves``,
+    which a ``functools.partial`` of its ``play`` loses. Each game module's ``with_options``
+    builds one."""
+
+    def __init__(self, module: ModuleType, **options):
+        self.module, self.options = module, dict(options)
+        self.NUM_PLAYERS, self.ZERO_SUM = module.NUM_PLAYERS, module.ZERO_SUM
+        self.__module__ = module.__name__  # the game's name (autocurricula.game.game_name)
+        self.__name__ = module.__name__.rsplit(".", 1)[-1]
+
+    async def play(self, players: list[dict], model, tokenizer=None, **options):
+        return await self.module.play(players, model, tokenizer, **{**self.options, **options})
+
+    def random_policy(self, prompt: str, rng: Any = None) -> str:
+        return self.module.random_policy(prompt, rng)
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"GameOptions({self.__name__}, {opts})"
+
+
+class MovesGameOptions(GameOptions):
+    """:class:`GameOptions` of a game that lists its legal replies (``moves``)."""
+
+    def moves(self, prompt: str) -> list[str]:
+        return self.module.moves(prompt)
+
+
+def with_options(module: ModuleType, **options) -> GameOptions:
+    """``module`` (a game module) played with ``options`` as a Game object."""
+    return (MovesGameOptions if isinstance(module, ListsMoves) else GameOptions)(module, **options)
 
 
 def drive_sync(game: TurnGame, policies: Sequence[Callable], rng: Any = None) -> TurnGame:

@@ -24,15 +24,18 @@ expected value is -1/18 per hand (``exact_value``).
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, check_penalty, check_players, choice,
-                                         drive, drive_sync, make_rng, uniform)
+from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, PromptStyle, TurnGame, answer_moves, check_penalty,
+                                         check_players, choice, drive, drive_sync, make_rng, uniform)
+from autocurricula.games._common import with_options as _with_options
 
 __all__ = ["ACTIONS", "CARDS", "NUM_PLAYERS", "ZERO_SUM", "KuhnPoker", "deal", "equilibrium_strategy",
            "exact_value", "is_terminal", "legal_actions", "moves", "parse_action", "parse_prompt", "payoff", "play",
-           "play_out", "random_policy", "render_prompt", "strategy_policy", "warmup_examples", "warmup_strategy"]
+           "play_out", "random_policy", "render_prompt", "strategy_policy", "warmup_examples", "warmup_strategy",
+           "with_options"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True
@@ -40,6 +43,9 @@ CARDS = "JQK"
 ACTIONS = ("check", "bet", "call", "fold")
 TERMINAL = {("check", "check"), ("bet", "call"), ("bet", "fold"), ("check", "bet", "call"), ("check", "bet", "fold")}
 _ACTION_RE = re.compile(r"\b(check|bet|call|fold)", re.IGNORECASE)
+RULES = ("You are playing Kuhn poker: a deck of three cards J < Q < K, each player antes 1 chip and holds one "
+         "card. Players check or bet 1 chip; facing a bet, call or fold. At a showdown the higher card takes the "
+         "pot. Your move is one of the actions the prompt lists.")
 _PROMPT_RE = re.compile(r"you are player ([12]), your card: ([JQK])\nhistory: ([a-z ]*)\n")
 
 
@@ -96,8 +102,9 @@ def parse_prompt(prompt: str) -> tuple[str, tuple[str, ...], int]:
 
 def moves(prompt: str) -> list[str]:
     """The legal replies at a prompt made by ``render_prompt`` (the Game protocol's ``moves``:
-    branch credit's ``advantage="moves"`` branches each of them)."""
-    return list(legal_actions(parse_prompt(prompt)[1]))
+    branch credit's ``advantage="moves"`` branches each of them), in answer tags when the prompt
+    asks for the reasoning format."""
+    return answer_moves(prompt, list(legal_actions(parse_prompt(prompt)[1])))
 
 
 def parse_action(text: str, legal: Sequence[str] = ACTIONS) -> str | None:
@@ -229,14 +236,28 @@ def play_out(policy1: Callable, policy2: Callable, rng: Any = None, *, cards: st
 
 async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DEFAULT_INVALID_PENALTY,
                max_tokens: int = 3, temperature: float | None = None, seed: int | None = None, rng: Any = None,
-               cards: str | None = None, stop=None) -> list[float]:
+               cards: str | None = None, stop=None, chat: bool = False, reasoning: bool = False,
+               thinking_tokens: int = 256) -> list[float]:
     """One hand; ``players[0]`` acts first. Cards are dealt from ``rng``, else ``seed``, else the
     league's per-game seed (``model.seed``), unless ``cards`` (e.g. "KJ": player 1 holds K) fixes
-    them. Returns the chips won by each player."""
+    them. Returns the chips won by each player.
+
+    ``chat=True`` sends the rules as a system message and the position as a user message through
+    the model's chat template; ``reasoning=True`` lets the player think (up to ``thinking_tokens``
+    tokens) before ``<answer>MOVE</answer>``, of which only the answer is parsed (see
+    :class:`~autocurricula.games._common.PromptStyle`)."""
     check_players(players, 2, "Kuhn poker")
     check_penalty(invalid_penalty)
+    style = PromptStyle(chat, reasoning, thinking_tokens)
     seed = seed if seed is not None else getattr(model, "seed", None)  # the league's per-game seed
     game = KuhnPoker(cards or deal(make_rng(seed, rng)))
-    await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop)
+    await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop, style=style,
+                rules=RULES)
     return game.rewards(invalid_penalty)
+
+
+def with_options(**options):
+    """Kuhn poker played with ``options`` of :func:`play` (e.g. ``chat=True, reasoning=True``), as a
+    Game object that keeps the game's name and ``moves`` (a ``functools.partial`` of ``play`` loses them)."""
+    return _with_options(sys.modules[__name__], **options)
 

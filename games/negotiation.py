@@ -29,18 +29,24 @@ Prompt (player 2, turn 2)::
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, check_penalty, check_players, choice,
-                                         drive, drive_sync, make_rng, uniform)
+from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, PromptStyle, TurnGame, check_penalty, check_players,
+                                         choice, drive, drive_sync, make_rng, uniform)
+from autocurricula.games._common import with_options as _with_options
 
 __all__ = ["ITEMS", "NUM_PLAYERS", "ZERO_SUM", "Negotiation", "deal", "parse_prompt", "parse_reply", "play",
-           "play_out", "random_policy", "render_prompt", "shares", "warmup_examples"]
+           "play_out", "random_policy", "render_prompt", "shares", "warmup_examples", "with_options"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True  # with the default reward="zero_sum"
 ITEMS = ("book", "hat", "ball")
+RULES = ("You are negotiating how to split a pool of books, hats and balls with another player. Each of you "
+         "values the items privately; you see only your own values. On your turn, propose what you keep as "
+         "\"I get a b c\" (counts of book, hat, ball; the other player gets the rest), or reply \"accept\" to "
+         "take the offer made to you, which ends the game. No deal by the last turn: nobody gets anything.")
 _REPLY_RE = re.compile(r"(accept)|(\d)[ ,]*(\d)[ ,]*(\d)", re.IGNORECASE)
 _PROMPT_RE = re.compile(r"turn (\d+) of (\d+)\..*\npool: (\d+) (\d+) (\d+)\nyour values: (\d+) (\d+) (\d+)\n"
                         r"(?:offer to you: (\d+) (\d+) (\d+)|no offer yet)\n")
@@ -191,16 +197,30 @@ def play_out(policy1: Callable, policy2: Callable, rng: Any = None, *, max_turns
 async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DEFAULT_INVALID_PENALTY,
                max_tokens: int = 10, temperature: float | None = None, max_turns: int = 4,
                reward: str = "zero_sum", seed: int | None = None, rng: Any = None,
-               pool: Split | None = None, values: Sequence[Split] | None = None, stop=None) -> list[float]:
+               pool: Split | None = None, values: Sequence[Split] | None = None, stop=None, chat: bool = False,
+               reasoning: bool = False, thinking_tokens: int = 256) -> list[float]:
     """One negotiation; ``players[0]`` proposes first. The pool and the private values come from
     ``rng``, else ``seed``, else the league's per-game seed (``model.seed``), unless ``pool`` and ``values`` (one triple per player) are given.
-    ``max_tokens`` is 10 because " I get 1 0 2" is 10 tokens for the tiny test model's tokenizer."""
+    ``max_tokens`` is 10 because " I get 1 0 2" is 10 tokens for the tiny test model's tokenizer.
+
+    ``chat=True`` sends the rules as a system message and the position as a user message through
+    the model's chat template; ``reasoning=True`` lets the player think (up to ``thinking_tokens``
+    tokens) before ``<answer>MOVE</answer>``, of which only the answer is parsed (see
+    :class:`~autocurricula.games._common.PromptStyle`)."""
     check_players(players, 2, "negotiation")
     check_penalty(invalid_penalty)
+    style = PromptStyle(chat, reasoning, thinking_tokens)
     seed = seed if seed is not None else getattr(model, "seed", None)  # the league's per-game seed
     dealt_pool, v1, v2 = deal(make_rng(seed, rng))
     pool = tuple(pool) if pool is not None else dealt_pool
     values = [tuple(v) for v in values] if values is not None else [v1, v2]
     game = Negotiation(pool, values, max_turns, reward)
-    await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop)
+    await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop, style=style,
+                rules=RULES)
     return game.rewards(invalid_penalty)
+
+
+def with_options(**options):
+    """Negotiation played with ``options`` of :func:`play` (e.g. ``chat=True, reasoning=True``), as a
+    Game object that keeps the game's name (a ``functools.partial`` of ``play`` loses it)."""
+    return _with_options(sys.modules[__name__], **options)

@@ -24,24 +24,28 @@ The perfect-play helpers (``minimax_values``, ``optimal_moves``) are memoised ov
 from __future__ import annotations
 
 import re
+import sys
 from functools import cache
 from collections.abc import Callable
 from typing import Any
 
 from autocurricula._deprecation import moved
-from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, TurnGame, check_penalty, check_players, choice,
-                                         drive, drive_sync, make_rng)
+from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, PromptStyle, TurnGame, answer_moves, check_penalty,
+                                         check_players, choice, drive, drive_sync, make_rng)
+from autocurricula.games._common import with_options as _with_options
 
 __all__ = ["EMPTY_BOARD", "NUM_PLAYERS", "ZERO_SUM", "TicTacToe", "apply_move", "legal_moves", "minimax_policy",
            "minimax_value", "minimax_values", "moves", "optimal_moves", "parse_move", "parse_prompt", "play",
            "play_out", "random_opening", "random_policy", "reachable_positions", "render_prompt", "tactic", "to_move",
-           "winner"]
+           "winner", "with_options"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True
 EMPTY_BOARD = "." * 9
 MARKS = ("X", "O")
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+RULES = ("You are playing tic-tac-toe on a 3x3 board. X moves first; three in a row wins. The board shows "
+         "each free cell as its number 1-9; your move is the number of a free cell.")
 _PROMPT_RE = re.compile(r"([XO1-9]{3})\n([XO1-9]{3})\n([XO1-9]{3})\nyou are ([XO]), move:")
 
 
@@ -222,13 +226,20 @@ def play_out(policy_x: Callable, policy_o: Callable, rng: Any = None, *, opening
 
 async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DEFAULT_INVALID_PENALTY,
                max_tokens: int = 2, temperature: float | None = None, opening_moves: int | tuple[int, int] = 0,
-               seed: int | None = None, rng: Any = None, stop=None) -> list[float]:
+               seed: int | None = None, rng: Any = None, stop=None, chat: bool = False, reasoning: bool = False,
+               thinking_tokens: int = 256) -> list[float]:
     """One game; ``players[0]`` is X (moves first). ``opening_moves`` random moves (an int, or a
     ``(lo, hi)`` range drawn per game) are played for them first to diversify positions; the
     randomness comes from ``rng``, else ``seed``, else the league's per-game seed (``model.seed``).
-    Returns [reward X, reward O]."""
+    Returns [reward X, reward O].
+
+    ``chat=True`` sends the rules as a system message and the position as a user message through
+    the model's chat template; ``reasoning=True`` lets the player think (up to ``thinking_tokens``
+    tokens) before ``<answer>MOVE</answer>``, of which only the answer is parsed (see
+    :class:`~autocurricula.games._common.PromptStyle`)."""
     check_players(players, 2, "tic-tac-toe")
     check_penalty(invalid_penalty)
+    style = PromptStyle(chat, reasoning, thinking_tokens)
     rng = make_rng(seed if seed is not None else getattr(model, "seed", None), rng)
     if isinstance(opening_moves, (tuple, list)):
         lo, hi = opening_moves
@@ -236,14 +247,22 @@ async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=DE
             raise ValueError(f"opening_moves range must satisfy 0 <= lo <= hi <= 8, got {opening_moves!r}")
         opening_moves = rng.randint(lo, hi)
     game = TicTacToe(random_opening(opening_moves, rng))
-    await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop)
+    await drive(game, players, model, max_tokens=max_tokens, temperature=temperature, stop=stop, style=style,
+                rules=RULES)
     return game.rewards(invalid_penalty)
 
 
 def moves(prompt: str) -> list[str]:
     """The legal replies at a prompt made by ``render_prompt`` (the Game protocol's ``moves``:
-    branch credit's ``advantage="moves"`` branches each of them)."""
-    return [str(m) for m in legal_moves(parse_prompt(prompt)[0])]
+    branch credit's ``advantage="moves"`` branches each of them), in answer tags when the prompt
+    asks for the reasoning format."""
+    return answer_moves(prompt, [str(m) for m in legal_moves(parse_prompt(prompt)[0])])
+
+
+def with_options(**options):
+    """Tic-tac-toe played with ``options`` of :func:`play` (e.g. ``chat=True, reasoning=True``), as a
+    Game object that keeps the game's name and ``moves`` (a ``functools.partial`` of ``play`` loses them)."""
+    return _with_options(sys.modules[__name__], **options)
 
 
 

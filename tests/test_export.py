@@ -150,3 +150,44 @@ def test_trainer_export_writes_what_peft_and_mlx_lm_load(tiny_model_path, hf_bas
     with pytest.raises(ValueError, match="'peft' or 'mlx'"):
         t.export(pid, tmp_path / "x", format="gguf")
     t.engine.close()
+
+
+@pytest.mark.parametrize("family,hf_block", [("gpt2", "transformer.h."), ("gpt_neox", "gpt_neox.layers.")])
+def test_gpt2_and_neox_export_under_transformers_names_and_import_back(tmp_path_factory, tmp_path, family, hf_block):
+    """mlx-lm names these blocks ``model.h.N``; the peft keys carry transformers' names, ``import_peft``
+    maps them back, and mlx-lm's adapter folder counts the ``h.N`` blocks."""
+    from safetensors.numpy import load_file
+
+    from autocurricula.export import hf_module_path, mlx_module_path, model_num_layers
+    from autocurricula.tiny import build_family_model
+
+    base = build_family_model(tmp_path_factory.mktemp("families") / family, family)
+    eng = Engine(str(base), config=EngineConfig(max_slots=2))
+    try:
+        spec = LoraSpec(r=4, lora_alpha=8, target_modules="all-linear")
+        dims = {p: eng.linear_dims[p] for p in spec.resolve(eng.linear_dims)}
+        w = AdapterWeights.random(dims, spec, seed=1, b_std=0.05)
+        assert model_num_layers(eng.linear_dims) == model_num_layers(base) == 2
+        folder = export_peft(w, tmp_path / "peft", str(base))
+        keys = load_file(str(folder / "adapter_model.safetensors"))
+        assert keys and all(k.startswith("base_model.model." + hf_block) for k in keys)
+        cfg = json.loads((folder / "adapter_config.json").read_text())
+        # short names where they are unique in a block, else full paths (GPT-2 has attn.c_proj and mlp.c_proj)
+        assert all("." not in t or t.startswith(hf_block) for t in cfg["target_modules"])
+        back = import_peft(folder)
+        assert sorted(back.modules) == sorted(w.modules)
+        for p, (a, b) in w.modules.items():
+            assert np.array_equal(back.modules[p][0], a) and np.array_equal(back.modules[p][1], b)
+            assert mlx_module_path(hf_module_path(p, family), family) == p
+        mlx = export_mlx(w, tmp_path / "mlx", base_model=base)
+        assert json.loads((mlx / "adapter_config.json").read_text())["num_layers"] == 2
+        if family == "gpt2":  # GPT-NeoX: mlx-lm's base logits differ (see tests/test_families.py)
+            model = peft.PeftModel.from_pretrained(
+                transformers.AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32).eval(), str(folder))
+            eng.load_adapter("p", w)
+            ids = [i % 512 for i in IDS]  # the family models' vocabulary is 512
+            with torch.no_grad():
+                theirs = model(torch.tensor([ids])).logits[0].float().numpy()
+            assert np.abs(theirs - eng.logits(ids, "p")).max() < 1e-4
+    finally:
+        eng.close()

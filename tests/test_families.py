@@ -18,9 +18,10 @@ SERVED = ["opt", "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "phi3
 REFUSED = {"mistral_window": "sliding_window", "gemma2": "sliding-window", "gemma3": "sliding-window",
            "qwen3_5": "recurrent", "lfm2": "recurrent"}
 DEFAULT = {"llama", "opt"}
-# module paths mlx-lm gives these families differ from transformers' (model.h.N vs transformer.h.N /
-# gpt_neox.layers.N), so their adapters do not export yet
-EXPORT_GAPS = {"gpt2", "gpt_neox"}
+# checks a family fails for a reason outside the engine: mlx-lm's GPT-NeoX MLP applies the tanh
+# GELU where the config (and transformers) ask for the exact one, so even the base logits differ
+# by ~1e-3; the exported adapter itself adds nothing to that (tests/test_export.py)
+KNOWN_GAPS = {"gpt_neox": {"peft export"}}
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +39,7 @@ def test_family_passes_every_check(family, family_dir):
     table = format_table(family, results)
     assert [r.name for r in results] == list(CHECKS), table
     for r in results:
-        if family in EXPORT_GAPS and r.name in ("peft export", "mlx export"):
+        if r.name in KNOWN_GAPS.get(family, ()):
             assert r.ok is False, table  # a gap that closes should leave this list
             continue
         assert r.ok is True, table

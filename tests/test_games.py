@@ -732,3 +732,106 @@ def test_engine_encode_and_decode_are_cached_and_copied(engine):
         assert counting.encoded == [prompt, long_prompt, long_prompt]
     finally:
         engine.tokenizer = real
+
+
+# ---------------------------------------------------------------------- chat prompts and the reasoning format
+def test_reasoning_answers_are_parsed_from_the_answer_tags_only():
+    from autocurricula.games._common import PromptStyle
+
+    style = PromptStyle(reasoning=True)
+    assert style.answer("3 looks weak, 7 blocks. <answer> 7 </answer>") == "7"
+    assert style.answer("<answer>1</answer> no, <answer>9</answer>") == "9"  # the last answer counts
+    assert style.answer("thinking 5... <answer>9", "stop") == "9"  # cut at the closing tag (a stop string)
+    assert style.answer("thinking 5... <answer>9", "length") is None  # cut by the budget before the tag
+    assert style.answer("I pick 5") is None  # no answer: only the answer is parsed
+    assert style.answer("5", scripted=True) == "5"  # a scripted policy's move needs no tags
+    assert PromptStyle().answer("any 5") == "any 5"
+    assert style.max_tokens(2) == 2 + 256 + 16 and PromptStyle().max_tokens(2) == 2
+    assert style.stop(None) == ["</answer>"] and PromptStyle().stop(None) is None
+    with pytest.raises(ValueError, match="thinking_tokens"):
+        PromptStyle(reasoning=True, thinking_tokens=-1)
+
+
+@pytest.mark.parametrize("mod", [ttt, kuhn, neg], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_default_prompts_are_the_compact_ones(mod):
+    model = FakeModel(0)
+    run(mod.play, scripted(mod.random_policy, mod.random_policy), model, seed=3)
+    for call in model.calls:
+        assert isinstance(call["prompt"], str) and not call["prompt"].startswith(mod.RULES)
+        assert "stop" not in call
+
+
+@pytest.mark.parametrize("mod,move", [(ttt, "5"), (kuhn, "bet"), (neg, "I get 1 1 1")],
+                         ids=["tictactoe", "kuhn_poker", "negotiation"])
+def test_chat_and_reasoning_prompts_and_answers(mod, move):
+    model = FakeModel(0)
+    thought = f"Let me think. <answer>{move}</answer>"
+    rewards = run(mod.play, scripted(replies(thought), replies("<answer>nonsense</answer>")), model, seed=1,
+                  chat=True, reasoning=True, thinking_tokens=40, max_tokens=5)
+    first, second = model.calls[0], model.calls[1]
+    system, user = first["prompt"]
+    assert system["role"] == "system" and system["content"].startswith(mod.RULES) and "<answer>" in system["content"]
+    assert user["role"] == "user" and mod.parse_prompt(user["content"])  # the compact prompt, as it is
+    assert first["max_tokens"] == 5 + 40 + 16 and first["stop"] == ["</answer>"]
+    assert len(model.calls) == 2 and rewards == [0.5, -1.5]  # the second player's answer does not parse
+    # plain text with the reasoning format: rules, the format, then the position
+    model = FakeModel(0)
+    run(mod.play, scripted(replies(thought), replies(thought)), model, seed=1, reasoning=True)
+    assert isinstance(model.calls[0]["prompt"], str) and model.calls[0]["prompt"].startswith(mod.RULES)
+
+
+def test_moves_come_in_answer_tags_when_the_prompt_asks_for_them():
+    from autocurricula.games._common import PromptStyle
+
+    position = ttt.render_prompt("X...O....", "X")
+    assert ttt.moves(position) == ["2", "3", "4", "6", "7", "8", "9"]
+    prompt = PromptStyle(reasoning=True).prompt(ttt.RULES, position)
+    assert ttt.moves(prompt) == [f"<answer>{m}</answer>" for m in ttt.moves(position)]
+    assert PromptStyle(reasoning=True).answer(ttt.moves(prompt)[0]) == "2"
+    kuhn_prompt = PromptStyle(chat=False, reasoning=True).prompt(kuhn.RULES, kuhn.render_prompt("Q", ("bet",), 1))
+    assert kuhn.moves(kuhn_prompt) == ["<answer>call</answer>", "<answer>fold</answer>"]
+
+
+def test_with_options_keeps_the_game_name_and_moves():
+    from autocurricula.game import game_name
+
+    game = ttt.with_options(chat=True, reasoning=True)
+    play = as_play(game)
+    assert isinstance(game, Game) and game_name(play) == "tictactoe" and game_moves(play) == game.moves
+    assert game_moves(as_play(neg.with_options(chat=True))) is None  # negotiation lists no moves
+    assert game_name(as_play(kuhn.with_options(reasoning=True))) == "kuhn_poker"
+    partial = functools.partial(ttt.play, chat=True)  # loses both: why the docs use with_options
+    assert game_name(partial) != "tictactoe" and game_moves(partial) is None
+    model = FakeModel(0)
+    rewards = run(play, scripted(replies("<answer>5</answer>"), replies("<answer>5</answer>")), model, seed=0)
+    assert rewards == [0.5, -1.5] and isinstance(model.calls[0]["prompt"], list)  # O names X's cell
+
+
+def test_an_instruct_style_game_trains_end_to_end(tiny_model_path, tmp_path):
+    """Tic-tac-toe with chat=True and the reasoning format, on the tiny model's ChatML template,
+    through a trainer for one round: turns carry the templated prompt and the whole reply."""
+    from autocurricula import SelfPlayConfig, SelfPlayTrainer
+    from autocurricula.callbacks import TrainerCallback
+    from autocurricula.games._common import PromptStyle
+
+    seen = []
+
+    class Turns(TrainerCallback):
+        def on_update(self, trainer, turns, result):
+            seen.extend(turns)
+
+    game = ttt.with_options(chat=True, reasoning=True, thinking_tokens=12, opening_moves=2)
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, games_per_round=4, output_dir=str(tmp_path / "run"),
+                                       progress=False))
+    try:
+        t.train(str(tiny_model_path), game, callbacks=[Turns()])
+        assert t.game_name == "tictactoe" and seen
+        for turn in seen:
+            text = t.engine.decode(turn.prompt_ids)  # the template's special tokens are not decoded
+            position = text.split("\nuser\n", 1)[1].removesuffix("\nassistant\n")
+            messages = PromptStyle(chat=True, reasoning=True).prompt(ttt.RULES, position)
+            assert turn.prompt_ids == t.engine.apply_chat_template(messages)
+            assert 0 < len(turn.completion_ids) <= 2 + 12 + 16  # thinking and answer, all trained
+        assert t.engine.adapter_weights(t.players[0]["id"]).modules
+    finally:
+        t.engine.close()

@@ -87,6 +87,10 @@ def _reload_baseline(model_path, folders, order, prompt, new_tokens):
     from mlx_lm import load, stream_generate
     from mlx_lm.sample_utils import make_sampler
 
+    from autocurricula.engine.models import register
+
+    register()  # mlx-lm finds the families autocurricula adds (OPT)
+
     current, model, tok = None, None, None
     sampler = make_sampler(temp=0.0)
     t0 = time.perf_counter()
@@ -102,7 +106,9 @@ def _reload_baseline(model_path, folders, order, prompt, new_tokens):
 
 def _mlx_lm_decode_rate(model_path, prompts_ids, new_tokens):
     """Decode tokens/s of mlx-lm's own BatchGenerator on the same prompts (reference point)."""
-    from mlx_lm import batch_generate, load
+    from mlx_lm import batch_generate
+
+    from autocurricula.engine.models import load
 
     model, tok = load(str(model_path))
 

@@ -228,6 +228,10 @@ def setup_mlx_lm_reload(spec: dict):
     from mlx_lm.generate import BatchGenerator
     from mlx_lm.sample_utils import make_sampler
 
+    from autocurricula.engine.models import register
+
+    register()  # mlx-lm finds the families autocurricula adds (OPT)
+
     sampler, n_new = make_sampler(temp=1.0), spec["new_tokens"]
 
     def run(r: int, players=spec["player_names"]):

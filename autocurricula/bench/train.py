@@ -49,9 +49,10 @@ def _sft_rate(model_path, turns, rank, repeats):
     import mlx.core as mx
     import mlx.nn as nn
     import mlx.optimizers as optim
-    from mlx_lm import load
     from mlx_lm.tuner.trainer import default_loss
     from mlx_lm.tuner.utils import linear_to_lora_layers
+
+    from autocurricula.engine.models import load
 
     model, _ = load(str(model_path))
     model.freeze()

@@ -466,7 +466,7 @@ def write_mlx_folder(weights: AdapterWeights, path: str | Path, num_model_layers
 
     per_layer: dict[int, set[str]] = {}
     for p in weights.modules:
-        m = re.match(r"^(?:.*\.)?layers\.(\d+)\.(.+)$", p)
+        m = re.match(r"^(?:.*\.)?(?:layers|h)\.(\d+)\.(.+)$", p)  # "h.N": GPT-2 / GPT-NeoX in mlx-lm
         if not m:
             raise AdapterError(f"{p}: mlx-lm adapters can only adapt modules inside transformer blocks")
         per_layer.setdefault(int(m.group(1)), set()).add(m.group(2))
