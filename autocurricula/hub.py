@@ -145,8 +145,9 @@ def push_to_hub(weights: AdapterWeights, repo_id: str, base_model: str, *, name:
 
 
 def league_card(trainer) -> str:
-    """README.md of a league repo: leaderboard, the league's meta-strategy (Nash mixture), payoff
-    matrix, lineage and config."""
+    """README.md of a league repo: leaderboard, the deployable mixture (Nash over the players with
+    an adapter) beside the league's meta-strategy (Nash over every player), payoff matrix, lineage
+    and config."""
     import json
 
     from autocurricula.rating import nash_weights
@@ -163,17 +164,30 @@ def league_card(trainer) -> str:
               ", trained with autocurricula "
               f"(`{type(trainer).__name__}`, {trainer.current_epoch + 1} epochs). Each player is a peft LoRA adapter "
               "in the folder named after it.", "", "## Leaderboard", "",
-              "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games | Nash weight |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games | deployable weight | Nash weight |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     nash = {r["id"]: r["nash"] for r in rows if r.get("nash") is not None} or nash_weights(trainer.payoff, ids)
+    adapters = [p["id"] for p in trainer.players if not is_scripted(p)]
+    deploy = {r["id"]: r["deploy"] for r in rows if r.get("deploy") is not None} or \
+        nash_weights(trainer.payoff, adapters)
     for r in rows:
         bt = "-" if r.get("bt") is None else f"{r['bt']:.0f} ({r['bt_low']:.0f}-{r['bt_high']:.0f})"
+        elo = f"{r['elo']:.1f}" if r.get("games") else "unrated"
         lines.append(f"| {r['rank']} | {r['id']} | {r.get('role')} | {r.get('epoch')} | {r.get('frozen')} | "
-                     f"{r['elo']:.1f} | {bt} | {r.get('games')} | {nash.get(r['id'], 0.0):.3f} |")
-    mixture = ", ".join(f"`{pid}` {w:.3f}" for pid, w in sorted(nash.items(), key=lambda kv: -kv[1]) if w > 0)
-    lines += ["", "## Meta-strategy", "",
-              "The league's Nash mixture over the payoff matrix below (the mixture of players to deploy: draw one "
-              f"player per game by these weights): {mixture or '-'}."]
+                     f"{elo} | {bt} | {r.get('games')} | {deploy.get(r['id'], 0.0):.3f} | "
+                     f"{nash.get(r['id'], 0.0):.3f} |")
+
+    def listed(weights: dict) -> str:
+        return ", ".join(f"`{pid}` {w:.3f}" for pid, w in sorted(weights.items(), key=lambda kv: -kv[1]) if w > 0) \
+            or "-"
+
+    lines += ["", "## Deployable mixture", "",
+              "The Nash mixture of the payoff matrix below over the players that have an adapter in this repo "
+              "(the `deployable weight` column). To deploy the league, draw one of these adapters per game by "
+              f"these weights: {listed(deploy)}.", "", "## Meta-strategy", "",
+              "The Nash mixture over every player, scripted opponents included (the `Nash weight` column): it "
+              "says where the league's strength lies, and it may weigh a scripted policy, which is no adapter: "
+              f"{listed(nash)}."]
     lines += ["", "## Payoff matrix (win rate of row vs column)", "", "| | " + " | ".join(ids) + " |",
               "|---" * (len(ids) + 1) + "|"]
     lines += [f"| {a} | " + " | ".join(f"{v:.2f}" for v in row) + " |" for a, row in zip(ids, matrix)]
