@@ -34,3 +34,65 @@ def test_push_player_records_calls_and_valid_card(hub, tmp_path):
     assert "main_agent" in card.text and "1034.6" in card.text and "120" in card.text
     config = json.loads(base64.b64decode(files["main-0/adapter_config.json"]["content"]))
     assert config["base_model_name_or_path"] == "tiny/base" and config["r"] == 8
+
+
+@pytest.fixture()
+def hub_answers():
+    """huggingface_hub's HTTP client through a mock transport whose answer a test picks: a status
+    code, or ``"offline"`` (the name does not resolve, as without network)."""
+    from huggingface_hub.utils import _http
+
+    httpx = __import__(type(_http.get_session()).__module__.split(".")[0])
+    answer = {"with": 200}
+
+    def handler(request):
+        if answer["with"] == "offline":
+            raise httpx.ConnectError("[Errno -2] Name or service not known", request=request)
+        return httpx.Response(answer["with"], json={"error": "no", "name": "me"})
+
+    old = _http._GLOBAL_CLIENT_FACTORY
+    huggingface_hub.set_client_factory(lambda: httpx.Client(transport=httpx.MockTransport(handler)))
+    huggingface_hub.close_session()
+    yield answer
+    huggingface_hub.set_client_factory(old)
+    huggingface_hub.close_session()
+
+
+@pytest.mark.parametrize("answer, cause", [("offline", r"no network: the Hub cannot be reached \(ConnectError"),
+                                           (401, r"the Hub rejected the token \(401\)"),
+                                           (403, r"the token may not write there \(403\)")])
+def test_a_push_that_the_hub_refuses_names_the_repo_the_cause_and_the_login(hub_answers, answer, cause):
+    from autocurricula.hub import HubAccessError
+
+    hub_answers["with"] = answer
+    w = AdapterWeights.random(DIMS, LoraSpec(r=8, lora_alpha=16), seed=0)
+    with pytest.raises(HubAccessError, match=rf"cannot create Hugging Face Hub repo 'me/league': {cause}") as info:
+        push_to_hub(w, "me/league", "tiny/base", token="hf_test", endpoint="https://hub.test")
+    if answer == 401:
+        assert "`hf auth login`" in str(info.value) and "huggingface-cli" not in str(info.value)
+
+
+def test_the_login_check_names_a_missing_token_and_the_login_command(hub_answers, monkeypatch, tmp_path):
+    from autocurricula.hub import HubAccessError, check_hub_access
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # no stored token either
+    with pytest.raises(HubAccessError, match=r"'me/league'.*no Hugging Face token is set: log in with `hf auth login`"):
+        check_hub_access("me/league", endpoint="https://hub.test")
+    hub_answers["with"] = "offline"
+    with pytest.raises(HubAccessError, match=r"'me/league'.*no network.*push_to_hub=False"):
+        check_hub_access("me/league", token="hf_test", endpoint="https://hub.test")
+
+
+def test_a_hub_id_that_cannot_be_fetched_names_the_id_and_the_offline_options(hub_answers, monkeypatch, tmp_path):
+    from autocurricula.hub import ModelNotFoundError, check_model_source
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))  # nothing cached
+    hub_answers["with"] = "offline"
+    assert check_model_source("someone/some-model") == "someone/some-model"  # no fetch asked: only checked
+    with pytest.raises(ModelNotFoundError) as info:
+        check_model_source("someone/some-model", fetch=True)
+    text = str(info.value)
+    assert "'someone/some-model' cannot be fetched" in text and "not in the Hugging Face cache" in text
+    assert "local model folder" in text and "`autocurricula tiny-model PATH`" in text
+    assert info.value.__cause__ is None and info.value.__suppress_context__  # one short message, no chain
