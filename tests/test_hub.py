@@ -96,3 +96,40 @@ def test_a_hub_id_that_cannot_be_fetched_names_the_id_and_the_offline_options(hu
     assert "'someone/some-model' cannot be fetched" in text and "not in the Hugging Face cache" in text
     assert "local model folder" in text and "`autocurricula tiny-model PATH`" in text
     assert info.value.__cause__ is None and info.value.__suppress_context__  # one short message, no chain
+
+
+def test_the_league_card_puts_the_deployable_mixture_beside_the_one_over_every_player(tmp_path):
+    from types import SimpleNamespace
+
+    from autocurricula.config import RatingConfig
+    from autocurricula.hub import league_card
+    from autocurricula.rating import Elo, Payoff
+    from autocurricula.standings import Standings
+
+    payoff, elo = Payoff(), Elo()
+    for _ in range(20):  # the scripted minimax beats both adapters; main beats snap
+        for a, b in (("minimax", "main"), ("minimax", "snap"), ("main", "snap")):
+            payoff.update(a, b, "win")
+            elo.update([a, b], [1, 0])
+    players = [{"id": "main", "role": "main_agent", "frozen": False, "epoch": 0},
+               {"id": "snap", "role": "main_agent", "frozen": True, "epoch": 0, "parent": "main"},
+               {"id": "minimax", "role": "minimax", "policy": lambda prompt: "5", "frozen": True, "epoch": 0},
+               {"id": "late", "role": "main_agent", "frozen": True, "epoch": 1, "parent": "main"}]
+    standings = Standings(RatingConfig(bt_bootstrap=0), tmp_path, seed=0)
+    standings.elo, standings.payoff = elo, payoff
+    board = standings.leaderboard(players)
+    rows = {r["id"]: r for r in board.rows}
+    assert rows["minimax"]["nash"] == pytest.approx(1.0) and rows["minimax"]["deploy"] == 0.0
+    assert rows["main"]["deploy"] == pytest.approx(1.0) and rows["main"]["nash"] == pytest.approx(0.0)
+    assert [r["id"] for r in board.rows][-1] == "late"  # no games: last, unrated
+    text = str(board)
+    assert "unrated" in text.splitlines()[-2] and text.splitlines()[-1].startswith("deploy: Nash mixture over the")
+    trainer = SimpleNamespace(players=players, elo=elo, payoff=payoff, model_name="/nowhere/tiny", leaderboard=board,
+                              game_name="tictactoe", current_epoch=0, config_dict=lambda: {"seed": 0})
+    card = league_card(trainer)
+    assert "| deployable weight | Nash weight |" in card
+    deployable = card.split("## Deployable mixture")[1].split("##")[0]
+    meta = card.split("## Meta-strategy")[1].split("##")[0]
+    assert "`main` 1.000" in deployable and "minimax" not in deployable
+    assert "`minimax` 1.000" in meta and "scripted" in meta
+    assert "| late | main_agent | 1 | True | unrated |" in card
