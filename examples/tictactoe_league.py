@@ -62,7 +62,8 @@ config = LeagueConfig(
     main_pfsp_weighting=args.pfsp_weighting,
     snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),  # <= 2 per epoch
     output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2, game_name="tictactoe",
-    credit=credit_method(args), max_concurrent_games=128, bt_bootstrap=50, progress=True,
+    credit=credit_method(args), arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 50},
+    progress=True,
 )
 trainer = LeagueTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)

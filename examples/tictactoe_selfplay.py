@@ -19,7 +19,8 @@ engine, figures = start(args)
 config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round, past_share=0.5,
                         output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2,
                         game_name="tictactoe",
-                        credit=credit_method(args), max_concurrent_games=128, bt_bootstrap=50, progress=True)
+                        credit=credit_method(args), arena={"max_concurrent_games": 128},
+                        ratings={"bt_bootstrap": 50}, progress=True)
 trainer = SelfPlayTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)

@@ -162,8 +162,8 @@ def start(args):
           "(the same evaluation follows every epoch) ...", flush=True)
     t1 = time.perf_counter()
     figures = base_figures(engine, args.eval_games)
-    print(f"warm-up base ({time.perf_counter() - t1:.0f} s to evaluate, {t1 - t0:.0f} s to warm up):",
-          json.dumps(figures), flush=True)
+    print(f"warm-up {t1 - t0:.0f} s, evaluation {time.perf_counter() - t1:.0f} s", flush=True)
+    print("warm-up base:", json.dumps(figures), flush=True)
     return engine, figures
 
 
