@@ -91,6 +91,46 @@ class Transcripts(TrainerCallback):
         write_transcripts(trainer, records)
 
 
+class Progress(TrainerCallback):
+    """A tqdm bar over each epoch's rounds, with its rate and time left, and the last round's mean
+    reward and loss beside it (the trainer's own bar counts the epochs)."""
+
+    def __init__(self):
+        self.bar = None
+
+    def on_log(self, trainer, row: dict) -> None:
+        if "rollout/games" not in row:  # a round's row; the epoch's callbacks log their own
+            return
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            rounds = trainer.config.rounds
+            self.bar = tqdm(total=rounds, initial=min(trainer.current_round, rounds), leave=False, unit="round",
+                            desc=f"epoch {trainer.current_epoch} rounds")
+        shown = {"reward": row.get("rollout/reward_mean"), "loss": row.get("train/loss")}
+        self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if isinstance(v, (int, float))}, refresh=False)
+        self.bar.update(1)
+
+    def on_epoch_end(self, trainer) -> None:
+        self.close()
+
+    def on_train_end(self, trainer) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def run_banner(output_dir, base_model) -> str:
+    """The line to print when a run starts: where its files, its base model and its checkpoints
+    go, and the command that opens the dashboard on them."""
+    out = Path(output_dir).resolve()
+    return (f"run: {out} (metrics.jsonl, match_history.jsonl; checkpoints in {out}/checkpoint-*) · base model: "
+            f"{base_model} · dashboard: autocurricula dashboard {out}")
+
+
 def callback_list(given) -> list[TrainerCallback]:
     """``train(callbacks=...)``'s entries as callbacks: objects as they are, functions wrapped."""
     out = []

@@ -5,16 +5,21 @@ It reads only what a trainer writes, so it works on a finished run and on one st
 
 * leaderboard: Elo and Bradley-Terry ratings with bootstrap intervals, replayed from
   ``match_history.jsonl`` with the run's rating settings (the same numbers as
-  ``trainer.leaderboard``);
-* Elo over time: the ``rating/elo/<player>`` series of ``metrics.jsonl``;
+  ``trainer.leaderboard``), players without games last as unrated, and two Nash mixtures of the
+  payoff: over the players with an adapter (``deploy``, the mixture to deploy) and over every
+  player (``nash``, the league's meta-strategy);
+* learning curves: every ``eval/*`` figure, the reward, loss, KL, entropy, skipped updates and
+  exploitability that ``metrics.jsonl`` holds, over steps;
+* Elo over time: the ``rating/elo/<player>`` series of ``metrics.jsonl``, with each player's role
+  and whether it still trains;
 * payoff heatmap: win rates (draws count half) replayed from ``match_history.jsonl`` with the
-  run's ``payoff_decay``, as the league's PFSP sees them;
+  run's ``payoff_decay``, as the league's PFSP sees them, ordered by role and then Elo;
 * lineage: parents, snapshots and resets from ``players.json`` of the latest checkpoint;
 * transcripts: ``transcripts.jsonl`` (the last games of each pair, see
   :mod:`autocurricula.transcripts`);
 * adapters: each player's peft folder in the latest checkpoint, file by file or zipped.
 
-JSON endpoints: ``/api/summary``, ``/api/leaderboard``, ``/api/elo``, ``/api/payoff``,
+JSON endpoints: ``/api/summary``, ``/api/leaderboard``, ``/api/curves``, ``/api/elo``, ``/api/payoff``,
 ``/api/lineage``, ``/api/transcripts``, ``/api/adapters``; files: ``/files/<path inside
 OUTPUT_DIR>`` and ``/adapters/<player>.zip``. Nothing outside OUTPUT_DIR is ever served.
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import threading
 import time
 import zipfile
@@ -31,13 +37,21 @@ from pathlib import Path
 from urllib.parse import quote
 
 from autocurricula.checkpoint import list_checkpoints
-from autocurricula.rating import Elo, Payoff, bradley_terry_bootstrap, leaderboard_rows
+from autocurricula.rating import Elo, Payoff, bradley_terry_bootstrap, leaderboard_rows, nash_weights
 from autocurricula.transcripts import FILENAME as TRANSCRIPTS, pair_key, read_transcripts
 
 log = logging.getLogger(__name__)
 HISTORY, METRICS = "match_history.jsonl", "metrics.jsonl"
 _RATING_KEYS = ("elo_k", "elo_scale", "elo_initial", "payoff_decay", "bt_bootstrap", "seed")
 _ELO_PREFIX = "rating/elo/"
+# the learning curves' panels: (title, whether a metric's name belongs to it), in page order
+CURVES = (("evaluation", lambda k: k.startswith("eval/") and "exploitability" not in k),
+          ("exploitability", lambda k: "exploitability" in k),
+          ("reward", lambda k: k.startswith("rollout/reward")),
+          ("loss", lambda k: k == "train/loss"),
+          ("KL to the base", lambda k: k == "train/kl"),
+          ("entropy", lambda k: k == "train/entropy"),
+          ("skipped updates", lambda k: k.startswith("train/skipped_")))
 
 
 class RunView:
@@ -163,34 +177,60 @@ class RunView:
         return self._memo("replay", (stamp, json.dumps(s)), compute)
 
     def leaderboard(self) -> dict:
-        """Rows best Elo first: rank, id, role, epoch, frozen, elo, bt, bt_low, bt_high, games."""
-        elo, _, bt = self._replay()
+        """Rows, players with games best Elo first, then the unrated: rank, id, role, epoch, frozen,
+        elo, bt, bt_low, bt_high, games, deploy (weight in the Nash mixture over the players with an
+        adapter), nash (over every player), scripted."""
+        elo, payoff, bt = self._replay()
         players = self.registry()
-        rows = leaderboard_rows(players, elo, bt)
         scripted = {p["id"] for p in players if "scripted" in p}
+        ids = [p["id"] for p in players]
+        rows = leaderboard_rows(players, elo, bt, nash=nash_weights(payoff, ids),
+                                deploy=nash_weights(payoff, [i for i in ids if i not in scripted]))
         for r in rows:
             r["scripted"] = r["id"] in scripted
         return {"rows": rows, "ci": 0.95 if bt else None, "bootstrap": self.settings()["bt_bootstrap"]}
 
+    def curves(self) -> dict:
+        """``{"panels": [{"title", "series": {metric: [[step, value], ...]}}]}``: the learning curves
+        of ``metrics.jsonl`` (see :data:`CURVES`), panels without a logged value left out."""
+        series: dict[str, list] = {}
+        for row in self._jsonl(METRICS):
+            for key, value in row.items():
+                # a verdict such as eval/loses_to_best_response_as_x is a bool: drawn as 0 / 1
+                if isinstance(value, (int, float)) and math.isfinite(value) and any(b(key) for _, b in CURVES):
+                    series.setdefault(key, []).append([row.get("step"), float(value)])
+        panels = [{"title": title, "series": {k: v for k, v in series.items() if belongs(k)}}
+                  for title, belongs in CURVES]
+        return {"panels": [p for p in panels if p["series"]]}
+
     def elo(self) -> dict:
-        """``{"series": {player: [[step, elo], ...]}}`` from the logged ``rating/elo/<player>`` values."""
+        """``{"series": {player: [[step, elo], ...]}, "roles": {player: role}, "current": [...]}``
+        from the logged ``rating/elo/<player>`` values; ``current``: the players that still train."""
         series: dict[str, list] = {}
         for row in self._jsonl(METRICS):
             for key, value in row.items():
                 if key.startswith(_ELO_PREFIX) and isinstance(value, (int, float)):
                     series.setdefault(key[len(_ELO_PREFIX):], []).append([row.get("step"), value])
-        return {"series": series}
+        players = self.registry()
+        current = [p["id"] for p in players if not p.get("frozen") and "scripted" not in p and p["id"] in series]
+        return {"series": series, "roles": {p["id"]: p.get("role") for p in players}, "current": current}
 
     def payoff(self) -> dict:
-        """Win rate of each row player against each column player (draws half; None = never met)."""
-        _, payoff, _ = self._replay()
+        """Win rate of each row player against each column player (draws half; None = never met),
+        the players ordered by role (in order of first entry) and then by Elo, best first."""
+        elo, payoff, _ = self._replay()
         seen = set(payoff.players)
-        ids = [p["id"] for p in self.registry() if p["id"] in seen]
+        registry = [p for p in self.registry() if p["id"] in seen]
+        roles = list(dict.fromkeys(str(p.get("role")) for p in registry))
+        registry.sort(key=lambda p: (roles.index(str(p.get("role"))), -elo.rating(p["id"]), str(p["id"])))
+        ids = [p["id"] for p in registry]
         ids += sorted(seen - set(ids))
         games = [[payoff.games(a, b) for b in ids] for a in ids]
         rates = [[payoff.win_rate(a, b) if games[i][j] > 0 else None for j, b in enumerate(ids)]
                  for i, a in enumerate(ids)]
-        return {"players": ids, "win_rate": rates, "games": games, "decay": payoff.decay}
+        role = {p["id"]: p.get("role") for p in registry}
+        return {"players": ids, "roles": [role.get(i) for i in ids], "win_rate": rates, "games": games,
+                "decay": payoff.decay}
 
     def lineage(self) -> dict:
         """Nodes (players) and edges parent -> child, kind 'snapshot' (a frozen copy) or 'inherit'."""
@@ -288,7 +328,8 @@ def create_app(output_dir: str | Path, poll_seconds: float = 3.0):
     app = FastAPI(title="autocurricula dashboard", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.view = view
 
-    panels = {"summary": view.summary, "leaderboard": view.leaderboard, "elo": view.elo, "payoff": view.payoff,
+    panels = {"summary": view.summary, "leaderboard": view.leaderboard, "curves": view.curves, "elo": view.elo,
+              "payoff": view.payoff,
               "lineage": view.lineage, "transcripts": view.transcripts, "adapters": view.adapters}
 
     @app.get("/", response_class=HTMLResponse)
@@ -306,6 +347,10 @@ def create_app(output_dir: str | Path, poll_seconds: float = 3.0):
     @app.get("/api/leaderboard")
     def leaderboard():
         return view.leaderboard()
+
+    @app.get("/api/curves")
+    def curves():
+        return view.curves()
 
     @app.get("/api/elo")
     def elo():

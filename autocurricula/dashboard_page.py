@@ -26,12 +26,12 @@ header h1 { font-size:16px; margin:0; font-weight:600; }
 header .stat { color:#c9cfdb; } header .stat b { color:#fff; font-weight:600; }
 #live { margin-left:auto; font-size:12px; color:#9fe0a8; }
 #live.stale { color:#f0c36b; }
-main { display:grid; grid-template-columns: minmax(0,1.25fr) minmax(0,1fr); gap:12px; padding:12px 18px; }
+main { display:grid; grid-template-columns: minmax(0,1.45fr) minmax(0,1fr); gap:12px; padding:12px 18px; }
 section { background:var(--card); border:1px solid var(--line); border-radius:6px; padding:10px 12px; min-width:0; overflow-x:auto; }
 section h2 { font-size:13px; margin:0 0 8px; text-transform:uppercase; letter-spacing:.04em; color:var(--muted); }
 .wide { grid-column: 1 / -1; }
 table { border-collapse:collapse; width:100%; }
-th, td { padding:3px 6px; border-bottom:1px solid var(--line); text-align:left; white-space:nowrap; }
+th, td { padding:3px 5px; border-bottom:1px solid var(--line); text-align:left; white-space:nowrap; }
 th { color:var(--muted); font-weight:600; font-size:12px; }
 td.num { text-align:right; font-variant-numeric: tabular-nums; }
 .ci { color:var(--muted); font-size:11px; }
@@ -48,13 +48,27 @@ svg text { font-family: inherit; }
 .turn pre.completion { background:#e8f0fe; }
 a { color:var(--accent); text-decoration:none; } a:hover { text-decoration:underline; }
 select { font:inherit; padding:2px 4px; }
+label.ctl { font-size:12px; color:var(--muted); text-transform:none; letter-spacing:0; font-weight:normal; margin-left:10px; }
+.legend { display:flex; flex-wrap:wrap; gap:2px 12px; margin-top:4px; font-size:11px; }
+.legend span.item { white-space:nowrap; }
+.legend .dim { opacity:.5; }
+.curves { display:grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); gap:10px; }
+.curve h3 { font-size:12px; margin:0 0 2px; font-weight:600; }
+tr.unrated td { color:var(--muted); }
+td.wrap, .wrap { white-space:normal; word-break:break-all; }
+.note { color:var(--muted); font-size:11px; margin-top:6px; white-space:normal; }
+.lin { padding:2px 0; white-space:normal; }
+.lin .marker { display:inline-block; width:10px; height:10px; margin-right:6px; vertical-align:middle; box-sizing:border-box; }
+.lin .extra { color:var(--muted); font-size:11px; margin-left:6px; }
 </style></head>
 <body>
 <header><h1>autocurricula</h1><span id="summary" class="stat"></span><span id="live">live</span></header>
 <main>
 <section><h2>Leaderboard <span id="lb-note" class="tag"></span></h2><div id="leaderboard"></div></section>
-<section><h2>Elo over time</h2><div id="elo"></div></section>
-<section><h2>Payoff (row's win rate against column)</h2><div id="payoff" class="scroll"></div></section>
+<section><h2>Elo over time <label class="ctl">role <select id="elo-role"></select></label>
+<label class="ctl"><input type="checkbox" id="elo-smooth" checked> smoothed</label></h2><div id="elo"></div></section>
+<section class="wide"><h2>Learning curves</h2><div id="curves" class="curves"></div></section>
+<section><h2>Payoff (row's win rate against column, %)</h2><div id="payoff" class="scroll"></div></section>
 <section><h2>Lineage</h2><div id="lineage" class="scroll"></div></section>
 <section class="wide"><h2>Last games <select id="pair"></select></h2><div id="transcripts" class="scroll"></div></section>
 <section class="wide"><h2>Adapters <span id="ad-note" class="tag"></span></h2><div id="adapters"></div></section>
@@ -73,7 +87,11 @@ function colour(id) {
 function esc(s) {
   return String(s == null ? "" : s).replace(/[&<>"']/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;","\"":"&quot;","'":"&#39;"}[c]));
 }
-function num(v, d) { return v == null || !isFinite(v) ? "–" : Number(v).toFixed(d == null ? 0 : d); }
+function num(v, d) {
+  if (v == null || !isFinite(v)) return "–";
+  const t = Number(v).toFixed(d == null ? 0 : d);
+  return /^-0\.?0*$/.test(t) ? t.slice(1) : t;  // no "-0.00"
+}
 function set(id, html) { document.getElementById(id).innerHTML = html; }
 function empty(text) { return `<div class="empty">${esc(text)}</div>`; }
 
@@ -88,47 +106,100 @@ function renderLeaderboard(lb) {
   document.getElementById("lb-note").textContent = lb.ci ? `BT ${Math.round(lb.ci * 100)}% CI, ${lb.bootstrap} bootstrap rounds` : "no CI yet";
   if (!rows.length) return set("leaderboard", empty("no games yet"));
   const los = rows.map(r => r.bt_low).filter(v => v != null), his = rows.map(r => r.bt_high).filter(v => v != null);
-  const lo = Math.min(...los, 1e9), hi = Math.max(...his, -1e9), W = 90;
+  const lo = Math.min(...los, 1e9), hi = Math.max(...his, -1e9), W = 56;
   const x = v => lo >= hi ? W / 2 : 4 + (v - lo) / (hi - lo) * (W - 8);
+  const mix = rows.some(r => r.deploy != null);
   let h = `<table><tr><th>#</th><th>player</th><th>role</th><th class="num">Elo</th>
-           <th class="num">BT (CI)</th><th>interval</th><th class="num">games</th></tr>`;
+           <th class="num">BT (CI)</th><th>interval</th><th class="num">games</th>` +
+      (mix ? `<th class="num" title="weight in the Nash mixture over the players with an adapter: the mixture to deploy">deploy</th>
+              <th class="num" title="weight in the Nash mixture over every player, scripted ones included: the league's meta-strategy">nash (all)</th>` : "") + `</tr>`;
   for (const r of rows) {
+    const rated = r.games > 0;
     const bar = r.bt == null ? "" : `<svg width="${W}" height="12"><title>${num(r.bt_low)} – ${num(r.bt_high)}</title><line x1="${x(r.bt_low)}" x2="${x(r.bt_high)}" y1="6" y2="6"
       stroke="${colour(r.id)}" stroke-width="3" stroke-linecap="round"/><circle cx="${x(r.bt)}" cy="6" r="3.5" fill="#1d2330"/></svg>`;
-    const tags = (r.frozen ? '<span class="tag">frozen</span>' : "") + (r.scripted ? '<span class="tag">scripted</span>' : "");
-    h += `<tr><td>${r.rank}</td><td><span class="dot" style="background:${colour(r.id)}"></span>${esc(r.id)}${tags}</td>
-          <td title="entered at epoch ${esc(r.epoch)}">${esc(r.role)}</td><td class="num">${num(r.elo)}</td>
+    const tags = (r.frozen && !r.scripted ? '<span class="tag">frozen</span>' : "") + (r.scripted ? '<span class="tag">scripted</span>' : "");
+    h += `<tr class="${rated ? "" : "unrated"}"><td>${r.rank}</td><td><span class="dot" style="background:${colour(r.id)}"></span>${esc(r.id)}${tags}</td>
+          <td title="entered at epoch ${esc(r.epoch)}">${esc(r.role)}</td><td class="num">${rated ? num(r.elo) : "unrated"}</td>
           <td class="num">${r.bt == null ? "–" : `${num(r.bt)} <span class="ci">(${num(r.bt_low)}–${num(r.bt_high)})</span>`}</td>
-          <td>${bar}</td><td class="num">${r.games}</td></tr>`;
+          <td>${bar}</td><td class="num">${r.games}</td>` +
+         (mix ? `<td class="num">${r.scripted ? "–" : num(r.deploy, 3)}</td><td class="num">${num(r.nash, 3)}</td>` : "") + `</tr>`;
   }
-  set("leaderboard", h + "</table>");
+  const note = mix ? `<div class="note"><b>deploy</b>: the Nash mixture over the players with an adapter, the mixture to deploy.
+    <b>nash (all)</b>: over every player, scripted ones included: the league's meta-strategy, which may weigh a scripted policy.
+    Unrated players have played no game yet.</div>` : "";
+  set("leaderboard", h + "</table>" + note);
 }
 
-function renderElo(e) {
-  const series = e.series || {}, ids = Object.keys(series);
-  if (!ids.length) return set("elo", empty("no metrics yet"));
-  const W = 620, H = 250, L = 46, R = 130, T = 8, B = 24;
+function smooth(points, on) {  // an exponential moving average, so that a league's noise does not hide its trend
+  if (!on || points.length < 3) return points;
+  const a = Math.min(1, 4 / points.length + 0.15);
+  let m = points[0][1];
+  return points.map(([s, v]) => { m = a * v + (1 - a) * m; return [s, m]; });
+}
+
+function lineChart(series, opts) {  // series: {name: [[step, value], ...]}; opts: W, H, colourOf, strong (a Set), fmt, minSpan
+  const ids = Object.keys(series), W = opts.W || 620, H = opts.H || 250, L = 46, R = 12, T = 8, B = 24;
   let xs = [], ys = [];
-  for (const id of ids) for (const [s, v] of series[id]) { xs.push(s); ys.push(v); }
+  for (const id of ids) for (const [s, v] of series[id]) if (s != null) { xs.push(s); ys.push(v); }
+  if (!ys.length) return "";
   let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
   if (x0 === x1) x1 = x0 + 1;
-  if (y1 - y0 < 20) { y0 -= 10; y1 += 10; }
+  const span = opts.minSpan || 1e-6;
+  if (y1 - y0 < span) { const c = (y0 + y1) / 2; y0 = c - span / 2; y1 = c + span / 2; }
   const px = s => L + (s - x0) / (x1 - x0) * (W - L - R), py = v => T + (1 - (v - y0) / (y1 - y0)) * (H - T - B);
+  const fmt = opts.fmt || (v => num(v));
   let g = "";
   for (let k = 0; k <= 4; k++) {
     const v = y0 + (y1 - y0) * k / 4, y = py(v);
-    g += `<line x1="${L}" x2="${W - R}" y1="${y}" y2="${y}" stroke="#eceef2"/><text x="${L - 4}" y="${y + 4}" text-anchor="end" font-size="10" fill="#6b7385">${num(v)}</text>`;
+    g += `<line x1="${L}" x2="${W - R}" y1="${y}" y2="${y}" stroke="#eceef2"/><text x="${L - 4}" y="${y + 4}" text-anchor="end" font-size="10" fill="#6b7385">${fmt(v)}</text>`;
   }
   const ticks = [...new Set([0, 1, 2, 3, 4].map(k => Math.round(x0 + (x1 - x0) * k / 4)))];
   for (const s of ticks) g += `<text x="${px(s)}" y="${H - 8}" text-anchor="middle" font-size="10" fill="#6b7385">${s}</text>`;
-  g += `<text x="${W - R}" y="${H - 8}" text-anchor="end" font-size="10" fill="#6b7385" dx="28">step</text>`;
-  ids.forEach((id, i) => {
-    const pts = series[id].map(([s, v]) => `${px(s).toFixed(1)},${py(v).toFixed(1)}`).join(" ");
-    g += `<polyline points="${pts}" fill="none" stroke="${colour(id)}" stroke-width="1.8"><title>${esc(id)}</title></polyline>`;
-    if (i < 16) g += `<circle cx="${W - R + 12}" cy="${T + 6 + i * 14}" r="4" fill="${colour(id)}"/>
-      <text x="${W - R + 20}" y="${T + 10 + i * 14}" font-size="11">${esc(id)}</text>`;
-  });
-  set("elo", `<svg viewBox="0 0 ${W} ${H}" width="100%" preserveAspectRatio="xMinYMin meet">${g}</svg>`);
+  const strongOf = id => !opts.strong || opts.strong.has(id);
+  for (const id of ids.filter(id => !strongOf(id)).concat(ids.filter(strongOf))) {  // the highlighted lines on top
+    const strong = strongOf(id), pts = series[id].filter(([s]) => s != null);
+    if (!pts.length) continue;
+    const last = pts[pts.length - 1], c = opts.colourOf(id);
+    g += `<polyline points="${pts.map(([s, v]) => `${px(s).toFixed(1)},${py(v).toFixed(1)}`).join(" ")}" fill="none" stroke="${c}"
+          stroke-width="${strong ? 2.4 : 1.1}" stroke-opacity="${strong ? 1 : 0.45}"><title>${esc(id)}: ${fmt(last[1])} at step ${last[0]}</title></polyline>`;
+    if (pts.length <= 60) for (const [s, v] of pts)
+      g += `<circle cx="${px(s).toFixed(1)}" cy="${py(v).toFixed(1)}" r="${strong ? 2.2 : 1.4}" fill="${c}" fill-opacity="${strong ? 1 : 0.45}"><title>${esc(id)}: ${num(v, 3)} at step ${s}</title></circle>`;
+  }
+  return `<svg viewBox="0 0 ${W} ${H}" width="100%" preserveAspectRatio="xMinYMin meet">${g}</svg>`;
+}
+
+function legend(ids, colourOf, strong) {
+  return `<div class="legend">` + ids.map(id => `<span class="item${strong && !strong.has(id) ? " dim" : ""}"><span class="dot"
+    style="background:${colourOf(id)}"></span>${esc(id)}</span>`).join("") + `</div>`;
+}
+
+function renderElo(e) {
+  const all = e.series || {}, roles = e.roles || {}, sel = document.getElementById("elo-role"), keep = sel.value;
+  const roleList = [...new Set(Object.keys(all).map(id => String(roles[id])))];
+  sel.innerHTML = `<option value="">all</option>` + roleList.map(r => `<option value="${esc(r)}">${esc(r)}</option>`).join("");
+  if (roleList.includes(keep)) sel.value = keep;
+  const on = document.getElementById("elo-smooth").checked;
+  const ids = Object.keys(all).filter(id => !sel.value || String(roles[id]) === sel.value);
+  if (!ids.length) return set("elo", empty("no metrics yet"));
+  const series = {};
+  ids.forEach(id => series[id] = smooth(all[id], on));
+  const strong = new Set(e.current || []);
+  set("elo", lineChart(series, {colourOf: colour, strong, minSpan: 20}) + legend(ids, colour, strong) +
+      `<div class="note">thick: the players that still train; thin: frozen snapshots and scripted players. Hover a line for its name.</div>`);
+}
+
+const CURVE_PALETTE = ["#3b6fd8", "#e4572e", "#29a36a", "#9467bd", "#f0a202", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"];
+function renderCurves(c) {
+  const panels = c.panels || [];
+  if (!panels.length) return set("curves", empty("no metrics yet"));
+  let h = "";
+  for (const p of panels) {
+    const series = {};  // named without their group's prefix: eval/vs_random -> vs_random
+    for (const [k, v] of Object.entries(p.series)) series[k.slice(k.indexOf("/") + 1)] = v;
+    const ids = Object.keys(series), of = id => CURVE_PALETTE[ids.indexOf(id) % CURVE_PALETTE.length];
+    h += `<div class="curve"><h3>${esc(p.title)}</h3>${lineChart(series, {W: 360, H: 170, colourOf: of, fmt: v => num(v, 2)})}${legend(ids, of)}</div>`;
+  }
+  set("curves", h);
 }
 
 function heat(v) {  // 0 red, 0.5 light, 1 green
@@ -139,9 +210,11 @@ function heat(v) {  // 0 red, 0.5 light, 1 green
 }
 
 function renderPayoff(p) {
-  const ids = p.players || [];
+  const ids = p.players || [], roles = p.roles || [];
   if (!ids.length) return set("payoff", empty("no games yet"));
-  const n = ids.length, C = Math.max(18, Math.min(44, Math.floor(380 / n))), L = 130, T = 100;
+  const n = ids.length, L = 130, T = 100, room = document.getElementById("payoff").clientWidth || 560;
+  const C = Math.max(16, Math.min(44, Math.floor((room - L - 16) / n)));  // the whole matrix in the panel's width
+  const fs = Math.min(11, Math.floor(C * 0.45));
   let g = "";
   ids.forEach((id, i) => {
     g += `<text x="${L - 6}" y="${T + i * C + C / 2 + 4}" text-anchor="end" font-size="11">${esc(id)}</text>`;
@@ -150,10 +223,16 @@ function renderPayoff(p) {
       const v = p.win_rate[i][j], games = p.games[i][j];
       g += `<rect x="${L + j * C}" y="${T + i * C}" width="${C - 1}" height="${C - 1}" fill="${heat(v)}">
         <title>${esc(id)} vs ${esc(jd)}: ${v == null ? "never met" : num(v, 2) + " over " + num(games, 1) + " (decayed) games"}</title></rect>`;
-      if (v != null && C >= 26) g += `<text x="${L + j * C + C / 2}" y="${T + i * C + C / 2 + 4}" text-anchor="middle" font-size="10">${num(v, 2)}</text>`;
+      if (v != null) g += `<text x="${L + j * C + C / 2}" y="${T + i * C + C / 2 + fs / 2 - 1}" text-anchor="middle"
+        font-size="${fs}" pointer-events="none">${Math.round(v * 100)}</text>`;
     });
+    if (i > 0 && roles[i] !== roles[i - 1]) {  // lines between the roles' blocks
+      g += `<line x1="${L - 2}" x2="${L + n * C}" y1="${T + i * C - 0.5}" y2="${T + i * C - 0.5}" stroke="#1d2330" stroke-width="1.2"/>
+            <line y1="${T - 2}" y2="${T + n * C}" x1="${L + i * C - 0.5}" x2="${L + i * C - 0.5}" stroke="#1d2330" stroke-width="1.2"/>`;
+    }
   });
-  set("payoff", `<svg width="${L + n * C + 90}" height="${T + n * C + 10}">${g}</svg>`);
+  set("payoff", `<svg width="${L + n * C + 10}" height="${T + n * C + 10}">${g}</svg>
+    <div class="note">ordered by role, then Elo; hover a cell for its games; blank: never met</div>`);
 }
 
 function renderLineage(l) {
@@ -166,29 +245,18 @@ function renderLineage(l) {
   const order = [], depth = {};
   const walk = (n, d) => { depth[n.id] = d; order.push(n); kids[n.id].forEach(k => walk(k, d + 1)); };
   roots.forEach(r => walk(r, 0));
-  const RH = 22, IND = 22, T = 12, pos = {};
-  order.forEach((n, i) => { pos[n.id] = [14 + depth[n.id] * IND, T + i * RH]; });
-  let g = "";
-  for (const e of l.edges || []) {
-    if (!pos[e.from] || !pos[e.to]) continue;
-    const [x0, y0] = pos[e.from], [x1, y1] = pos[e.to];
-    g += `<path d="M${x0},${y0 + 6} V${y1} H${x1 - 7}" fill="none" stroke="#9aa3b5" ${e.kind === "snapshot" ? 'stroke-dasharray="3,3"' : ""}/>`;
-  }
-  let width = 0;
+  let h = "";
   for (const n of order) {
-    const [x, y] = pos[n.id], c = colour(n.id);
-    g += n.scripted ? `<rect x="${x - 5}" y="${y - 5}" width="10" height="10" fill="${c}"/>`
-        : n.frozen ? `<circle cx="${x}" cy="${y}" r="5" fill="#fff" stroke="${c}" stroke-width="2"/>`
-        : `<circle cx="${x}" cy="${y}" r="5.5" fill="${c}"/>`;
-    const extra = [n.role, "epoch " + n.epoch, n.snapshot_of ? "snapshot of " + n.snapshot_of : "",
+    const c = colour(n.id);
+    const marker = n.scripted ? `<span class="marker" style="background:${c}"></span>`
+        : n.frozen ? `<span class="marker" style="border:2px solid ${c}; border-radius:50%"></span>`
+        : `<span class="marker" style="background:${c}; border-radius:50%"></span>`;
+    const extra = [n.role, "epoch " + n.epoch, n.snapshot_of ? "snapshot of " + n.snapshot_of : n.parent ? "from " + n.parent : "",
                    n.resets ? "reset ×" + n.resets : "", n.scripted ? "scripted: " + n.scripted : "",
                    n.unsaved ? "not in a checkpoint yet" : ""].filter(Boolean).join(" · ");
-    width = Math.max(width, x + 24 + String(n.id).length * 7.5 + extra.length * 6);  // label width, roughly
-    g += `<text x="${x + 10}" y="${y + 4}" font-size="12"><tspan font-weight="600">${esc(n.id)}</tspan><tspan
-          dx="8" font-size="11" fill="#6b7385">${esc(extra)}</tspan></text>`;
+    h += `<div class="lin" style="padding-left:${depth[n.id] * 20}px">${depth[n.id] ? "└ " : ""}${marker}<b>${esc(n.id)}</b><span class="extra">${esc(extra)}</span></div>`;
   }
-  const legend = `<div class="empty" style="font-style:normal">● learner &nbsp; ○ frozen snapshot (dashed: snapshot of) &nbsp; ■ scripted &nbsp; solid line: inherited weights</div>`;
-  set("lineage", legend + `<svg width="${Math.ceil(width)}" height="${T + order.length * RH}">${g}</svg>`);
+  set("lineage", h + `<div class="note">● learner &nbsp; ○ frozen snapshot &nbsp; ■ scripted &nbsp; indented: made from the player above it</div>`);
 }
 
 function renderTranscripts(t) {
@@ -219,26 +287,36 @@ function renderAdapters(a) {
   for (const d of list) {
     const files = d.files.map(f => `<a href="${esc(f.url)}">${esc(f.name)}</a> <span class="tag">${(f.bytes / 1024).toFixed(0)} KB</span>`).join(" ");
     h += `<tr><td><span class="dot" style="background:${colour(d.id)}"></span>${esc(d.id)}</td><td>${esc(d.role)}</td>
-          <td>${files}</td><td><a href="${esc(d.zip)}">${esc(d.id)}.zip</a></td><td><code>${esc(d.path)}</code></td></tr>`;
+          <td class="wrap">${files}</td><td><a href="${esc(d.zip)}">${esc(d.id)}.zip</a></td><td class="wrap"><code>${esc(d.path)}</code></td></tr>`;
   }
   set("adapters", h + "</table>");
+}
+
+// The sections whose content is wider than their box: a headless browser test reads them from
+// <body data-clipped>, and a reader sees a scrollbar there.
+function markClipped() {
+  const wider = el => el.scrollWidth > el.clientWidth + 1;
+  document.body.dataset.clipped = [...document.querySelectorAll("main section")]
+    .filter(s => wider(s) || wider(s.querySelector("div[id]"))).map(s => s.querySelector("div[id]").id).join(" ");
 }
 
 let last = null;
 function renderAll(d) {
   (d.leaderboard.rows || []).forEach(r => colour(r.id));  // colours follow the leaderboard's first order
-  renderSummary(d.summary); renderLeaderboard(d.leaderboard); renderElo(d.elo); renderPayoff(d.payoff);
+  renderSummary(d.summary); renderLeaderboard(d.leaderboard); renderCurves(d.curves); renderElo(d.elo); renderPayoff(d.payoff);
   renderLineage(d.lineage); renderTranscripts(d.transcripts); renderAdapters(d.adapters);
   last = d;
+  markClipped();
 }
 document.getElementById("pair").addEventListener("change", () => last && renderTranscripts(last.transcripts));
+for (const id of ["elo-role", "elo-smooth"]) document.getElementById(id).addEventListener("change", () => last && renderElo(last.elo));
 
 async function poll() {
   const live = document.getElementById("live");
   try {
     const summary = await (await fetch("api/summary", {cache: "no-store"})).json();
     if (!last || summary.fingerprint !== last.summary.fingerprint) {
-      const names = ["leaderboard", "elo", "payoff", "lineage", "transcripts", "adapters"];
+      const names = ["leaderboard", "curves", "elo", "payoff", "lineage", "transcripts", "adapters"];
       const got = await Promise.all(names.map(n => fetch("api/" + n, {cache: "no-store"}).then(r => r.json())));
       const d = {summary};
       names.forEach((n, i) => d[n] = got[i]);

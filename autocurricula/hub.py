@@ -17,12 +17,47 @@ from autocurricula.export import export_peft
 from autocurricula.records import is_scripted
 
 
+LOGIN = "`hf auth login` (or set HF_TOKEN)"
+OFFLINE = ("a local model folder (for example one that `autocurricula tiny-model PATH` builds), or the id once "
+           "its download is in the Hugging Face cache")
+
+
 class ModelNotFoundError(FileNotFoundError):
-    """A model that is neither an existing folder nor a Hub id."""
+    """A model that is neither an existing folder nor a Hub id that can be fetched."""
 
 
 class HubAccessError(RuntimeError):
-    """``push_to_hub`` cannot log in to, reach or write to the Hub."""
+    """The Hub cannot be reached, logged in to, or written to; the message names the repo and why."""
+
+
+def hub_failure_cause(exc: BaseException) -> str:
+    """Why a Hub call failed, in words: no network, no token, a rejected token, or no permission."""
+    from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
+
+    if isinstance(exc, LocalTokenNotFoundError):
+        return f"no Hugging Face token is set: log in with {LOGIN}"
+    if isinstance(exc, HfHubHTTPError) and exc.response is not None:
+        status = exc.response.status_code
+        if status == 401:
+            return f"the Hub rejected the token (401): log in again with {LOGIN}"
+        if status == 403:
+            return "the token may not write there (403): use a token with write access to it, or another repo id"
+        return f"the Hub answered {status} ({exc})"
+    # httpx's and httpx2's (huggingface_hub's client) failures to connect, time out or read
+    if isinstance(exc, OSError) or any(c.__name__ == "TransportError" for c in type(exc).__mro__):
+        return f"no network: the Hub cannot be reached ({type(exc).__name__}: {exc}); check the connection"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _hub_call(repo_id: str, doing: str, call):
+    """``call()``, with any failure of the Hub turned into a :class:`HubAccessError` that names
+    ``repo_id``, what was being done and why it failed."""
+    try:
+        return call()
+    except HubAccessError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every Hub failure is named the same way
+        raise HubAccessError(f"cannot {doing} Hugging Face Hub repo {repo_id!r}: {hub_failure_cause(exc)}") from exc
 
 
 def _is_repo_id(text: str) -> bool:
@@ -35,9 +70,13 @@ def _is_repo_id(text: str) -> bool:
     return True
 
 
-def check_model_source(model) -> str:
+def check_model_source(model, *, fetch: bool = False) -> str:
     """``model`` as a string when it is an existing folder or could be a Hub id; otherwise a
-    :class:`ModelNotFoundError` that says so (instead of huggingface_hub's validation traceback)."""
+    :class:`ModelNotFoundError` that says so (instead of huggingface_hub's validation traceback).
+
+    ``fetch=True`` also downloads a Hub id into the Hugging Face cache now (the files ``mlx_lm.load``
+    reads; a cached copy is used when the Hub cannot be reached), and when that fails raises a
+    short :class:`ModelNotFoundError` naming the id and the offline options."""
     text = str(model)
     path = Path(text).expanduser()
     if path.exists():
@@ -45,7 +84,27 @@ def check_model_source(model) -> str:
     if text.startswith(("/", ".", "~")) or not _is_repo_id(text):
         raise ModelNotFoundError(f"model {text!r}: no such folder, and not a Hub id; give an existing local model "
                                  "folder or a Hub id such as 'mlx-community/Qwen2.5-0.5B-Instruct-4bit'")
+    if fetch:
+        fetch_model(text)
     return text
+
+
+def fetch_model(repo_id: str) -> Path:
+    """The local folder of Hub model ``repo_id``, downloaded (or found in the cache) as ``mlx_lm.load``
+    does; a :class:`ModelNotFoundError` without the download's traceback when it cannot be had."""
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+    from mlx_lm.utils import _download  # the very download of mlx_lm.load, so the engine finds it cached
+
+    try:
+        return Path(_download(repo_id))
+    except Exception as exc:  # noqa: BLE001 - no network, no such repo, gated: one message either way
+        reason = hub_failure_cause(exc)
+        if isinstance(exc, LocalEntryNotFoundError):  # offline and not in the cache
+            reason = "the Hub cannot be reached and the model is not in the Hugging Face cache"
+        elif isinstance(exc, (RepositoryNotFoundError, GatedRepoError)):
+            reason = f"no such model on the Hub, or it needs a login: check the id, or log in with {LOGIN}"
+        raise ModelNotFoundError(f"model {repo_id!r} cannot be fetched from the Hugging Face Hub: {reason}. "
+                                 f"Offline, pass {OFFLINE}") from None
 
 
 _CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)/snapshots/[^/]+/?$")
@@ -83,17 +142,16 @@ def check_hub_access(repo_id: str, *, private: bool = False, token: str | None =
     try:
         user = api.whoami(token=token)
     except Exception as exc:  # noqa: BLE001 - no token, a rejected token or no connection
-        raise HubAccessError(f"push_to_hub=True, but the Hugging Face Hub did not accept the login "
-                             f"({type(exc).__name__}: {exc}). Log in with `huggingface-cli login` or set HF_TOKEN, "
-                             "check the connection, or set push_to_hub=False (checked before training so no "
-                             "training is lost)") from exc
+        raise HubAccessError(f"push_to_hub=True for Hugging Face Hub repo {repo_id!r}, but the Hub did not accept "
+                             f"the login: {hub_failure_cause(exc)}. Log in with {LOGIN}, or set push_to_hub=False "
+                             "(checked before training, so no training is lost)") from exc
     try:
         api.create_repo(repo_id, private=private, exist_ok=True, token=token)
     except Exception as exc:  # noqa: BLE001
         who = user.get("name") if isinstance(user, dict) else None
-        raise HubAccessError(f"push_to_hub=True, but {repo_id!r} cannot be created or written"
-                             f"{f' as {who}' if who else ''} ({type(exc).__name__}: {exc}). Check hub_model_id and "
-                             "that the token has write access, or set push_to_hub=False") from exc
+        raise HubAccessError(f"push_to_hub=True, but Hugging Face Hub repo {repo_id!r} cannot be created or written"
+                             f"{f' as {who}' if who else ''}: {hub_failure_cause(exc)}. Check hub_model_id, or set "
+                             "push_to_hub=False") from exc
 
 
 def model_card(name: str, base_model: str | None, *, role: str | None = None, parent: str | None = None,
@@ -132,21 +190,22 @@ def push_to_hub(weights: AdapterWeights, repo_id: str, base_model: str, *, name:
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=endpoint, token=token)
-    api.create_repo(repo_id, private=private, exist_ok=True, token=token)
+    _hub_call(repo_id, "create", lambda: api.create_repo(repo_id, private=private, exist_ok=True, token=token))
     card = model_card(name or repo_id.split("/")[-1], hub_base_model(base_model), role=role, parent=parent, elo=elo,
                       games=games, epoch=epoch)
     with tempfile.TemporaryDirectory() as tmp:
         folder = export_peft(weights, Path(tmp) / "adapter", base_model, use_rslora=use_rslora,
                              num_model_layers=num_model_layers, readme=card)
-        info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), path_in_repo=path_in_repo,
-                                 revision=revision, token=token,
-                                 commit_message=commit_message or f"Upload {name or repo_id} (autocurricula)")
+        info = _hub_call(repo_id, "upload to", lambda: api.upload_folder(
+            repo_id=repo_id, folder_path=str(folder), path_in_repo=path_in_repo, revision=revision, token=token,
+            commit_message=commit_message or f"Upload {name or repo_id} (autocurricula)"))
     return str(info)
 
 
 def league_card(trainer) -> str:
-    """README.md of a league repo: leaderboard, the league's meta-strategy (Nash mixture), payoff
-    matrix, lineage and config."""
+    """README.md of a league repo: leaderboard, the deployable mixture (Nash over the players with
+    an adapter) beside the league's meta-strategy (Nash over every player), payoff matrix, lineage
+    and config."""
     import json
 
     from autocurricula.rating import nash_weights
@@ -163,17 +222,30 @@ def league_card(trainer) -> str:
               ", trained with autocurricula "
               f"(`{type(trainer).__name__}`, {trainer.current_epoch + 1} epochs). Each player is a peft LoRA adapter "
               "in the folder named after it.", "", "## Leaderboard", "",
-              "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games | Nash weight |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games | deployable weight | Nash weight |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     nash = {r["id"]: r["nash"] for r in rows if r.get("nash") is not None} or nash_weights(trainer.payoff, ids)
+    adapters = [p["id"] for p in trainer.players if not is_scripted(p)]
+    deploy = {r["id"]: r["deploy"] for r in rows if r.get("deploy") is not None} or \
+        nash_weights(trainer.payoff, adapters)
     for r in rows:
         bt = "-" if r.get("bt") is None else f"{r['bt']:.0f} ({r['bt_low']:.0f}-{r['bt_high']:.0f})"
+        elo = f"{r['elo']:.1f}" if r.get("games") else "unrated"
         lines.append(f"| {r['rank']} | {r['id']} | {r.get('role')} | {r.get('epoch')} | {r.get('frozen')} | "
-                     f"{r['elo']:.1f} | {bt} | {r.get('games')} | {nash.get(r['id'], 0.0):.3f} |")
-    mixture = ", ".join(f"`{pid}` {w:.3f}" for pid, w in sorted(nash.items(), key=lambda kv: -kv[1]) if w > 0)
-    lines += ["", "## Meta-strategy", "",
-              "The league's Nash mixture over the payoff matrix below (the mixture of players to deploy: draw one "
-              f"player per game by these weights): {mixture or '-'}."]
+                     f"{elo} | {bt} | {r.get('games')} | {deploy.get(r['id'], 0.0):.3f} | "
+                     f"{nash.get(r['id'], 0.0):.3f} |")
+
+    def listed(weights: dict) -> str:
+        return ", ".join(f"`{pid}` {w:.3f}" for pid, w in sorted(weights.items(), key=lambda kv: -kv[1]) if w > 0) \
+            or "-"
+
+    lines += ["", "## Deployable mixture", "",
+              "The Nash mixture of the payoff matrix below over the players that have an adapter in this repo "
+              "(the `deployable weight` column). To deploy the league, draw one of these adapters per game by "
+              f"these weights: {listed(deploy)}.", "", "## Meta-strategy", "",
+              "The Nash mixture over every player, scripted opponents included (the `Nash weight` column): it "
+              "says where the league's strength lies, and it may weigh a scripted policy, which is no adapter: "
+              f"{listed(nash)}."]
     lines += ["", "## Payoff matrix (win rate of row vs column)", "", "| | " + " | ".join(ids) + " |",
               "|---" * (len(ids) + 1) + "|"]
     lines += [f"| {a} | " + " | ".join(f"{v:.2f}" for v in row) + " |" for a, row in zip(ids, matrix)]
@@ -193,7 +265,7 @@ def push_league(trainer, repo_id: str, *, private: bool = False, token: str | No
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=endpoint, token=token)
-    api.create_repo(repo_id, private=private, exist_ok=True, token=token)
+    _hub_call(repo_id, "create", lambda: api.create_repo(repo_id, private=private, exist_ok=True, token=token))
     elo = {r["id"]: r for r in trainer.leaderboard.rows}
     base = hub_base_model(trainer.model_name)
     with tempfile.TemporaryDirectory() as tmp:
@@ -211,6 +283,7 @@ def push_league(trainer, repo_id: str, *, private: bool = False, token: str | No
         for name in ("match_history.jsonl", "elo.png", "payoff.png"):
             if (out / name).is_file():
                 shutil.copyfile(out / name, stage / name)
-        info = api.upload_folder(repo_id=repo_id, folder_path=str(stage), revision=revision, token=token,
-                                 commit_message=f"League of {len(trainer.players)} players (autocurricula)")
+        info = _hub_call(repo_id, "upload to", lambda: api.upload_folder(
+            repo_id=repo_id, folder_path=str(stage), revision=revision, token=token,
+            commit_message=f"League of {len(trainer.players)} players (autocurricula)"))
     return str(info)

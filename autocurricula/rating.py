@@ -297,7 +297,11 @@ def alpha_rank(payoff_matrix, players: list[str] | None = None, *, alpha: float 
 
 
 COLUMNS = ["rank", "id", "role", "epoch", "frozen", "elo", "bt", "bt_low", "bt_high", "games"]
-META_COLUMN = "nash"  # weight in the league's meta-strategy; printed when the rows carry it
+DEPLOY_COLUMN = "deploy"  # weight in the Nash mixture over the players that have an adapter
+META_COLUMN = "nash"  # weight in the league's meta-strategy over every player, scripted ones included
+UNRATED = "unrated"  # the Elo cell of a player without a game: its rating is the initial one, not a measurement
+MIXTURE_NOTE = (f"{DEPLOY_COLUMN}: Nash mixture over the players with an adapter (the mixture to deploy); "
+                f"{META_COLUMN}: over every player, scripted ones included (the league's meta-strategy)")
 
 
 def nash_weights(payoff: Payoff, ids: list[str]) -> dict[str, float]:
@@ -309,9 +313,12 @@ def nash_weights(payoff: Payoff, ids: list[str]) -> dict[str, float]:
 
 
 def leaderboard_rows(players: list[dict], elo: Elo, bt: dict | None = None,
-                     games: dict[str, int] | None = None, nash: dict[str, float] | None = None) -> list[dict]:
-    """One row per player, best Elo first. ``bt`` maps id -> rating or (rating, low, high); ``nash``
-    maps id -> weight in the league's Nash mixture (``nash_weights``), a ``"nash"`` column when given."""
+                     games: dict[str, int] | None = None, nash: dict[str, float] | None = None,
+                     deploy: dict[str, float] | None = None) -> list[dict]:
+    """One row per player: players with games best Elo first, then those without (unrated). ``bt``
+    maps id -> rating or (rating, low, high). ``deploy`` and ``nash`` map id -> weight in a Nash
+    mixture (``nash_weights``): ``deploy`` over the players with an adapter (the mixture to deploy),
+    ``nash`` over every player; each is a column when given (``deploy`` is 0 for scripted players)."""
     games = elo.games if games is None else games
     rows = []
     for p in players:
@@ -320,28 +327,33 @@ def leaderboard_rows(players: list[dict], elo: Elo, bt: dict | None = None,
         b, lo, hi = (tuple(b) if isinstance(b, (tuple, list)) else (b, None, None))
         rows.append({"id": pid, "role": p.get("role"), "epoch": p.get("epoch"), "frozen": p.get("frozen"),
                      "elo": elo.rating(pid), "bt": b, "bt_low": lo, "bt_high": hi, "games": games.get(pid, 0)})
+        if deploy is not None:
+            rows[-1][DEPLOY_COLUMN] = float(deploy.get(pid, 0.0))
         if nash is not None:
             rows[-1][META_COLUMN] = float(nash.get(pid, 0.0))
-    rows.sort(key=lambda r: (-r["elo"], str(r["id"])))
+    rows.sort(key=lambda r: (not r["games"], -r["elo"], str(r["id"])))
     return [{"rank": i + 1, **r} for i, r in enumerate(rows)]
 
 
-def _cell(v, column: str = "") -> str:
+def _cell(v, column: str = "", row: dict | None = None) -> str:
+    if column == "elo" and row is not None and not row.get("games"):
+        return UNRATED
     if v is None:
         return "-"
     if isinstance(v, float):
         if not math.isfinite(v):
             return str(v)
-        return f"{v:.3f}" if column == META_COLUMN else f"{v:.1f}"  # a mixture weight needs its decimals
+        return f"{v:.3f}" if column in (META_COLUMN, DEPLOY_COLUMN) else f"{v:.1f}"  # a weight needs its decimals
     return str(v)
 
 
 def format_leaderboard(rows: list[dict], columns: list[str] | None = None) -> str:
-    """Aligned plain-text table: numbers right-aligned, text left-aligned, missing values "-". By
-    default the ``COLUMNS``, plus the league's Nash weight (``"nash"``) when the rows carry it."""
+    """Aligned plain-text table: numbers right-aligned, text left-aligned, missing values "-", the
+    Elo of a player without games "unrated". By default the ``COLUMNS``, plus the mixture weights
+    (``"deploy"``, ``"nash"``) that the rows carry, explained below the table when both are there."""
     if columns is None:
-        columns = COLUMNS + ([META_COLUMN] if any(META_COLUMN in r for r in rows) else [])
-    cells = [[_cell(r.get(c), c) for c in columns] for r in rows]
+        columns = COLUMNS + [c for c in (DEPLOY_COLUMN, META_COLUMN) if any(c in r for r in rows)]
+    cells = [[_cell(r.get(c), c, r) for c in columns] for r in rows]
     numeric = [all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) or r.get(c) is None
                    for r in rows) for c in columns]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
@@ -349,4 +361,5 @@ def format_leaderboard(rows: list[dict], columns: list[str] | None = None) -> st
     def line(vals):
         return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
 
-    return "\n".join([line(columns)] + [line(row) for row in cells])
+    note = [MIXTURE_NOTE] if DEPLOY_COLUMN in columns and META_COLUMN in columns else []
+    return "\n".join([line(columns)] + [line(row) for row in cells] + note)

@@ -11,8 +11,11 @@ see there) over :class:`HttpWorker` transports, one per server of the same base 
 - At connect, each server's base model must have the fingerprint of ``base`` (config and
   weights, :mod:`autocurricula.engine.fingerprint`); a mismatch raises
   :class:`~autocurricula.engine.fingerprint.BaseModelMismatchError` before any request.
-- Adapters travel as binary safetensors with their version. A server that knew a player's name
-  from an earlier run (its versions of a name only grow) serves it under a version offset.
+- Adapters travel as binary safetensors with their version. A server may already hold a player's
+  name at a newer version, left from an earlier run (its versions of a name only grow).
+  ``known_players="adopt"`` (the default) uploads it anyway and serves it under an offset: the
+  server counts on from its own number, and every completion reports the trainer's version.
+  ``known_players="refuse"`` raises :class:`PlayerVersionConflict`, which says how to reset it.
 - A server that cannot be reached, answers 503 or times out is down: its requests go to the
   other servers (``stats["retried"]``) and the poll brings it back once it answers.
 """
@@ -31,18 +34,26 @@ from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
 from autocurricula.fleet import AdapterLost, Fleet, WorkerDown
 
-__all__ = ["BaseModelMismatchError", "HttpWorker", "RemoteEngine"]
+__all__ = ["BaseModelMismatchError", "HttpWorker", "PlayerVersionConflict", "RemoteEngine"]
 
 log = logging.getLogger(__name__)
+KNOWN_PLAYERS = ("adopt", "refuse")
+
+
+class PlayerVersionConflict(RuntimeError):
+    """A server already holds a player of this name at a newer version (``known_players="refuse"``)."""
 
 
 class HttpWorker:
     """The :class:`~autocurricula.fleet.Worker` transport of one ``autocurricula serve`` server.
 
     ``client`` carries generation and uploads (``timeout``: a request's limit before the server
-    counts as failed); ``probe`` carries health and fingerprint with a short timeout."""
+    counts as failed); ``probe`` carries health and fingerprint with a short timeout.
+    ``known_players``: what to do when the server holds a player's name at a newer version than
+    the trainer's (``"adopt"`` or ``"refuse"``, see the module docstring)."""
 
-    def __init__(self, url: str, api_key: str | None = None, timeout: float = 600.0):
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 600.0, known_players: str = "adopt"):
+        self.known_players = _known_players(known_players)
         self.key = self.url = url
         self.label = f"server {url}"
         self.client = AsyncClient(url, api_key=api_key, timeout=timeout, max_retries=0)
@@ -78,10 +89,22 @@ class HttpWorker:
             except NotFoundError:
                 now = None
             if now != version + off:  # not a lost answer: the name was used before there
+                self._reconcile(name, now, version)
                 there = (await _down_on_failure(self.client.upload_adapter(name, payload)))["version"]
                 self.offset[name] = there - version
-                log.warning("server %s knew player %r from an earlier run (version %d there is %d here); "
-                            "serving it under a version offset", self.url, name, there, version)
+                log.warning("server %s held player %r at version %s from an earlier run: adopted its numbering "
+                            "(version %d there is %d here; completions report this trainer's versions)",
+                            self.url, name, now, there, version)
+
+    def _reconcile(self, name: str, held: int | None, version: int) -> None:
+        """With ``known_players="refuse"``, the error that says how to reset the server's player."""
+        if self.known_players == "refuse":
+            raise PlayerVersionConflict(
+                f"server {self.url} already holds player {name!r} at version {held}, ahead of this trainer's "
+                f"version {version}: a player left from an earlier run under the same name. Restart that server, "
+                f"or remove the player (`curl -X DELETE {self.url}/v1/adapters/{name}`, or "
+                f"Client({self.url!r}).unload_adapter({name!r})), or pass known_players='adopt' to continue "
+                "from the server's numbering")
 
     async def unload(self, name: str) -> None:
         try:
@@ -139,7 +162,8 @@ class RemoteEngine(Fleet):
     ``servers``: one URL or a list. ``base``: the trainer's base model, as a model folder / Hub
     id or a loaded :class:`~autocurricula.engine.Engine`; it gives the tokenizer and the
     fingerprint every server must match (or pass ``tokenizer`` and ``fingerprint``, or
-    ``check_base=False``). ``api_key``: sent to every server. ``timeout``: seconds one request may
+    ``check_base=False``). ``api_key``: sent to every server. ``known_players``: ``"adopt"`` or
+    ``"refuse"`` a player name that a server holds at a newer version (see the module docstring). ``timeout``: seconds one request may
     take before its server counts as failed, and how long a request waits for a server to come
     back when all are down. ``poll_s``: how often the servers' health is probed.
     """
@@ -149,7 +173,8 @@ class RemoteEngine(Fleet):
 
     def __init__(self, servers: str | list[str], base: Any = None, *, tokenizer: Any = None,
                  api_key: str | None = None, timeout: float = 600.0, check_base: bool = True,
-                 fingerprint: dict | None = None, poll_s: float = 1.0, connect_timeout: float = 30.0):
+                 fingerprint: dict | None = None, poll_s: float = 1.0, connect_timeout: float = 30.0,
+                 known_players: str = "adopt"):
         urls = [servers] if isinstance(servers, str) else list(servers)
         if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
             raise ValueError("servers must be a list of http(s):// URLs of `autocurricula serve` servers, "
@@ -166,7 +191,8 @@ class RemoteEngine(Fleet):
                                  "model can be checked, or check_base=False")
             fingerprint = fingerprint_engine(base) if isinstance(base, RolloutEngine) else fingerprint_folder(base)
         name = base.name if isinstance(base, RolloutEngine) else str(base) if base is not None else "base"
-        super().__init__(lambda: [HttpWorker(u, api_key, timeout) for u in urls], name=name, tokenizer=tokenizer,
+        _known_players(known_players)  # refused now, not at the first upload
+        super().__init__(lambda: [HttpWorker(u, api_key, timeout, known_players) for u in urls], name=name, tokenizer=tokenizer,
                          expected=fingerprint if check_base else None, check_base=check_base, timeout=timeout,
                          poll_s=poll_s, connect_timeout=connect_timeout)
 
@@ -181,6 +207,12 @@ class RemoteEngine(Fleet):
 
     def _unavailable(self, message: str) -> Exception:
         return UnavailableError(None, message)
+
+
+def _known_players(value: str) -> str:
+    if value not in KNOWN_PLAYERS:
+        raise ValueError(f"known_players must be one of {KNOWN_PLAYERS}, got {value!r}")
+    return value
 
 
 async def _down_on_failure(call):

@@ -8,13 +8,16 @@ from pathlib import Path
 
 from autocurricula.rating import (Elo, Payoff, bradley_terry_bootstrap, format_leaderboard, leaderboard_rows,
                                   nash_weights)
-from autocurricula.records import GameRecord
+from autocurricula.records import GameRecord, is_scripted
 
 HISTORY = "match_history.jsonl"
 
 
 class Leaderboard:
-    """Printable Elo table, best first; ``rows`` / ``to_dicts()`` for programs."""
+    """Printable Elo table, rated players best first, then the unrated ones (no games yet);
+    ``rows`` / ``to_dicts()`` for programs. A league's rows carry two mixtures: ``deploy`` (Nash
+    over the players with an adapter: what to deploy) and ``nash`` (over every player, scripted
+    ones included: the league's meta-strategy)."""
 
     def __init__(self, rows: list[dict]):
         self.rows = rows
@@ -63,12 +66,14 @@ class Standings:
                                      "versions": [p.get("version") for p in r.players]}) + "\n")
 
     def leaderboard(self, players: list[dict]) -> Leaderboard:
-        """Elo with Bradley-Terry intervals and each player's weight in the payoff's Nash mixture."""
+        """Elo with Bradley-Terry intervals and each player's weight in two Nash mixtures of the
+        payoff: over the players with an adapter (``deploy``) and over every player (``nash``)."""
         bt = None
         if self.bt_records and self.settings.bt_bootstrap:
             bt = bradley_terry_bootstrap(self.bt_records, rounds=self.settings.bt_bootstrap, seed=self.seed)
         nash = nash_weights(self.payoff, [p["id"] for p in players])  # the league's meta-strategy
-        return Leaderboard(leaderboard_rows(players, self.elo, bt, nash=nash))
+        deploy = nash_weights(self.payoff, [p["id"] for p in players if not is_scripted(p)])
+        return Leaderboard(leaderboard_rows(players, self.elo, bt, nash=nash, deploy=deploy))
 
     def match_history(self):
         """Every game played: a ``datasets.Dataset`` (a list of dicts without ``datasets``)."""

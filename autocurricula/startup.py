@@ -22,7 +22,7 @@ def load_engine(model, cfg, lora_spec) -> tuple[Engine, str]:
         return Engine(model[0], model[1], config=cfg.engine_config(lora_spec.r), name=name), name
     from autocurricula.hub import check_model_source
 
-    name = check_model_source(model)
+    name = check_model_source(model, fetch=True)  # an id that cannot be fetched fails here, named
     return Engine(name, config=cfg.engine_config(lora_spec.r)), name
 
 

@@ -20,9 +20,11 @@ MARKER = "autocurricula_warmup.json"
 
 
 def sft_warmup(base: str | Path, out: str | Path, examples: list[tuple[str, str]], *, steps: int = 300,
-               batch_size: int = 64, learning_rate: float = 1e-3, seed: int = 0, log_every: int = 0) -> Path:
+               batch_size: int = 64, learning_rate: float = 1e-3, seed: int = 0, log_every: int = 0,
+               progress: bool = False) -> Path:
     """Fine-tune every weight of ``base`` on ``examples`` (loss on completion tokens, eos appended)
-    and save to ``out``; returns ``out``. Re-running with the same arguments reuses the folder."""
+    and save to ``out``; returns ``out``. Re-running with the same arguments reuses the folder.
+    ``progress``: a tqdm bar over the steps, with their rate, the time left and the loss."""
     import mlx.core as mx
     import mlx.nn as nn
     import mlx.optimizers as optim
@@ -53,6 +55,9 @@ def sft_warmup(base: str | Path, out: str | Path, examples: list[tuple[str, str]
 
     step_fn = nn.value_and_grad(model, loss_fn)
     opt = optim.AdamW(learning_rate=learning_rate, weight_decay=0.0, bias_correction=True)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=steps, desc=f"warm-up of {Path(base).name}", unit="step", disable=not progress)
     for step in range(steps):
         batch = [rows[i] for i in rng.integers(0, len(rows), batch_size)]
         width = max(len(p) + len(c) for p, c in batch)
@@ -66,6 +71,10 @@ def sft_warmup(base: str | Path, out: str | Path, examples: list[tuple[str, str]
         mx.eval(loss, model.parameters(), opt.state)
         if log_every and step % log_every == 0:
             print(f"warm-up step {step}: loss {loss.item():.3f}")
+        if progress:
+            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+            bar.update(1)
+    bar.close()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:

@@ -1,6 +1,6 @@
 """The main job: an AlphaStar-style league learns tic-tac-toe offline on the built-in tiny model.
 
-    python examples/tictactoe_league.py            # about 15 minutes on a 2-core CPU
+    python examples/tictactoe_league.py            # about 25 minutes on 2 idle CPU cores (docs/results.md)
 
 Builds (and caches) the tiny model and its supervised warm-up on random legal moves, trains a
 league (main agent, main exploiter, league exploiter, plus scripted random and minimax players in
@@ -29,7 +29,7 @@ The final JSON line holds ``loses_to_best_response_as_x/o``, ``credit`` and the 
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import LeagueConfig, LeagueTrainer
-
+from autocurricula.callbacks import Progress
 from ttt_common import Evaluator, credit_method, finish, game, parse_args, scripted_players, start, update_settings
 
 
@@ -62,11 +62,12 @@ config = LeagueConfig(
     main_pfsp_weighting=args.pfsp_weighting,
     snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),  # <= 2 per epoch
     output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2, game_name="tictactoe",
-    credit=credit_method(args), max_concurrent_games=128, bt_bootstrap=50, progress=False,
+    credit=credit_method(args), arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 50},
+    progress=True,
 )
 trainer = LeagueTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
-trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
+trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator, Progress()],
               resume_from_checkpoint=args.resume)
 finish(trainer, evaluator, engine, figures, args.credit)

@@ -9,7 +9,7 @@ which count as past opponents). Its games per round match the league's three lea
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import SelfPlayConfig, SelfPlayTrainer
-
+from autocurricula.callbacks import Progress
 from ttt_common import Evaluator, credit_method, finish, game, parse_args, scripted_players, start, update_settings
 
 args = parse_args(__doc__, "--games-per-round", 320, "runs/tictactoe-selfplay")  # the league's 256 + 2 x 32
@@ -19,10 +19,11 @@ engine, figures = start(args)
 config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round, past_share=0.5,
                         output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2,
                         game_name="tictactoe",
-                        credit=credit_method(args), max_concurrent_games=128, bt_bootstrap=50, progress=False)
+                        credit=credit_method(args), arena={"max_concurrent_games": 128},
+                        ratings={"bt_bootstrap": 50}, progress=True)
 trainer = SelfPlayTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
-trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
+trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator, Progress()],
               resume_from_checkpoint=args.resume)
 finish(trainer, evaluator, engine, figures, args.credit)

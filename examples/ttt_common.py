@@ -22,12 +22,13 @@ def tiny_base(hidden: int = 128, layers: int = 2, heads: int = HEADS, seed: int 
                             num_heads=heads, intermediate_size=2 * hidden, seed=seed)
 
 
-def warm_base(hidden: int = 128, layers: int = 2, heads: int = HEADS, steps: int = 400, seed: int = 0) -> Path:
+def warm_base(hidden: int = 128, layers: int = 2, heads: int = HEADS, steps: int = 400, seed: int = 0,
+              progress: bool = False) -> Path:
     """``tiny_base`` after a supervised warm-up on random *legal* moves: it learns the prompt format
-    and legality, not strategy. Both steps are cached by their arguments."""
+    and legality, not strategy. Both steps are cached by their arguments (``progress``: a bar)."""
     base = tiny_base(hidden, layers, heads, seed)
     return sft_warmup(base, CACHE / f"{base.name}-ttt-warm{steps}", tictactoe.warmup_examples(20000, seed),
-                      steps=steps, batch_size=64, learning_rate=1e-3, seed=seed)
+                      steps=steps, batch_size=64, learning_rate=1e-3, seed=seed, progress=progress)
 
 
 def base_figures(engine, games: int = 2000) -> dict:
@@ -145,12 +146,23 @@ class OpeningGame:
 
 
 def start(args):
-    """The warm base in an engine, and its figures before any league training."""
+    """The warm base in an engine, and its figures before any league training; says where the run
+    goes and times the steps before the first round."""
+    import time
+
+    from autocurricula.callbacks import run_banner
     from autocurricula.engine import Engine
 
-    base = warm_base(hidden=args.hidden, layers=args.layers, heads=args.heads, steps=args.warmup_steps, seed=args.seed)
+    t0 = time.perf_counter()
+    base = warm_base(hidden=args.hidden, layers=args.layers, heads=args.heads, steps=args.warmup_steps, seed=args.seed,
+                     progress=True)
+    print(run_banner(args.output_dir, base), flush=True)
     engine = Engine(str(base), name=str(base))
+    print(f"evaluating the warm base: {args.eval_games} greedy games each against uniform random and minimax "
+          "(the same evaluation follows every epoch) ...", flush=True)
+    t1 = time.perf_counter()
     figures = base_figures(engine, args.eval_games)
+    print(f"warm-up {t1 - t0:.0f} s, evaluation {time.perf_counter() - t1:.0f} s", flush=True)
     print("warm-up base:", json.dumps(figures), flush=True)
     return engine, figures
 

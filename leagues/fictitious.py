@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autocurricula.config import AutocurriculumConfig
+from autocurricula.leagues.promote import league_config
 from autocurricula.leagues.league import WEIGHTINGS, pfsp
 from autocurricula.pool import snapshot_spec
 from autocurricula.trainer import AutocurriculumTrainer
@@ -27,6 +28,9 @@ class FictitiousPlayTrainer(AutocurriculumTrainer):
     """PFSP-only schedule; ``opponents`` adds fixed (e.g. scripted) players to the past pool."""
 
     config_class = FictitiousConfig
+
+    def __init__(self, ac_config: FictitiousConfig | None = None, opponents: list[dict] | None = None, **overrides):
+        super().__init__(league_config(ac_config, self.config_class, type(self).__name__), opponents, **overrides)
 
     def learner(self) -> dict:
         """The one player that trains."""

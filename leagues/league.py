@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from autocurricula.config import AutocurriculumConfig
+from autocurricula.leagues.promote import league_config
 from autocurricula.pool import snapshot_spec
 from autocurricula.trainer import AutocurriculumTrainer
 
@@ -134,7 +135,7 @@ class LeagueTrainer(AutocurriculumTrainer):
     config_class = LeagueConfig
 
     def __init__(self, ac_config: LeagueConfig | None = None, opponents: list[dict] | None = None, **overrides):
-        super().__init__(ac_config, opponents, **overrides)
+        super().__init__(league_config(ac_config, self.config_class, type(self).__name__), opponents, **overrides)
         self._last_snapshot: dict[str, int] = {}
 
     # who is who ----------------------------------------------------------

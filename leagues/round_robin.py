@@ -9,6 +9,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from autocurricula.config import AutocurriculumConfig
+from autocurricula.leagues.promote import league_config
 from autocurricula.trainer import AutocurriculumTrainer
 
 
@@ -33,6 +34,9 @@ class RoundRobinTrainer(AutocurriculumTrainer):
     added after epoch 0, so the leaderboard compares the same population throughout."""
 
     config_class = RoundRobinConfig
+
+    def __init__(self, ac_config: RoundRobinConfig | None = None, opponents: list[dict] | None = None, **overrides):
+        super().__init__(league_config(ac_config, self.config_class, type(self).__name__), opponents, **overrides)
 
     def entry(self) -> list[dict]:
         if self.current_epoch > 0:

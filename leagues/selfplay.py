@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autocurricula.config import AutocurriculumConfig
+from autocurricula.leagues.promote import league_config
 from autocurricula.pool import snapshot_spec
 from autocurricula.trainer import AutocurriculumTrainer
 
@@ -30,6 +31,9 @@ class SelfPlayTrainer(AutocurriculumTrainer):
     (e.g. scripted ``{"role": "minimax", "policy": fn}``) to the pool of past opponents."""
 
     config_class = SelfPlayConfig
+
+    def __init__(self, ac_config: SelfPlayConfig | None = None, opponents: list[dict] | None = None, **overrides):
+        super().__init__(league_config(ac_config, self.config_class, type(self).__name__), opponents, **overrides)
 
     def main_player(self) -> dict:
         """The learner (``role="main"``, not frozen)."""

@@ -64,6 +64,41 @@ def test_leaderboard_is_the_trainers_with_intervals(run, client):
     assert rated and all(r["bt_low"] <= r["bt"] <= r["bt_high"] for r in rated)
     assert got["ci"] == 0.95 and got["bootstrap"] == 10
     assert next(r for r in got["rows"] if r["id"] == "random-digit")["scripted"] is True
+    # the two mixtures: over the players with an adapter (to deploy) and over every player
+    for g, w in zip(got["rows"], want):
+        assert g["deploy"] == pytest.approx(w["deploy"]) and g["nash"] == pytest.approx(w["nash"])
+    assert sum(r["deploy"] for r in got["rows"]) == pytest.approx(1.0)
+    assert next(r for r in got["rows"] if r["id"] == "random-digit")["deploy"] == 0.0
+    games = [r["games"] for r in got["rows"]]
+    assert games == sorted(games, key=lambda g: g == 0, reverse=False)  # the unrated (no games) last
+
+
+def test_learning_curves_come_from_the_metrics(run, client):
+    _, out = run
+    panels = {p["title"]: p["series"] for p in client.get("/api/curves").json()["panels"]}
+    metrics = lines(out / "metrics.jsonl")
+    assert {"reward", "loss"} <= set(panels)
+    assert panels["reward"]["rollout/reward_mean"] == [[m["step"], m["rollout/reward_mean"]] for m in metrics
+                                                       if "rollout/reward_mean" in m]
+    logged = {k for m in metrics for k in m}
+    for title, series in panels.items():
+        assert series and set(series) <= logged, title
+    want = {k for k in logged if k.startswith(("eval/", "train/skipped_")) or k in ("train/loss", "train/kl")}
+    assert want <= {k for series in panels.values() for k in series}
+
+
+def test_learning_curves_take_eval_figures_and_exploitability(tmp_path):
+    rows = [{"step": 1, "epoch": 0, "eval/vs_random": 0.5, "eval/loses_to_best_response_as_x": True,
+             "eval/exploitability": 0.4, "train/entropy": 1.2, "rating/elo/a": 1000.0},
+            {"step": 2, "epoch": 0, "eval/vs_random": 0.7, "eval/loses_to_best_response_as_x": False,
+             "eval/exploitability": 0.3, "train/entropy": 1.1, "train/skipped_nonfinite": 0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    panels = {p["title"]: p["series"] for p in RunView(tmp_path).curves()["panels"]}
+    assert panels == {"evaluation": {"eval/vs_random": [[1, 0.5], [2, 0.7]],
+                                     "eval/loses_to_best_response_as_x": [[1, 1.0], [2, 0.0]]},
+                      "exploitability": {"eval/exploitability": [[1, 0.4], [2, 0.3]]},
+                      "entropy": {"train/entropy": [[1, 1.2], [2, 1.1]]},
+                      "skipped updates": {"train/skipped_nonfinite": [[2, 0.0]]}}
 
 
 def test_elo_series_come_from_the_metrics(run, client):
@@ -77,6 +112,9 @@ def test_elo_series_come_from_the_metrics(run, client):
         assert [tuple(x) for x in points] == logged
     first = t.players[0]["id"]  # in the league from the first round to the last
     assert len(series[first]) == 4 and series[first][-1][1] == pytest.approx(t.elo.rating(first))
+    elo = client.get("/api/elo").json()
+    assert elo["roles"] == {p["id"]: p["role"] for p in t.players}
+    assert set(elo["current"]) == {p["id"] for p in t.players if not p["frozen"] and "policy" not in p}
 
 
 def test_payoff_is_the_trainers_win_rates(run, client):
@@ -95,6 +133,11 @@ def test_payoff_is_the_trainers_win_rates(run, client):
             else:
                 assert v is None  # never met: no colour, not a fake 0.5
     assert met >= 4
+    # ordered by role (in order of entry), then Elo, best first
+    roles = list(dict.fromkeys(p["role"] for p in t.players))
+    assert p["roles"] == [next(q["role"] for q in t.players if q["id"] == i) for i in ids]
+    keys = [(roles.index(r), -t.elo.rating(i)) for i, r in zip(ids, p["roles"])]
+    assert keys == sorted(keys)
 
 
 def test_lineage_has_parents_snapshots_and_resets(run, client):
@@ -163,7 +206,7 @@ def test_page_is_self_contained_and_inlines_every_panel(run, client):
         assert ref not in html  # offline: no CDN, no external fonts
     blob = html.split("const DATA = ", 1)[1].split(";\nconst POLL_MS", 1)[0]
     data = json.loads(blob)
-    assert set(data) == {"summary", "leaderboard", "elo", "payoff", "lineage", "transcripts", "adapters"}
+    assert set(data) == {"summary", "leaderboard", "curves", "elo", "payoff", "lineage", "transcripts", "adapters"}
     assert [r["id"] for r in data["leaderboard"]["rows"]] == [r["id"] for r in t.leaderboard.rows]
     assert "setInterval(poll" in html and "api/summary" in html
 
@@ -297,6 +340,10 @@ def test_transcripts_per_pair_must_be_a_count():
 
 
 # ---------------------------------------------------------------------- the page in a browser
+def curve_titles(out):
+    return [p["title"] for p in RunView(out).curves()["panels"]]
+
+
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -329,7 +376,7 @@ def test_headless_chromium_renders_every_panel(run, tmp_path):
                     break
             except httpx.TransportError:
                 time.sleep(0.2)
-        dom = chromium(["--dump-dom", url + "/"], tmp_path).stdout.decode()
+        dom = chromium(["--window-size=1400,1000", "--dump-dom", url + "/"], tmp_path).stdout.decode()
         done = chromium([f"--screenshot={shot}", "--window-size=1400,1000", url + "/"], tmp_path)
     finally:
         server.terminate()
@@ -341,7 +388,29 @@ def test_headless_chromium_renders_every_panel(run, tmp_path):
         assert f">{pid}<" in shown
     assert shown.count("<polyline") >= 4 and shown.count("<rect") >= 16 and "Say a digit:" in shown
     assert 'href="/adapters/main_agent-0.zip"' in shown and "BT 95% CI" in shown
-    assert 'class="empty"' not in shown.replace('<div class="empty" style="font-style:normal">', "")
+    assert 'class="empty"' not in shown
+    # the learning curves, a chart and a legend per panel
+    curves = shown.split('id="curves"', 1)[1].split("</section>", 1)[0]
+    panels = curve_titles(out)
+    assert curves.count('<div class="curve">') == len(panels) >= 2 and curves.count("<svg") == len(panels)
+    for title in panels:
+        assert f"<h3>{title}</h3>" in curves
+    # Elo: a legend naming every series, the current players drawn thick, a filter by role
+    elo = shown.split('id="elo"', 1)[1].split("</section>", 1)[0]
+    legend = elo.split('class="legend"', 1)[1]
+    series = RunView(out).elo()
+    for pid in series["series"]:
+        assert f"</span>{pid}</span>" in legend
+    assert elo.count('stroke-width="2.4"') == len(series["current"]) >= 1
+    options = shown.split('id="elo-role"', 1)[1].split("</select>", 1)[0]
+    assert all(f'<option value="{role}">' in options for role in {series["roles"][i] for i in series["series"]})
+    # payoff: a number in every cell of two players that met
+    payoff = shown.split('id="payoff"', 1)[1].split("</section>", 1)[0]
+    met = sum(v is not None for row in RunView(out).payoff()["win_rate"] for v in row)
+    assert payoff.count('pointer-events="none">') == met
+    # the two mixtures, labelled; and no panel wider than its box at 1400 px
+    assert ">deploy</th>" in shown and ">nash (all)</th>" in shown and "the mixture to deploy" in shown
+    assert '<body data-clipped="">' in dom, dom.split("<body", 1)[1][:80]
     from PIL import Image
 
     png = shot.read_bytes()

@@ -259,3 +259,27 @@ def test_a_pure_league_by_the_deprecated_field_is_a_league_without_fixed_players
         t.listed, t.payoff, t.step = players, Payoff(), 0
     for _ in range(3):  # the same games from the same random stream
         assert [[x["id"] for x in g] for g in by_field.match()] == [[x["id"] for x in g] for g in without.match()]
+
+
+def test_a_built_in_league_promotes_the_base_config_or_refuses_a_foreign_one(caplog):
+    import logging
+
+    from autocurricula import AutocurriculumConfig
+    from autocurricula.leagues import FictitiousConfig, FictitiousPlayTrainer, RoundRobinConfig, RoundRobinTrainer
+
+    base = AutocurriculumConfig(epochs=1, rounds=3, seed=7, max_tokens=2, credit="grpo",
+                                ratings={"bt_bootstrap": 0})
+    with caplog.at_level(logging.INFO, logger="autocurricula.leagues.promote"):
+        t = SelfPlayTrainer(base, epochs=2)
+    assert type(t.config) is SelfPlayConfig and "SelfPlayConfig with its defaults for" in caplog.text
+    assert (t.config.epochs, t.config.rounds, t.config.seed, t.config.max_tokens) == (2, 3, 7, 2)
+    assert t.config.credit == base.credit and t.config.ratings == base.ratings
+    assert t.config.games_per_round == SelfPlayConfig().games_per_round  # the league's own default
+    for trainer, config_class in ((LeagueTrainer, LeagueConfig), (FictitiousPlayTrainer, FictitiousConfig),
+                                  (RoundRobinTrainer, RoundRobinConfig)):
+        assert type(trainer(base).config) is config_class
+    own = SelfPlayConfig(games_per_round=5)
+    assert SelfPlayTrainer(own).config is own  # the league's own config, as given
+    with pytest.raises(TypeError, match=r"LeagueTrainer needs a LeagueConfig .*got a SelfPlayConfig.*build a "
+                                        r"LeagueConfig\(\.\.\.\)"):
+        LeagueTrainer(own)

@@ -259,11 +259,11 @@ def test_leaderboard_rows_and_format():
                {"id": "newbie"}]
     bt = {"main": (1090.0, 1050.25, 1130.0), "old": 990.0}
     rows = leaderboard_rows(players, elo, bt, {"main": 40, "old": 12, "exploiter-1": 30})
-    assert [r["id"] for r in rows] == ["main", "exploiter-1", "newbie", "old"]
+    assert [r["id"] for r in rows] == ["main", "exploiter-1", "old", "newbie"]  # unrated (no games) below the rated
     assert [r["rank"] for r in rows] == [1, 2, 3, 4]
     assert list(rows[0]) == ["rank", "id", "role", "epoch", "frozen", "elo", "bt", "bt_low", "bt_high", "games"]
-    assert rows[0]["bt_low"] == 1050.25 and rows[3]["bt"] == 990.0 and rows[3]["bt_low"] is None
-    assert rows[2]["elo"] == 1000 and rows[2]["games"] == 0 and rows[2]["role"] is None
+    assert rows[0]["bt_low"] == 1050.25 and rows[2]["bt"] == 990.0 and rows[2]["bt_low"] is None
+    assert rows[3]["elo"] == 1000 and rows[3]["games"] == 0 and rows[3]["role"] is None
 
     text = format_leaderboard(rows)
     print(text)
@@ -272,8 +272,8 @@ def test_leaderboard_rows_and_format():
     assert lines[0].split() == ["rank", "id", "role", "epoch", "frozen", "elo", "bt", "bt_low", "bt_high", "games"]
     assert lines[1].split() == ["1", "main", "main", "3", "False", "1100.0", "1090.0", "1050.2", "1130.0", "40"]
     assert lines[2].split()[1:3] == ["exploiter-1", "main_exploiter"]
-    assert lines[3].split() == ["3", "newbie", "-", "-", "-", "1000.0", "-", "-", "-", "0"]
+    assert lines[4].split() == ["4", "newbie", "-", "-", "-", "unrated", "-", "-", "-", "0"]
     # columns are aligned: the elo column ends at the same offset in every line
     end = lines[0].index("elo") + len("elo")
-    assert all(line[:end].endswith(("elo", "1100.0", "1040.5", "1000.0", "980.0")) for line in lines)
+    assert all(line[:end].endswith(("elo", "1100.0", "1040.5", "unrated", "980.0")) for line in lines)
     assert format_leaderboard([]).split() == lines[0].split()

@@ -381,3 +381,51 @@ def test_cli_train_takes_servers_and_their_key(monkeypatch):
         cli.main(["train", "--model", "m", "--game", "tictactoe", "--server", "http://127.0.0.1:1", "--server",
                   "http://127.0.0.1:2", "--api-key", "k"])
     assert seen["servers"] == ["http://127.0.0.1:1", "http://127.0.0.1:2"] and seen["api_key"] == "k"
+
+
+class HeldServer:
+    """The adapter routes of a server that holds ``alice`` at version 12 from an earlier run."""
+
+    def __init__(self):
+        self.versions = {"alice": 12}
+
+    async def upload_adapter(self, name, payload, version=None):
+        held = self.versions.get(name, -1)
+        if version is not None and version <= held:
+            raise ConflictError(409, f"{name} is at version {held}", {})
+        self.versions[name] = held + 1 if version is None else version
+        return {"name": name, "version": self.versions[name]}
+
+    async def adapter_info(self, name):
+        if name not in self.versions:
+            raise NotFoundError(404, f"unknown player {name!r}", {})
+        return {"version": self.versions[name]}
+
+
+def test_a_server_holding_a_player_at_a_newer_version_is_adopted_or_refused_explicitly():
+    import asyncio
+
+    from autocurricula.remote import HttpWorker, PlayerVersionConflict
+
+    adopt = HttpWorker("http://127.0.0.1:9", known_players="adopt")
+    adopt.client = HeldServer()
+    asyncio.run(adopt.load("alice", b"w", 7))
+    assert adopt.client.versions["alice"] == 13 and adopt.offset == {"alice": 6}  # its numbering, counted on
+    assert asyncio.run(adopt.holding(["alice"])) == {"alice": 7}  # reported in the trainer's numbering
+    asyncio.run(adopt.load("alice", b"w", 8))
+    assert adopt.client.versions["alice"] == 14
+    body = {"choices": [{"prompt_token_ids": [1], "token_ids": [2], "text": "x", "finish_reason": "length"}],
+            "adapter_version": 14, "version_spans": [[0, 1, 14]]}
+    c = adopt._completion(body, "r", "alice")
+    assert c.adapter_version == 8 and c.version_spans == [(0, 1, 8)]
+
+    refuse = HttpWorker("http://127.0.0.1:9", known_players="refuse")
+    refuse.client = HeldServer()
+    with pytest.raises(PlayerVersionConflict, match=r"(?s)holds player 'alice' at version 12, ahead of this "
+                       r"trainer's version 7.*Restart that server.*DELETE http://127.0.0.1:9/v1/adapters/alice"
+                       r".*known_players='adopt'"):
+        asyncio.run(refuse.load("alice", b"w", 7))
+    assert refuse.client.versions == {"alice": 12} and refuse.offset == {}  # nothing uploaded
+    asyncio.run(refuse.load("bob", b"w", 0))  # a name the server never held is no conflict
+    with pytest.raises(ValueError, match="known_players must be one of"):
+        RemoteEngine(["http://127.0.0.1:9"], check_base=False, tokenizer=object(), known_players="ignore")

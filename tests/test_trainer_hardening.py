@@ -448,7 +448,7 @@ def test_push_to_hub_checks_the_login_before_training(tmp_path, hub_rejects_toke
     monkeypatch.setenv("HF_TOKEN", "hf_bad")
     t = SelfPlayTrainer(SelfPlayConfig(epochs=1, output_dir=str(tmp_path), push_to_hub=True, hub_model_id="me/league",
                                        **FAST))
-    with pytest.raises(HubAccessError, match=r"(?s)did not accept the login.*huggingface-cli login.*push_to_hub=False"):
+    with pytest.raises(HubAccessError, match=r"(?s)did not accept the login.*`hf auth login`.*push_to_hub=False"):
         t.train(str(tmp_path / "never-loaded"), digits)
     assert any("whoami" in path for path in hub_rejects_token) and t.engine is None
     assert not list(tmp_path.iterdir())  # nothing trained, nothing lost
