@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, replace
@@ -32,7 +33,7 @@ import numpy as np
 from autocurricula import checkpoint as ckpt
 from autocurricula._blas import threads_during
 from autocurricula.arena import Arena, run_async
-from autocurricula.callbacks import MetricsFile, Plots, Trackers, Transcripts, callback_list
+from autocurricula.callbacks import MetricsFile, Plots, Progress, Trackers, Transcripts, callback_list, run_banner
 from autocurricula.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
 from autocurricula.credit import make_credit
 from autocurricula.engine import RolloutEngine
@@ -145,6 +146,8 @@ class AutocurriculumTrainer:
             check_hub_access(cfg.hub_model_id, private=cfg.hub_private_repo)
         self._setup(model, lora_config, grpo_config, play, servers, api_key, callbacks)
         start, first_round = ckpt.resume(self, resume_from_checkpoint, policies)
+        if cfg.progress:  # where everything goes, before the first bar
+            print(run_banner(cfg.output_dir, self.model_name), file=sys.stderr, flush=True)
         self.stop_requested = None
         try:
             with graceful_stop(self), threads_during(cfg.threads):
@@ -363,7 +366,8 @@ class AutocurriculumTrainer:
                            lockstep=cfg.arena.lockstep)
         Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
         trackers = make_trackers(cfg.report_to, "autocurricula", cfg.run_name, self.config_dict(), cfg.output_dir)
-        self.callbacks = [*callback_list(callbacks), Plots(), Transcripts(), MetricsFile(), Trackers(trackers)]
+        shown = [Progress()] if cfg.progress else []
+        self.callbacks = [*callback_list(callbacks), *shown, Plots(), Transcripts(), MetricsFile(), Trackers(trackers)]
         explain_pipeline(cfg.max_staleness, self.grpo.num_iterations, self.rollout is self.engine,
                          self.credit.replays, self.credit.name)
 

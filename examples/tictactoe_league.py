@@ -29,7 +29,6 @@ The final JSON line holds ``loses_to_best_response_as_x/o``, ``credit`` and the 
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import LeagueConfig, LeagueTrainer
-from autocurricula.callbacks import Progress
 from ttt_common import Evaluator, credit_method, finish, game, parse_args, scripted_players, start, update_settings
 
 
@@ -68,6 +67,6 @@ config = LeagueConfig(
 trainer = LeagueTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
-trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator, Progress()],
+trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
               resume_from_checkpoint=args.resume)
 finish(trainer, evaluator, engine, figures, args.credit)

@@ -9,7 +9,6 @@ which count as past opponents). Its games per round match the league's three lea
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import SelfPlayConfig, SelfPlayTrainer
-from autocurricula.callbacks import Progress
 from ttt_common import Evaluator, credit_method, finish, game, parse_args, scripted_players, start, update_settings
 
 args = parse_args(__doc__, "--games-per-round", 320, "runs/tictactoe-selfplay")  # the league's 256 + 2 x 32
@@ -24,6 +23,6 @@ config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=
 trainer = SelfPlayTrainer(config, opponents=scripted_players())
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
-trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator, Progress()],
+trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
               resume_from_checkpoint=args.resume)
 finish(trainer, evaluator, engine, figures, args.credit)

@@ -150,13 +150,12 @@ def start(args):
     goes and times the steps before the first round."""
     import time
 
-    from autocurricula.callbacks import run_banner
     from autocurricula.engine import Engine
 
     t0 = time.perf_counter()
     base = warm_base(hidden=args.hidden, layers=args.layers, heads=args.heads, steps=args.warmup_steps, seed=args.seed,
                      progress=True)
-    print(run_banner(args.output_dir, base), flush=True)
+    print(f"base model: {base} (the warmed tiny model, cached); the run goes to {args.output_dir}", flush=True)
     engine = Engine(str(base), name=str(base))
     print(f"evaluating the warm base: {args.eval_games} greedy games each against uniform random and minimax "
           "(the same evaluation follows every epoch) ...", flush=True)
