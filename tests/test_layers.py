@@ -25,7 +25,7 @@ LAYERS = [
               "autocurricula.eval"]),
     ("leagues", ["autocurricula.leagues"]),
     ("top", ["autocurricula.cli", "autocurricula.check_model", "autocurricula.dashboard", "autocurricula.dashboard_page",
-             "autocurricula.server", "autocurricula.bench"]),
+             "autocurricula.server", "autocurricula.http_limits", "autocurricula.bench"]),
 ]
 
 
