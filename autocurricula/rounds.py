@@ -134,10 +134,35 @@ def silent_learners(turns: list[Turn], frozen: set[str]) -> list[str]:
     return sorted(made - moved)
 
 
+class SilenceWatch:
+    """Names, once a run, the learners that went ``rounds`` rounds in a row without any non-zero
+    advantage: every reward they saw was the same, so nothing trains."""
+
+    def __init__(self, rounds: int = 3):
+        self.rounds, self.count, self.warned = rounds, 0, False
+
+    def see(self, silent: list[str]) -> None:
+        self.count = self.count + 1 if silent else 0
+        if self.count >= self.rounds and not self.warned:
+            self.warned = True
+            log.warning("%s got no non-zero advantage for %d rounds in a row: every reward they saw was the same "
+                        "(e.g. all games drawn, a judge whose replies never parse, equal rewards in every GRPO "
+                        "group), so nothing trains. Check the rewards in match_history.jsonl", ", ".join(silent),
+                        self.rounds)
+
+
 def unreachable(health: dict) -> str:
     """The workers a fleet's health lists as down, with their last errors."""
     rows = [r for v in health.values() if isinstance(v, list) for r in v if isinstance(r, dict) and not r.get("up")]
     return "; ".join(f"{next(iter(r.values()))}: {r.get('error') or 'down'}" for r in rows) or "none is up"
+
+
+def fresh_turns(turns: list[Turn], versions: dict[str, int], max_staleness: int) -> tuple[list[Turn], dict]:
+    """:func:`drop_stale` with its figures as metrics (nothing dropped nor measured when 0)."""
+    if not max_staleness:
+        return turns, {}
+    kept, dropped, worst = drop_stale(turns, versions, max_staleness)
+    return kept, {"rollout/stale_dropped": dropped, "rollout/staleness_max": worst}
 
 
 def drop_stale(turns: list[Turn], versions: dict[str, int], max_staleness: int) -> tuple[list[Turn], int, int]:

@@ -41,8 +41,8 @@ from autocurricula.game import Game, Stateful, as_play, game_name
 from autocurricula.pool import Pool
 from autocurricula.records import GameRecord, Turn, is_scripted
 from autocurricula.replay import Replayer
-from autocurricula.rounds import (ErrorGate, GameError, Played, check_advantages, drop_stale, match_games,
-                                  rewarded_turns, rollout_metrics, silent_learners, update_metrics)
+from autocurricula.rounds import (ErrorGate, GameError, Played, SilenceWatch, check_advantages, drop_stale, fresh_turns,
+                                  match_games, rewarded_turns, rollout_metrics, silent_learners, update_metrics)
 from autocurricula.signals import graceful_stop
 from autocurricula.standings import Leaderboard, Standings
 from autocurricula.startup import explain_pipeline, explain_schedule, load_engine, open_rollout
@@ -71,7 +71,6 @@ class AutocurriculumTrainer:
         self.engine = self.rollout = self.pool = self.elo = self.payoff = None
         self.stop_requested: str | None = None  # why the run stops after this round (a signal's name)
         self.metrics_log: list[dict] = []
-        self.silent_rounds: int | None = 0  # rounds in a row where some learner got no signal (None: warned)
         self.rng = np.random.default_rng(self.config.seed)  # schedules, seats and adapter init
 
     # ------------------------------------------------------------------ the user's API
@@ -283,15 +282,7 @@ class AutocurriculumTrainer:
         turns = turns + self.credit.extra_turns([t for t in turns if t.player not in frozen])
         check_advantages(turns, self.credit.name)
         silent = silent_learners(turns, frozen)
-        if silent and self.silent_rounds is not None:
-            self.silent_rounds += 1
-            if self.silent_rounds == 3:  # once a run, after three rounds in a row
-                log.warning("%s got no non-zero advantage for 3 rounds in a row: every reward they saw was the same "
-                            "(e.g. all games drawn, a judge whose replies never parse, equal rewards in every GRPO "
-                            "group), so nothing trains. Check the rewards in match_history.jsonl", ", ".join(silent))
-                self.silent_rounds = None
-        elif self.silent_rounds is not None:
-            self.silent_rounds = 0
+        self.silence.see(silent)
         return turns, {**self.credit.metrics(), "credit/silent_learners": len(silent)}
 
     def _update(self, turns: list[Turn]) -> dict:
@@ -299,14 +290,11 @@ class AutocurriculumTrainer:
         ``max_staleness`` k >= 1, turns more than k versions behind their player are dropped first."""
         if not turns:
             return {}
-        stale = {}
-        if self.config.max_staleness:
-            versions = {p["id"]: self.engine.adapter_info(p["id"])["version"] for p in self.players
-                        if not p["frozen"] and not is_scripted(p)}
-            turns, dropped, worst = drop_stale(turns, versions, self.config.max_staleness)
-            stale = {"rollout/stale_dropped": dropped, "rollout/staleness_max": worst}
-            if not turns:
-                return stale
+        versions = {p["id"]: self.engine.adapter_info(p["id"])["version"] for p in self.players
+                    if not p["frozen"] and not is_scripted(p)} if self.config.max_staleness else {}
+        turns, stale = fresh_turns(turns, versions, self.config.max_staleness)
+        if not turns:
+            return stale
         cfg = self.config  # the schedule runs over epochs x rounds; a resumed run continues it
         lr, lr_metric = round_rates(self.grpo, {t.player: self.learning_rate_of(t.player) for t in turns},
                                     self.current_epoch * cfg.rounds + self.current_round, cfg.epochs * cfg.rounds)
@@ -361,7 +349,7 @@ class AutocurriculumTrainer:
         self.updater = self.rollout.make_updater(self.engine, self.grpo) or Updater(self.engine, self.grpo)
         self.standings = Standings(cfg.ratings, cfg.output_dir, cfg.seed)
         self.elo, self.payoff = self.standings.elo, self.standings.payoff  # what the league rules read
-        self.errors = ErrorGate(cfg.arena.max_game_error_rate, self.game_name)
+        self.errors, self.silence = ErrorGate(cfg.arena.max_game_error_rate, self.game_name), SilenceWatch()
         self.arena = Arena(self.rollout, seed=cfg.seed, temperature=self.grpo.temperature, max_tokens=cfg.max_tokens,
                            lockstep=cfg.arena.lockstep)
         Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
