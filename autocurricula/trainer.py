@@ -19,12 +19,11 @@ are plain dicts; :func:`autocurricula.pool.snapshot_spec` makes the spec of a fr
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -37,7 +36,7 @@ from autocurricula.callbacks import MetricsFile, Plots, Progress, Trackers, Tran
 from autocurricula.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
 from autocurricula.credit import make_credit
 from autocurricula.engine import RolloutEngine
-from autocurricula.game import Game, Stateful, as_play, game_name
+from autocurricula.game import Game, as_play, game_name
 from autocurricula.pool import Pool
 from autocurricula.records import GameRecord, Turn, is_scripted
 from autocurricula.replay import Replayer
@@ -45,6 +44,7 @@ from autocurricula.rounds import (ErrorGate, GameError, Played, SilenceWatch, ch
                                   match_games, rewarded_turns, rollout_metrics, silent_learners, update_metrics)
 from autocurricula.signals import graceful_stop
 from autocurricula.standings import Leaderboard, Standings
+from autocurricula.state import RunState
 from autocurricula.startup import explain_pipeline, explain_schedule, load_engine, open_rollout
 from autocurricula.tracking import make_trackers
 from autocurricula.training import Updater
@@ -55,7 +55,7 @@ __all__ = ["AutocurriculumTrainer", "GameError", "Leaderboard", "drop_stale", "r
 log = logging.getLogger(__name__)
 
 
-class AutocurriculumTrainer:
+class AutocurriculumTrainer(RunState):
     """Base trainer: override :meth:`entry` and :meth:`match` (see module docstring)."""
 
     config_class = AutocurriculumConfig
@@ -359,67 +359,7 @@ class AutocurriculumTrainer:
         explain_pipeline(cfg.max_staleness, self.grpo.num_iterations, self.rollout is self.engine,
                          self.credit.replays, self.credit.name)
 
-    def config_dict(self) -> dict:
-        out = {"trainer": type(self).__name__, "model": self.model_name, "config": asdict(self.config),
-               "credit": self.credit.name, "grpo": asdict(self.grpo), "lora": asdict(self.lora_spec)}
-        return json.loads(json.dumps(out, default=str))
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.current_epoch, "round": self.current_round, "step": self.step,
-                "updater_steps": self.updater.steps, **self.standings.state_dict(), **self.credit.state_dict(),
-                "extra": self.extra_state(), "game": self._game.state_dict() if isinstance(self._game, Stateful) else None}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.current_epoch, self.current_round, self.step = state["epoch"], state["round"], state["step"]
-        self.updater.steps = state["updater_steps"]
-        self.standings.load_state_dict(state)
-        self.credit.load_state_dict(state)
-        self.load_extra_state(state.get("extra") or {})
-        if state.get("game") is not None and isinstance(self._game, Stateful):
-            self._game.load_state_dict(state["game"])
-
-    def extra_state(self) -> dict:
-        """Subclass state to checkpoint (JSON-able)."""
-        return {}
-
-    def load_extra_state(self, state: dict) -> None:
-        pass
-
-    @property
-    def history_path(self) -> Path:
-        return self.standings.history_path
-
-    @property
-    def values(self):
-        """Deprecated: the tabular critic is ``trainer.credit.values`` (credit "value" or "q")."""
-        import warnings
-
-        warnings.warn("trainer.values has moved: use trainer.credit.values", DeprecationWarning, stacklevel=2)
-        return self.credit.values
-
     def request_stop(self, reason: str = "stop requested") -> None:
         """Finish the running round, save a checkpoint and return from ``train`` (what SIGINT and
         SIGTERM do)."""
         self.stop_requested = reason
-
-    # ------------------------------------------------------------------ league rules and publishing
-    def reset_player(self, player: dict) -> None:
-        """Back to the base model; its optimizer state is dropped."""
-        self.pool.reset(player)
-        self.updater.optim.pop(player["id"], None)
-
-    def export(self, player_id: str, folder: str | Path, format: str = "peft") -> Path:
-        """Write a trained player's adapter: ``"peft"`` (``PeftModel.from_pretrained``) or ``"mlx"``
-        (``mlx_lm.load(base, adapter_path=folder)``). Returns the folder."""
-        from autocurricula.export import export_player
-
-        return export_player(self, player_id, folder, format)
-
-    def push_to_hub(self, repo_id: str, *, private: bool = False, token: str | None = None,
-                    revision: str | None = None, endpoint: str | None = None) -> str:
-        """Every player as a peft adapter (a folder each, with its card) plus the league card,
-        match history and plots, in one commit."""
-        from autocurricula.hub import push_league
-
-        return push_league(self, repo_id, private=private, token=token, revision=revision, endpoint=endpoint)
-

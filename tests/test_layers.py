@@ -21,6 +21,7 @@ LAYERS = [
     ("loop", ["autocurricula.trainer", "autocurricula.loop", "autocurricula.config", "autocurricula.pool",
               "autocurricula.checkpoint", "autocurricula.rating", "autocurricula.callbacks",
               "autocurricula.standings", "autocurricula.rounds", "autocurricula.startup", "autocurricula.signals",
+              "autocurricula.state",
               "autocurricula.tracking", "autocurricula.plots", "autocurricula.transcripts", "autocurricula.hub",
               "autocurricula.eval"]),
     ("leagues", ["autocurricula.leagues"]),
