@@ -1,7 +1,7 @@
 """Repeat issue 32's attacks on the server (items 3, 4, 7 and 8) and print status, time and the
 server's memory peak for each: run once against a tree without the limits and once with them.
 
-    .venv/bin/python research/server_attacks.py --tree /work/main --model /tmp/autocurricula-readme/tiny-llama
+    .venv/bin/python research/server_attacks.py --tree ../other-checkout --model /tmp/tiny-llama
     .venv/bin/python research/server_attacks.py --tree . --model ... -- --header-timeout 5 --body-timeout 5
 
 Arguments after ``--`` go to ``autocurricula serve``. The server binds 127.0.0.1 only. Sizes are
