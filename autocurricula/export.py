@@ -5,7 +5,8 @@ Mapping (mlx-lm orientation on our side): peft ``lora_A.weight = lora_a.T`` ``(r
 ``lora_alpha = scale * r`` (mlx-lm's scale is a plain multiplier) or ``scale * sqrt(r)`` with rsLoRA.
 Where mlx-lm names a family's blocks differently from transformers (GPT-2: ``model.h.N`` for
 ``transformer.h.N``; GPT-NeoX: ``model.h.N`` for ``gpt_neox.layers.N``), the peft keys carry
-transformers' names and ``import_peft`` maps them back (:data:`HF_BLOCKS`).
+transformers' names, and ``import_peft`` and the engine's ``load_folder`` map them back
+(:mod:`autocurricula.engine.module_names`).
 The peft checkpoint loads with ``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), dir)``
 and gives the same logits as the engine (tested to 1e-4 in float32).
 """
@@ -22,54 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
-from autocurricula.engine.adapters import PEFT_PREFIX, AdapterError, AdapterWeights, load_folder, write_mlx_folder
+from autocurricula._deprecation import moved
+from autocurricula.engine import module_names
+from autocurricula.engine.adapters import (PEFT_PREFIX, AdapterError, AdapterWeights, load_folder, renamed,
+                                           write_mlx_folder)
 
 # a module inside transformer block N: "layers.N" in most families, "h.N" in GPT-2 / GPT-NeoX (mlx-lm)
 _LAYER = re.compile(r"^(?:.*\.)?(?:layers|h)\.(\d+)\.(.+)$")
 
-# model_type -> (mlx-lm's block prefix, transformers' block prefix), for the families they name differently
-HF_BLOCKS = {"gpt2": ("model.h.", "transformer.h."), "gpt_neox": ("model.h.", "gpt_neox.layers.")}
-
-
-def hf_module_path(path: str, model_type: str | None) -> str:
-    """transformers' name of the MLX module ``path`` in a ``model_type`` model (the peft key's path)."""
-    mlx, hf = HF_BLOCKS.get(model_type, ("", ""))
-    return hf + path[len(mlx):] if mlx and path.startswith(mlx) else path
-
-
-def mlx_module_path(path: str, model_type: str | None) -> str:
-    """The MLX module path of transformers' module name ``path`` in a ``model_type`` model."""
-    mlx, hf = HF_BLOCKS.get(model_type, ("", ""))
-    return mlx + path[len(hf):] if hf and path.startswith(hf) else path
-
-
-def _renamed(weights: AdapterWeights, rename) -> AdapterWeights:
-    return AdapterWeights({rename(p): ab for p, ab in weights.modules.items()}, weights.scale)
-
-
-def base_config(base: str | Path) -> dict | None:
-    """The base model's ``config.json``: from a local folder, else from the Hugging Face cache
-    (no download); None when neither has it."""
-    config = Path(base) / "config.json"
-    if not config.is_file():
-        try:
-            from huggingface_hub import try_to_load_from_cache
-        except ImportError:
-            return None
-        try:
-            cached = try_to_load_from_cache(str(base), "config.json")
-        except ValueError:  # not a repo id
-            return None
-        if not isinstance(cached, str):
-            return None
-        config = Path(cached)
-    cfg = json.loads(config.read_text())
-    return cfg if isinstance(cfg, dict) else None
-
-
-def _model_type(base: str | Path | None) -> str | None:
-    cfg = base_config(base) if base is not None else None
-    return cfg.get("model_type") if cfg else None
+__getattr__ = moved(__name__, {name: f"autocurricula.engine.module_names:{name}"
+                               for name in ("HF_BLOCKS", "hf_module_path", "mlx_module_path", "base_config")})
 
 
 def _atomic_folder(dest: Path):
@@ -154,8 +117,8 @@ def export_peft(weights: AdapterWeights, folder: str | Path, base_model_name_or_
     folder = Path(folder)
     if num_model_layers is None and (Path(base_model_name_or_path) / "config.json").is_file():
         num_model_layers = model_num_layers(base_model_name_or_path)
-    model_type = model_type or _model_type(base_model_name_or_path)
-    weights = _renamed(weights, lambda p: hf_module_path(p, model_type))
+    model_type = model_type or module_names.base_model_type(base_model_name_or_path)
+    weights = renamed(weights, lambda p: module_names.hf_module_path(p, model_type))
     cfg = peft_config(weights, base_model_name_or_path, use_rslora, num_model_layers)
     tmp = _atomic_folder(folder)
     try:
@@ -235,14 +198,7 @@ def import_peft(source: str | Path, *, revision: str | None = None, token: str |
 
         path = Path(snapshot_download(str(source), revision=revision, token=token,
                                       allow_patterns=["adapter_config.json", "*.safetensors"]))
-    weights = load_folder(path)
-    if model_type is None:
-        adapter_cfg = json.loads((path / "adapter_config.json").read_text())
-        base = adapter_cfg.get("base_model_name_or_path") if isinstance(adapter_cfg, dict) else None
-        model_type = _model_type(base) if isinstance(base, str) and base else None
-    if model_type not in HF_BLOCKS:
-        return weights
-    return _renamed(weights, lambda p: mlx_module_path(p, model_type))
+    return load_folder(path, model_type=model_type)
 
 
 def export_player(trainer, player_id: str, folder, format: str = "peft") -> Path:

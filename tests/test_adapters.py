@@ -29,6 +29,29 @@ def test_peft_and_mlx_folders_load_to_the_same_weights(tmp_path):
     assert rs.scale == pytest.approx(8 / 2)  # rsLoRA: alpha / sqrt(r)
 
 
+@pytest.mark.parametrize("family,hf_block", [("gpt2", "transformer.h."), ("gpt_neox", "gpt_neox.layers.")])
+def test_a_peft_folder_with_transformers_block_names_loads_with_mlx_names(tmp_path, family, hf_block):
+    """GPT-2 / GPT-NeoX peft keys carry transformers' block names; the family comes from the
+    adapter's base model's config.json, or from ``model_type=``."""
+    mlx_dims = {f"model.h.{i}.attn.c_attn": (64, 192) for i in range(2)}
+    w = AdapterWeights.random(mlx_dims, LoraSpec(r=4, lora_alpha=8), seed=0)
+    hf = AdapterWeights({p.replace("model.h.", hf_block): ab for p, ab in w.modules.items()}, w.scale)
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text(json.dumps({"model_type": family}))
+    for got in (load_folder(write_peft(tmp_path / "by-base", hf, alpha=8, r=4, base_model_name_or_path=str(base))),
+                load_folder(write_peft(tmp_path / "by-arg", hf, alpha=8, r=4), model_type=family)):
+        assert sorted(got.modules) == sorted(w.modules)
+        for p, (a, b) in w.modules.items():
+            np.testing.assert_array_equal(got.modules[p][0], a)
+            np.testing.assert_array_equal(got.modules[p][1], b)
+    # no family known: the names stay (other families, e.g. GPT-BigCode, use "transformer.h." in MLX too)
+    assert sorted(load_folder(tmp_path / "by-arg").modules) == sorted(hf.modules)
+    (base / "config.json").write_text("{not json")
+    with pytest.raises(AdapterError, match="model_type="):
+        load_folder(tmp_path / "by-base")
+
+
 @pytest.mark.parametrize("extra, message", [({"use_dora": True}, "DoRA"),
                                             ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
                                             ({"peft_type": "IA3"}, "IA3"),

@@ -154,11 +154,13 @@ def test_trainer_export_writes_what_peft_and_mlx_lm_load(tiny_model_path, hf_bas
 
 @pytest.mark.parametrize("family,hf_block", [("gpt2", "transformer.h."), ("gpt_neox", "gpt_neox.layers.")])
 def test_gpt2_and_neox_export_under_transformers_names_and_import_back(tmp_path_factory, tmp_path, family, hf_block):
-    """mlx-lm names these blocks ``model.h.N``; the peft keys carry transformers' names, ``import_peft``
-    maps them back, and mlx-lm's adapter folder counts the ``h.N`` blocks."""
+    """mlx-lm names these blocks ``model.h.N``; the peft keys carry transformers' names, PeftModel
+    gives the engine's logits, ``import_peft`` and ``engine.load_adapter(name, folder)`` map the
+    names back, and mlx-lm's adapter folder counts the ``h.N`` blocks."""
     from safetensors.numpy import load_file
 
-    from autocurricula.export import hf_module_path, mlx_module_path, model_num_layers
+    from autocurricula.engine.module_names import hf_module_path, mlx_module_path
+    from autocurricula.export import model_num_layers
     from autocurricula.tiny import build_family_model
 
     base = build_family_model(tmp_path_factory.mktemp("families") / family, family)
@@ -181,13 +183,25 @@ def test_gpt2_and_neox_export_under_transformers_names_and_import_back(tmp_path_
             assert mlx_module_path(hf_module_path(p, family), family) == p
         mlx = export_mlx(w, tmp_path / "mlx", base_model=base)
         assert json.loads((mlx / "adapter_config.json").read_text())["num_layers"] == 2
-        if family == "gpt2":  # GPT-NeoX: mlx-lm's base logits differ (see tests/test_families.py)
-            model = peft.PeftModel.from_pretrained(
-                transformers.AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32).eval(), str(folder))
-            eng.load_adapter("p", w)
-            ids = [i % 512 for i in IDS]  # the family models' vocabulary is 512
-            with torch.no_grad():
-                theirs = model(torch.tensor([ids])).logits[0].float().numpy()
-            assert np.abs(theirs - eng.logits(ids, "p")).max() < 1e-4
+        eng.load_adapter("p", w)
+        eng.load_adapter("from-folder", folder)
+        ids = [i % 512 for i in IDS]  # the family models' vocabulary is 512
+        ours = eng.logits(ids, "p")
+        assert np.abs(ours - eng.logits(ids)).max() > 1e-3  # the adapter moves the logits
+        assert np.array_equal(eng.logits(ids, "from-folder"), ours)
+        model = peft.PeftModel.from_pretrained(
+            transformers.AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32).eval(), str(folder))
+        with torch.no_grad():
+            theirs = model(torch.tensor([ids])).logits[0].float().numpy()
+        assert np.abs(theirs - ours).max() < 1e-4
     finally:
         eng.close()
+
+
+def test_the_block_name_mapping_answers_from_export_with_a_warning():
+    from autocurricula.engine import module_names
+    from autocurricula import export
+
+    for name in ("HF_BLOCKS", "hf_module_path", "mlx_module_path", "base_config"):
+        with pytest.warns(DeprecationWarning, match=f"autocurricula.engine.module_names.{name}"):
+            assert getattr(export, name) is getattr(module_names, name)

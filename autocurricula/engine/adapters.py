@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from autocurricula.engine.module_names import base_model_type, has_hf_block_names, mlx_module_path
+
 PEFT_PREFIX = "base_model.model."
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,127}")  # used with fullmatch: no trailing newline
 
@@ -265,11 +267,22 @@ def _inside(path: Path, root: str | None) -> Path:
     return real
 
 
-def load_folder(path: str | Path, root: str | None = None, max_rank: int | None = None) -> AdapterWeights:
-    """Load a peft (``adapter_model.safetensors``) or mlx-lm (``adapters.safetensors``) folder.
+def renamed(weights: AdapterWeights, rename) -> AdapterWeights:
+    """``weights`` with each module path ``p`` as ``rename(p)``."""
+    return AdapterWeights({rename(p): ab for p, ab in weights.modules.items()}, weights.scale)
+
+
+def load_folder(path: str | Path, root: str | None = None, max_rank: int | None = None, *,
+                model_type: str | None = None) -> AdapterWeights:
+    """Load a peft (``adapter_model.safetensors``) or mlx-lm (``adapters.safetensors``) folder,
+    with MLX module paths.
 
     ``root``: every file read must resolve (symlinks followed) inside this folder.
-    ``max_rank``: refuse wider adapters before their tensors are copied."""
+    ``max_rank``: refuse wider adapters before their tensors are copied.
+    ``model_type``: the base model's family (e.g. ``"gpt2"``), which maps transformers' block
+    names in a peft folder to mlx-lm's (:mod:`autocurricula.engine.module_names`); when not given
+    it is read from the config of the adapter's ``base_model_name_or_path`` (a local folder or the
+    Hugging Face cache)."""
     path = Path(path)
     cfg_file = path / "adapter_config.json"
     if not cfg_file.is_file():
@@ -293,7 +306,23 @@ def load_folder(path: str | Path, root: str | None = None, max_rank: int | None 
                            "(peft: save_pretrained(..., safe_serialization=True))")
     else:
         raise AdapterError(f"{path} has no adapter_model.safetensors (peft) or adapters.safetensors (mlx-lm)")
-    return from_tensors(tensors, config=config, max_rank=max_rank)
+    weights = from_tensors(tensors, config=config, max_rank=max_rank)
+    if not has_hf_block_names(weights.modules):
+        return weights
+    if model_type is None:
+        model_type = _base_model_type(config, cfg_file)
+    return renamed(weights, lambda p: mlx_module_path(p, model_type))
+
+
+def _base_model_type(config: dict, cfg_file: Path) -> str | None:
+    base = config.get("base_model_name_or_path")
+    if not isinstance(base, str) or not base:
+        return None
+    try:
+        return base_model_type(base)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AdapterError(f"{cfg_file}: the config.json of its base model {base!r} cannot be read "
+                           f"({type(exc).__name__}); pass model_type= (e.g. 'gpt2')") from None
 
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bf16", "F64": np.float64,

@@ -1,7 +1,8 @@
 """Which model families the engine serves, and the MLX definitions it adds to mlx-lm's.
 
-``load`` is ``mlx_lm.load`` after two steps: the families defined here (OPT) are registered
-under ``mlx_lm.models``, so mlx-lm's own loader, converter and adapter loading find them; and a
+``load`` is ``mlx_lm.load`` after two steps: the families defined here (OPT, which mlx-lm lacks,
+and GPT-NeoX, whose mlx-lm MLP departs from transformers') are registered under ``mlx_lm.models``,
+so mlx-lm's own loader, converter and adapter loading use them; and a
 family whose layers the batched engine cannot cache yet is refused by name, with the reason,
 before any weight is read.
 """
@@ -14,6 +15,8 @@ from pathlib import Path
 
 # model_type -> the MLX definition this package adds (mlx-lm has none)
 ADDED = {"opt": "autocurricula.engine.models.opt"}
+# model_type -> the MLX definition used instead of mlx-lm's, whose logits depart from transformers'
+REPLACED = {"gpt_neox": "autocurricula.engine.models.gpt_neox"}
 
 # model_type -> why the batched engine refuses it (it batches plain KV caches only)
 _SLIDING = ("sliding-window attention layers, whose rotating KV cache the batched engine does not batch, "
@@ -47,11 +50,10 @@ class UnsupportedModelError(ValueError):
 
 
 def register() -> None:
-    """Make the families in :data:`ADDED` importable as ``mlx_lm.models.<model_type>``, so that
-    ``mlx_lm.load``, ``mlx_lm.convert`` and ``mlx_lm.load(adapter_path=...)`` load them too.
-    A family mlx-lm ships itself is left to mlx-lm."""
-    import mlx_lm.models
-
+    """Make the families in :data:`ADDED` and :data:`REPLACED` importable as
+    ``mlx_lm.models.<model_type>``, so that ``mlx_lm.load``, ``mlx_lm.convert`` and
+    ``mlx_lm.load(adapter_path=...)`` load them with these definitions. A family in :data:`ADDED`
+    that mlx-lm ships itself is left to mlx-lm."""
     for model_type, module in ADDED.items():
         name = f"mlx_lm.models.{model_type}"
         if name in sys.modules:
@@ -59,8 +61,18 @@ def register() -> None:
         try:
             importlib.import_module(name)
         except ImportError:
-            sys.modules[name] = importlib.import_module(module)
-            setattr(mlx_lm.models, model_type, sys.modules[name])
+            _install(model_type, importlib.import_module(module))
+    for model_type, module in REPLACED.items():
+        ours = importlib.import_module(module)  # builds on mlx-lm's module, so it is imported first
+        if sys.modules.get(f"mlx_lm.models.{model_type}") is not ours:
+            _install(model_type, ours)
+
+
+def _install(model_type: str, module) -> None:
+    import mlx_lm.models
+
+    sys.modules[f"mlx_lm.models.{model_type}"] = module
+    setattr(mlx_lm.models, model_type, module)
 
 
 def refusal(config: dict) -> str | None:

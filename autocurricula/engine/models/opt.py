@@ -15,6 +15,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import BaseModelArgs, create_attention_mask, scaled_dot_product_attention
 
+from autocurricula.engine.models.activations import activation
+
 _POSITION_OFFSET = 2  # OPT's learned positions start at row 2 of the table
 
 
@@ -38,12 +40,7 @@ class ModelArgs(BaseModelArgs):
     def __post_init__(self):
         if self.word_embed_proj_dim is None:
             self.word_embed_proj_dim = self.hidden_size
-        if self.activation_function not in _ACTIVATIONS:
-            raise ValueError(f"OPT activation_function {self.activation_function!r} is not supported; "
-                             f"known: {sorted(_ACTIVATIONS)}")
-
-
-_ACTIVATIONS = {"relu": nn.relu, "gelu": nn.gelu, "gelu_new": nn.gelu_approx, "silu": nn.silu}
+        activation(self.activation_function, "OPT")
 
 
 def _layer_norm(args: ModelArgs) -> nn.LayerNorm:
@@ -75,7 +72,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.pre_norm = args.do_layer_norm_before
-        self.act = _ACTIVATIONS[args.activation_function]
+        self.act = activation(args.activation_function, "OPT")
         self.self_attn = Attention(args)
         self.self_attn_layer_norm = _layer_norm(args)
         self.fc1 = nn.Linear(args.hidden_size, args.ffn_dim, bias=args.enable_bias)
