@@ -66,7 +66,7 @@ def greedy_reward(model, tokenizer, rows: list[dict]) -> float:
     """Mean reward of the greedy reply over ``rows``."""
     import torch
 
-    enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True)
+    enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True).to(model.device)
     model.eval()
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=2, do_sample=False, pad_token_id=tokenizer.pad_token_id)
