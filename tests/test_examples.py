@@ -221,3 +221,28 @@ def test_publish_example_pushes_every_player(tmp_path, hub, monkeypatch):
     module.main("me/league", output_dir=str(tmp_path), token="hf_test", endpoint="https://hub.test")
     paths = {op["value"]["path"] for op in commits[-1] if op.get("key") == "file"}
     assert {"README.md", "main-0/adapter_model.safetensors", "main-0/adapter_config.json", "main-0/README.md"} <= paths
+
+
+@pytest.mark.slow
+def test_continue_with_trl_example(tmp_path):
+    """The exported player continued by trl's GRPOTrainer under `accelerate launch`: both rewards
+    are printed and the saved adapter loads in peft and back into the engine."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from autocurricula.export import import_peft
+
+    run = tmp_path / "run"
+    out = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1",
+                          "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                          str(ROOT / "examples" / "continue_with_trl.py"), "--steps", "4", "--rounds", "1",
+                          "--output-dir", str(run)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rewards = re.search(r"before ([+-]\d\.\d{3})\s+after ([+-]\d\.\d{3})", out.stdout)
+    assert rewards and all(-1 <= float(r) <= 1 for r in rewards.groups())
+    continued = run / "continued-player"
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(run / "tiny-llama-warm", dtype=torch.float32),
+                                      str(continued))
+    assert any("lora_A" in name for name, _ in model.named_parameters())
+    assert import_peft(continued).modules  # and autocurricula takes it back as a player
