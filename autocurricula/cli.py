@@ -304,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch", type=int, default=64)
     b.add_argument("--new-tokens", type=int, default=48)
     b.add_argument("--quick", action="store_true", help="fewer repeats (CI smoke run)")
+    b.add_argument("--repeats", type=int, default=None, help="league: runs of every setting, interleaved "
+                   "(default 3, 1 with --quick); figures are medians with their spread")
     b.add_argument("--shape", default="bench", choices=["bench", "qwen0.5b"],
                    help="peers: the bench model (llama, hidden 256, 4 layers) or a random Qwen2.5-0.5B-shaped one")
     b.add_argument("--torch-device", default="auto", choices=["auto", "cpu", "cuda", "mps"],

@@ -59,25 +59,30 @@ def test_a_real_run_of_the_in_process_settings_prints_its_figures(tmp_path, monk
     base = build_tiny_model(tmp_path / "tiny", hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
     real, runs = league.run, []
 
-    def run(model=None, quick=False, settings=league.SETTINGS):  # the CLI's call, on the tiny model in-process
-        runs.append(real(model=str(base), quick=quick, settings=INPROCESS))
+    def run(model=None, quick=False, settings=league.SETTINGS, repeats=1):  # the CLI's call, tiny model, in-process
+        runs.append(real(model=str(base), quick=quick, settings=INPROCESS, repeats=repeats))
         return runs[-1]
 
     monkeypatch.setattr(league, "run", run)
-    main(["bench", "league", "--quick"])
+    main(["bench", "league", "--quick", "--repeats", "2"])
     out = capsys.readouterr().out
     (r,) = runs
-    assert r["quick"] is True and set(r["games_per_s"]) == set(INPROCESS) and league.finite(r)
+    assert r["quick"] is True and r["repeats"] == 2 and set(r["games_per_s"]) == set(INPROCESS) and league.finite(r)
     for name in INPROCESS:
         # quick: 2 rounds of the measured epoch, each 8 games of the main agent and 4 of each exploiter
-        assert r["settings"][name]["games"] == 2 * (8 + 4 + 4)
+        assert [run["games"] for run in r["settings"][name]] == [2 * (8 + 4 + 4)] * 2  # interleaved repeats
+        each = sorted(run["games_per_s"] for run in r["settings"][name])
+        assert r["games_per_s"][name] == round((each[0] + each[1]) / 2, 3)  # the median of two
         assert r["games_per_s"][name] > 0 and r["round_s"][name] > 0 and r["turns_per_s"][name] > 0
         row = next(line.split() for line in out.splitlines() if line.split()[:1] == [name])
         assert float(row[1]) == r["games_per_s"][name] and float(row[3]) == r["round_s"][name]
+    per_repeat = [league.ratio(p["games_per_s"], s["games_per_s"])
+                  for p, s in zip(r["settings"]["inprocess_pipelined"], r["settings"]["inprocess"])]
     ratio = r["pipelined_vs_serial_inprocess"]
-    assert ratio == round(r["games_per_s"]["inprocess_pipelined"] / r["games_per_s"]["inprocess"], 2) > 0
-    assert float(next(line.split()[1] for line in out.splitlines()
-                      if line.startswith("pipelined_vs_serial_inprocess"))) == ratio
+    assert ratio == league.median(per_repeat) > 0 and r["spread"]["pipelined_vs_serial_inprocess"] == \
+        [min(per_repeat), max(per_repeat)]
+    line = next(line for line in out.splitlines() if line.startswith("pipelined_vs_serial_inprocess"))
+    assert float(line.split()[1]) == ratio and "over 2" in line
     assert r["remote_vs_inprocess"] is None and r["ray_vs_inprocess"] is None  # settings not run
     assert r["stale_dropped"] == 0  # max_staleness=1 >= num_iterations=1 keeps every overlapped turn
 

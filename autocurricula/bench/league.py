@@ -2,7 +2,9 @@
 
 One run trains the same league (the tic-tac-toe example's settings: main agent, main exploiter,
 league exploiter, scripted random and minimax players, credit "q", LoRA r=8 on all linears; fewer
-games per round so it fits a few minutes) once per way of playing its games:
+games per round so it fits a few minutes) once per way of playing its games, and all of them
+``repeats`` times, interleaved (A B C ... A B C ...: 3 by default, 1 with ``--quick``), so that a
+change in the machine's load reaches every setting alike:
 
 - ``inprocess``: the in-process engine, serial rounds (``max_staleness=0``);
 - ``inprocess_pipelined``: the same with ``max_staleness=1`` (round r+1 played during r's update);
@@ -17,7 +19,8 @@ games per round so it fits a few minutes) once per way of playing its games:
 Each setting runs 2 epochs; the first warms up (model load, compilation, first uploads), the
 second is measured: ``games_per_s`` = games of epoch 1 / its wall time, ``round_s`` = that time /
 rounds, ``turns_per_s`` = the turns played in it / that time (games get longer or shorter as the
-players learn, and each setting's players learn a little differently). Ratios:
+players learn, and each setting's players learn a little differently). Each figure is the median over the repeats; each ratio is
+the median of the repeats' own ratios, with its min and max in ``spread``. Ratios:
 ``remote_vs_inprocess`` (server1 / inprocess), ``two_servers_vs_one``,
 ``pipelined_vs_serial`` (server1_pipelined / server1: the overlap with the server in its own
 process), ``pipelined_vs_serial_inprocess``, ``ray_vs_inprocess``. ``retried`` and
@@ -161,45 +164,74 @@ def ratio(a, b):
     return round(a / b, 2) if a is not None and b else None
 
 
-def run(model: str | None = None, quick: bool = False, settings: tuple[str, ...] = SETTINGS) -> dict:
+def _one(model: str, name: str, tmp: Path, quick: bool) -> dict | None:
+    """One 2-epoch league of setting ``name``; its second epoch's figures."""
+    staleness = 1 if name.endswith("_pipelined") else 0
+    out = tmp / name
+    if name.startswith("inprocess"):
+        return _league(model, out, max_staleness=staleness, quick=quick)
+    if name.startswith("server"):
+        n = int(name[len("server")])
+        with _Servers(model, n, tmp) as urls:
+            # overlapped, the trainer's update runs beside the server: it keeps the other cores
+            threads = max(1, (os.cpu_count() or 2) - SERVER_THREADS) if staleness else None
+            return _league(model, out, max_staleness=staleness, quick=quick, servers=urls, threads=threads)
+    if name == "ray2":
+        return _ray_league(model, out, quick)
+    raise ValueError(f"unknown setting {name!r}; choose from {SETTINGS}")
+
+
+RATIOS = {"remote_vs_inprocess": ("server1", "inprocess"), "two_servers_vs_one": ("server2", "server1"),
+          "pipelined_vs_serial": ("server1_pipelined", "server1"),
+          "pipelined_vs_serial_inprocess": ("inprocess_pipelined", "inprocess"),
+          "ray_vs_inprocess": ("ray2", "inprocess")}
+
+
+def median(values: list) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else round((values[mid - 1] + values[mid]) / 2, 3)
+
+
+def run(model: str | None = None, quick: bool = False, settings: tuple[str, ...] = SETTINGS,
+        repeats: int = 3) -> dict:
+    """Every setting ``repeats`` times, interleaved (A B C ... A B C ...), so that a change of the
+    machine's load reaches every setting alike; each figure is the median over the repeats, each
+    ratio the median of the repeats' own ratios, with its min and max beside it."""
     import mlx.core as mx
 
     from autocurricula import _blas
 
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
     model = str(model or base_model(quick))
-    per: dict[str, dict | None] = {}
+    runs: dict[str, list[dict | None]] = {name: [] for name in settings}
     with tempfile.TemporaryDirectory(prefix="bench-league-") as tmp:
-        tmp = Path(tmp)
-        for name in settings:
-            staleness = 1 if name.endswith("_pipelined") else 0
-            out = tmp / name
-            if name.startswith("inprocess"):
-                per[name] = _league(model, out, max_staleness=staleness, quick=quick)
-            elif name.startswith("server"):
-                n = int(name[len("server")])
-                with _Servers(model, n, tmp) as urls:
-                    # overlapped, the trainer's update runs beside the server: it keeps the other cores
-                    threads = max(1, (os.cpu_count() or 2) - SERVER_THREADS) if staleness else None
-                    per[name] = _league(model, out, max_staleness=staleness, quick=quick, servers=urls,
-                                        threads=threads)
-            elif name == "ray2":
-                per[name] = _ray_league(model, out, quick)
-            else:
-                raise ValueError(f"unknown setting {name!r}; choose from {SETTINGS}")
-    gps = {k: (v["games_per_s"] if v else None) for k, v in per.items()}
+        for r in range(repeats):
+            for name in settings:
+                (Path(tmp) / str(r)).mkdir(exist_ok=True)
+                runs[name].append(_one(model, name, Path(tmp) / str(r), quick))
+
+    def median_of(key: str) -> dict:
+        return {k: median([v[key] for v in vs if v]) for k, vs in runs.items()}
+
+    gps = median_of("games_per_s")
     result = {"model": model, "blas": _blas.describe(), "device": str(mx.default_device()), "quick": quick,
-              "cpus": os.cpu_count(), "server_threads": SERVER_THREADS, "games_per_s": gps,
-              "round_s": {k: (v["round_s"] if v else None) for k, v in per.items()},
-              "turns_per_s": {k: (v["turns_per_s"] if v else None) for k, v in per.items()},
-              "update_s": {k: (v["update_s"] if v else None) for k, v in per.items()},
-              "remote_vs_inprocess": ratio(gps.get("server1"), gps.get("inprocess")),
-              "two_servers_vs_one": ratio(gps.get("server2"), gps.get("server1")),
-              "pipelined_vs_serial": ratio(gps.get("server1_pipelined"), gps.get("server1")),
-              "pipelined_vs_serial_inprocess": ratio(gps.get("inprocess_pipelined"), gps.get("inprocess")),
-              "ray_vs_inprocess": ratio(gps.get("ray2"), gps.get("inprocess")),
-              "retried": sum(v["retried"] for v in per.values() if v),
-              "stale_dropped": sum(v["stale_dropped"] for v in per.values() if v),
-              "settings": per}
+              "cpus": os.cpu_count(), "server_threads": SERVER_THREADS, "repeats": repeats, "games_per_s": gps,
+              "round_s": median_of("round_s"), "turns_per_s": median_of("turns_per_s"),
+              "update_s": median_of("update_s"), "spread": {}}
+    for key, (a, b) in RATIOS.items():
+        each = [ratio(x["games_per_s"] if x else None, y["games_per_s"] if y else None)
+                for x, y in zip(runs.get(a, []), runs.get(b, []))]
+        each = [v for v in each if v is not None]
+        result[key] = median(each)
+        if each:
+            result["spread"][key] = [min(each), max(each)]
+    result.update({"retried": sum(v["retried"] for vs in runs.values() for v in vs if v),
+                   "stale_dropped": sum(v["stale_dropped"] for vs in runs.values() for v in vs if v),
+                   "settings": {k: [v for v in vs] for k, vs in runs.items()}})
     return result
 
 
@@ -239,6 +271,8 @@ def format_table(r: dict) -> str:
         goal = GOALS.get(key)
         v = r[key]
         note = "" if goal is None or v is None else f"   goal >= {goal} ({'ok' if v >= goal else 'below goal'})"
+        spread = r.get("spread", {}).get(key)
+        note = (f"   ({spread[0]}-{spread[1]} over {r.get('repeats', 1)})" if spread else "") + note
         lines.append(f"{key:<30} {'-' if v is None else v:>6}{note}")
     lines.append(f"{'retried':<30} {r['retried']:>6}")
     lines.append(f"{'stale_dropped':<30} {r['stale_dropped']:>6}")
@@ -254,5 +288,6 @@ def finite(r: dict) -> bool:
 
 
 def main(args) -> None:
-    r = run(model=args.model, quick=args.quick)
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    r = run(model=args.model, quick=args.quick, repeats=repeats)
     print(json.dumps(r) if args.json else format_table(r))
