@@ -1,6 +1,7 @@
-"""The pieces of one round that are not the trainer's story: what a played round hands on
-(:class:`Played`), its turns with rewards, its metrics, and the rule that stops a run whose games
-keep failing."""
+"""The pieces of one round that are not the trainer's story: the arena's games for ``match()``,
+what a played round hands on (:class:`Played`), its turns with rewards and its metrics, the check
+of its advantages, the staleness filter, and the rules that stop a run whose games keep failing
+(:class:`ErrorGate`) or name learners that get no signal (:class:`SilenceWatch`)."""
 
 from __future__ import annotations
 
