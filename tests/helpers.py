@@ -11,13 +11,14 @@ from safetensors.numpy import save_file
 
 
 @contextlib.contextmanager
-def running_server(app):
-    """A real uvicorn server on a free 127.0.0.1 port, in a background thread."""
+def running_server(app, **config):
+    """A real uvicorn server on a free 127.0.0.1 port, in a background thread; ``config``: more
+    ``uvicorn.Config`` settings."""
     import uvicorn
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **config))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -59,3 +60,23 @@ def assert_same_adam_updates(got, want, lr: float, steps: int, label: str = "") 
     assert diff.max() <= bound, f"{label}: an element moved {diff.max():.3g}, past the step bound {bound:.3g}"
     far = float(np.mean(diff > 1e-2 * lr * steps))
     assert far <= 1e-2, f"{label}: {far:.2%} of the elements differ by more than 1% of the steps' total"
+
+
+@contextlib.contextmanager
+def hub_transport(respond):
+    """huggingface_hub's HTTP client answered by ``respond(request, httpx)`` instead of the network
+    (an httpx mock transport), restored afterwards."""
+    import huggingface_hub
+    from huggingface_hub.utils import _http
+
+    httpx = __import__(type(_http.get_session()).__module__.split(".")[0])
+    old = _http._GLOBAL_CLIENT_FACTORY
+    huggingface_hub.set_client_factory(
+        lambda: httpx.Client(transport=httpx.MockTransport(lambda request: respond(request, httpx))))
+    huggingface_hub.close_session()
+    try:
+        yield
+    finally:
+        huggingface_hub.set_client_factory(old)
+        huggingface_hub.close_session()
+

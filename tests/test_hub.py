@@ -40,22 +40,17 @@ def test_push_player_records_calls_and_valid_card(hub, tmp_path):
 def hub_answers():
     """huggingface_hub's HTTP client through a mock transport whose answer a test picks: a status
     code, or ``"offline"`` (the name does not resolve, as without network)."""
-    from huggingface_hub.utils import _http
+    from helpers import hub_transport
 
-    httpx = __import__(type(_http.get_session()).__module__.split(".")[0])
     answer = {"with": 200}
 
-    def handler(request):
+    def respond(request, httpx):
         if answer["with"] == "offline":
             raise httpx.ConnectError("[Errno -2] Name or service not known", request=request)
         return httpx.Response(answer["with"], json={"error": "no", "name": "me"})
 
-    old = _http._GLOBAL_CLIENT_FACTORY
-    huggingface_hub.set_client_factory(lambda: httpx.Client(transport=httpx.MockTransport(handler)))
-    huggingface_hub.close_session()
-    yield answer
-    huggingface_hub.set_client_factory(old)
-    huggingface_hub.close_session()
+    with hub_transport(respond):
+        yield answer
 
 
 @pytest.mark.parametrize("answer, cause", [("offline", r"no network: the Hub cannot be reached \(ConnectError"),

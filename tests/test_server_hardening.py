@@ -16,7 +16,7 @@ from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec,
 from autocurricula.engine.adapters import to_safetensors_bytes
 from autocurricula.engine.scheduler import RequestError
 from autocurricula.server import create_app
-from helpers import write_peft
+from helpers import running_server, write_peft
 from server_fixtures import client, engine, root  # noqa: F401  (shared fixtures)
 
 GREEDY = {"temperature": 0, "ignore_eos": True}
@@ -408,31 +408,12 @@ def test_client_retries_a_connection_closed_under_it(exc):
 def test_keep_alive_shorter_than_client_idle_time_is_absorbed_by_retries(engine):
     """A real server whose keep-alive (0.2 s) is far below httpx's (5 s): requests sent right as the
     server closes idle connections still succeed."""
-    import socket
-    import threading
-
-    import uvicorn
-
-    app = create_app(engine)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=0.2))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline
-        time.sleep(0.01)
-    try:
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with running_server(create_app(engine), timeout_keep_alive=0.2) as url:
         with Client(url, backoff=0.01, max_retries=3, timeout=30) as c:
             for i in range(24):  # bounded: about 5 s
                 assert c.completions("go", max_tokens=1)["usage"]["completion_tokens"] == 1
                 time.sleep(0.17 + 0.005 * (i % 12))  # around the server's 0.2 s idle close
                 assert c.models()[0]["id"] == "tiny"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def test_float32_edge_sampling_values(client, engine):

@@ -5,24 +5,23 @@ in time; real servers bind 127.0.0.1 only."""
 import contextlib
 import json
 import socket
-import threading
 import time
 
 import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from safetensors.numpy import save
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula.client import Client, InsufficientStorageError, TooManyRequestsError
-from autocurricula.engine import AdapterError, AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams
+from autocurricula.engine import AdapterError, Engine, EngineConfig, SamplingParams
 from autocurricula.engine import adapters as adapters_module
 from autocurricula.engine.adapters import (MAX_HEADER_BYTES, MAX_TENSORS, check_name, from_safetensors_bytes,
                                            read_safetensors, to_safetensors_bytes)
 from autocurricula.engine.scheduler import QueueTimeoutError
 from autocurricula.http_limits import header_timeout_protocol
 from autocurricula.server import create_app
+from helpers import running_server
 from server_fixtures import client, engine, root  # noqa: F401  (shared fixtures)
 from test_server_hardening import error_of, put, weights
 
@@ -31,25 +30,11 @@ GREEDY = {"temperature": 0, "ignore_eos": True}
 
 @contextlib.contextmanager
 def served(app, header_timeout_s=None, **config):
-    """A real uvicorn server on a free 127.0.0.1 port (with the header timeout when given)."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    """A real uvicorn server on a free 127.0.0.1 port (with the header timeout when given); its port."""
     if header_timeout_s is not None:
         config["http"] = header_timeout_protocol(header_timeout_s)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **config))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline
-        time.sleep(0.01)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with running_server(app, **config) as url:
+        yield int(url.rsplit(":", 1)[1])
 
 
 def connect(port, data=b""):

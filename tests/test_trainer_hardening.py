@@ -426,22 +426,17 @@ def test_hub_cards_name_the_hub_base_model_or_none(tmp_path):
 @pytest.fixture()
 def hub_rejects_token():
     """huggingface_hub's HTTP client answers 401 to every request (a bad token), offline."""
-    huggingface_hub = pytest.importorskip("huggingface_hub")
-    from huggingface_hub.utils import _http
+    pytest.importorskip("huggingface_hub")
+    from helpers import hub_transport
 
-    httpx = __import__(type(_http.get_session()).__module__.split(".")[0])
     calls = []
 
-    def handler(request):
+    def respond(request, httpx):
         calls.append(request.url.path)
         return httpx.Response(401, json={"error": "Invalid credentials in Authorization header"})
 
-    old = _http._GLOBAL_CLIENT_FACTORY
-    huggingface_hub.set_client_factory(lambda: httpx.Client(transport=httpx.MockTransport(handler)))
-    huggingface_hub.close_session()
-    yield calls
-    huggingface_hub.set_client_factory(old)
-    huggingface_hub.close_session()
+    with hub_transport(respond):
+        yield calls
 
 
 def test_push_to_hub_checks_the_login_before_training(tmp_path, hub_rejects_token, monkeypatch):
