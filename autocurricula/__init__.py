@@ -19,6 +19,8 @@ _LAZY = {
     "LeagueTrainer": "autocurricula.leagues",
     "LeagueConfig": "autocurricula.leagues",
     "FictitiousPlayTrainer": "autocurricula.leagues",
+    "PSROTrainer": "autocurricula.leagues",
+    "PSROConfig": "autocurricula.leagues",
     "RoundRobinTrainer": "autocurricula.leagues",
     "RoundRobinConfig": "autocurricula.leagues",
     "set_player": "autocurricula.seed_compat",

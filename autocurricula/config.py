@@ -66,8 +66,12 @@ class RatingConfig:
     elo_initial: float = help_field("Elo of a new player", 1000.0)
     payoff_decay: float = help_field("payoff-matrix decay per update (AlphaStar: 0.99)", 0.99)
     bt_bootstrap: int = help_field("bootstrap rounds of the Bradley-Terry confidence intervals (0 = off)", 100)
+    meta_z: float = help_field("the meta-strategy (the leaderboard's mixtures, deployable_mixture) takes each "
+                               "relative-payoff entry at mean - meta_z x its standard error (0 = the means)", 1.0)
 
     def __post_init__(self):
+        if not self.meta_z >= 0:
+            raise ValueError(f"RatingConfig.meta_z must be >= 0 (0 = solve on the means), got {self.meta_z!r}")
         if not isinstance(self.bt_bootstrap, int) or self.bt_bootstrap < 0:
             raise ValueError(f"RatingConfig.bt_bootstrap must be an integer >= 0 (0 = off), got {self.bt_bootstrap!r}")
         if not 0 < self.payoff_decay <= 1:

@@ -37,12 +37,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 from autocurricula.checkpoint import list_checkpoints
-from autocurricula.rating import Elo, Payoff, bradley_terry_bootstrap, leaderboard_rows, nash_weights
+from autocurricula.rating import Elo, Payoff, RelativePayoff, bradley_terry_bootstrap, leaderboard_rows, meta_weights
 from autocurricula.transcripts import FILENAME as TRANSCRIPTS, pair_key, read_transcripts
 
 log = logging.getLogger(__name__)
 HISTORY, METRICS = "match_history.jsonl", "metrics.jsonl"
-_RATING_KEYS = ("elo_k", "elo_scale", "elo_initial", "payoff_decay", "bt_bootstrap", "seed")
+_RATING_KEYS = ("elo_k", "elo_scale", "elo_initial", "payoff_decay", "bt_bootstrap", "meta_z", "seed")
 _ELO_PREFIX = "rating/elo/"
 # the learning curves' panels: (title, whether a metric's name belongs to it), in page order
 CURVES = (("evaluation", lambda k: k.startswith("eval/") and "exploitability" not in k),
@@ -161,18 +161,20 @@ class RunView:
             # the trainer's own rule (Trainer._record): multi-player games rate; pairs add BT records
             elo, payoff, records = Elo(k=s["elo_k"], scale=s["elo_scale"], initial=s["elo_initial"]), \
                 Payoff(s["payoff_decay"]), []
+            relative, frozen = RelativePayoff(s["payoff_decay"]), {p["id"] for p in self.registry() if p.get("frozen")}
             for row in history:
                 ids, rewards = row.get("players") or [], row.get("rewards") or []
                 if len(set(ids)) > 1 and len(ids) == len(rewards):
                     elo.update(ids, rewards)
                     payoff.update_match(ids, rewards)
+                    relative.update_match(ids, rewards, frozen)
                     if len(ids) == 2:
                         a, b = rewards
                         records.append((ids[0], ids[1], 1.0 if a > b else 0.0 if a < b else 0.5))
             bt = None
             if records and s["bt_bootstrap"]:
                 bt = bradley_terry_bootstrap(records, rounds=s["bt_bootstrap"], seed=s["seed"])
-            return elo, payoff, bt
+            return elo, payoff, relative, bt
 
         return self._memo("replay", (stamp, json.dumps(s)), compute)
 
@@ -180,12 +182,12 @@ class RunView:
         """Rows, players with games best Elo first, then the unrated: rank, id, role, epoch, frozen,
         elo, bt, bt_low, bt_high, games, deploy (weight in the Nash mixture over the players with an
         adapter), nash (over every player), scripted."""
-        elo, payoff, bt = self._replay()
+        elo, _, relative, bt = self._replay()
         players = self.registry()
         scripted = {p["id"] for p in players if "scripted" in p}
-        ids = [p["id"] for p in players]
-        rows = leaderboard_rows(players, elo, bt, nash=nash_weights(payoff, ids),
-                                deploy=nash_weights(payoff, [i for i in ids if i not in scripted]))
+        ids, z = [p["id"] for p in players], self.settings()["meta_z"]
+        rows = leaderboard_rows(players, elo, bt, nash=meta_weights(relative, ids, z),
+                                deploy=meta_weights(relative, [i for i in ids if i not in scripted], z))
         for r in rows:
             r["scripted"] = r["id"] in scripted
         return {"rows": rows, "ci": 0.95 if bt else None, "bootstrap": self.settings()["bt_bootstrap"]}
@@ -218,7 +220,7 @@ class RunView:
     def payoff(self) -> dict:
         """Win rate of each row player against each column player (draws half; None = never met),
         the players ordered by role (in order of first entry) and then by Elo, best first."""
-        elo, payoff, _ = self._replay()
+        elo, payoff, _, _ = self._replay()
         seen = set(payoff.players)
         registry = [p for p in self.registry() if p["id"] in seen]
         roles = list(dict.fromkeys(str(p.get("role")) for p in registry))

@@ -208,8 +208,6 @@ def league_card(trainer) -> str:
     and config."""
     import json
 
-    from autocurricula.rating import nash_weights
-
     rows = trainer.leaderboard.rows
     ids = [p["id"] for p in trainer.players]
     matrix = trainer.payoff.matrix(ids)
@@ -224,10 +222,8 @@ def league_card(trainer) -> str:
               "in the folder named after it.", "", "## Leaderboard", "",
               "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games | deployable weight | Nash weight |",
               "|---|---|---|---|---|---|---|---|---|---|"]
-    nash = {r["id"]: r["nash"] for r in rows if r.get("nash") is not None} or nash_weights(trainer.payoff, ids)
-    adapters = [p["id"] for p in trainer.players if not is_scripted(p)]
-    deploy = {r["id"]: r["deploy"] for r in rows if r.get("deploy") is not None} or \
-        nash_weights(trainer.payoff, adapters)
+    nash = {r["id"]: r["nash"] for r in rows if r.get("nash") is not None}
+    deploy = {r["id"]: r["deploy"] for r in rows if r.get("deploy")}  # = trainer.deployable_mixture()
     for r in rows:
         bt = "-" if r.get("bt") is None else f"{r['bt']:.0f} ({r['bt_low']:.0f}-{r['bt_high']:.0f})"
         elo = f"{r['elo']:.1f}" if r.get("games") else "unrated"
@@ -240,10 +236,13 @@ def league_card(trainer) -> str:
             or "-"
 
     lines += ["", "## Deployable mixture", "",
-              "The Nash mixture of the payoff matrix below over the players that have an adapter in this repo "
-              "(the `deployable weight` column). To deploy the league, draw one of these adapters per game by "
-              f"these weights: {listed(deploy)}.", "", "## Meta-strategy", "",
-              "The Nash mixture over every player, scripted opponents included (the `Nash weight` column): it "
+              "The league's meta-strategy over the players that have an adapter in this repo (the `deployable "
+              "weight` column, `trainer.deployable_mixture()`): the mixture that holds its own best in the game of "
+              "mean relative rewards between the players, each entry taken at the lower end of its confidence "
+              "interval. To deploy the league, draw one of these adapters per game by these weights: "
+              f"{listed(deploy)}. `trainer.export_mixture(folder)` writes them with `mixture.json`.", "",
+              "## Meta-strategy", "",
+              "The same over every player, scripted opponents included (the `Nash weight` column): it "
               "says where the league's strength lies, and it may weigh a scripted policy, which is no adapter: "
               f"{listed(nash)}."]
     lines += ["", "## Payoff matrix (win rate of row vs column)", "", "| | " + " | ".join(ids) + " |",

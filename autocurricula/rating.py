@@ -16,6 +16,10 @@ Pure Python + numpy; nothing here imports MLX.
   StarCraft II*, pseudocode ``Payoff``): on each result of the pair (a, b) its counts are multiplied
   by ``decay`` and then incremented, and likewise for (b, a); win rate = (wins + draws / 2) / games,
   0.5 when there are no games. It is what prioritized fictitious self-play samples from.
+* ``RelativePayoff`` — the meta-game's entries: each pair's mean *relative* reward per game,
+  ``(r_a - r_b) / 2`` (a's reward in a zero-sum game), with the count and spread that give its
+  standard error. It sees payoff sizes, which win rates cannot; ``meta_weights`` solves it for the
+  league's mixture, taking each entry at its lower confidence bound.
 * ``bradley_terry`` — batch maximum likelihood for the Bradley–Terry model (Bradley & Terry 1952;
   Hunter 2004, *MM algorithms for generalized Bradley–Terry models*), as the LMSYS Chatbot Arena
   leaderboard does (Chiang et al. 2024) but with Newton's method on the logistic likelihood
@@ -38,11 +42,13 @@ import numpy as np
 __all__ = [
     "Elo",
     "Payoff",
+    "RelativePayoff",
     "alpha_rank",
     "bradley_terry",
     "bradley_terry_bootstrap",
     "format_leaderboard",
     "leaderboard_rows",
+    "meta_weights",
     "nash_weights",
     "outcome",
 ]
@@ -180,6 +186,95 @@ class Payoff:
         return self
 
 
+class RelativePayoff:
+    """Per unordered pair of players: the weighted count, sum and sum of squares of
+    ``d = (r_a - r_b) / 2`` from the first player's side (antisymmetric by construction). A pair
+    with a learner in it is decayed by ``decay`` on each of its games, as :class:`Payoff` is (the
+    learner's policy moves); a pair of frozen players keeps every game, so its error keeps falling."""
+
+    def __init__(self, decay: float = 0.99):
+        self.decay = float(decay)
+        self._stats: dict[str, list[float]] = {}  # "a\tb" (a < b) -> [weight, sum, sum of squares, sum of weight^2]
+        self.low = self.high = None  # the range of d seen: what an unplayed pair can be at worst
+
+    @staticmethod
+    def _key(a: str, b: str) -> tuple[str, float]:
+        return (f"{a}\t{b}", 1.0) if a < b else (f"{b}\t{a}", -1.0)
+
+    def update(self, a: str, b: str, d: float, *, decay: bool = True) -> None:
+        """One game of a against b whose relative reward to a was ``d``."""
+        if a == b:
+            return
+        key, sign = self._key(a, b)
+        w, s, q, w2 = self._stats.get(key, [0.0, 0.0, 0.0, 0.0])
+        f = self.decay if decay else 1.0
+        self._stats[key] = [f * w + 1.0, f * s + sign * d, f * q + d * d, f * f * w2 + 1.0]
+        self.low = min(self.low, -abs(d)) if self.low is not None else -abs(d)
+        self.high = -self.low
+
+    def update_match(self, players: list[str], rewards: list[float], frozen: set[str] | frozenset = frozenset()) -> None:
+        """Every unordered pair of an N-player game; pairs of two ``frozen`` players are not decayed."""
+        for i in range(len(players)):
+            for j in range(i + 1, len(players)):
+                self.update(players[i], players[j], (float(rewards[i]) - float(rewards[j])) / 2,
+                            decay=not (players[i] in frozen and players[j] in frozen))
+
+    def stats(self, a: str, b: str) -> tuple[float, float, float]:
+        """``(mean, standard error, effective games)`` of a against b; ``(nan, nan, 0)`` unplayed.
+        The error shrinks the sample variance toward the widest one the range allows by one pseudo-game,
+        so two equal results do not claim certainty."""
+        if a == b:
+            return 0.0, 0.0, math.inf
+        key, sign = self._key(a, b)
+        w, s, q, w2 = self._stats.get(key, [0.0, 0.0, 0.0, 0.0])
+        if w <= 0:
+            return math.nan, math.nan, 0.0
+        mean = s / w
+        n = w * w / w2
+        prior = (self.high or 0.0) ** 2
+        var = (max(q / w - mean * mean, 0.0) * n + prior) / (n + 1)
+        return sign * mean, math.sqrt(var / n), n
+
+    def matrices(self, ids: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(mean, stderr, games)`` matrices over ``ids`` (NaN where a pair never played)."""
+        out = np.array([[self.stats(a, b) for b in ids] for a in ids], dtype=np.float64).reshape(len(ids), len(ids), 3)
+        return out[..., 0], out[..., 1], out[..., 2]
+
+    def state_dict(self) -> dict:
+        return {"decay": self.decay, "stats": {k: list(v) for k, v in self._stats.items()}, "low": self.low}
+
+    def load_state_dict(self, state: dict) -> RelativePayoff:
+        self.decay = float(state.get("decay", self.decay))
+        self._stats = {k: [float(c) for c in v] for k, v in state.get("stats", {}).items()}
+        self.low = state.get("low")
+        self.high = None if self.low is None else -self.low
+        return self
+
+
+def meta_weights(relative: RelativePayoff, ids: list[str], z: float = 1.0) -> dict[str, float]:
+    """Each player's weight in the league's meta-strategy over ``ids``: the mixture that is surest
+    to hold its own in the symmetric zero-sum meta-game of relative payoffs, each entry at
+    ``mean - z * stderr`` and an unplayed one at the worst relative reward seen
+    (``autocurricula.eval.meta.robust_mixture``). A player with no game against the others gets 0
+    (nothing is known of it); uniform before any game."""
+    from autocurricula.eval.meta import robust_mixture
+
+    ids = list(ids)
+    if not ids:
+        return {}
+    mean, se, games = relative.matrices(ids)
+    np.fill_diagonal(games, 0.0)
+    played = [i for i, pid in enumerate(ids) if games[i].sum() > 0]
+    if not played:
+        return dict.fromkeys(ids, 1.0 / len(ids))
+    sub = np.ix_(played, played)
+    floor = relative.low if relative.low is not None else 0.0
+    x = robust_mixture(mean[sub], se[sub], z=z, floor=floor)
+    out = dict.fromkeys(ids, 0.0)
+    out.update({ids[i]: float(w) for i, w in zip(played, x)})
+    return out
+
+
 def _fit_bt(ia, ib, s, w, n, ridge, max_iter, tol):
     """Maximise sum w*(s*log σ(θa-θb) + (1-s)*log σ(θb-θa)) - ridge/2 |θ|² by damped Newton."""
     N = np.zeros((n, n))  # games between i and j (symmetric)
@@ -300,8 +395,9 @@ COLUMNS = ["rank", "id", "role", "epoch", "frozen", "elo", "bt", "bt_low", "bt_h
 DEPLOY_COLUMN = "deploy"  # weight in the Nash mixture over the players that have an adapter
 META_COLUMN = "nash"  # weight in the league's meta-strategy over every player, scripted ones included
 UNRATED = "unrated"  # the Elo cell of a player without a game: its rating is the initial one, not a measurement
-MIXTURE_NOTE = (f"{DEPLOY_COLUMN}: Nash mixture over the players with an adapter (the mixture to deploy); "
-                f"{META_COLUMN}: over every player, scripted ones included (the league's meta-strategy)")
+MIXTURE_NOTE = (f"{DEPLOY_COLUMN}: the meta-strategy over the players with an adapter (the mixture to deploy, "
+                f"trainer.deployable_mixture()); {META_COLUMN}: over every player, scripted ones included; both solve "
+                "the relative payoffs with each entry at its lower confidence bound")
 
 
 def nash_weights(payoff: Payoff, ids: list[str]) -> dict[str, float]:

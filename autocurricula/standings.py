@@ -1,13 +1,13 @@
-"""The league's standings: Elo, the payoff matrix, the Bradley-Terry records and the match history,
-kept together because every game updates all four at once and a checkpoint saves them together."""
+"""The league's standings: Elo, the win-rate and relative-payoff matrices, the Bradley-Terry records
+and the match history, kept together because every game updates all four at once and a checkpoint saves them together."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from autocurricula.rating import (Elo, Payoff, bradley_terry_bootstrap, format_leaderboard, leaderboard_rows,
-                                  nash_weights)
+from autocurricula.rating import (Elo, Payoff, RelativePayoff, bradley_terry_bootstrap, format_leaderboard,
+                                  leaderboard_rows, meta_weights)
 from autocurricula.records import GameRecord, is_scripted
 
 HISTORY = "match_history.jsonl"
@@ -45,11 +45,14 @@ class Standings:
         self.settings, self.seed = ratings, seed
         self.elo = Elo(k=ratings.elo_k, scale=ratings.elo_scale, initial=ratings.elo_initial)
         self.payoff = Payoff(ratings.payoff_decay)
+        self.relative = RelativePayoff(ratings.payoff_decay)
         self.bt_records: list[tuple] = []
         self.history_path = Path(output_dir) / HISTORY
 
-    def record(self, records: list[GameRecord], *, epoch: int, round_: int, step: int) -> None:
-        """Every finished game of a round: ratings between distinct players, and one history line."""
+    def record(self, records: list[GameRecord], *, epoch: int, round_: int, step: int,
+               frozen: set[str] | frozenset = frozenset()) -> None:
+        """Every finished game of a round: ratings between distinct players, and one history line.
+        Pairs of two ``frozen`` players keep every game in the relative payoffs (no decay)."""
         with self.history_path.open("a") as fh:
             for r in records:
                 if r.error:
@@ -58,6 +61,7 @@ class Standings:
                 if len(set(ids)) > 1:
                     self.elo.update(ids, r.rewards, step=step)
                     self.payoff.update_match(ids, r.rewards)
+                    self.relative.update_match(ids, r.rewards, frozen)
                     if len(ids) == 2:
                         a, b = r.rewards
                         self.bt_records.append((ids[0], ids[1], 1.0 if a > b else 0.0 if a < b else 0.5))
@@ -65,15 +69,22 @@ class Standings:
                                      "roles": [p.get("role") for p in r.players], "rewards": r.rewards,
                                      "versions": [p.get("version") for p in r.players]}) + "\n")
 
-    def leaderboard(self, players: list[dict]) -> Leaderboard:
-        """Elo with Bradley-Terry intervals and each player's weight in two Nash mixtures of the
-        payoff: over the players with an adapter (``deploy``) and over every player (``nash``)."""
+    def leaderboard(self, players: list[dict], meta: list[dict] | None = None) -> Leaderboard:
+        """Elo with Bradley-Terry intervals and each player's weight in two meta-strategies of the
+        relative payoffs (:meth:`meta_strategy`): over the players with an adapter (``deploy``) and
+        over every player (``nash``); ``meta`` narrows both to the players of the meta-game."""
         bt = None
         if self.bt_records and self.settings.bt_bootstrap:
             bt = bradley_terry_bootstrap(self.bt_records, rounds=self.settings.bt_bootstrap, seed=self.seed)
-        nash = nash_weights(self.payoff, [p["id"] for p in players])  # the league's meta-strategy
-        deploy = nash_weights(self.payoff, [p["id"] for p in players if not is_scripted(p)])
+        meta = players if meta is None else meta
+        nash = self.meta_strategy([p["id"] for p in meta])  # the league's meta-strategy
+        deploy = self.meta_strategy([p["id"] for p in meta if not is_scripted(p)])
         return Leaderboard(leaderboard_rows(players, self.elo, bt, nash=nash, deploy=deploy))
+
+    def meta_strategy(self, ids: list[str]) -> dict[str, float]:
+        """``{player: weight}``: the mixture over ``ids`` that holds its own best in the meta-game of
+        relative payoffs, each entry at its lower confidence bound (``RatingConfig.meta_z``)."""
+        return meta_weights(self.relative, ids, self.settings.meta_z)
 
     def match_history(self):
         """Every game played: a ``datasets.Dataset`` (a list of dicts without ``datasets``)."""
@@ -87,9 +98,10 @@ class Standings:
 
     def state_dict(self) -> dict:
         return {"elo": self.elo.state_dict(), "payoff": self.payoff.state_dict(),
-                "bt_records": [list(r) for r in self.bt_records]}
+                "bt_records": [list(r) for r in self.bt_records], "relative": self.relative.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.elo.load_state_dict(state["elo"])
         self.payoff.load_state_dict(state["payoff"])
         self.bt_records = [tuple(r) for r in state["bt_records"]]
+        self.relative.load_state_dict(state.get("relative", {}))

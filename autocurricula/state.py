@@ -5,6 +5,7 @@ the run's settings as JSON, and the players' adapters for peft, mlx-lm and the H
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from dataclasses import asdict
 from pathlib import Path
@@ -66,6 +67,35 @@ class RunState:
         from autocurricula.export import export_player
 
         return export_player(self, player_id, folder, format)
+
+    def meta_population(self) -> list[dict]:
+        """The players of the league's meta-game, whose mixture the leaderboard and
+        :meth:`deployable_mixture` give: every player; a league may narrow it (PSRO: its frozen population)."""
+        return self.players
+
+    def deployable_mixture(self) -> dict[str, float]:
+        """The policy to deploy: ``{player id: weight}`` over the meta-game's players that have an adapter, the
+        league's meta-strategy among them (relative payoffs, each entry at its lower confidence
+        bound; :meth:`~autocurricula.standings.Standings.meta_strategy`). Draw one adapter per game
+        by these weights. Players with weight 0 are left out."""
+        from autocurricula.records import is_scripted
+
+        weights = self.standings.meta_strategy([p["id"] for p in self.meta_population() if not is_scripted(p)])
+        return {pid: w for pid, w in weights.items() if w > 0}
+
+    def export_mixture(self, folder: str | Path, format: str = "peft") -> Path:
+        """Write the deployable mixture: each adapter with weight > 0 in ``folder/<player id>``
+        (``format`` as :meth:`export`) and ``folder/mixture.json``, ``{"weights": {id: weight},
+        "base_model": ...}``, written last, so a folder with it is complete. Returns the folder."""
+        folder = Path(folder)
+        weights = self.deployable_mixture()
+        for pid in weights:
+            self.export(pid, folder / pid, format)
+        tmp = folder / "mixture.json.tmp"
+        tmp.write_text(json.dumps({"weights": weights, "base_model": str(self.model_name), "format": format,
+                                   "game": self.game_name}, indent=2))
+        os.replace(tmp, folder / "mixture.json")
+        return folder
 
     def push_to_hub(self, repo_id: str, *, private: bool = False, token: str | None = None,
                     revision: str | None = None, endpoint: str | None = None) -> str:

@@ -104,9 +104,17 @@ class AutocurriculumTrainer(RunState):
         """``(player, opponent)`` or ``(opponent, player)``, by a fair coin from ``self.rng``."""
         return (player, opponent) if self.rng.random() < 0.5 else (opponent, player)
 
+    def meta_opponent(self, candidates: list[dict]) -> dict:
+        """One of ``candidates``, drawn by its weight in the meta-strategy over them (the standings'
+        relative payoffs at their lower confidence bounds): the opponent of a best response to the
+        mixture, as PSRO trains one."""
+        weights = self.standings.meta_strategy([c["id"] for c in candidates])
+        p = np.array([weights[c["id"]] for c in candidates], dtype=np.float64)
+        return candidates[int(self.rng.choice(len(candidates), p=p / p.sum()))]
+
     @property
     def leaderboard(self) -> Leaderboard:
-        return self.standings.leaderboard(self.players)
+        return self.standings.leaderboard(self.players, self.meta_population())
 
     @property
     def match_history(self):
@@ -262,7 +270,8 @@ class AutocurriculumTrainer(RunState):
 
     def _rate(self, records: list[GameRecord]) -> dict:
         """The standings take the games and callbacks see them (transcripts); the players' Elo after them."""
-        self.standings.record(records, epoch=self.current_epoch, round_=self.current_round, step=self.step)
+        self.standings.record(records, epoch=self.current_epoch, round_=self.current_round, step=self.step,
+                              frozen=self._frozen_ids())
         for cb in self.callbacks:
             cb.on_games(self, records)
         return {f"rating/elo/{p['id']}": self.standings.elo.rating(p["id"]) for p in self.players}

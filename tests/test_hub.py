@@ -98,27 +98,28 @@ def test_the_league_card_puts_the_deployable_mixture_beside_the_one_over_every_p
 
     from autocurricula.config import RatingConfig
     from autocurricula.hub import league_card
-    from autocurricula.rating import Elo, Payoff
+    from autocurricula.rating import Elo, Payoff, RelativePayoff
     from autocurricula.standings import Standings
 
-    payoff, elo = Payoff(), Elo()
+    payoff, elo, relative = Payoff(), Elo(), RelativePayoff()
     for _ in range(20):  # the scripted minimax beats both adapters; main beats snap
         for a, b in (("minimax", "main"), ("minimax", "snap"), ("main", "snap")):
             payoff.update(a, b, "win")
             elo.update([a, b], [1, 0])
+            relative.update_match([a, b], [1, -1])
     players = [{"id": "main", "role": "main_agent", "frozen": False, "epoch": 0},
                {"id": "snap", "role": "main_agent", "frozen": True, "epoch": 0, "parent": "main"},
                {"id": "minimax", "role": "minimax", "policy": lambda prompt: "5", "frozen": True, "epoch": 0},
                {"id": "late", "role": "main_agent", "frozen": True, "epoch": 1, "parent": "main"}]
     standings = Standings(RatingConfig(bt_bootstrap=0), tmp_path, seed=0)
-    standings.elo, standings.payoff = elo, payoff
+    standings.elo, standings.payoff, standings.relative = elo, payoff, relative
     board = standings.leaderboard(players)
     rows = {r["id"]: r for r in board.rows}
     assert rows["minimax"]["nash"] == pytest.approx(1.0) and rows["minimax"]["deploy"] == 0.0
     assert rows["main"]["deploy"] == pytest.approx(1.0) and rows["main"]["nash"] == pytest.approx(0.0)
     assert [r["id"] for r in board.rows][-1] == "late"  # no games: last, unrated
     text = str(board)
-    assert "unrated" in text.splitlines()[-2] and text.splitlines()[-1].startswith("deploy: Nash mixture over the")
+    assert "unrated" in text.splitlines()[-2] and text.splitlines()[-1].startswith("deploy: the meta-strategy over the")
     trainer = SimpleNamespace(players=players, elo=elo, payoff=payoff, model_name="/nowhere/tiny", leaderboard=board,
                               game_name="tictactoe", current_epoch=0, config_dict=lambda: {"seed": 0})
     card = league_card(trainer)

@@ -1,0 +1,169 @@
+"""PSRO (Lanctot et al. 2017): a population whose mixture approaches an equilibrium.
+
+The *restricted game* is the meta-game among the population: frozen players (the initial policy,
+then every accepted best response) plus any fixed ``opponents`` given as anchors. Its entries are
+the standings' mean relative rewards, each with a count and a standard error; the meta-strategy
+is the mixture that holds its own best when every entry is taken at its lower confidence bound
+(``RatingConfig.meta_z``; measured against plain LP Nash and regret matching by
+``research/meta_solvers.py``).
+
+Each round:
+
+* every *responder* (a learner) plays ``games_per_round`` games against opponents drawn from the
+  meta-strategy, so it trains as a best response to the mixture;
+* ``eval_games`` games between population members go to the entries whose uncertainty weighs
+  most on the mixture (new members first), so the restricted game is measured where it matters;
+* a responder whose mean relative reward against the population, over its games since it last
+  joined, is above 0 by ``join_z`` standard errors joins the population as a frozen copy, and
+  starts again from the base model against the new mixture (``reset_on_join``; a responder that
+  went on from its own near-pure policy could no longer find a move it had stopped playing).
+  Otherwise nothing joins: the mixture is not beaten. Pooling the games makes the test sharper the longer a responder fails, and it is
+  conservative: its earlier games were played by a weaker version.
+
+The deployed policy is the meta-strategy over the population's adapters
+(``trainer.deployable_mixture()``, ``trainer.export_mixture(folder)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autocurricula.config import AutocurriculumConfig
+from autocurricula.leagues.promote import league_config
+from autocurricula.pool import snapshot_spec
+from autocurricula.records import GameRecord
+from autocurricula.trainer import AutocurriculumTrainer
+
+
+@dataclass
+class PSROConfig(AutocurriculumConfig):
+    """PSRO's budgets and its joining rule (the defaults need no change per game)."""
+
+    responders: int = field(default=1, metadata={"help": "learners trained as best responses to the meta-strategy"})
+    games_per_round: int = field(default=64, metadata={"help": "each responder's games per round, against "
+                                                       "opponents drawn from the meta-strategy"})
+    eval_games: int = field(default=64, metadata={"help": "games per round between population members, on the "
+                                                  "restricted game's most uncertain entries"})
+    join_z: float = field(default=2.0, metadata={"help": "a responder joins when its mean relative reward against the "
+                                                 "mixture since it last joined exceeds 0 by join_z standard errors"})
+    reset_on_join: bool = field(default=True, metadata={"help": "a responder that joins starts again from the base "
+                                                        "model (False: it goes on from its own weights)"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.responders < 1:
+            raise ValueError(f"PSRO needs at least one responder (responders >= 1), got {self.responders}")
+        if self.games_per_round < 2 or self.eval_games < 0:
+            raise ValueError("games_per_round must be >= 2 (a standard error needs two games) and eval_games >= 0")
+        if not self.join_z >= 0:
+            raise ValueError(f"join_z must be >= 0, got {self.join_z}")
+
+
+def relative_rewards(records: list[GameRecord], player: str, opponents: set[str]) -> np.ndarray:
+    """``player``'s relative reward ``(r_me - r_other) / 2`` in each finished two-player game of
+    ``records`` against one of ``opponents``."""
+    out = []
+    for r in records:
+        ids = [p["id"] for p in r.players]
+        if r.error or len(ids) != 2 or player not in ids:
+            continue
+        me = ids.index(player)
+        if ids[1 - me] in opponents:
+            out.append((float(r.rewards[me]) - float(r.rewards[1 - me])) / 2)
+    return np.asarray(out, dtype=np.float64)
+
+
+def beats_mixture(rewards: np.ndarray, z: float) -> bool:
+    """Whether a mean relative reward is above 0 by ``z`` standard errors (at least two games)."""
+    if len(rewards) < 2:
+        return False
+    se = rewards.std(ddof=1) / np.sqrt(len(rewards))
+    return bool(rewards.mean() - z * se > 0)
+
+
+def eval_priorities(weights: np.ndarray, stderr: np.ndarray, games: np.ndarray) -> np.ndarray:
+    """Sampling probabilities over the population's unordered pairs (row-major upper triangle): a
+    pair's standard error times how much the meta-strategy weighs its two players, with every pair
+    kept possible; an unplayed pair counts as the largest error."""
+    k = len(weights)
+    iu = np.triu_indices(k, 1)
+    se = np.where(games[iu] > 0, np.nan_to_num(stderr[iu], nan=0.0), np.nan)
+    se = np.where(np.isnan(se), np.nanmax(se, initial=1.0), se)
+    p = se * (weights[iu[0]] + weights[iu[1]] + 1.0 / k)
+    return p / p.sum() if p.sum() > 0 else np.full(len(p), 1.0 / len(p))
+
+
+class PSROTrainer(AutocurriculumTrainer):
+    """PSRO over one game; ``opponents`` adds fixed (e.g. scripted) anchors to the restricted game.
+
+    :meth:`responder_opponent` is a responder's opponent rule and :meth:`eval_pairs` the
+    population's measurement; override either in a subclass."""
+
+    config_class = PSROConfig
+
+    def __init__(self, ac_config: PSROConfig | None = None, opponents: list[dict] | None = None, **overrides):
+        super().__init__(league_config(ac_config, self.config_class, type(self).__name__), opponents, **overrides)
+        self._since_join: dict[str, list[float]] = {}  # responder -> relative rewards since it last joined
+
+    def population(self) -> list[dict]:
+        """The restricted game's players: every frozen player (snapshots and anchors)."""
+        return [p for p in self.players if p["frozen"]]
+
+    def meta_population(self) -> list[dict]:
+        return self.population()
+
+    def responders(self) -> list[dict]:
+        return [p for p in self.players if not p["frozen"]]
+
+    def entry(self) -> list[dict]:
+        if self.current_epoch != 0:
+            return []
+        specs = []
+        for _ in range(self.config.responders):
+            me = {"role": "responder"}
+            specs += [me, snapshot_spec(me, role="population")]  # the population starts with the initial policy
+        return specs + [dict(o) for o in self.opponents]
+
+    def match(self) -> list[tuple]:
+        games = []
+        for me in self.responders():
+            games += [self.random_seats(me, self.responder_opponent(me)) for _ in range(self.config.games_per_round)]
+        return games + self.eval_pairs(self.config.eval_games)
+
+    def responder_opponent(self, player: dict) -> dict:
+        """A responder's opponent: a population member drawn by the meta-strategy."""
+        return self.meta_opponent(self.population())
+
+    def eval_pairs(self, n: int) -> list[tuple]:
+        """``n`` games between population members, pairs drawn by :func:`eval_priorities`."""
+        pop = self.population()
+        if n == 0 or len(pop) < 2:
+            return []
+        ids = [p["id"] for p in pop]
+        weights = self.standings.meta_strategy(ids)
+        _, se, games = self.standings.relative.matrices(ids)
+        probs = eval_priorities(np.array([weights[i] for i in ids]), se, games)
+        iu = np.triu_indices(len(pop), 1)
+        picks = self.rng.choice(len(probs), size=n, p=probs)
+        return [self.random_seats(pop[iu[0][k]], pop[iu[1][k]]) for k in picks]
+
+    def on_round_end(self, records):
+        """Each responder that has beaten the mixture since it last joined joins the population (a
+        frozen copy)."""
+        members = {p["id"] for p in self.population()}
+        for me in self.responders():
+            pooled = self._since_join.setdefault(me["id"], [])
+            pooled += relative_rewards(records, me["id"], members).tolist()
+            if beats_mixture(np.asarray(pooled), self.config.join_z):
+                pooled.clear()
+                yield snapshot_spec(me, role="population")
+                if self.config.reset_on_join:
+                    self.reset_player(me)
+
+    def extra_state(self) -> dict:
+        return {"since_join": {k: list(v) for k, v in self._since_join.items()}}
+
+    def load_extra_state(self, state: dict) -> None:
+        self._since_join = {k: [float(x) for x in v] for k, v in state.get("since_join", {}).items()}
