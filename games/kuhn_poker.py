@@ -107,12 +107,16 @@ def moves(prompt: str) -> list[str]:
     return answer_moves(prompt, list(legal_actions(parse_prompt(prompt)[1])))
 
 
+def first_action(text: str) -> str | None:
+    """The first action word in ``text``, legal or not (None when there is none). Text appended
+    later cannot change it."""
+    m = _ACTION_RE.search(text)
+    return None if m is None else m.group(1).lower()
+
+
 def parse_action(text: str, legal: Sequence[str] = ACTIONS) -> str | None:
     """The first action word in ``text`` if it is legal, else None."""
-    m = _ACTION_RE.search(text)
-    if m is None:
-        return None
-    action = m.group(1).lower()
+    action = first_action(text)
     return action if action in legal else None
 
 

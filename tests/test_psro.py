@@ -198,3 +198,55 @@ def test_psro_mixture_of_a_matrix_game_falls_below_a_bound(tmp_path):
         assert all((out / pid / "adapter_model.safetensors").is_file() for pid in mixture)
     finally:
         trainer.engine.close()
+
+
+# -- Kuhn poker as played ------------------------------------------------------------------------------
+def test_played_exploitability_is_the_plain_one_without_invalid_replies_and_counts_them():
+    from autocurricula.eval.kuhn import (INFOSETS, exploitability, mixture_strategy, played_exploitability,
+                                         played_mixture, uniform_strategy)
+    from autocurricula.games.kuhn_poker import equilibrium_strategy
+
+    eq = equilibrium_strategy(0.2)
+    as_played = {k: (v, 0.0) for k, v in eq.items()}
+    assert played_exploitability(as_played) == pytest.approx(0.0, abs=1e-12)
+    uniform = {k: (0.5, 0.0) for k in INFOSETS}
+    mix = played_mixture([as_played, uniform], [0.3, 0.7])
+    assert played_exploitability(mix) == pytest.approx(
+        exploitability(mixture_strategy([eq, uniform_strategy()], [0.3, 0.7]), backend="python"), abs=1e-12)
+    # a king facing check-bet that answers nonsense 88% of the time: folding-by-forfeit is exploited
+    leaky = dict(as_played, **{"K:check bet": (0.12, 0.88)})
+    assert played_exploitability(leaky) > 0.05
+    # renormalised over the legal words, the same strategy looks like Nash
+    assert exploitability(dict(eq, **{"K:check bet": 1.0}), backend="python") == pytest.approx(0.0, abs=1e-12)
+
+
+def test_read_played_matches_the_replies_the_game_parses(tmp_path):
+    """The reply tree's probabilities agree with sampled replies parsed by the game, within
+    sampling error, invalid ones included."""
+    from autocurricula.engine import Engine, SamplingParams
+    from autocurricula.eval.kuhn import prompt_of, read_played
+    from autocurricula.games import kuhn_poker
+    from autocurricula.tiny import build_tiny_model
+    from autocurricula.warmup import sft_warmup
+
+    base = build_tiny_model(tmp_path / "tiny", hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
+    warm = sft_warmup(base, tmp_path / "warm", kuhn_poker.warmup_examples(2000, 0, (0.1, 0.9)), steps=25,
+                      batch_size=32, learning_rate=3e-3, seed=0)  # short: many replies are still invalid
+    engine = Engine(str(warm), name="w")
+    try:
+        played, unresolved = read_played(engine, None)
+        n = 1500
+        for infoset in ("Q:", "K:check bet"):
+            legal = kuhn_poker.legal_actions(tuple(infoset.split(":")[1].split()))
+            futures = engine.submit_many([(prompt_of(infoset), None, SamplingParams(max_tokens=3, seed=i))
+                                          for i in range(n)])
+            outs = [f.result().text for f in futures]
+            words = [kuhn_poker.parse_action(t, legal) for t in outs]
+            agg = sum(w in ("bet", "call") for w in words) / n
+            bad = sum(w is None for w in words) / n
+            p_agg, p_bad = played[infoset]
+            assert 0.02 < p_bad < 0.98  # the check has invalid replies to count
+            for got, want in ((agg, p_agg), (bad, p_bad)):
+                assert abs(got - want) < 4 * (want * (1 - want) / n) ** 0.5 + unresolved + 1e-3, (infoset, got, want)
+    finally:
+        engine.close()

@@ -27,12 +27,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from autocurricula.games.kuhn_poker import CARDS, exact_value, is_terminal, legal_actions, payoff, render_prompt
+from autocurricula.games._common import DEFAULT_INVALID_PENALTY
+from autocurricula.games.kuhn_poker import (CARDS, exact_value, first_action, is_terminal, legal_actions, payoff,
+                                            render_prompt)
 from autocurricula.records import is_scripted
 
 __all__ = ["INFOSETS", "META_GAMES", "LeagueStrategies", "best_response_value", "chip_payoffs", "exploitability",
            "exploitability_callback", "meta_mixture", "mixture_strategy", "openspiel_key", "openspiel_policy",
-           "prompt_of", "read_strategy", "uniform_strategy"]
+           "played_exploitability", "played_mixture", "prompt_of", "read_played", "read_strategy",
+           "uniform_strategy"]
 
 HISTORIES = ((), ("check",), ("bet",), ("check", "bet"))
 INFOSETS = tuple(f"{c}:{' '.join(h)}" for h in HISTORIES for c in CARDS)
@@ -307,3 +310,106 @@ def exploitability_callback(*, prefix: str = "eval/", completion: Callable[[str]
         return {f"{prefix}{k}": v for k, v in figures.items() if k.startswith("exploitability")}
 
     return callback
+
+
+# -- as played: invalid replies included ------------------------------------------------------------
+# A *played* strategy maps each information set to ``(P(bet or call), P(invalid))``; the passive
+# action takes the rest. An invalid reply ends the hand with the game's ``invalid_penalty``.
+
+def read_played(engine, player: str | None, *, temperature: float = 1.0, max_tokens: int = 3,
+                threshold: float = 1e-4) -> tuple[dict[str, tuple[float, float]], float]:
+    """A model player's played strategy, from the tree of its possible replies at each
+    information set, parsed as the game parses them (``kuhn_poker.first_action``, legal or not),
+    at ``temperature`` (top-p 1) with ``max_tokens`` as in play. Branches are followed until the
+    first action word decides them, an end token or the token limit; a branch whose probability
+    falls below ``threshold`` is counted invalid (it may not be). Returns the strategy and the
+    largest such unresolved mass over the sets."""
+    import numpy as np
+
+    tok = engine.tokenizer
+    eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    out, unresolved = {}, 0.0
+    for infoset in INFOSETS:
+        prompt = engine.encode(prompt_of(infoset))
+        legal = legal_actions(_split(infoset)[1])
+        mass = {"aggressive": 0.0, "passive": 0.0, "invalid": 0.0, "unresolved": 0.0}
+        stack = [((), 1.0)]
+        while stack:
+            tokens, p = stack.pop()
+            word = first_action(tok.decode(list(tokens), skip_special_tokens=True)) if tokens else None
+            if word is not None:
+                mass["invalid" if word not in legal else "aggressive" if word in _AGGRESSIVE else "passive"] += p
+                continue
+            if len(tokens) == max_tokens or (tokens and tokens[-1] in eos):
+                mass["invalid"] += p
+                continue
+            logits = np.asarray(engine.logits(prompt + list(tokens), player), dtype=np.float64)[-1] / temperature
+            q = np.exp(logits - logits.max())
+            q = p * q / q.sum()
+            keep = np.flatnonzero(q >= threshold)
+            mass["unresolved"] += float(q.sum() - q[keep].sum())
+            stack += [(tokens + (int(t),), float(q[t])) for t in keep]
+        unresolved = max(unresolved, mass["unresolved"])
+        out[infoset] = (mass["aggressive"], mass["invalid"] + mass["unresolved"])
+    return out, unresolved
+
+
+def _played_action(played: Mapping[str, tuple[float, float]], card: str, history: tuple[str, ...],
+                   action: str) -> float:
+    agg, bad = played[f"{card}:{' '.join(history)}"]
+    return agg if action in _AGGRESSIVE else max(0.0, 1.0 - agg - bad)
+
+
+def _played_best_response(played: Mapping[str, tuple[float, float]], seat: int, penalty) -> float:
+    """Chips per hand of an exact (legal) best response in ``seat`` against ``played``."""
+    def value(history: tuple[str, ...], weights: dict[str, float], mine: str) -> float:
+        if is_terminal(history):
+            return sum(w * payoff((mine + o) if seat == 0 else (o + mine), history)[seat] for o, w in weights.items())
+        actions = legal_actions(history)
+        if len(history) % 2 == seat:
+            return max(value(history + (a,), weights, mine) for a in actions)
+        forfeits = sum(w * played[f"{o}:{' '.join(history)}"][1] for o, w in weights.items()) * penalty[1]
+        return forfeits + sum(value(history + (a,), {o: w * _played_action(played, o, history, a)
+                                                     for o, w in weights.items()}, mine) for a in actions)
+
+    return sum(value((), {o: 0.5 for o in CARDS if o != c}, c) for c in CARDS) / len(CARDS)
+
+
+def played_exploitability(played: Mapping[str, tuple[float, float]],
+                          invalid_penalty=DEFAULT_INVALID_PENALTY) -> float:
+    """What an exact best response wins per hand against a played strategy, the mean over the
+    two seats, each invalid reply paying the responder ``invalid_penalty[1]`` (the game's rule).
+    Without invalid replies it is :func:`exploitability` (0 at a Nash equilibrium)."""
+    missing = [k for k in INFOSETS if k not in played]
+    if missing:
+        raise ValueError(f"the played strategy lacks information sets {missing}")
+    return (_played_best_response(played, 0, invalid_penalty) + _played_best_response(played, 1, invalid_penalty)) / 2
+
+
+def played_mixture(strategies: Sequence[Mapping[str, tuple[float, float]]],
+                   weights: Sequence[float]) -> dict[str, tuple[float, float]]:
+    """One played strategy equivalent to drawing a player per hand by ``weights``: each set
+    averages the players' probabilities weighted by weight x the player's own reach (as
+    :func:`mixture_strategy`; an invalid reply ends the hand, so it reaches nothing)."""
+    if len(strategies) != len(weights) or not strategies:
+        raise ValueError(f"give one weight per strategy, got {len(strategies)} strategies and {len(weights)} weights")
+    w = [float(x) for x in weights]
+    if any(x < 0 or not math.isfinite(x) for x in w) or sum(w) <= 0:
+        raise ValueError(f"weights must be finite, non-negative and not all zero, got {weights!r}")
+
+    def reach(s, infoset):
+        card, history = _split(infoset)
+        r = 1.0
+        for i in range(len(history) % 2, len(history), 2):
+            r *= _played_action(s, card, history[:i], history[i])
+        return r
+
+    out = {}
+    for infoset in INFOSETS:
+        r = [wk * reach(s, infoset) for s, wk in zip(strategies, w)]
+        if sum(r) <= 1e-15:
+            r = w
+        total = sum(r)
+        out[infoset] = (sum(rk * s[infoset][0] for rk, s in zip(r, strategies)) / total,
+                        sum(rk * s[infoset][1] for rk, s in zip(r, strategies)) / total)
+    return out

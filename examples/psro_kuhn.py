@@ -1,0 +1,107 @@
+"""PSRO on Kuhn poker, scored as played, beside self-play on the same budget.
+
+    python examples/psro_kuhn.py                 # PSRO then self-play, seed 0 (see the time below)
+    python examples/psro_kuhn.py --trainers psro --seed 3
+    python examples/psro_kuhn.py --smoke
+
+The base is the Kuhn example's tiny model after its format warm-up (``examples/kuhn_league.py``:
+a random P(bet or call) per information set, cached). Both trainers use their defaults and the
+learning rate that ``examples/psro_matrix_games.py`` uses on every matrix game: nothing here is
+tuned to Kuhn poker. Both play 128 games a round: PSRO's responder 64 against the meta-strategy
+and 64 evaluation games in its population; self-play 128 against itself and its past.
+
+After every epoch, each player of ``trainer.deployable_mixture()`` is read *as played*
+(``autocurricula.eval.kuhn.read_played``: the tree of its replies at each information set, parsed
+as the game parses them, invalid replies forfeiting as in the game) and the mixture's
+exploitability is computed exactly (``played_exploitability``, chips per hand; 0 = Nash, 0.458 =
+uniform). The invalid rate is the mixture's, averaged over the 12 information sets. One JSON line
+per epoch and trainer; the last line holds the final figures.
+
+Time on 2 idle cores: about 6 minutes per trainer, plus a 4-minute warm-up on the first run.
+"""
+
+import argparse
+import json
+import tempfile
+import time
+
+import autocurricula  # noqa: F401  (fast BLAS before mlx)
+from autocurricula import PSROTrainer, SelfPlayTrainer
+from autocurricula.eval.kuhn import INFOSETS, played_exploitability, played_mixture, read_played
+from autocurricula.games import kuhn_poker
+
+from kuhn_league import parse_args as kuhn_args
+from kuhn_league import warm_base
+
+TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer}
+GAMES_PER_ROUND = 128
+LEARNING_RATE = 1e-2  # the matrix games' rate (examples/psro_matrix_games.py)
+
+
+class PlayedFigures:
+    """Per-epoch callback: the deployable mixture's played exploitability and invalid rate."""
+
+    def __init__(self, name: str, seed: int):
+        self.name, self.seed, self.rows, self.cache = name, seed, [], {}
+        self.t0 = time.perf_counter()
+
+    def __call__(self, trainer) -> dict:
+        weights = trainer.deployable_mixture()
+        temperature = trainer.grpo.temperature
+        strategies, unresolved = [], 0.0
+        for pid in weights:
+            frozen = next(p for p in trainer.players if p["id"] == pid)["frozen"]
+            if pid not in self.cache or not frozen:
+                self.cache[pid] = read_played(trainer.engine, pid, temperature=temperature)
+            strategies.append(self.cache[pid][0])
+            unresolved = max(unresolved, self.cache[pid][1])
+        mix = played_mixture(strategies, list(weights.values()))
+        row = {"trainer": self.name, "seed": self.seed, "epoch": trainer.current_epoch,
+               "exploitability": round(played_exploitability(mix), 4),
+               "invalid_rate": round(sum(mix[k][1] for k in INFOSETS) / len(INFOSETS), 4),
+               "unresolved": round(unresolved, 6), "players": len(trainer.players),
+               "mixture": {k: round(v, 3) for k, v in weights.items()},
+               "minutes": round((time.perf_counter() - self.t0) / 60, 1)}
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+        return {"eval/exploitability_played": row["exploitability"], "eval/invalid_rate": row["invalid_rate"]}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trainers", default="psro,selfplay")
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=8, help="rounds per epoch")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", default=None, help="append the JSON lines to this file")
+    p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check the machinery")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    base_args = kuhn_args(["--seed", str(args.seed)] + (["--smoke"] if args.smoke else []))
+    if args.smoke:
+        args.epochs, args.rounds = 1, 2
+    base = warm_base(base_args)
+    final = {}
+    for name in args.trainers.split(","):
+        cls = TRAINERS[name]
+        own = {"games_per_round": GAMES_PER_ROUND} if name == "selfplay" else {}
+        figures = PlayedFigures(name, args.seed)
+        with tempfile.TemporaryDirectory() as out:
+            config = cls.config_class(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out,
+                                      progress=False, save_strategy="no", **own)
+            trainer = cls(config)
+            trainer.train(str(base), kuhn_poker, grpo_config={"learning_rate": LEARNING_RATE}, callbacks=[figures])
+            trainer.engine.close()
+        final[name] = figures.rows[-1]
+        if args.output:
+            with open(args.output, "a") as fh:
+                fh.write("\n".join(json.dumps(r) for r in figures.rows) + "\n")
+    print(json.dumps({"final": final, "seed": args.seed, "epochs": args.epochs, "rounds": args.rounds,
+                      "games_per_round": GAMES_PER_ROUND}))
+
+
+if __name__ == "__main__":
+    main()
