@@ -402,7 +402,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         if isinstance(prompt, str):
             check_fits(prompt, "prompt")
         try:
-            return engine.submit(prompt, player, params, on_token=on_token, request_id=rid, queue_timeout_s=max_queue_s)
+            return engine.submit(prompt, player, params, on_token=on_token, request_id=rid, queue_timeout_s=max_queue_s,
+                                 group=rid)  # each HTTP request is one group: rows are shared between them
         except ValueError as exc:  # prompt too long / empty / bad token ids
             raise APIError(400, str(exc), "prompt") from None
 
@@ -559,7 +560,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         the engine. A request that is invalid, or names an unknown player, refuses the whole batch
         (400 / 404; the fields checked here name ``requests[i]``, the engine's checks of prompt
         length and token ids name the problem), and none of it runs."""
-        items = []
+        items, group = [], f"batch-{uuid.uuid4().hex}"  # the whole batch is one group of the fair queue
         for i, item in enumerate(body.requests):
             where = f"requests[{i}]"
             prompt = item.prompt
@@ -579,7 +580,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
             except APIError as exc:
                 raise APIError(exc.status, f"{where}: {exc.message}", where) from None
             player = None if item.model in (None, engine.name) else item.model
-            items.append((prompt, player, params, None, f"cmpl-{uuid.uuid4().hex}", max_queue_s))
+            items.append((prompt, player, params, None, f"cmpl-{uuid.uuid4().hex}", max_queue_s, group))
         if (asked := sum(it[2].max_tokens for it in items)) > batch_tokens:
             raise APIError(400, f"the batch asks for {asked} tokens (the sum of its max_tokens), more than this "
                                 f"server's limit of {batch_tokens} (--max-batch-tokens); split it or lower max_tokens",
@@ -788,7 +789,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         """Engine counters, batch occupancy, health, queue depth, loaded players and the limits."""
         health = engine.health()
         return {"stats": dict(engine.stats), "occupancy": engine.occupancy, "health": health,
-                "queue": {"waiting": health["queued"], "running": health["running"]},
+                "queue": {"waiting": health["queued"], "running": health["running"],
+                          "paused": engine.stats["paused"]},  # rows paused so far to give another request a row
                 "players": engine.players(), "limits": limits}
 
     limits = {"max_tokens": limit, "max_batch_tokens": batch_tokens, "max_request_bytes": max_request_bytes,

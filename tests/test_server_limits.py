@@ -5,6 +5,7 @@ in time; real servers bind 127.0.0.1 only."""
 import contextlib
 import json
 import socket
+import threading
 import time
 
 import httpx
@@ -249,6 +250,52 @@ def test_the_engine_expires_queued_requests_only_when_asked(one_row):
         one_row.cancel("hog2")
     hog.result(timeout=30)
     assert one_row.generate("again", max_tokens=2, **GREEDY).finish_reason == "length"
+
+
+@pytest.fixture(scope="module")
+def four_rows(tiny_model_path):
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2, max_batch=4, preempt_after_steps=4),
+                 name="tiny")
+    yield eng
+    eng.close()
+
+
+def test_a_small_request_gets_a_row_while_a_batch_holds_them_all(four_rows):
+    big = {"requests": [{"prompt": f"go {i}", "max_tokens": 150, **GREEDY} for i in range(4)]}
+    with running_server(create_app(four_rows)) as url, httpx.Client(base_url=url, timeout=120) as c:
+        done = {}
+
+        def batch():
+            done["batch"] = c.post("/v1/batch/completions", json=big)
+            done["batch_at"] = time.monotonic()
+
+        t = threading.Thread(target=batch)
+        t.start()
+        deadline = time.monotonic() + 30
+        while four_rows.health()["running"] < 4:  # the batch holds every row
+            assert time.monotonic() < deadline and t.is_alive()
+            time.sleep(0.005)
+        small = c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, **GREEDY})
+        small_at = time.monotonic()
+        queue = c.get("/v1/stats").json()["queue"]
+        t.join(120)
+    assert small.status_code == 200 and small.json()["usage"]["completion_tokens"] == 2
+    assert done["batch"].status_code == 200 and small_at < done["batch_at"]  # served while the batch ran
+    data = done["batch"].json()["data"]
+    assert [d["usage"]["completion_tokens"] for d in data] == [150] * 4
+    assert four_rows.stats["paused"] >= 1 and set(queue) >= {"waiting", "running", "paused"}
+    # the paused row resumed where it stopped: the same greedy tokens as running alone
+    alone = four_rows.generate("go 0", max_tokens=150, **GREEDY)
+    assert data[0]["choices"][0]["text"] == alone.text
+
+
+def test_requests_without_a_group_are_never_paused(four_rows):
+    before = four_rows.stats["paused"]
+    params = SamplingParams(max_tokens=40, **GREEDY)
+    futs = four_rows.submit_many([(f"go {i}", None, params) for i in range(4)])
+    late = four_rows.submit("hi", params=SamplingParams(max_tokens=2, **GREEDY))
+    late.result(timeout=60)
+    assert all(f.done() for f in futs) and four_rows.stats["paused"] == before  # it waited its turn
 
 
 # ------------------------------------------------------------------ connections
