@@ -304,7 +304,10 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     folders: not limited to ``adapter_root``, but to ``max_lora_rank``).
     ``fingerprint``: the base model's fingerprint (``serve`` computes it from the model folder at
     load); default: computed from the engine on the first ``GET /v1/fingerprint``.
-    ``max_cpu_adapters``: players held at once (a new one above it is a 507; None: no limit).
+    ``max_cpu_adapters``: players whose weights are held in memory at once (None: no limit). With
+    an ``adapter_root``, a player beyond it spills the least recently used idle ones to disk (under
+    ``adapter_root/.spilled/``; they stay loaded and are read back, checked, when requested);
+    without one, or when every held player is in use, a new player gets a 507.
     ``max_concurrent_uploads``: adapter uploads read and parsed at once; others wait up to
     ``body_timeout_s``, then get a 429 with ``Retry-After``.
     ``max_batch_tokens``: the sum of ``max_tokens`` over one ``/v1/batch/completions`` (default:
@@ -333,6 +336,9 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     upload_slots = asyncio.Semaphore(max_concurrent_uploads)
     install_lock = asyncio.Lock()  # the adapter count is checked and raised in one step
     root = os.path.realpath(adapter_root) if adapter_root else None
+    spill_dir = os.path.join(root, ".spilled", uuid.uuid4().hex[:12]) if root else None  # this server's alone
+    last_use: dict[str, int] = {}  # player -> tick of its last request or install (LRU spilling)
+    ticks = itertools.count()
     folders: dict[str, str] = {}  # player -> folder it was loaded from (shown in /v1/models)
     instance = uuid.uuid4().hex  # a client that sees it change knows the server lost its adapters
     prints: list[dict] = [fingerprint] if fingerprint else []
@@ -401,6 +407,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     def submit(prompt, player, params, on_token, rid) -> Future:
         if isinstance(prompt, str):
             check_fits(prompt, "prompt")
+        if player is not None:
+            last_use[player] = next(ticks)
         try:
             return engine.submit(prompt, player, params, on_token=on_token, request_id=rid, queue_timeout_s=max_queue_s,
                                  group=rid)  # each HTTP request is one group: rows are shared between them
@@ -585,6 +593,9 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
             raise APIError(400, f"the batch asks for {asked} tokens (the sum of its max_tokens), more than this "
                                 f"server's limit of {batch_tokens} (--max-batch-tokens); split it or lower max_tokens",
                            "requests")
+        for it in items:
+            if it[1] is not None:
+                last_use[it[1]] = next(ticks)
         try:
             futs = await run_in_threadpool(engine.submit_many, items)
         except ValueError as exc:  # which request: the engine checks them in order
@@ -627,12 +638,41 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
              "parent": parent, "max_model_len": engine.max_context} for name, root_, parent in cards]}
 
     # ---------------------------------------------------------------- adapter routes
+    def held_in_memory() -> list[str]:
+        """Players whose weights are in memory (not spilled), least recently used first."""
+        infos = [engine.adapter_info(n) for n in engine.players()]
+        return sorted((i["name"] for i in infos if not i["spilled"]), key=lambda n: last_use.get(n, -1))
+
     def check_room(name: str) -> None:
+        """Without a spill folder, refuse a new player beyond the cap before its body is read."""
         held = engine.players()
-        if max_cpu_adapters is not None and name not in held and len(held) >= max_cpu_adapters:
+        if max_cpu_adapters is not None and spill_dir is None and name not in held and len(held) >= max_cpu_adapters:
             raise APIError(507, f"the server holds {len(held)} adapters, its limit (--max-cpu-adapters "
                                 f"{max_cpu_adapters}); DELETE /v1/adapters/{{name}} of a player no longer needed, "
-                                "or raise the limit")
+                                "raise the limit, or start the server with --adapter-root DIR to spill the least "
+                                "recently used adapters to disk")
+
+    async def make_room(name: str) -> None:
+        """Spill least recently used idle players until ``name`` fits under the cap (507 if it cannot)."""
+        if max_cpu_adapters is None:
+            return
+        check_room(name)
+        held = held_in_memory()
+        if name in held:  # a hot swap of weights already held
+            return
+        excess = len(held) + 1 - max_cpu_adapters
+        for victim in held:
+            if excess <= 0:
+                break
+            try:
+                excess -= await run_in_threadpool(engine.spill_adapter, victim, spill_dir)
+            except UnknownPlayerError:  # deleted meanwhile: its room is free
+                excess -= 1
+        if excess > 0:
+            raise APIError(507, f"the server holds {len(held)} adapters in memory, its limit (--max-cpu-adapters "
+                                f"{max_cpu_adapters}), and every one is in use by a queued or running request, so "
+                                "none can be spilled to disk; retry when they finish, or raise --max-cpu-adapters",
+                           headers=RETRY_LATER)
 
     async def install(name: str, source, version: int | None = None) -> int:
         check_name(name)
@@ -641,7 +681,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
             if isinstance(source, str):  # a folder: every file must resolve inside the root
                 source = await run_in_threadpool(load_folder, source, root, max_lora_rank)
             async with install_lock:
-                check_room(name)
+                await make_room(name)
+                last_use[name] = next(ticks)
                 return await run_in_threadpool(engine.load_adapter, name, source, version)
         except (AdapterError, APIError):
             raise
@@ -767,6 +808,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     async def delete_adapter(name: str):
         await run_in_threadpool(engine.unload_adapter, name)
         folders.pop(name, None)
+        last_use.pop(name, None)
         return {"name": name, "deleted": True}
 
     # ---------------------------------------------------------------- operations

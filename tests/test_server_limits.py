@@ -175,6 +175,82 @@ def test_the_number_of_held_adapters_is_capped(engine):
             c.delete(f"/v1/adapters/{name}")
 
 
+@pytest.fixture(scope="module")
+def one_slot(tiny_model_path):  # one adapter slot: serving another player writes its weights again
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=1, max_batch=4), name="tiny")
+    yield eng
+    eng.close()
+
+
+def held(engine) -> list[str]:
+    return [n for n in engine.players() if not engine.adapter_info(n)["spilled"]]
+
+
+def test_adapters_beyond_the_cap_spill_to_disk_and_answer_the_same(one_slot, tmp_path):
+    def ask(c, name):
+        r = c.post("/v1/completions", json={"model": name, "prompt": "hello there", "max_tokens": 12,
+                                             "return_token_ids": True, **GREEDY})
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["token_ids"]
+
+    names = ["sp-a", "sp-b", "sp-c", "sp-d"]
+    sent = {n: weights(one_slot, 20 + i) for i, n in enumerate(names)}
+    with TestClient(create_app(one_slot, adapter_root=str(tmp_path), max_cpu_adapters=2)) as c:
+        first = {}
+        for n in names:
+            assert put(c, n, to_safetensors_bytes(sent[n])).status_code == 200
+            first[n] = ask(c, n)
+            assert len(held(one_slot)) <= 2
+        assert one_slot.players() == names and held(one_slot) == ["sp-c", "sp-d"]  # the least recent spilled
+        assert len(list((tmp_path / ".spilled").rglob("*.safetensors"))) == 2
+        assert len({tuple(t) for t in first.values()}) > 1  # the players answer differently
+        for n in names:  # each read back from disk into the one slot: the same greedy tokens
+            assert ask(c, n) == first[n]
+        for n in names:
+            got = one_slot.adapter_weights(n)
+            for path, (a, b) in sent[n].modules.items():
+                np.testing.assert_array_equal(got.modules[path][0], a)
+                np.testing.assert_array_equal(got.modules[path][1], b)
+        assert len(held(one_slot)) <= 2
+        # a spilled copy that changed on disk is refused by name; the server goes on
+        spilled = next(n for n in names if n not in held(one_slot))
+        ask(c, held(one_slot)[0])  # the one slot holds another player now
+        file = next(p for p in (tmp_path / ".spilled").rglob(f"{spilled}.*.safetensors"))
+        file.write_bytes(file.read_bytes()[:-4] + b"\0\0\0\1")
+        r = c.post("/v1/completions", json={"model": spilled, "prompt": "hello", "max_tokens": 2})
+        error_of(r, 500, "changed on disk", "upload the adapter again")
+        assert put(c, spilled, to_safetensors_bytes(sent[spilled])).status_code == 200  # a new upload heals it
+        assert ask(c, spilled) == first[spilled] and len(held(one_slot)) <= 2
+        for n in names:
+            assert c.delete(f"/v1/adapters/{n}").status_code == 200
+        assert not list((tmp_path / ".spilled").rglob("*.safetensors"))  # deleting removes the files
+
+
+def test_an_adapter_in_use_is_never_spilled(one_slot, tmp_path):
+    with TestClient(create_app(one_slot, adapter_root=str(tmp_path), max_cpu_adapters=2)) as c:
+        for i, n in enumerate(["use-a", "use-b"]):
+            assert put(c, n, to_safetensors_bytes(weights(one_slot, 30 + i))).status_code == 200
+        running = one_slot.submit("go", "use-a", SamplingParams(max_tokens=1900, **GREEDY), request_id="use-run")
+        queued = one_slot.submit("go", "use-b", SamplingParams(max_tokens=2, **GREEDY), request_id="use-queued")
+        try:
+            deadline = time.monotonic() + 10
+            while one_slot.health()["running"] == 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            # use-a is the least recently used, but a running row pins it; use-b waits for the slot
+            error_of(put(c, "use-c", to_safetensors_bytes(weights(one_slot, 32))), 507, "--max-cpu-adapters",
+                     "in use")
+            assert held(one_slot) == ["use-a", "use-b"] and "use-c" not in one_slot.players()
+        finally:
+            one_slot.cancel("use-run")
+        assert running.result(timeout=30).finish_reason == "cancelled"
+        assert queued.result(timeout=30).finish_reason == "length"
+        assert put(c, "use-c", to_safetensors_bytes(weights(one_slot, 32))).status_code == 200  # now one spills
+        assert len(held(one_slot)) == 2 and one_slot.players() == ["use-a", "use-b", "use-c"]
+        for n in ["use-a", "use-b", "use-c"]:
+            c.delete(f"/v1/adapters/{n}")
+
+
 def test_client_maps_507_and_retries_429_after_retry_after():
     calls = []
 

@@ -31,6 +31,7 @@ from autocurricula.engine.logprobs import completion_logprobs
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion, Request, Scheduler, TokenEvent, resolve
 from autocurricula.engine.slots import SlotTable
+from autocurricula.engine.spill import SpilledWeights, write_spill
 
 __all__ = ["Completion", "Engine", "EngineConfig", "EngineDeadError", "TokenEvent", "UnknownPlayerError"]
 
@@ -302,16 +303,30 @@ class Engine:
         if rec is None:
             raise UnknownPlayerError(f"unknown player {name!r}")
         return {"name": name, "version": rec.version, "rank": rec.weights.rank, "scale": rec.weights.scale,
-                "resident": rec.slot is not None, "modules": len(rec.weights.modules)}
+                "resident": rec.slot is not None, "modules": len(rec.weights.modules),
+                "spilled": isinstance(rec.weights, SpilledWeights)}
 
     def adapter_weights(self, name: str) -> AdapterWeights:
         """The host copy of a player's current weights (what export, checkpoints and the updater
-        read); ``UnknownPlayerError`` when none is held (a player unloaded while its last rows
-        still run is still held)."""
+        read; read back from disk when spilled); ``UnknownPlayerError`` when none is held (a player
+        unloaded while its last rows still run is still held)."""
         rec = self.slots.records.get(name)
         if rec is None:
             raise UnknownPlayerError(f"unknown player {name!r}")
-        return rec.weights
+        return self.residency.host_weights(rec)
+
+    def spill_adapter(self, name: str, folder: str | Path) -> bool:
+        """Write a player's host weights to a file in ``folder`` and free them; the player stays
+        loaded, and a slot that needs it reads the file back (checked against its hash). False, and
+        nothing changes, while a queued or running request uses the player."""
+        rec = self.slots.records.get(name)
+        if rec is None or rec.deleted:
+            raise UnknownPlayerError(f"unknown player {name!r}")
+        weights = rec.weights
+        if isinstance(weights, SpilledWeights):
+            return True
+        spilled = write_spill(weights, folder, name)  # here, not on the engine thread: decoding goes on
+        return self.call(self.residency.spill, name, weights, spilled, self.scheduler.wants).result()
 
     def logits(self, ids: list[int], player: str | None = None):
         """Full-sequence logits (numpy, (len(ids), vocab)) under a player's adapter, for tests and

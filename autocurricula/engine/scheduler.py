@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from autocurricula.engine.adapters import AdapterError
 from autocurricula.engine.errors import UnknownPlayerError
 from autocurricula.engine.sampling import SamplingParams
 
@@ -155,8 +156,12 @@ class Scheduler:
     def maybe_drop(self, player: str | None) -> None:
         """Remove an unloaded player once no running row and no queued request needs it."""
         rec = self.e.slots.records.get(player) if player else None
-        if rec is not None and rec.deleted and rec.pins == 0 and not any(r.player == player for r in self.pending):
+        if rec is not None and rec.deleted and rec.pins == 0 and not self.wants(player):
             self.e.residency.drop(rec)
+
+    def wants(self, player: str) -> bool:
+        """Whether a queued request (paused rows included) names ``player``."""
+        return any(r.player == player for r in self.pending)
 
     # ------------------------------------------------------------------ admission
     def admit(self) -> None:
@@ -182,7 +187,11 @@ class Scheduler:
                 if rec is None or (rec.deleted and not req.keep):
                     resolve(req.future, exc=UnknownPlayerError(f"unknown player {req.player!r} (unloaded)"))
                     continue
-                rec = None if blocked else e.residency.acquire(req.player)
+                try:
+                    rec = None if blocked else e.residency.acquire(req.player)
+                except AdapterError as exc:  # its weights cannot be read back: this request fails alone
+                    self._fail(req, exc, pinned=False)
+                    continue
                 if rec is None:  # every slot is pinned by running rows: wait for one
                     if req.blocked_at is None:
                         req.blocked_at = e.stats["steps"]
@@ -314,14 +323,16 @@ class Scheduler:
         self.e.stats["rows_stepped"] += len(self.rows)
         self.accept(self.rows, tokens, logprobs, errors)
 
-    def _fail(self, req: Request, exc: BaseException) -> None:
-        """Settle a request that never joined the batch with ``exc``, releasing its slot pin."""
+    def _fail(self, req: Request, exc: BaseException, pinned: bool = True) -> None:
+        """Settle a request that never joined the batch with ``exc``, releasing its slot pin (when
+        it holds one)."""
         err = RequestError(f"request {req.id} failed: {exc!r}")
         err.__cause__ = exc
         resolve(req.future, exc=err)
         self.e.stats["failed"] += 1
         if req.player is not None:
-            self.e.slots.release(req.player)
+            if pinned:
+                self.e.slots.release(req.player)
             self.maybe_drop(req.player)
 
     # ------------------------------------------------------------------ per-token bookkeeping
