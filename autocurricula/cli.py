@@ -220,8 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-connections", type=int, default=512,
                    help="connections and requests at once; beyond it the server answers 503 (default 512)")
     s.add_argument("--max-cpu-adapters", type=int, default=256,
-                   help="players (adapters) the server holds at once, as vLLM's --max-cpu-loras; a new one beyond "
-                        "it gets 507 until one is deleted (0 = no limit; default 256)")
+                   help="adapters the server holds in memory at once, as vLLM's --max-cpu-loras; beyond it the least "
+                        "recently used idle ones spill to --adapter-root/.spilled (without a root: 507 for a new "
+                        "one; 0 = no limit; default 256)")
     s.add_argument("--max-concurrent-uploads", type=int, default=2,
                    help="adapter uploads read and parsed at once; the others wait, then get 429 (default 2)")
     s.add_argument("--max-batch-tokens", type=int, default=None,

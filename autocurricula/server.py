@@ -21,7 +21,8 @@ Extension fields beyond OpenAI:
   token indices; more than one span means the adapter was hot-swapped mid-completion). With
   ``return_token_ids`` each choice carries ``prompt_token_ids`` and ``token_ids``.
 * ``POST /v1/batch/completions``: ``{"requests": [<completion request>, ...]}`` admitted to the
-  engine together (one batch for the lot, each with its own player); answers
+  engine together (one batch for the lot, each with its own player, unless other requests wait
+  for rows: admission is fair between HTTP requests, a batch counting as one); answers
   ``{"object": "list", "data": [<text_completion or {"error": ...}>, ...]}`` in order.
 * streaming: every chunk carries ``adapter_version`` of its token (and ``token_ids`` with
   ``return_token_ids``); the last chunk before ``[DONE]`` has an empty delta, the
@@ -48,6 +49,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import time
 import uuid
 from concurrent.futures import Future
@@ -327,6 +329,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     if max_chat_messages > MAX_CHAT_MESSAGES:
         raise ValueError(f"max_chat_messages must be at most {MAX_CHAT_MESSAGES}, got {max_chat_messages}")
     app = FastAPI(title="autocurricula", version="0.1.0")
+    app.state.spill_dir = None  # set below with an adapter root: serve() removes it when it stops
     uploads = lambda scope: scope["method"] == "PUT" and scope["path"].startswith("/v1/adapters/")  # noqa: E731
     app.add_middleware(_BodyLimit, limit=max_request_bytes, timeout=body_timeout_s, exempt=uploads)
     if api_key:  # added last: runs first, so an unauthenticated body is never read
@@ -337,6 +340,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     install_lock = asyncio.Lock()  # the adapter count is checked and raised in one step
     root = os.path.realpath(adapter_root) if adapter_root else None
     spill_dir = os.path.join(root, ".spilled", uuid.uuid4().hex[:12]) if root else None  # this server's alone
+    app.state.spill_dir = spill_dir
     last_use: dict[str, int] = {}  # player -> tick of its last request or install (LRU spilling)
     ticks = itertools.count()
     folders: dict[str, str] = {}  # player -> folder it was loaded from (shown in /v1/models)
@@ -839,7 +843,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
               "max_upload_bytes": max_upload_bytes, "max_header_bytes": MAX_HEADER_BYTES, "max_tensors": MAX_TENSORS,
               "max_lora_rank": max_lora_rank, "max_cpu_adapters": max_cpu_adapters,
               "max_concurrent_uploads": max_concurrent_uploads, "max_queue_s": max_queue_s,
-              "max_chat_messages": max_chat_messages, "body_timeout_s": body_timeout_s}
+              "max_chat_messages": max_chat_messages, "body_timeout_s": body_timeout_s,
+              "preempt_after_steps": engine.config.preempt_after_steps}
 
     return app
 
@@ -850,7 +855,8 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
           max_upload_bytes: int = 2 << 30, max_lora_rank: int | None = 64,
           timeout_keep_alive: float = 75.0, keep_quantized: bool = False,
           adapters: dict[str, str] | None = None, prefix_cache_mb: float = 64.0, threads: int | None = None,
-          header_timeout_s: float = 30.0, max_connections: int = 512, **limits) -> None:
+          header_timeout_s: float = 30.0, max_connections: int = 512, preempt_after_steps: int | None = 16,
+          **limits) -> None:
     """Load ``model`` (Hub id or folder) into an :class:`Engine` and serve it with uvicorn until stopped.
 
     ``served_model_name`` is the base model's name in the API (default: ``model`` as given).
@@ -863,7 +869,9 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     (default: every core); a server sharing the machine with a trainer gives it the rest.
     ``header_timeout_s``: a connection whose request headers have not all arrived this many seconds
     after it opened (or after its last response) is closed. ``max_connections``: connections and
-    requests at once; beyond it uvicorn answers 503. ``limits``: the other limits of
+    requests at once; beyond it uvicorn answers 503. ``preempt_after_steps``: fair admission (see
+    :class:`EngineConfig`): a request waits about this many decode steps at most for a row while
+    other requests hold them all (None: it waits for a row to finish). ``limits``: the other limits of
     :func:`create_app` (``max_cpu_adapters``, ``max_queue_s``, ...)."""
     import uvicorn
 
@@ -878,8 +886,9 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who can reach it can load adapters", host)
     engine = Engine(model, config=EngineConfig(max_slots=max_slots, max_batch=max_batch, keep_quantized=keep_quantized,
-                                                prefix_cache_mb=prefix_cache_mb),
+                                                prefix_cache_mb=prefix_cache_mb, preempt_after_steps=preempt_after_steps),
                     name=served_model_name)
+    app = None
     try:
         # hashed from the stored files, as the trainer does: the same folder gives the same print
         # whatever the engine converted at load
@@ -891,3 +900,5 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
                     http=header_timeout_protocol(header_timeout_s), limit_concurrency=max_connections)
     finally:
         engine.close()
+        if app is not None and app.state.spill_dir:  # the spilled adapters of this server, gone with it
+            shutil.rmtree(app.state.spill_dir, ignore_errors=True)

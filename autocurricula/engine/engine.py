@@ -149,7 +149,7 @@ class Engine:
         """Queue several completions at once, ``[(prompt, player, params), ...]`` (optionally also
         ``on_token``, ``request_id``, ``queue_timeout_s``, ``group``, as in :meth:`submit`): they are admitted
         together, in this order, so they share their first batch whatever else is queued (the
-        arena's lockstep ticks rely on it). All are checked first: one bad request queues none."""
+        arena's lockstep ticks rely on it; with a ``group``, unless other groups wait for rows). All are checked first: one bad request queues none."""
         reqs = [self._request(*r) for r in requests]
         self._put(("submit_many", reqs))
         return [r.future for r in reqs]
