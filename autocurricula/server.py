@@ -68,6 +68,7 @@ from autocurricula.engine.adapters import (MAX_HEADER_BYTES, MAX_TENSORS, Adapte
                                            parse_header)
 from autocurricula.engine.fingerprint import fingerprint_engine, fingerprint_folder
 from autocurricula.engine.sampling import INT32_MAX, SEED_MAX
+from autocurricula.engine.spill import host_bytes
 from autocurricula.engine.scheduler import QueueTimeoutError, RequestError
 from autocurricula.http_limits import BodyError, BodyReader, ClientGone, header_timeout_protocol
 
@@ -291,7 +292,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
                max_tokens_limit: int | None = None, max_upload_bytes: int = 2 << 30,
                max_request_bytes: int = 8 << 20, max_lora_rank: int | None = 64,
                adapters: dict[str, str] | None = None, fingerprint: dict | None = None,
-               max_cpu_adapters: int | None = 256, max_concurrent_uploads: int = 2,
+               max_cpu_adapters: int | None = 256, max_cpu_adapter_bytes: int | None = None,
+               max_concurrent_uploads: int = 2,
                max_batch_tokens: int | None = None, max_queue_s: float | None = 120.0,
                max_chat_messages: int = 1024, body_timeout_s: float = 60.0) -> FastAPI:
     """Build the FastAPI app serving ``engine``.
@@ -310,6 +312,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     an ``adapter_root``, a player beyond it spills the least recently used idle ones to disk (under
     ``adapter_root/.spilled/``; they stay loaded and are read back, checked, when requested);
     without one, or when every held player is in use, a new player gets a 507.
+    ``max_cpu_adapter_bytes``: the same cap on the bytes of the weights held (None: no limit).
     ``max_concurrent_uploads``: adapter uploads read and parsed at once; others wait up to
     ``body_timeout_s``, then get a 429 with ``Retry-After``.
     ``max_batch_tokens``: the sum of ``max_tokens`` over one ``/v1/batch/completions`` (default:
@@ -322,10 +325,11 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     """
     _check_limits(dict(max_upload_bytes=max_upload_bytes, max_request_bytes=max_request_bytes,
                        max_lora_rank=max_lora_rank, max_cpu_adapters=max_cpu_adapters,
-                       max_concurrent_uploads=max_concurrent_uploads, max_batch_tokens=max_batch_tokens,
+                       max_cpu_adapter_bytes=max_cpu_adapter_bytes, max_concurrent_uploads=max_concurrent_uploads, max_batch_tokens=max_batch_tokens,
                        max_chat_messages=max_chat_messages),
                   dict(max_queue_s=max_queue_s, body_timeout_s=body_timeout_s),
-                  optional=("max_lora_rank", "max_cpu_adapters", "max_batch_tokens", "max_queue_s"))
+                  optional=("max_lora_rank", "max_cpu_adapters", "max_cpu_adapter_bytes", "max_batch_tokens",
+                            "max_queue_s"))
     if max_chat_messages > MAX_CHAT_MESSAGES:
         raise ValueError(f"max_chat_messages must be at most {MAX_CHAT_MESSAGES}, got {max_chat_messages}")
     app = FastAPI(title="autocurricula", version="0.1.0")
@@ -342,6 +346,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     spill_dir = os.path.join(root, ".spilled", uuid.uuid4().hex[:12]) if root else None  # this server's alone
     app.state.spill_dir = spill_dir
     last_use: dict[str, int] = {}  # player -> tick of its last request or install (LRU spilling)
+    sizes: dict[str, int] = {}  # player -> bytes of its weights in memory
     ticks = itertools.count()
     folders: dict[str, str] = {}  # player -> folder it was loaded from (shown in /v1/models)
     instance = uuid.uuid4().hex  # a client that sees it change knows the server lost its adapters
@@ -350,7 +355,9 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         raise ValueError(f"{len(adapters)} adapters to preload exceed max_cpu_adapters={max_cpu_adapters}; raise it")
     for name, folder in (adapters or {}).items():
         check_name(name)
-        engine.load_adapter(name, load_folder(folder, None, max_lora_rank))
+        weights = load_folder(folder, None, max_lora_rank)
+        engine.load_adapter(name, weights)
+        sizes[name] = host_bytes(weights)
         folders[name] = os.path.realpath(folder)
 
     handlers = {
@@ -656,27 +663,43 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
                                 "raise the limit, or start the server with --adapter-root DIR to spill the least "
                                 "recently used adapters to disk")
 
-    async def make_room(name: str) -> None:
-        """Spill least recently used idle players until ``name`` fits under the cap (507 if it cannot)."""
-        if max_cpu_adapters is None:
+    async def make_room(name: str, size: int) -> None:
+        """Spill least recently used idle players until ``name``'s ``size`` bytes fit under the caps
+        (507 when they cannot)."""
+        if max_cpu_adapters is None and max_cpu_adapter_bytes is None:
             return
+        if max_cpu_adapter_bytes is not None and size > max_cpu_adapter_bytes:
+            raise APIError(507, f"the adapter's weights take {size} bytes, more than this server holds for all "
+                                f"adapters (--max-cpu-adapter-bytes {max_cpu_adapter_bytes}); send a smaller rank, "
+                                "or raise the limit")
         check_room(name)
-        held = held_in_memory()
-        if name in held:  # a hot swap of weights already held
-            return
-        excess = len(held) + 1 - max_cpu_adapters
-        for victim in held:
-            if excess <= 0:
+        others = [n for n in held_in_memory() if n != name]
+        count, total = len(others) + 1, sum(sizes.get(n, 0) for n in others) + size
+
+        def over() -> bool:
+            return ((max_cpu_adapters is not None and count > max_cpu_adapters)
+                    or (max_cpu_adapter_bytes is not None and total > max_cpu_adapter_bytes))
+
+        for victim in others:
+            if not over():
                 break
             try:
-                excess -= await run_in_threadpool(engine.spill_adapter, victim, spill_dir)
+                freed = await run_in_threadpool(engine.spill_adapter, victim, spill_dir) if spill_dir else False
             except UnknownPlayerError:  # deleted meanwhile: its room is free
-                excess -= 1
-        if excess > 0:
-            raise APIError(507, f"the server holds {len(held)} adapters in memory, its limit (--max-cpu-adapters "
-                                f"{max_cpu_adapters}), and every one is in use by a queued or running request, so "
-                                "none can be spilled to disk; retry when they finish, or raise --max-cpu-adapters",
-                           headers=RETRY_LATER)
+                freed = True
+            except OSError as exc:
+                raise APIError(507, f"cannot spill adapter {victim!r} to {spill_dir} ({exc}); free disk space, or "
+                                    "raise --max-cpu-adapters / --max-cpu-adapter-bytes") from None
+            if freed:
+                count, total = count - 1, total - sizes.get(victim, 0)
+        if over():
+            why = ("start the server with --adapter-root DIR to spill the least recently used adapters to disk"
+                   if spill_dir is None else "every other one is in use by a queued or running request, so none "
+                                             "can be spilled to disk; retry when they finish")
+            raise APIError(507, f"the server holds {len(others)} adapters of {total - size} bytes in memory, and this "
+                                f"one does not fit its limits (--max-cpu-adapters {max_cpu_adapters}, "
+                                f"--max-cpu-adapter-bytes {max_cpu_adapter_bytes}): {why}, or raise the limit",
+                           headers=RETRY_LATER if spill_dir else None)
 
     async def install(name: str, source, version: int | None = None) -> int:
         check_name(name)
@@ -685,9 +708,11 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
             if isinstance(source, str):  # a folder: every file must resolve inside the root
                 source = await run_in_threadpool(load_folder, source, root, max_lora_rank)
             async with install_lock:
-                await make_room(name)
+                await make_room(name, host_bytes(source))
                 last_use[name] = next(ticks)
-                return await run_in_threadpool(engine.load_adapter, name, source, version)
+                version = await run_in_threadpool(engine.load_adapter, name, source, version)
+                sizes[name] = host_bytes(source)
+                return version
         except (AdapterError, APIError):
             raise
         except ValueError as exc:
@@ -813,6 +838,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         await run_in_threadpool(engine.unload_adapter, name)
         folders.pop(name, None)
         last_use.pop(name, None)
+        sizes.pop(name, None)
         return {"name": name, "deleted": True}
 
     # ---------------------------------------------------------------- operations
@@ -842,6 +868,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     limits = {"max_tokens": limit, "max_batch_tokens": batch_tokens, "max_request_bytes": max_request_bytes,
               "max_upload_bytes": max_upload_bytes, "max_header_bytes": MAX_HEADER_BYTES, "max_tensors": MAX_TENSORS,
               "max_lora_rank": max_lora_rank, "max_cpu_adapters": max_cpu_adapters,
+              "max_cpu_adapter_bytes": max_cpu_adapter_bytes,
               "max_concurrent_uploads": max_concurrent_uploads, "max_queue_s": max_queue_s,
               "max_chat_messages": max_chat_messages, "body_timeout_s": body_timeout_s,
               "preempt_after_steps": engine.config.preempt_after_steps}

@@ -226,6 +226,20 @@ def test_adapters_beyond_the_cap_spill_to_disk_and_answer_the_same(one_slot, tmp
         assert not list((tmp_path / ".spilled").rglob("*.safetensors"))  # deleting removes the files
 
 
+def test_a_byte_budget_spills_too(one_slot, tmp_path):
+    size = 4 * 2 * (256 * 8 + 8 * 256) * 4  # rank 8 on q_proj and v_proj of 4 layers, float32
+    with TestClient(create_app(one_slot, adapter_root=str(tmp_path), max_cpu_adapters=None,
+                               max_cpu_adapter_bytes=2 * size + 100)) as c:
+        for i, n in enumerate(["byte-a", "byte-b", "byte-c"]):
+            assert put(c, n, to_safetensors_bytes(weights(one_slot, 40 + i))).status_code == 200
+        assert one_slot.players() == ["byte-a", "byte-b", "byte-c"] and held(one_slot) == ["byte-b", "byte-c"]
+        error_of(put(c, "byte-big", to_safetensors_bytes(weights(one_slot, 43, r=64))), 507,
+                 "--max-cpu-adapter-bytes", f"{64 * size // 8} bytes")
+        assert c.get("/v1/stats").json()["limits"]["max_cpu_adapter_bytes"] == 2 * size + 100
+        for n in ["byte-a", "byte-b", "byte-c"]:
+            c.delete(f"/v1/adapters/{n}")
+
+
 def test_an_adapter_in_use_is_never_spilled(one_slot, tmp_path):
     with TestClient(create_app(one_slot, adapter_root=str(tmp_path), max_cpu_adapters=2)) as c:
         for i, n in enumerate(["use-a", "use-b"]):
@@ -365,6 +379,29 @@ def test_a_small_request_gets_a_row_while_a_batch_holds_them_all(four_rows):
     assert data[0]["choices"][0]["text"] == alone.text
 
 
+def test_a_paused_row_streams_on_and_can_be_cancelled(four_rows):
+    events: dict[str, list] = {}
+    params = SamplingParams(max_tokens=60, **GREEDY)
+    futs = four_rows.submit_many([(f"go {i}", None, params, lambda ev: events.setdefault(ev.request_id, []).append(ev),
+                                   f"stream-{i}", None, "streams") for i in range(2)])
+    deadline = time.monotonic() + 10
+    while four_rows.health()["running"] < 2 or four_rows.stats["tokens"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+    def pause_all():  # on the engine thread, between two steps
+        four_rows.scheduler.pause(list(range(len(four_rows.scheduler.rows))))
+        four_rows.scheduler.cancel("stream-1")  # while it waits to resume
+
+    four_rows.call(pause_all).result(timeout=10)
+    done, cancelled = futs[0].result(timeout=60), futs[1].result(timeout=60)
+    assert done.finish_reason == "length" and len(done.token_ids) == 60
+    assert "".join(ev.text for ev in events["stream-0"]) == done.text  # the stream went on where it stopped
+    assert done.text == four_rows.generate("go 0", max_tokens=60, **GREEDY).text
+    assert cancelled.finish_reason == "cancelled" and 0 < len(cancelled.token_ids) < 60
+    assert cancelled.text == four_rows.decode(cancelled.token_ids)
+
+
 def test_requests_without_a_group_are_never_paused(four_rows):
     before = four_rows.stats["paused"]
     params = SamplingParams(max_tokens=40, **GREEDY)
@@ -411,7 +448,8 @@ def test_serve_passes_the_connection_limits_to_uvicorn(tiny_model_path, monkeypa
 
     args = build_parser().parse_args(["serve", "--model", "m"])
     assert (args.header_timeout, args.body_timeout, args.max_connections, args.max_cpu_adapters,
-            args.max_queue_s, args.max_chat_messages) == (30.0, 60.0, 512, 256, 120.0, 1024)
+            args.max_cpu_adapter_bytes, args.max_queue_s, args.max_chat_messages) == (30.0, 60.0, 512, 256, None,
+                                                                                       120.0, 1024)
     seen = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
     main(["serve", "--model", str(tiny_model_path), "--port", "0", "--header-timeout", "7",
