@@ -43,6 +43,7 @@ context is refused before it is tokenized in full.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
 import json
@@ -288,6 +289,17 @@ def _check_limits(counts: dict, seconds: dict, optional: tuple[str, ...] = ()) -
                              f"got {value!r}")
 
 
+@contextlib.asynccontextmanager
+async def _remove_spill_folder(app: FastAPI):
+    """The app's spilled adapters go with it (uvicorn ends a SIGTERM'd process before ``finally``
+    blocks after the app, so this runs in the app's own shutdown)."""
+    try:
+        yield
+    finally:
+        if app.state.spill_dir:
+            shutil.rmtree(app.state.spill_dir, ignore_errors=True)
+
+
 def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str | None = None,
                max_tokens_limit: int | None = None, max_upload_bytes: int = 2 << 30,
                max_request_bytes: int = 8 << 20, max_lora_rank: int | None = 64,
@@ -313,6 +325,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     ``adapter_root/.spilled/``; they stay loaded and are read back, checked, when requested);
     without one, or when every held player is in use, a new player gets a 507.
     ``max_cpu_adapter_bytes``: the same cap on the bytes of the weights held (None: no limit).
+    The app removes its spill folder when it shuts down: an engine that outlives it needs its
+    spilled adapters uploaded again.
     ``max_concurrent_uploads``: adapter uploads read and parsed at once; others wait up to
     ``body_timeout_s``, then get a 429 with ``Retry-After``.
     ``max_batch_tokens``: the sum of ``max_tokens`` over one ``/v1/batch/completions`` (default:
@@ -332,8 +346,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
                             "max_queue_s"))
     if max_chat_messages > MAX_CHAT_MESSAGES:
         raise ValueError(f"max_chat_messages must be at most {MAX_CHAT_MESSAGES}, got {max_chat_messages}")
-    app = FastAPI(title="autocurricula", version="0.1.0")
-    app.state.spill_dir = None  # set below with an adapter root: serve() removes it when it stops
+    app = FastAPI(title="autocurricula", version="0.1.0", lifespan=_remove_spill_folder)
+    app.state.spill_dir = None  # set below with an adapter root
     uploads = lambda scope: scope["method"] == "PUT" and scope["path"].startswith("/v1/adapters/")  # noqa: E731
     app.add_middleware(_BodyLimit, limit=max_request_bytes, timeout=body_timeout_s, exempt=uploads)
     if api_key:  # added last: runs first, so an unauthenticated body is never read
@@ -915,7 +929,6 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     engine = Engine(model, config=EngineConfig(max_slots=max_slots, max_batch=max_batch, keep_quantized=keep_quantized,
                                                 prefix_cache_mb=prefix_cache_mb, preempt_after_steps=preempt_after_steps),
                     name=served_model_name)
-    app = None
     try:
         # hashed from the stored files, as the trainer does: the same folder gives the same print
         # whatever the engine converted at load
@@ -927,5 +940,3 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
                     http=header_timeout_protocol(header_timeout_s), limit_concurrency=max_connections)
     finally:
         engine.close()
-        if app is not None and app.state.spill_dir:  # the spilled adapters of this server, gone with it
-            shutil.rmtree(app.state.spill_dir, ignore_errors=True)
