@@ -68,7 +68,8 @@ def _serve(args) -> None:
           keep_quantized=args.keep_quantized, adapters=_adapter_args(args.adapter),
           prefix_cache_mb=args.prefix_cache_mb, threads=args.threads, header_timeout_s=args.header_timeout,
           max_connections=args.max_connections, body_timeout_s=args.body_timeout,
-          max_cpu_adapters=args.max_cpu_adapters or None, max_concurrent_uploads=args.max_concurrent_uploads,
+          max_cpu_adapters=args.max_cpu_adapters or None, max_cpu_adapter_bytes=args.max_cpu_adapter_bytes,
+          max_concurrent_uploads=args.max_concurrent_uploads,
           max_batch_tokens=args.max_batch_tokens, max_queue_s=args.max_queue_s or None,
           max_chat_messages=args.max_chat_messages)
 
@@ -220,8 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-connections", type=int, default=512,
                    help="connections and requests at once; beyond it the server answers 503 (default 512)")
     s.add_argument("--max-cpu-adapters", type=int, default=256,
-                   help="players (adapters) the server holds at once, as vLLM's --max-cpu-loras; a new one beyond "
-                        "it gets 507 until one is deleted (0 = no limit; default 256)")
+                   help="adapters the server holds in memory at once, as vLLM's --max-cpu-loras; beyond it the least "
+                        "recently used idle ones spill to --adapter-root/.spilled (without a root: 507 for a new "
+                        "one; 0 = no limit; default 256)")
+    s.add_argument("--max-cpu-adapter-bytes", type=int, default=None,
+                   help="bytes of adapter weights the server holds in memory, spilled as --max-cpu-adapters is "
+                        "(default: no limit but the count)")
     s.add_argument("--max-concurrent-uploads", type=int, default=2,
                    help="adapter uploads read and parsed at once; the others wait, then get 429 (default 2)")
     s.add_argument("--max-batch-tokens", type=int, default=None,

@@ -21,7 +21,8 @@ Extension fields beyond OpenAI:
   token indices; more than one span means the adapter was hot-swapped mid-completion). With
   ``return_token_ids`` each choice carries ``prompt_token_ids`` and ``token_ids``.
 * ``POST /v1/batch/completions``: ``{"requests": [<completion request>, ...]}`` admitted to the
-  engine together (one batch for the lot, each with its own player); answers
+  engine together (one batch for the lot, each with its own player, unless other requests wait
+  for rows: admission is fair between HTTP requests, a batch counting as one); answers
   ``{"object": "list", "data": [<text_completion or {"error": ...}>, ...]}`` in order.
 * streaming: every chunk carries ``adapter_version`` of its token (and ``token_ids`` with
   ``return_token_ids``); the last chunk before ``[DONE]`` has an empty delta, the
@@ -42,12 +43,14 @@ context is refused before it is tokenized in full.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
 import json
 import logging
 import math
 import os
+import shutil
 import time
 import uuid
 from concurrent.futures import Future
@@ -66,6 +69,7 @@ from autocurricula.engine.adapters import (MAX_HEADER_BYTES, MAX_TENSORS, Adapte
                                            parse_header)
 from autocurricula.engine.fingerprint import fingerprint_engine, fingerprint_folder
 from autocurricula.engine.sampling import INT32_MAX, SEED_MAX
+from autocurricula.engine.spill import host_bytes
 from autocurricula.engine.scheduler import QueueTimeoutError, RequestError
 from autocurricula.http_limits import BodyError, BodyReader, ClientGone, header_timeout_protocol
 
@@ -285,11 +289,23 @@ def _check_limits(counts: dict, seconds: dict, optional: tuple[str, ...] = ()) -
                              f"got {value!r}")
 
 
+@contextlib.asynccontextmanager
+async def _remove_spill_folder(app: FastAPI):
+    """The app's spilled adapters go with it (uvicorn ends a SIGTERM'd process before ``finally``
+    blocks after the app, so this runs in the app's own shutdown)."""
+    try:
+        yield
+    finally:
+        if app.state.spill_dir:
+            shutil.rmtree(app.state.spill_dir, ignore_errors=True)
+
+
 def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str | None = None,
                max_tokens_limit: int | None = None, max_upload_bytes: int = 2 << 30,
                max_request_bytes: int = 8 << 20, max_lora_rank: int | None = 64,
                adapters: dict[str, str] | None = None, fingerprint: dict | None = None,
-               max_cpu_adapters: int | None = 256, max_concurrent_uploads: int = 2,
+               max_cpu_adapters: int | None = 256, max_cpu_adapter_bytes: int | None = None,
+               max_concurrent_uploads: int = 2,
                max_batch_tokens: int | None = None, max_queue_s: float | None = 120.0,
                max_chat_messages: int = 1024, body_timeout_s: float = 60.0) -> FastAPI:
     """Build the FastAPI app serving ``engine``.
@@ -304,7 +320,13 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     folders: not limited to ``adapter_root``, but to ``max_lora_rank``).
     ``fingerprint``: the base model's fingerprint (``serve`` computes it from the model folder at
     load); default: computed from the engine on the first ``GET /v1/fingerprint``.
-    ``max_cpu_adapters``: players held at once (a new one above it is a 507; None: no limit).
+    ``max_cpu_adapters``: players whose weights are held in memory at once (None: no limit). With
+    an ``adapter_root``, a player beyond it spills the least recently used idle ones to disk (under
+    ``adapter_root/.spilled/``; they stay loaded and are read back, checked, when requested);
+    without one, or when every held player is in use, a new player gets a 507.
+    ``max_cpu_adapter_bytes``: the same cap on the bytes of the weights held (None: no limit).
+    The app removes its spill folder when it shuts down: an engine that outlives it needs its
+    spilled adapters uploaded again.
     ``max_concurrent_uploads``: adapter uploads read and parsed at once; others wait up to
     ``body_timeout_s``, then get a 429 with ``Retry-After``.
     ``max_batch_tokens``: the sum of ``max_tokens`` over one ``/v1/batch/completions`` (default:
@@ -317,13 +339,15 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     """
     _check_limits(dict(max_upload_bytes=max_upload_bytes, max_request_bytes=max_request_bytes,
                        max_lora_rank=max_lora_rank, max_cpu_adapters=max_cpu_adapters,
-                       max_concurrent_uploads=max_concurrent_uploads, max_batch_tokens=max_batch_tokens,
+                       max_cpu_adapter_bytes=max_cpu_adapter_bytes, max_concurrent_uploads=max_concurrent_uploads, max_batch_tokens=max_batch_tokens,
                        max_chat_messages=max_chat_messages),
                   dict(max_queue_s=max_queue_s, body_timeout_s=body_timeout_s),
-                  optional=("max_lora_rank", "max_cpu_adapters", "max_batch_tokens", "max_queue_s"))
+                  optional=("max_lora_rank", "max_cpu_adapters", "max_cpu_adapter_bytes", "max_batch_tokens",
+                            "max_queue_s"))
     if max_chat_messages > MAX_CHAT_MESSAGES:
         raise ValueError(f"max_chat_messages must be at most {MAX_CHAT_MESSAGES}, got {max_chat_messages}")
-    app = FastAPI(title="autocurricula", version="0.1.0")
+    app = FastAPI(title="autocurricula", version="0.1.0", lifespan=_remove_spill_folder)
+    app.state.spill_dir = None  # set below with an adapter root
     uploads = lambda scope: scope["method"] == "PUT" and scope["path"].startswith("/v1/adapters/")  # noqa: E731
     app.add_middleware(_BodyLimit, limit=max_request_bytes, timeout=body_timeout_s, exempt=uploads)
     if api_key:  # added last: runs first, so an unauthenticated body is never read
@@ -333,6 +357,11 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     upload_slots = asyncio.Semaphore(max_concurrent_uploads)
     install_lock = asyncio.Lock()  # the adapter count is checked and raised in one step
     root = os.path.realpath(adapter_root) if adapter_root else None
+    spill_dir = os.path.join(root, ".spilled", uuid.uuid4().hex[:12]) if root else None  # this server's alone
+    app.state.spill_dir = spill_dir
+    last_use: dict[str, int] = {}  # player -> tick of its last request or install (LRU spilling)
+    sizes: dict[str, int] = {}  # player -> bytes of its weights in memory
+    ticks = itertools.count()
     folders: dict[str, str] = {}  # player -> folder it was loaded from (shown in /v1/models)
     instance = uuid.uuid4().hex  # a client that sees it change knows the server lost its adapters
     prints: list[dict] = [fingerprint] if fingerprint else []
@@ -340,7 +369,9 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         raise ValueError(f"{len(adapters)} adapters to preload exceed max_cpu_adapters={max_cpu_adapters}; raise it")
     for name, folder in (adapters or {}).items():
         check_name(name)
-        engine.load_adapter(name, load_folder(folder, None, max_lora_rank))
+        weights = load_folder(folder, None, max_lora_rank)
+        engine.load_adapter(name, weights)
+        sizes[name] = host_bytes(weights)
         folders[name] = os.path.realpath(folder)
 
     handlers = {
@@ -401,8 +432,11 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     def submit(prompt, player, params, on_token, rid) -> Future:
         if isinstance(prompt, str):
             check_fits(prompt, "prompt")
+        if player is not None:
+            last_use[player] = next(ticks)
         try:
-            return engine.submit(prompt, player, params, on_token=on_token, request_id=rid, queue_timeout_s=max_queue_s)
+            return engine.submit(prompt, player, params, on_token=on_token, request_id=rid, queue_timeout_s=max_queue_s,
+                                 group=rid)  # each HTTP request is one group: rows are shared between them
         except ValueError as exc:  # prompt too long / empty / bad token ids
             raise APIError(400, str(exc), "prompt") from None
 
@@ -559,7 +593,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         the engine. A request that is invalid, or names an unknown player, refuses the whole batch
         (400 / 404; the fields checked here name ``requests[i]``, the engine's checks of prompt
         length and token ids name the problem), and none of it runs."""
-        items = []
+        items, group = [], f"batch-{uuid.uuid4().hex}"  # the whole batch is one group of the fair queue
         for i, item in enumerate(body.requests):
             where = f"requests[{i}]"
             prompt = item.prompt
@@ -579,11 +613,14 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
             except APIError as exc:
                 raise APIError(exc.status, f"{where}: {exc.message}", where) from None
             player = None if item.model in (None, engine.name) else item.model
-            items.append((prompt, player, params, None, f"cmpl-{uuid.uuid4().hex}", max_queue_s))
+            items.append((prompt, player, params, None, f"cmpl-{uuid.uuid4().hex}", max_queue_s, group))
         if (asked := sum(it[2].max_tokens for it in items)) > batch_tokens:
             raise APIError(400, f"the batch asks for {asked} tokens (the sum of its max_tokens), more than this "
                                 f"server's limit of {batch_tokens} (--max-batch-tokens); split it or lower max_tokens",
                            "requests")
+        for it in items:
+            if it[1] is not None:
+                last_use[it[1]] = next(ticks)
         try:
             futs = await run_in_threadpool(engine.submit_many, items)
         except ValueError as exc:  # which request: the engine checks them in order
@@ -626,12 +663,57 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
              "parent": parent, "max_model_len": engine.max_context} for name, root_, parent in cards]}
 
     # ---------------------------------------------------------------- adapter routes
+    def held_in_memory() -> list[str]:
+        """Players whose weights are in memory (not spilled), least recently used first."""
+        infos = [engine.adapter_info(n) for n in engine.players()]
+        return sorted((i["name"] for i in infos if not i["spilled"]), key=lambda n: last_use.get(n, -1))
+
     def check_room(name: str) -> None:
+        """Without a spill folder, refuse a new player beyond the cap before its body is read."""
         held = engine.players()
-        if max_cpu_adapters is not None and name not in held and len(held) >= max_cpu_adapters:
+        if max_cpu_adapters is not None and spill_dir is None and name not in held and len(held) >= max_cpu_adapters:
             raise APIError(507, f"the server holds {len(held)} adapters, its limit (--max-cpu-adapters "
                                 f"{max_cpu_adapters}); DELETE /v1/adapters/{{name}} of a player no longer needed, "
+                                "raise the limit, or start the server with --adapter-root DIR to spill the least "
+                                "recently used adapters to disk")
+
+    async def make_room(name: str, size: int) -> None:
+        """Spill least recently used idle players until ``name``'s ``size`` bytes fit under the caps
+        (507 when they cannot)."""
+        if max_cpu_adapters is None and max_cpu_adapter_bytes is None:
+            return
+        if max_cpu_adapter_bytes is not None and size > max_cpu_adapter_bytes:
+            raise APIError(507, f"the adapter's weights take {size} bytes, more than this server holds for all "
+                                f"adapters (--max-cpu-adapter-bytes {max_cpu_adapter_bytes}); send a smaller rank, "
                                 "or raise the limit")
+        check_room(name)
+        others = [n for n in held_in_memory() if n != name]
+        count, total = len(others) + 1, sum(sizes.get(n, 0) for n in others) + size
+
+        def over() -> bool:
+            return ((max_cpu_adapters is not None and count > max_cpu_adapters)
+                    or (max_cpu_adapter_bytes is not None and total > max_cpu_adapter_bytes))
+
+        for victim in others:
+            if not over():
+                break
+            try:
+                freed = await run_in_threadpool(engine.spill_adapter, victim, spill_dir) if spill_dir else False
+            except UnknownPlayerError:  # deleted meanwhile: its room is free
+                freed = True
+            except OSError as exc:
+                raise APIError(507, f"cannot spill adapter {victim!r} to {spill_dir} ({exc}); free disk space, or "
+                                    "raise --max-cpu-adapters / --max-cpu-adapter-bytes") from None
+            if freed:
+                count, total = count - 1, total - sizes.get(victim, 0)
+        if over():
+            why = ("start the server with --adapter-root DIR to spill the least recently used adapters to disk"
+                   if spill_dir is None else "every other one is in use by a queued or running request, so none "
+                                             "can be spilled to disk; retry when they finish")
+            raise APIError(507, f"the server holds {len(others)} adapters of {total - size} bytes in memory, and this "
+                                f"one does not fit its limits (--max-cpu-adapters {max_cpu_adapters}, "
+                                f"--max-cpu-adapter-bytes {max_cpu_adapter_bytes}): {why}, or raise the limit",
+                           headers=RETRY_LATER if spill_dir else None)
 
     async def install(name: str, source, version: int | None = None) -> int:
         check_name(name)
@@ -640,8 +722,11 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
             if isinstance(source, str):  # a folder: every file must resolve inside the root
                 source = await run_in_threadpool(load_folder, source, root, max_lora_rank)
             async with install_lock:
-                check_room(name)
-                return await run_in_threadpool(engine.load_adapter, name, source, version)
+                await make_room(name, host_bytes(source))
+                last_use[name] = next(ticks)
+                version = await run_in_threadpool(engine.load_adapter, name, source, version)
+                sizes[name] = host_bytes(source)
+                return version
         except (AdapterError, APIError):
             raise
         except ValueError as exc:
@@ -766,6 +851,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
     async def delete_adapter(name: str):
         await run_in_threadpool(engine.unload_adapter, name)
         folders.pop(name, None)
+        last_use.pop(name, None)
+        sizes.pop(name, None)
         return {"name": name, "deleted": True}
 
     # ---------------------------------------------------------------- operations
@@ -788,14 +875,17 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         """Engine counters, batch occupancy, health, queue depth, loaded players and the limits."""
         health = engine.health()
         return {"stats": dict(engine.stats), "occupancy": engine.occupancy, "health": health,
-                "queue": {"waiting": health["queued"], "running": health["running"]},
+                "queue": {"waiting": health["queued"], "running": health["running"],
+                          "paused": engine.stats["paused"]},  # rows paused so far to give another request a row
                 "players": engine.players(), "limits": limits}
 
     limits = {"max_tokens": limit, "max_batch_tokens": batch_tokens, "max_request_bytes": max_request_bytes,
               "max_upload_bytes": max_upload_bytes, "max_header_bytes": MAX_HEADER_BYTES, "max_tensors": MAX_TENSORS,
               "max_lora_rank": max_lora_rank, "max_cpu_adapters": max_cpu_adapters,
+              "max_cpu_adapter_bytes": max_cpu_adapter_bytes,
               "max_concurrent_uploads": max_concurrent_uploads, "max_queue_s": max_queue_s,
-              "max_chat_messages": max_chat_messages, "body_timeout_s": body_timeout_s}
+              "max_chat_messages": max_chat_messages, "body_timeout_s": body_timeout_s,
+              "preempt_after_steps": engine.config.preempt_after_steps}
 
     return app
 
@@ -806,7 +896,8 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
           max_upload_bytes: int = 2 << 30, max_lora_rank: int | None = 64,
           timeout_keep_alive: float = 75.0, keep_quantized: bool = False,
           adapters: dict[str, str] | None = None, prefix_cache_mb: float = 64.0, threads: int | None = None,
-          header_timeout_s: float = 30.0, max_connections: int = 512, **limits) -> None:
+          header_timeout_s: float = 30.0, max_connections: int = 512, preempt_after_steps: int | None = 16,
+          **limits) -> None:
     """Load ``model`` (Hub id or folder) into an :class:`Engine` and serve it with uvicorn until stopped.
 
     ``served_model_name`` is the base model's name in the API (default: ``model`` as given).
@@ -819,7 +910,9 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     (default: every core); a server sharing the machine with a trainer gives it the rest.
     ``header_timeout_s``: a connection whose request headers have not all arrived this many seconds
     after it opened (or after its last response) is closed. ``max_connections``: connections and
-    requests at once; beyond it uvicorn answers 503. ``limits``: the other limits of
+    requests at once; beyond it uvicorn answers 503. ``preempt_after_steps``: fair admission (see
+    :class:`EngineConfig`): a request waits about this many decode steps at most for a row while
+    other requests hold them all (None: it waits for a row to finish). ``limits``: the other limits of
     :func:`create_app` (``max_cpu_adapters``, ``max_queue_s``, ...)."""
     import uvicorn
 
@@ -834,7 +927,7 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who can reach it can load adapters", host)
     engine = Engine(model, config=EngineConfig(max_slots=max_slots, max_batch=max_batch, keep_quantized=keep_quantized,
-                                                prefix_cache_mb=prefix_cache_mb),
+                                                prefix_cache_mb=prefix_cache_mb, preempt_after_steps=preempt_after_steps),
                     name=served_model_name)
     try:
         # hashed from the stored files, as the trainer does: the same folder gives the same print

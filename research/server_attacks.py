@@ -3,6 +3,7 @@ server's memory peak for each: run once against a tree without the limits and on
 
     .venv/bin/python research/server_attacks.py --tree ../other-checkout --model /tmp/tiny-llama
     .venv/bin/python research/server_attacks.py --tree . --model ... -- --header-timeout 5 --body-timeout 5
+    .venv/bin/python research/server_attacks.py --tree . --model ... --only adapters -- --adapter-root /tmp/root
 
 Arguments after ``--`` go to ``autocurricula serve``. The server binds 127.0.0.1 only. Sizes are
 scaled down from the issue's (a loaded 2-core machine): the amplification per byte is what counts.
@@ -166,9 +167,20 @@ def main():
         measure(srv, "invalid 256 MiB upload", lambda: put(url, "invalid", invalid))
         del invalid
         many = [adapter_bytes(64, 100 + i) for i in range(300)]
-        measure(srv, "300 distinct rank-64 adapters", lambda: {
-            s: n for s, n in zip(*np.unique([put(url, f"many{i}", d)[0] for i, d in enumerate(many)],
-                                            return_counts=True))}.__repr__())
+
+        def many_adapters():
+            greedy = {"prompt": "hi", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+            statuses = [put(url, "many0", many[0])[0]]
+            first = httpx.post(f"{url}/v1/completions", json={"model": "many0", **greedy}, timeout=60).json()
+            statuses += [put(url, f"many{i}", d)[0] for i, d in enumerate(many) if i]
+            listed = httpx.get(f"{url}/v1/adapters", timeout=60).json()["data"]
+            in_memory = sum(not d.get("spilled", False) for d in listed)
+            again = httpx.post(f"{url}/v1/completions", json={"model": "many0", **greedy}, timeout=60).json()
+            counts = dict(zip(*np.unique(statuses, return_counts=True)))
+            return (f"statuses {({int(k): int(v) for k, v in counts.items()})}; loaded {len(listed)}, in memory "
+                    f"{in_memory}; many0 answers the same after the others: "
+                    f"{first['choices'][0]['text'] == again['choices'][0]['text']}")
+        measure(srv, "300 distinct rank-64 adapters", many_adapters)
         for i in range(300):  # free them for what follows
             httpx.delete(f"{url}/v1/adapters/many{i}", timeout=60)
         chat = {"messages": [{"role": "user", "content": ""}] * 200_000, "max_tokens": 2}

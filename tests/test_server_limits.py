@@ -5,6 +5,7 @@ in time; real servers bind 127.0.0.1 only."""
 import contextlib
 import json
 import socket
+import threading
 import time
 
 import httpx
@@ -174,6 +175,97 @@ def test_the_number_of_held_adapters_is_capped(engine):
             c.delete(f"/v1/adapters/{name}")
 
 
+@pytest.fixture(scope="module")
+def one_slot(tiny_model_path):  # one adapter slot: serving another player writes its weights again
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=1, max_batch=4), name="tiny")
+    yield eng
+    eng.close()
+
+
+def held(engine) -> list[str]:
+    return [n for n in engine.players() if not engine.adapter_info(n)["spilled"]]
+
+
+def test_adapters_beyond_the_cap_spill_to_disk_and_answer_the_same(one_slot, tmp_path):
+    def ask(c, name):
+        r = c.post("/v1/completions", json={"model": name, "prompt": "hello there", "max_tokens": 12,
+                                             "return_token_ids": True, **GREEDY})
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["token_ids"]
+
+    names = ["sp-a", "sp-b", "sp-c", "sp-d"]
+    sent = {n: weights(one_slot, 20 + i) for i, n in enumerate(names)}
+    with TestClient(create_app(one_slot, adapter_root=str(tmp_path), max_cpu_adapters=2)) as c:
+        first = {}
+        for n in names:
+            assert put(c, n, to_safetensors_bytes(sent[n])).status_code == 200
+            first[n] = ask(c, n)
+            assert len(held(one_slot)) <= 2
+        assert one_slot.players() == names and held(one_slot) == ["sp-c", "sp-d"]  # the least recent spilled
+        assert len(list((tmp_path / ".spilled").rglob("*.safetensors"))) == 2
+        assert len({tuple(t) for t in first.values()}) > 1  # the players answer differently
+        for n in names:  # each read back from disk into the one slot: the same greedy tokens
+            assert ask(c, n) == first[n]
+        for n in names:
+            got = one_slot.adapter_weights(n)
+            for path, (a, b) in sent[n].modules.items():
+                np.testing.assert_array_equal(got.modules[path][0], a)
+                np.testing.assert_array_equal(got.modules[path][1], b)
+        assert len(held(one_slot)) <= 2
+        # a spilled copy that changed on disk is refused by name; the server goes on
+        spilled = next(n for n in names if n not in held(one_slot))
+        ask(c, held(one_slot)[0])  # the one slot holds another player now
+        file = next(p for p in (tmp_path / ".spilled").rglob(f"{spilled}.*.safetensors"))
+        file.write_bytes(file.read_bytes()[:-4] + b"\0\0\0\1")
+        r = c.post("/v1/completions", json={"model": spilled, "prompt": "hello", "max_tokens": 2})
+        error_of(r, 500, "changed on disk", "upload the adapter again")
+        assert put(c, spilled, to_safetensors_bytes(sent[spilled])).status_code == 200  # a new upload heals it
+        assert ask(c, spilled) == first[spilled] and len(held(one_slot)) <= 2
+        for n in names:
+            assert c.delete(f"/v1/adapters/{n}").status_code == 200
+        assert not list((tmp_path / ".spilled").rglob("*.safetensors"))  # deleting removes the files
+    assert not list((tmp_path / ".spilled").iterdir())  # and the app's folder goes when it shuts down
+
+
+def test_a_byte_budget_spills_too(one_slot, tmp_path):
+    size = 4 * 2 * (256 * 8 + 8 * 256) * 4  # rank 8 on q_proj and v_proj of 4 layers, float32
+    with TestClient(create_app(one_slot, adapter_root=str(tmp_path), max_cpu_adapters=None,
+                               max_cpu_adapter_bytes=2 * size + 100)) as c:
+        for i, n in enumerate(["byte-a", "byte-b", "byte-c"]):
+            assert put(c, n, to_safetensors_bytes(weights(one_slot, 40 + i))).status_code == 200
+        assert one_slot.players() == ["byte-a", "byte-b", "byte-c"] and held(one_slot) == ["byte-b", "byte-c"]
+        error_of(put(c, "byte-big", to_safetensors_bytes(weights(one_slot, 43, r=64))), 507,
+                 "--max-cpu-adapter-bytes", f"{64 * size // 8} bytes")
+        assert c.get("/v1/stats").json()["limits"]["max_cpu_adapter_bytes"] == 2 * size + 100
+        for n in ["byte-a", "byte-b", "byte-c"]:
+            c.delete(f"/v1/adapters/{n}")
+
+
+def test_an_adapter_in_use_is_never_spilled(one_slot, tmp_path):
+    with TestClient(create_app(one_slot, adapter_root=str(tmp_path), max_cpu_adapters=2)) as c:
+        for i, n in enumerate(["use-a", "use-b"]):
+            assert put(c, n, to_safetensors_bytes(weights(one_slot, 30 + i))).status_code == 200
+        running = one_slot.submit("go", "use-a", SamplingParams(max_tokens=1900, **GREEDY), request_id="use-run")
+        queued = one_slot.submit("go", "use-b", SamplingParams(max_tokens=2, **GREEDY), request_id="use-queued")
+        try:
+            deadline = time.monotonic() + 10
+            while one_slot.health()["running"] == 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            # use-a is the least recently used, but a running row pins it; use-b waits for the slot
+            error_of(put(c, "use-c", to_safetensors_bytes(weights(one_slot, 32))), 507, "--max-cpu-adapters",
+                     "in use")
+            assert held(one_slot) == ["use-a", "use-b"] and "use-c" not in one_slot.players()
+        finally:
+            one_slot.cancel("use-run")
+        assert running.result(timeout=30).finish_reason == "cancelled"
+        assert queued.result(timeout=30).finish_reason == "length"
+        assert put(c, "use-c", to_safetensors_bytes(weights(one_slot, 32))).status_code == 200  # now one spills
+        assert len(held(one_slot)) == 2 and one_slot.players() == ["use-a", "use-b", "use-c"]
+        for n in ["use-a", "use-b", "use-c"]:
+            c.delete(f"/v1/adapters/{n}")
+
+
 def test_client_maps_507_and_retries_429_after_retry_after():
     calls = []
 
@@ -251,6 +343,76 @@ def test_the_engine_expires_queued_requests_only_when_asked(one_row):
     assert one_row.generate("again", max_tokens=2, **GREEDY).finish_reason == "length"
 
 
+@pytest.fixture(scope="module")
+def four_rows(tiny_model_path):
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2, max_batch=4, preempt_after_steps=4),
+                 name="tiny")
+    yield eng
+    eng.close()
+
+
+def test_a_small_request_gets_a_row_while_a_batch_holds_them_all(four_rows):
+    big = {"requests": [{"prompt": f"go {i}", "max_tokens": 150, **GREEDY} for i in range(4)]}
+    with running_server(create_app(four_rows)) as url, httpx.Client(base_url=url, timeout=120) as c:
+        done = {}
+
+        def batch():
+            done["batch"] = c.post("/v1/batch/completions", json=big)
+            done["batch_at"] = time.monotonic()
+
+        t = threading.Thread(target=batch)
+        t.start()
+        deadline = time.monotonic() + 30
+        while four_rows.health()["running"] < 4:  # the batch holds every row
+            assert time.monotonic() < deadline and t.is_alive()
+            time.sleep(0.005)
+        small = c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, **GREEDY})
+        small_at = time.monotonic()
+        queue = c.get("/v1/stats").json()["queue"]
+        t.join(120)
+    assert small.status_code == 200 and small.json()["usage"]["completion_tokens"] == 2
+    assert done["batch"].status_code == 200 and small_at < done["batch_at"]  # served while the batch ran
+    data = done["batch"].json()["data"]
+    assert [d["usage"]["completion_tokens"] for d in data] == [150] * 4
+    assert four_rows.stats["paused"] >= 1 and set(queue) >= {"waiting", "running", "paused"}
+    # the paused rows resumed where they stopped: the same greedy tokens as running alone
+    alone = [f.result(timeout=60).text for f in four_rows.submit_many(
+        [(f"go {i}", None, SamplingParams(max_tokens=150, **GREEDY)) for i in range(4)])]
+    assert [d["choices"][0]["text"] for d in data] == alone
+
+
+def test_a_paused_row_streams_on_and_can_be_cancelled(four_rows):
+    events: dict[str, list] = {}
+    params = SamplingParams(max_tokens=60, **GREEDY)
+    futs = four_rows.submit_many([(f"go {i}", None, params, lambda ev: events.setdefault(ev.request_id, []).append(ev),
+                                   f"stream-{i}", None, "streams") for i in range(2)])
+    deadline = time.monotonic() + 10
+    while four_rows.health()["running"] < 2 or four_rows.stats["tokens"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+    def pause_all():  # on the engine thread, between two steps
+        four_rows.scheduler.pause(list(range(len(four_rows.scheduler.rows))))
+        four_rows.scheduler.cancel("stream-1")  # while it waits to resume
+
+    four_rows.call(pause_all).result(timeout=10)
+    done, cancelled = futs[0].result(timeout=60), futs[1].result(timeout=60)
+    assert done.finish_reason == "length" and len(done.token_ids) == 60
+    assert "".join(ev.text for ev in events["stream-0"]) == done.text  # the stream went on where it stopped
+    assert done.text == four_rows.generate("go 0", max_tokens=60, **GREEDY).text
+    assert cancelled.finish_reason == "cancelled" and 0 < len(cancelled.token_ids) < 60
+    assert cancelled.text == four_rows.decode(cancelled.token_ids)
+
+
+def test_requests_without_a_group_are_never_paused(four_rows):
+    before = four_rows.stats["paused"]
+    params = SamplingParams(max_tokens=40, **GREEDY)
+    futs = four_rows.submit_many([(f"go {i}", None, params) for i in range(4)])
+    late = four_rows.submit("hi", params=SamplingParams(max_tokens=2, **GREEDY))
+    late.result(timeout=60)
+    assert all(f.done() for f in futs) and four_rows.stats["paused"] == before  # it waited its turn
+
+
 # ------------------------------------------------------------------ connections
 def test_idle_and_slow_header_connections_are_closed(engine):
     with served(create_app(engine), header_timeout_s=0.5) as port:
@@ -288,7 +450,8 @@ def test_serve_passes_the_connection_limits_to_uvicorn(tiny_model_path, monkeypa
 
     args = build_parser().parse_args(["serve", "--model", "m"])
     assert (args.header_timeout, args.body_timeout, args.max_connections, args.max_cpu_adapters,
-            args.max_queue_s, args.max_chat_messages) == (30.0, 60.0, 512, 256, 120.0, 1024)
+            args.max_cpu_adapter_bytes, args.max_queue_s, args.max_chat_messages) == (30.0, 60.0, 512, 256, None,
+                                                                                       120.0, 1024)
     seen = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
     main(["serve", "--model", str(tiny_model_path), "--port", "0", "--header-timeout", "7",

@@ -31,6 +31,7 @@ from autocurricula.engine.logprobs import completion_logprobs
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion, Request, Scheduler, TokenEvent, resolve
 from autocurricula.engine.slots import SlotTable
+from autocurricula.engine.spill import SpilledWeights, write_spill
 
 __all__ = ["Completion", "Engine", "EngineConfig", "EngineDeadError", "TokenEvent", "UnknownPlayerError"]
 
@@ -61,6 +62,7 @@ class EngineConfig:
     prefill_chunk: int = field(default=512, metadata={"help": "prompt tokens per prefill forward pass (bounds activation memory)"})
     max_prefill_tokens: int = field(default=8192, metadata={"help": "padded prompt tokens admitted per prefill (bounds memory and the pause of running rows)"})
     max_wait_steps: int = field(default=32, metadata={"help": "decode steps a request may wait for an adapter slot while requests of resident players pass it; then those queue behind it (no starvation)"})
+    preempt_after_steps: int | None = field(default=16, metadata={"help": "fair admission of requests submitted with a group (the server's): when every row is taken and a group has fewer rows than its share, rows of groups above their share that have run this many decode steps are paused and resume later, so a small request waits at most about this many steps for a row. None: never pause"})
     stuck_after_s: float = field(default=120.0, metadata={"help": "health reports the engine stuck when one step or job runs longer than this"})
     keep_quantized: bool = field(default=False, metadata={"help": "CPU backend only: keep a quantized or bf16/fp16 base as stored instead of converting it to float32 at load (MLX's CPU quantized and half-precision matmuls are 3-14x slower than float32; float32 takes 8x the memory of 4-bit). Metal and CUDA always keep the stored weights"})
     prefix_cache_mb: float = field(default=64.0, metadata={"help": "memory for KV rows of earlier prompts and completions, reused when a new prompt starts with the same tokens for the same adapter version (chat histories, shared system prompts); least recently used blocks are evicted. 0 turns prefix caching off"})
@@ -80,6 +82,10 @@ class EngineConfig:
                 or not self.prefix_cache_mb >= 0:
             raise ValueError(f"EngineConfig.prefix_cache_mb must be a number of megabytes >= 0 (0 turns the prefix "
                              f"cache off), got {self.prefix_cache_mb!r}")
+        if self.preempt_after_steps is not None and (not isinstance(self.preempt_after_steps, int)
+                                                     or self.preempt_after_steps <= 0):
+            raise ValueError(f"EngineConfig.preempt_after_steps must be a positive integer or None, "
+                             f"got {self.preempt_after_steps!r}")
         if self.max_context is not None and self.max_context <= 1:
             raise ValueError("EngineConfig.max_context must be > 1 (or None for the model's limit)")
 
@@ -112,7 +118,8 @@ class Engine:
                       # prompt tokens admitted, and those whose KV rows came from the prefix cache
                       "prefix_query_tokens": 0, "prefix_hit_tokens": 0, "prefix_hit_rate": 0.0,
                       "prefix_cached_tokens": 0, "prefix_evictions": 0,  # tokens held now, blocks evicted
-                      "retried": 0}  # requests a failed worker left: none in one process
+                      "retried": 0,  # requests a failed worker left: none in one process
+                      "paused": 0}  # rows paused to give another group a row (fair admission)
         self.prefix_cache = None  # set on the engine thread when EngineConfig.prefix_cache_mb > 0
         ready: Future = Future()
         self._thread = threading.Thread(target=self._main, args=(model, tokenizer, ready),
@@ -124,29 +131,31 @@ class Engine:
     # ------------------------------------------------------------------ public API (any thread)
     def submit(self, prompt: str | list[int], player: str | None = None, params: SamplingParams | None = None,
                on_token: Callable[[TokenEvent], None] | None = None, request_id: str | None = None,
-               queue_timeout_s: float | None = None) -> Future:
+               queue_timeout_s: float | None = None, group: str | None = None) -> Future:
         """Queue one completion; returns a Future of :class:`Completion`.
 
         Raises ``ValueError`` for a prompt that does not fit the context and ``UnknownPlayerError``
         for a player that is not loaded (``player=None`` or the engine's name means the base model).
         ``queue_timeout_s``: a request still queued (not started) after this many seconds fails with
         :class:`~autocurricula.engine.scheduler.QueueTimeoutError` (None: it waits as long as it takes).
+        ``group``: requests with a group share the rows fairly between groups
+        (:mod:`~autocurricula.engine.scheduler`); None: first come, first served.
         """
-        req = self._request(prompt, player, params, on_token, request_id, queue_timeout_s)
+        req = self._request(prompt, player, params, on_token, request_id, queue_timeout_s, group)
         self._put(("submit", req))
         return req.future
 
     def submit_many(self, requests: list[tuple]) -> list[Future]:
         """Queue several completions at once, ``[(prompt, player, params), ...]`` (optionally also
-        ``on_token``, ``request_id``, ``queue_timeout_s``, as in :meth:`submit`): they are admitted
+        ``on_token``, ``request_id``, ``queue_timeout_s``, ``group``, as in :meth:`submit`): they are admitted
         together, in this order, so they share their first batch whatever else is queued (the
-        arena's lockstep ticks rely on it). All are checked first: one bad request queues none."""
+        arena's lockstep ticks rely on it; with a ``group``, unless other groups wait for rows). All are checked first: one bad request queues none."""
         reqs = [self._request(*r) for r in requests]
         self._put(("submit_many", reqs))
         return [r.future for r in reqs]
 
     def _request(self, prompt, player=None, params=None, on_token=None, request_id=None,
-                 queue_timeout_s=None) -> Request:
+                 queue_timeout_s=None, group=None) -> Request:
         self._check_alive()
         params = params or SamplingParams()
         ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
@@ -165,7 +174,7 @@ class Engine:
         seed = params.seed if params.seed is not None else int(self._seed_rng.integers(2**63))
         req = Request(request_id or f"cmpl-{next(self._ids)}", ids, player, params, Future(), on_token,
                       (seed ^ (seed >> 32)) & 0xFFFFFFFF,
-                      deadline=None if queue_timeout_s is None else time.monotonic() + queue_timeout_s)
+                      deadline=None if queue_timeout_s is None else time.monotonic() + queue_timeout_s, group=group)
         # a caller cancelling the future (e.g. asyncio.wait_for timing out) stops the generation
         req.future.add_done_callback(lambda f: f.cancelled() and self.cancel(req.id))
         return req
@@ -294,16 +303,30 @@ class Engine:
         if rec is None:
             raise UnknownPlayerError(f"unknown player {name!r}")
         return {"name": name, "version": rec.version, "rank": rec.weights.rank, "scale": rec.weights.scale,
-                "resident": rec.slot is not None, "modules": len(rec.weights.modules)}
+                "resident": rec.slot is not None, "modules": len(rec.weights.modules),
+                "spilled": isinstance(rec.weights, SpilledWeights)}
 
     def adapter_weights(self, name: str) -> AdapterWeights:
         """The host copy of a player's current weights (what export, checkpoints and the updater
-        read); ``UnknownPlayerError`` when none is held (a player unloaded while its last rows
-        still run is still held)."""
+        read; read back from disk when spilled); ``UnknownPlayerError`` when none is held (a player
+        unloaded while its last rows still run is still held)."""
         rec = self.slots.records.get(name)
         if rec is None:
             raise UnknownPlayerError(f"unknown player {name!r}")
-        return rec.weights
+        return self.residency.host_weights(rec)
+
+    def spill_adapter(self, name: str, folder: str | Path) -> bool:
+        """Write a player's host weights to a file in ``folder`` and free them; the player stays
+        loaded, and a slot that needs it reads the file back (checked against its hash). False, and
+        nothing changes, while a queued or running request uses the player."""
+        rec = self.slots.records.get(name)
+        if rec is None or rec.deleted:
+            raise UnknownPlayerError(f"unknown player {name!r}")
+        weights = rec.weights
+        if isinstance(weights, SpilledWeights):
+            return True
+        spilled = write_spill(weights, folder, name)  # here, not on the engine thread: decoding goes on
+        return self.call(self.residency.spill, name, weights, spilled, self.scheduler.wants).result()
 
     def logits(self, ids: list[int], player: str | None = None):
         """Full-sequence logits (numpy, (len(ids), vocab)) under a player's adapter, for tests and

@@ -4,6 +4,8 @@ Owned by the engine thread. :class:`~autocurricula.engine.slots.SlotTable` decid
 lives in which slot (pure bookkeeping); this writes those decisions into the multi-LoRA stacks,
 keeps the stacks as wide as the widest adapter held, and tells listeners (the prefix cache) when
 a player's weights change or leave, since KV rows computed under old weights are then stale.
+A player's host weights may be spilled to disk (:mod:`~autocurricula.engine.spill`); writing its
+slot then reads them back.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Callable
 
 from autocurricula.engine.adapters import AdapterWeights
 from autocurricula.engine.slots import AdapterRecord, SlotTable
+from autocurricula.engine.spill import SpilledWeights, discard, read_spill
 
 
 class Residency:
@@ -22,7 +25,10 @@ class Residency:
     def install(self, name: str, weights: AdapterWeights, version: int | None = None) -> int:
         """Add or replace a player's weights; a resident player's slot is rewritten at once."""
         self.lora.ensure(list(weights.modules), weights.rank)
+        old = self.slots.records.get(name)
+        old = old.weights if old is not None else None
         rec = self.slots.add(name, weights, version)
+        discard(old)  # a spilled copy of the replaced weights
         self.fit_rank()  # a hot swap may have replaced the widest adapter
         if rec.slot is not None:
             self.write(rec)
@@ -37,7 +43,13 @@ class Residency:
             return None
         rec, needs_write = got
         if needs_write:
-            self.write(rec)
+            try:
+                self.write(rec)
+            except Exception:  # e.g. a spilled copy that cannot be read back: give the slot back
+                self.slots.owner.pop(rec.slot, None)
+                rec.slot = None
+                rec.pins -= 1
+                raise
         return rec
 
     def release(self, name: str) -> None:
@@ -47,6 +59,7 @@ class Residency:
         """Forget a player entirely (its slot is zeroed and the stacks may narrow)."""
         slot = rec.slot
         self.slots.remove(rec.name)
+        discard(rec.weights)
         if slot is not None:
             for layer in self.lora.layers.values():
                 layer.write_slot(slot, None, None, 0.0)
@@ -60,11 +73,28 @@ class Residency:
         if want < self.lora.rank:
             self.lora.fit_rank(want)
 
+    def spill(self, name: str, weights: AdapterWeights, spilled: SpilledWeights, busy: Callable[[str], bool]) -> bool:
+        """Put ``spilled`` (written from ``weights``) in place of a player's host weights, freeing
+        them. Refused (False, the file removed) when the player is gone, its weights changed since,
+        a running row pins it, or ``busy(name)`` (a queued request wants it)."""
+        rec = self.slots.records.get(name)
+        if rec is None or rec.deleted or rec.weights is not weights or rec.pins > 0 or busy(name):
+            discard(spilled)
+            return False
+        rec.weights = spilled
+        return True
+
+    @staticmethod
+    def host_weights(rec: AdapterRecord) -> AdapterWeights:
+        """A record's weights, read back from disk (a transient copy) when they are spilled."""
+        w = rec.weights
+        return read_spill(w) if isinstance(w, SpilledWeights) else w
+
     def write(self, rec: AdapterRecord) -> None:
         """Copy a record's host weights into its slot of every stack."""
         import mlx.core as mx
 
-        w = rec.weights
+        w = self.host_weights(rec)
         for path, layer in self.lora.layers.items():
             pair = w.modules.get(path)
             if pair is None:

@@ -70,7 +70,7 @@ def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, dict, list]:
     prompt starts with blocks in the engine's prefix cache start from those KV rows: only the
     columns after the shortest reusable prefix are computed (one forward over a common suffix
     width, so a row reuses at most ``len(prompt) - suffix`` cached tokens)."""
-    prompts = [r.req.prompt_ids for r in rows]
+    prompts = [r.context for r in rows]  # a resumed row recomputes its tokens too
     width = max(len(p) for p in prompts)
     pads = [width - len(p) for p in prompts]
     tokens = mx.array(np.array([[0] * pad + p for pad, p in zip(pads, prompts)], dtype=np.int32))
@@ -109,7 +109,7 @@ def _prefix_hits(engine, rows) -> list[list]:
     if pc is None:
         return [[] for _ in rows]
     # at least the last prompt token is computed: its logits give the first sampled token
-    return [pc.lookup(r.kv_key, r.req.prompt_ids, len(r.req.prompt_ids) - 1) for r in rows]
+    return [pc.lookup(r.kv_key, r.context, len(r.context) - 1) for r in rows]
 
 
 def _fill_from_prefix(cache, hits, reused, pads, cap, start) -> None:

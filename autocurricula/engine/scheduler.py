@@ -1,21 +1,32 @@
 """Continuous batching: admit queued requests, step the running rows, stream, retire.
 
-Owned by the engine thread. Admission is FIFO with two budgets (batch rows and padded prefill
-tokens). A request that finds every adapter slot pinned waits; requests of players already in a
-slot may pass it, which keeps batches full, but only for ``max_wait_steps`` decode steps: after
-that, later requests needing a slot wait behind it, so a busy player cannot starve another.
+Owned by the engine thread. Admission has two budgets (batch rows and padded prefill tokens). A
+request that finds every adapter slot pinned waits; requests of players already in a slot may
+pass it, which keeps batches full, but only for ``max_wait_steps`` decode steps: after that,
+later requests needing a slot wait behind it, so a busy player cannot starve another.
+
+Requests without a ``group`` are admitted first come, first served. Requests with one (the
+server gives each HTTP request its own) share the rows fairly: free rows go round-robin to the
+group holding the fewest, and when every row is taken while a group holds less than its share
+(``max_batch`` over the groups present), rows of groups above their share that have run
+``preempt_after_steps`` decode steps are paused: their KV rows go to the prefix cache, they
+rejoin the queue, and they resume later from their prompt and the tokens they already have. So
+a small request waits at most that many steps for a row, however large a batch is running.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
+from collections import Counter
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
+from autocurricula.engine.adapters import AdapterError
 from autocurricula.engine.errors import UnknownPlayerError
 from autocurricula.engine.sampling import SamplingParams
 
@@ -85,6 +96,8 @@ class Request:
     keep: bool = False  # queued before its player was unloaded: still served with those weights
     blocked_at: int | None = None  # decode step when it first found every slot pinned
     deadline: float | None = None  # monotonic time by which it must start, else QueueTimeoutError
+    group: str | None = None  # fair admission: rows are shared between groups (None: first come, first served)
+    paused: "Row | None" = None  # its row, paused to give another group a row; resumes from its tokens
 
 
 @dataclass
@@ -103,6 +116,12 @@ class Row:
     finish: str | None = None
     cut: bool = False  # text was cut at a stop string
     error: BaseException | None = None  # set with finish="error": the future gets it instead of a completion
+    since: int = 0  # decode step at which it joined (or rejoined) the batch
+
+    @property
+    def context(self) -> list[int]:
+        """What the next forward pass conditions on: the prompt, then every token generated so far."""
+        return self.req.prompt_ids + self.tokens
 
 
 class Scheduler:
@@ -121,7 +140,9 @@ class Scheduler:
         for req in list(self.pending):
             if req.id == request_id:
                 self.pending.remove(req)
-                resolve(req.future, Completion(req.id, req.player, req.prompt_ids, [], [], "", "cancelled", None, []))
+                row = req.paused or Row(req, 0)
+                row.finish = "cancelled"
+                resolve(req.future, self._completion(row))
                 self.maybe_drop(req.player)
         for row in self.rows:
             if row.req.id == request_id:
@@ -135,8 +156,12 @@ class Scheduler:
     def maybe_drop(self, player: str | None) -> None:
         """Remove an unloaded player once no running row and no queued request needs it."""
         rec = self.e.slots.records.get(player) if player else None
-        if rec is not None and rec.deleted and rec.pins == 0 and not any(r.player == player for r in self.pending):
+        if rec is not None and rec.deleted and rec.pins == 0 and not self.wants(player):
             self.e.residency.drop(rec)
+
+    def wants(self, player: str) -> bool:
+        """Whether a queued request (paused rows included) names ``player``."""
+        return any(r.player == player for r in self.pending)
 
     # ------------------------------------------------------------------ admission
     def admit(self) -> None:
@@ -144,14 +169,15 @@ class Scheduler:
 
         e, cfg = self.e, self.e.config
         self._expire()
+        self._rebalance()
         room = cfg.max_batch - len(self.rows)
         if room <= 0 or not self.pending:
             return
         admitted: list[Row] = []
         waiting: list[Request] = []
         width, blocked = 0, False
-        for req in self.pending:
-            grown = max(width, len(req.prompt_ids))
+        for req in self._fair_order():
+            grown = max(width, len(req.prompt_ids) + (len(req.paused.tokens) if req.paused else 0))
             if len(admitted) >= room or (admitted and grown * (len(admitted) + 1) > cfg.max_prefill_tokens):
                 waiting.append(req)
                 continue
@@ -161,7 +187,11 @@ class Scheduler:
                 if rec is None or (rec.deleted and not req.keep):
                     resolve(req.future, exc=UnknownPlayerError(f"unknown player {req.player!r} (unloaded)"))
                     continue
-                rec = None if blocked else e.residency.acquire(req.player)
+                try:
+                    rec = None if blocked else e.residency.acquire(req.player)
+                except AdapterError as exc:  # its weights cannot be read back: this request fails alone
+                    self._fail(req, exc, pinned=False)
+                    continue
                 if rec is None:  # every slot is pinned by running rows: wait for one
                     if req.blocked_at is None:
                         req.blocked_at = e.stats["steps"]
@@ -170,7 +200,9 @@ class Scheduler:
                     waiting.append(req)
                     continue
                 slot, version = rec.slot, rec.version
-            admitted.append(Row(req, slot, (req.player, version)))
+            row, req.paused, req.deadline = req.paused or Row(req, slot), None, None  # started: no queue deadline
+            row.slot, row.kv_key, row.since = slot, (req.player, version), e.stats["steps"]
+            admitted.append(row)
             width = grown
         self.pending = waiting
         if not admitted:
@@ -186,9 +218,11 @@ class Scheduler:
             for row in admitted:  # give the pins back and requeue, so nothing is lost or leaked
                 if row.req.player is not None:
                     e.slots.release(row.req.player)
+                if row.tokens:
+                    row.req.paused = row
             self.pending = [r.req for r in admitted] + self.pending
             raise
-        e.stats["prefill_tokens"] += sum(len(r.req.prompt_ids) for r in admitted)
+        e.stats["prefill_tokens"] += sum(len(r.context) for r in admitted)
         if self.cache is None:
             self.cache = cache
         else:
@@ -196,6 +230,68 @@ class Scheduler:
                 mine.extend(new)
         self.rows.extend(admitted)
         self.accept(admitted, tokens, logprobs, errors)
+
+    def _fair_order(self) -> list[Request]:
+        """The queue in admission order: first come, first served, except that requests with a
+        group take turns, the group holding the fewest rows first (ties: the earliest queued)."""
+        if not any(r.group is not None for r in self.pending):
+            return self.pending
+        held = Counter(row.req.group for row in self.rows)
+        queues: dict = {}
+        for req in self.pending:
+            queues.setdefault(req.group if req.group is not None else ("", req.id), []).append(req)
+        heap = [(held[g], i, g) for i, g in enumerate(queues)]
+        heapq.heapify(heap)
+        order, heads = [], dict.fromkeys(queues, 0)
+        while heap:
+            n, i, g = heapq.heappop(heap)
+            order.append(queues[g][heads[g]])
+            heads[g] += 1
+            if heads[g] < len(queues[g]):
+                heapq.heappush(heap, (n + 1, i, g))
+        return order
+
+    def _rebalance(self) -> None:
+        """When every row is taken and a group waits with fewer rows than its share, pause rows of
+        the groups above their share (those that have run ``preempt_after_steps`` steps, the
+        shortest first: the cheapest to resume), one for each row the waiting groups lack."""
+        e, cfg = self.e, self.e.config
+        after = cfg.preempt_after_steps
+        if after is None or len(self.rows) < cfg.max_batch or not any(r.group is not None for r in self.pending):
+            return
+        held = Counter(row.req.group for row in self.rows)
+        asking = Counter(r.group for r in self.pending if r.group is not None)
+        groups = set(asking) | set(held)
+        share = max(1, cfg.max_batch // len(groups))
+        need = sum(min(n, share - held[g]) for g, n in asking.items() if held[g] < share)
+        if need <= 0:
+            return
+        now = e.stats["steps"]
+        movable = sorted((i for i, row in enumerate(self.rows)
+                          if row.req.group is not None and held[row.req.group] > share and now - row.since >= after
+                          and not row.finish), key=lambda i: len(self.rows[i].context))
+        chosen = []
+        for i in movable:
+            g = self.rows[i].req.group
+            if len(chosen) < need and held[g] > share:
+                held[g] -= 1
+                chosen.append(i)
+        if chosen:
+            self.pause(chosen)
+
+    def pause(self, indices: list[int]) -> None:
+        """Take running rows out of the batch and queue them in front, to resume from their tokens."""
+        e = self.e
+        if e.prefix_cache is not None:  # their KV rows, so resuming recomputes little
+            self._cache_prefixes(indices)
+        rows = [self.rows[i] for i in sorted(indices)]
+        for row in rows:
+            row.req.paused = row
+            if row.req.player is not None:
+                e.slots.release(row.req.player)
+        self._remove(indices)
+        self.pending = [row.req for row in rows] + self.pending
+        e.stats["paused"] += len(rows)
 
     def _expire(self) -> None:
         """Settle queued requests whose start deadline has passed, so a long queue answers its
@@ -227,14 +323,16 @@ class Scheduler:
         self.e.stats["rows_stepped"] += len(self.rows)
         self.accept(self.rows, tokens, logprobs, errors)
 
-    def _fail(self, req: Request, exc: BaseException) -> None:
-        """Settle a request that never joined the batch with ``exc``, releasing its slot pin."""
+    def _fail(self, req: Request, exc: BaseException, pinned: bool = True) -> None:
+        """Settle a request that never joined the batch with ``exc``, releasing its slot pin (when
+        it holds one)."""
         err = RequestError(f"request {req.id} failed: {exc!r}")
         err.__cause__ = exc
         resolve(req.future, exc=err)
         self.e.stats["failed"] += 1
         if req.player is not None:
-            self.e.slots.release(req.player)
+            if pinned:
+                self.e.slots.release(req.player)
             self.maybe_drop(req.player)
 
     # ------------------------------------------------------------------ per-token bookkeeping
@@ -342,33 +440,40 @@ class Scheduler:
         self.e.stats["prefix_evictions"] = pc.evictions
 
     def retire(self, done: list[int]) -> None:
-        import mlx.core as mx
-
         e = self.e
-        done_set = set(done)
         if e.prefix_cache is not None:
             self._cache_prefixes(done)
         for i in done:
             row = self.rows[i]
             req = row.req
-            spans, start = [], 0
-            for j in range(1, len(row.versions) + 1):
-                if j == len(row.versions) or row.versions[j] != row.versions[start]:
-                    spans.append((start, j, row.versions[start]))
-                    start = j
             if row.error is not None:
                 err = RequestError(f"request {req.id} failed: {row.error!r}")
                 err.__cause__ = row.error
                 resolve(req.future, exc=err)
                 e.stats["failed"] += 1
             else:
-                resolve(req.future, Completion(req.id, req.player, req.prompt_ids, row.tokens, row.logprobs,
-                                               self._final_text(row), row.finish,
-                                               row.versions[-1] if row.versions else None, spans))
+                resolve(req.future, self._completion(row))
                 e.stats["completions"] += 1
             if req.player is not None:
                 e.slots.release(req.player)
                 self.maybe_drop(req.player)
+        self._remove(done)
+
+    def _completion(self, row: Row) -> Completion:
+        req, spans, start = row.req, [], 0
+        for j in range(1, len(row.versions) + 1):
+            if j == len(row.versions) or row.versions[j] != row.versions[start]:
+                spans.append((start, j, row.versions[start]))
+                start = j
+        return Completion(req.id, req.player, req.prompt_ids, row.tokens, row.logprobs,
+                          self._final_text(row) if row.tokens else "", row.finish,
+                          row.versions[-1] if row.versions else None, spans)
+
+    def _remove(self, done: list[int]) -> None:
+        """Drop rows (by index) from the batch and its KV cache."""
+        import mlx.core as mx
+
+        done_set = set(done)
         keep = [i for i in range(len(self.rows)) if i not in done_set]
         self.rows = [self.rows[i] for i in keep]
         if not self.rows:
