@@ -269,12 +269,17 @@ def tiny_engine(tmp_path_factory):
     engine.close()
 
 
-def _fake_trainer(engine, ids):
+def _fake_trainer(engine, ids, tmp=None):
+    import tempfile
+
+    from autocurricula.config import RatingConfig
     from autocurricula.rating import Payoff
+    from autocurricula.standings import Standings
 
     players = [{"id": pid, "frozen": i > 0, "role": "main_agent"} for i, pid in enumerate(ids)]
     return SimpleNamespace(engine=engine, players=players + [{"id": "random", "policy": print, "frozen": True}],
-                           elo=SimpleNamespace(rating=lambda pid: 0.0), payoff=Payoff())
+                           elo=SimpleNamespace(rating=lambda pid: 0.0), payoff=Payoff(),
+                           standings=Standings(RatingConfig(), tmp or tempfile.mkdtemp(), seed=0))
 
 
 def test_best_response_callback_reads_the_engines_greedy_policy(tiny_engine):

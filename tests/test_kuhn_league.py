@@ -14,7 +14,7 @@ import pytest
 from autocurricula.eval import kuhn
 from autocurricula.eval.meta import nash_mixture, zero_sum_nash
 from autocurricula.games import kuhn_poker
-from autocurricula.rating import Elo, Payoff, format_leaderboard, leaderboard_rows, nash_weights
+from autocurricula.rating import Elo, Payoff, RelativePayoff, format_leaderboard, leaderboard_rows, nash_weights
 
 from league_doubles import ListedPlayers
 
@@ -61,10 +61,18 @@ def test_warmup_targets_hold_the_private_card():
         kuhn_poker.warmup_strategy(0, (0.9, 0.1))
 
 
-def _league(strategies: dict, frozen=(), payoff=None):
+def _league(strategies: dict, frozen=(), payoff=None, relative=None):
+    import tempfile
+
+    from autocurricula.config import RatingConfig
+    from autocurricula.standings import Standings
+
     players = [{"id": pid, "role": "main_agent", "frozen": pid in frozen} for pid in strategies]
     players.append({"id": "random", "role": "random", "policy": kuhn_poker.random_policy, "frozen": True})
-    return SimpleNamespace(players=players, engine=None, payoff=payoff or Payoff(),
+    standings = Standings(RatingConfig(), tempfile.mkdtemp(), seed=0)
+    if relative is not None:
+        standings.relative = relative
+    return SimpleNamespace(players=players, engine=None, payoff=payoff or Payoff(), standings=standings,
                            elo=SimpleNamespace(rating=lambda pid: 0.0))
 
 
@@ -77,11 +85,12 @@ def test_the_mixture_is_the_snapshots_strategies_under_the_nash_weights(monkeypa
         return strategies[player]
 
     monkeypatch.setattr(kuhn, "read_strategy", read)
-    payoff = Payoff()
-    for _ in range(30):  # a league where snap-1 beats everyone on win rate
+    payoff, relative = Payoff(), RelativePayoff()
+    for _ in range(30):  # a league where snap-1 beats everyone in the games
         for other in ("main", "snap-2", "snap-3"):
             payoff.update("snap-1", other, "win")
-    trainer = _league(strategies, frozen=("snap-1", "snap-2", "snap-3"), payoff=payoff)
+            relative.update_match(["snap-1", other], [1.0, -1.0])
+    trainer = _league(strategies, frozen=("snap-1", "snap-2", "snap-3"), payoff=payoff, relative=relative)
     league = kuhn.LeagueStrategies(meta="chips", backend="python")
     figures = league.figures(trainer)
     ids = list(strategies)
@@ -93,6 +102,7 @@ def test_the_mixture_is_the_snapshots_strategies_under_the_nash_weights(monkeypa
     assert figures["mixture"] == {pid: round(float(w), 4) for pid, w in zip(ids, chips) if w > 0}
     winrate = nash_mixture(payoff.matrix(ids))
     assert winrate.tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert trainer.standings.meta_strategy(ids) == {"main": 0.0, "snap-1": 1.0, "snap-2": 0.0, "snap-3": 0.0}
     assert figures["exploitability_mixture_league"] == pytest.approx(kuhn.exploitability(NEVER, backend="python"))
     assert figures["exploitability_latest"] == pytest.approx(kuhn.exploitability(ALWAYS, backend="python"))
     assert "random" not in reads and sorted(reads) == sorted(ids)
@@ -135,12 +145,13 @@ def test_the_trainers_leaderboard_and_the_hub_card_carry_the_meta_strategy(tmp_p
     from autocurricula.standings import Standings
 
     payoff, elo = Payoff(), Elo()
+    standings = Standings(RatingConfig(bt_bootstrap=0), tmp_path, seed=0)
     for _ in range(20):
         payoff.update("main", "snap", "win")
         elo.update(["main", "snap"], [1, 0])
+        standings.relative.update_match(["main", "snap"], [1.0, -1.0])
     players = [{"id": "main", "role": "main_agent", "frozen": False, "epoch": 0},
                {"id": "snap", "role": "main_agent", "frozen": True, "epoch": 0, "parent": "main"}]
-    standings = Standings(RatingConfig(bt_bootstrap=0), tmp_path, seed=0)
     standings.elo, standings.payoff = elo, payoff
     trainer = SimpleNamespace(players=players, elo=elo, payoff=payoff, model_name="/nowhere/tiny",
                               game_name="kuhn_poker", current_epoch=0, config_dict=lambda: {"seed": 0})

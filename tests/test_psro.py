@@ -250,3 +250,31 @@ def test_read_played_matches_the_replies_the_game_parses(tmp_path):
                 assert abs(got - want) < 4 * (want * (1 - want) / n) ** 0.5 + unresolved + 1e-3, (infoset, got, want)
     finally:
         engine.close()
+
+
+def test_meta_opponent_composes_with_the_alphastar_league(tmp_path, tiny_model_path):
+    """An AlphaStar league whose league exploiter plays the meta-strategy over the historical
+    players: one overridden public method; the roles and the deployable mixture stay."""
+    from autocurricula import LeagueConfig, LeagueTrainer
+    from autocurricula.games import matrix
+
+    drawn = []
+
+    class MetaLeague(LeagueTrainer):
+        def league_exploiter_opponent(self, player):
+            opponent = self.meta_opponent(self.historical())
+            drawn.append(opponent["id"])
+            return opponent
+
+    trainer = MetaLeague(LeagueConfig(epochs=1, rounds=2, games_per_learner=4, main_exploiters=0, league_exploiters=1,
+                                      output_dir=str(tmp_path), progress=False, save_strategy="no",
+                                      ratings={"bt_bootstrap": 0}))
+    trainer.train(str(tiny_model_path), matrix)
+    try:
+        historical = {p["id"] for p in trainer.historical()}
+        assert len(drawn) == 8 and set(drawn) <= historical
+        assert {p.get("role") for p in trainer.players} >= {"main_agent", "league_exploiter"}
+        mixture = trainer.deployable_mixture()
+        assert mixture and sum(mixture.values()) == pytest.approx(1.0)
+    finally:
+        trainer.engine.close()

@@ -246,8 +246,9 @@ class LeagueStrategies:
     league's Nash mixtures. ``figures(trainer)`` returns plain names (no prefix):
 
     * ``exploitability_latest``: the trainable main agent with the highest Elo;
-    * ``exploitability_mixture``: the Nash mixture of the ``meta`` game (default the exact chip
-      game of the players' strategies), made one policy by ``mixture_strategy``;
+    * ``exploitability_mixture``: the mixture of the ``meta`` game (default the exact chip game of
+      the players' strategies; ``"league"``: the leaderboard's meta-strategy, from the games),
+      made one policy by ``mixture_strategy``;
     * ``exploitability_mixture_league`` / ``_chips``: both meta-games' mixtures, side by side;
     * ``mixture``: ``{player: weight}`` of the ``meta`` game, players with weight > 0.
 
@@ -284,7 +285,11 @@ class LeagueStrategies:
         out = {"exploitability_latest": exploitability(strategies[latest], backend=self.backend)}
         weights = {}
         for meta in META_GAMES:
-            w = meta_mixture([strategies[i] for i in ids], trainer.payoff.matrix(ids), meta=meta)
+            if meta == "league":  # the leaderboard's meta-strategy: relative payoffs at their lower bounds
+                league = trainer.standings.meta_strategy(ids)
+                w = [league[i] for i in ids]
+            else:
+                w = meta_mixture([strategies[i] for i in ids], meta=meta)
             weights[meta] = w
             mix = mixture_strategy([strategies[i] for i in ids], w)
             out[f"exploitability_mixture_{meta}"] = exploitability(mix, backend=self.backend)
@@ -300,7 +305,7 @@ def exploitability_callback(*, prefix: str = "eval/", completion: Callable[[str]
     every model player's strategy (``read_strategy``; frozen players once) and returns
     ``{prefix}exploitability_latest`` (the trainable main agent with the highest Elo) and
     ``{prefix}exploitability_mixture`` (the league's Nash mixture combined by ``mixture_strategy``;
-    ``meta="league"``: over the league's win-rate matrix, ``meta="chips"``: over the exact chip
+    ``meta="league"``: the leaderboard's meta-strategy, ``meta="chips"``: over the exact chip
     game of the players' strategies), plus both meta-games' figures as ``..._mixture_league`` and
     ``..._mixture_chips``. Scripted players are left out of the mixture."""
     league = LeagueStrategies(meta=meta, completion=completion, eos=eos, backend=backend)
