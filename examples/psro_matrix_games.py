@@ -20,7 +20,7 @@ temperature, invalid replies forfeiting, against exact best responses. The figur
 exploitability as a share of the game's payoff range (0 = an equilibrium). One JSON line per game
 and trainer, then a summary: median and worst over the games, and the invalid rate.
 
-Time on 2 idle cores: about 40 s per game and trainer, plus a one-time warm-up.
+Time on 2 idle cores: about 40 s per game and trainer (96 rounds), plus a one-time warm-up.
 """
 
 import argparse
@@ -44,7 +44,7 @@ def parse_args(argv=None):
     p.add_argument("--games", type=int, default=20, help="random games random-0 ... random-(N-1)")
     p.add_argument("--first-game", type=int, default=0)
     p.add_argument("--trainers", default="psro,selfplay,fictitious")
-    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--rounds", type=int, default=8, help="rounds per epoch")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)

@@ -13,12 +13,13 @@ Each round:
   meta-strategy, so it trains as a best response to the mixture;
 * ``eval_games`` games between population members go to the entries whose uncertainty weighs
   most on the mixture (new members first), so the restricted game is measured where it matters;
-* a responder whose mean relative reward against the population, over its games since it last
-  joined, is above 0 by ``join_z`` standard errors joins the population as a frozen copy, and
+* a responder whose mean relative reward against the population, over its games of the last
+  ``join_window`` rounds since it last joined, is above 0 by ``join_z`` standard errors joins the
+  population as a frozen copy, and
   starts again from the base model against the new mixture (``reset_on_join``; a responder that
   went on from its own near-pure policy could no longer find a move it had stopped playing).
-  Otherwise nothing joins: the mixture is not beaten. Pooling the games makes the test sharper the longer a responder fails, and it is
-  conservative: its earlier games were played by a weaker version.
+  Otherwise nothing joins: the mixture is not beaten. The window pools enough games for a sharp
+  test, and forgets those of a version too old to speak for the current one.
 
 The deployed policy is the meta-strategy over the population's adapters
 (``trainer.deployable_mixture()``, ``trainer.export_mixture(folder)``).
@@ -47,7 +48,9 @@ class PSROConfig(AutocurriculumConfig):
     eval_games: int = field(default=64, metadata={"help": "games per round between population members, on the "
                                                   "restricted game's most uncertain entries"})
     join_z: float = field(default=2.0, metadata={"help": "a responder joins when its mean relative reward against the "
-                                                 "mixture since it last joined exceeds 0 by join_z standard errors"})
+                                                 "mixture exceeds 0 by join_z standard errors"})
+    join_window: int = field(default=4, metadata={"help": "rounds of a responder's games (since it last joined) that "
+                                                  "the joining test pools"})
     reset_on_join: bool = field(default=True, metadata={"help": "a responder that joins starts again from the base "
                                                         "model (False: it goes on from its own weights)"})
 
@@ -57,6 +60,8 @@ class PSROConfig(AutocurriculumConfig):
             raise ValueError(f"PSRO needs at least one responder (responders >= 1), got {self.responders}")
         if self.games_per_round < 2 or self.eval_games < 0:
             raise ValueError("games_per_round must be >= 2 (a standard error needs two games) and eval_games >= 0")
+        if self.join_window < 1:
+            raise ValueError(f"join_window must be >= 1 round, got {self.join_window}")
         if not self.join_z >= 0:
             raise ValueError(f"join_z must be >= 0, got {self.join_z}")
 
@@ -105,7 +110,7 @@ class PSROTrainer(AutocurriculumTrainer):
 
     def __init__(self, ac_config: PSROConfig | None = None, opponents: list[dict] | None = None, **overrides):
         super().__init__(league_config(ac_config, self.config_class, type(self).__name__), opponents, **overrides)
-        self._since_join: dict[str, list[float]] = {}  # responder -> relative rewards since it last joined
+        self._since_join: dict[str, list[list[float]]] = {}  # responder -> per round, relative rewards since it joined
 
     def population(self) -> list[dict]:
         """The restricted game's players: every frozen player (snapshots and anchors)."""
@@ -150,20 +155,21 @@ class PSROTrainer(AutocurriculumTrainer):
         return [self.random_seats(pop[iu[0][k]], pop[iu[1][k]]) for k in picks]
 
     def on_round_end(self, records):
-        """Each responder that has beaten the mixture since it last joined joins the population (a
-        frozen copy)."""
+        """Each responder that has beaten the mixture over its last ``join_window`` rounds joins
+        the population (a frozen copy)."""
         members = {p["id"] for p in self.population()}
         for me in self.responders():
-            pooled = self._since_join.setdefault(me["id"], [])
-            pooled += relative_rewards(records, me["id"], members).tolist()
-            if beats_mixture(np.asarray(pooled), self.config.join_z):
-                pooled.clear()
+            rounds = self._since_join.setdefault(me["id"], [])
+            rounds.append(relative_rewards(records, me["id"], members).tolist())
+            del rounds[:-self.config.join_window]
+            if beats_mixture(np.asarray([r for rnd in rounds for r in rnd]), self.config.join_z):
+                rounds.clear()
                 yield snapshot_spec(me, role="population")
                 if self.config.reset_on_join:
                     self.reset_player(me)
 
     def extra_state(self) -> dict:
-        return {"since_join": {k: list(v) for k, v in self._since_join.items()}}
+        return {"since_join": {k: [list(r) for r in v] for k, v in self._since_join.items()}}
 
     def load_extra_state(self, state: dict) -> None:
-        self._since_join = {k: [float(x) for x in v] for k, v in state.get("since_join", {}).items()}
+        self._since_join = {k: [[float(x) for x in r] for r in v] for k, v in state.get("since_join", {}).items()}
