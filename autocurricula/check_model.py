@@ -105,13 +105,16 @@ class _Checks:
             self.engine.install(name, AdapterWeights.random(dims, self.spec, seed=i + 1, b_std=0.05))
 
     def generate(self):
-        tokens = self._greedy()
+        """Greedy tokens after a short prompt and a long one (past a small sliding window)."""
+        prompts = [self.prompt, self.engine.encode(_LONG_PROMPT)]
+        tokens = [self._greedy(prompt=p) for p in prompts]
         if self.reference is None:
-            return bool(tokens), f"{len(tokens)} tokens (no transformers weights to compare: MLX-quantized)"
-        want = _torch_greedy(self.reference, self.prompt, self.max_tokens)
-        if tokens != want:
-            return False, f"engine {tokens} != transformers {want}"
-        return True, f"{len(tokens)} greedy tokens equal transformers'"
+            return all(tokens), f"{len(tokens[0])} tokens (no transformers weights to compare: MLX-quantized)"
+        for got, prompt in zip(tokens, prompts):
+            want = _torch_greedy(self.reference, prompt, self.max_tokens)
+            if got != want:
+                return False, f"engine {got} != transformers {want} after a {len(prompt)}-token prompt"
+        return True, f"{len(tokens[0])} greedy tokens equal transformers' (prompts of {' and '.join(str(len(p)) for p in prompts)} tokens)"
 
     def multi_lora(self):
         self._install()

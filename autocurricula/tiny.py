@@ -322,8 +322,9 @@ FAMILIES = {  # family -> (model_type, config overrides); see docs/models.md
     "mistral_window": ("mistral", {"sliding_window": 64}),
     "gemma2": ("gemma2", {"head_dim": 16, "sliding_window": 64}),
     "gemma3": ("gemma3_text", {"head_dim": 16, "sliding_window": 64}),
-    "qwen3_5": ("qwen3_5_text", {"head_dim": 16}),
-    "lfm2": ("lfm2", {}),
+    # hybrids: one recurrent layer and one attention layer each
+    "qwen3_5": ("qwen3_5_text", {"head_dim": 16, "layer_types": ["linear_attention", "full_attention"]}),
+    "lfm2": ("lfm2", {"layer_types": ["conv", "full_attention"]}),
 }
 
 
@@ -423,6 +424,8 @@ def _write_family_model(out, family, seed):
     # no longer writes
     if saved["model_type"] == "gpt2":
         saved["n_ctx"] = saved["n_positions"]
+    if saved["model_type"] == "lfm2":
+        saved["block_dim"] = saved["hidden_size"]
     if saved["model_type"] == "gpt_neox":
         saved["rotary_emb_base"] = rope.get("rope_theta", _ROPE_THETA)
         saved["rotary_pct"] = rope.get("partial_rotary_factor", 1.0)

@@ -8,20 +8,37 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import BatchKVCache, KVCache
+from mlx_lm.models.cache import ArraysCache, BatchKVCache, KVCache, RotatingKVCache
 
 from autocurricula.engine.sampling import sample, sample_np
 
 
 def make_batch_cache(model, left_padding: list[int]) -> list:
-    """One ``BatchKVCache`` per layer; only plain attention caches can be batched this way."""
-    if hasattr(model, "make_cache"):
-        kinds = {type(c) for c in model.make_cache()}
-        if kinds - {KVCache}:
+    """One batch cache per layer, left-padded by ``left_padding``: a ``BatchKVCache`` for every
+    attention layer and an ``ArraysCache`` (one recurrent state per row) for every recurrent layer.
+
+    A sliding-window layer keeps its full KV rows too: the model masks positions older than its
+    window (mlx-lm builds the mask from the cache with ``window_size``), which is exact for every
+    row and keeps one cache layout for the prefix cache and row merging."""
+    if not hasattr(model, "make_cache"):
+        return [BatchKVCache(list(left_padding)) for _ in model.layers]
+    out = []
+    for c in model.make_cache():
+        if type(c) in (KVCache, RotatingKVCache):
+            out.append(BatchKVCache(list(left_padding)))
+        elif type(c) is ArraysCache:
+            out.append(ArraysCache(len(c.cache), left_padding=list(left_padding)))
+        else:
             raise NotImplementedError(
-                f"the batched engine supports models whose layers use a plain KV cache; this model uses "
-                f"{sorted(k.__name__ for k in kinds)} (sliding-window / recurrent layers are not supported yet)")
-    return [BatchKVCache(list(left_padding)) for _ in model.layers]
+                f"the batched engine batches plain, sliding-window and recurrent (ArraysCache) layers; this model "
+                f"has a layer with a {type(c).__name__}. See docs/models.md for the families it serves")
+    return out
+
+
+def prefix_cacheable(model) -> bool:
+    """True when every layer keeps KV rows: a recurrent layer's state is one summary of the whole
+    prefix, which the block-wise prefix cache cannot split, so such models run without it."""
+    return all(isinstance(c, BatchKVCache) for c in make_batch_cache(model, [0]))
 
 
 def _set_slots(engine, rows) -> None:
