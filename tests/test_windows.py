@@ -80,6 +80,22 @@ def test_ragged_and_joining_rows_equal_each_row_alone(family, family_dir):
         engine.close()
 
 
+@pytest.mark.parametrize("family", _params(WINDOWED + RECURRENT))
+def test_update_scores_what_the_sampler_sampled(family, family_dir):
+    """The policy update's log-probabilities (one full forward, no cache) equal the sampler's
+    (batched prefill and decode) past the window: Gemma 2's soft-capped head included."""
+    engine = _engine(build_family_model(family_dir / family, family))
+    try:
+        prompts = _prompts()
+        done = [f.result() for f in engine.submit_many(
+            [(p, f"p{i}", SamplingParams(temperature=1.0, max_tokens=12, seed=i)) for i, p in enumerate(prompts)])]
+        for i, c in enumerate(done):
+            scored = engine.completion_logprobs([(c.prompt_ids, c.token_ids)], f"p{i}")[0]
+            assert scored == pytest.approx(sum(c.logprobs), abs=1e-3)
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("family", _params(WINDOWED))
 def test_prefix_reuse_past_the_window_gives_the_same_tokens(family, family_dir):
     engine = _engine(build_family_model(family_dir / family, family))
