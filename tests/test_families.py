@@ -57,6 +57,17 @@ def test_quantized_opt_generates_and_trains(family_dir):
     assert results["generate"].ok and results["update"].ok, format_table("opt-4bit", list(results.values()))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["mistral_window", "gemma2", "gemma3", "qwen3_5", "lfm2"])
+def test_quantized_window_and_recurrent_families(family, family_dir):
+    path = build_family_model(family_dir / f"{family}-4bit", family, quantize_bits=4)
+    results = {r.name: r for r in check_model(path)}
+    table = format_table(f"{family}-4bit", list(results.values()))
+    for name in ("load", "generate", "multi-lora", "update", "mlx export"):
+        assert results[name].ok is True, table
+    assert results["prefix cache"].ok is (None if family in RECURRENT else True), table
+
+
 def test_family_is_refused_by_name(family_dir, tmp_path):
     """A family with recurrent layers the matrix does not check (Qwen3-Next) is refused before
     any weight is read, with the reason and where to look."""
