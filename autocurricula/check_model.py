@@ -134,8 +134,6 @@ class _Checks:
     def prefix_cache(self):
         self._install()
         if self.engine.prefix_cache is None:
-            if self.engine.config.prefix_cache_mb > 0:  # the engine turned it off for this model
-                return None, "not run: off for models with recurrent layers (a state is not split into blocks)"
             return None, "not run: the engine's prefix cache is off"
         prompt = self.engine.encode(_LONG_PROMPT)
         first = self._greedy(self.players[0], prompt)

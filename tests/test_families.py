@@ -16,7 +16,6 @@ from autocurricula.tiny import build_family_model  # noqa: E402
 
 SERVED = ["opt", "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2",
           "mistral_window", "gemma2", "gemma3", "qwen3_5", "lfm2"]
-RECURRENT = {"qwen3_5", "lfm2"}  # run without the prefix cache
 DEFAULT = {"llama", "opt", "gemma3", "lfm2"}  # plain, the seed's, sliding-window, recurrent hybrid
 
 
@@ -34,11 +33,7 @@ def test_family_passes_every_check(family, family_dir):
     results = check_model(build_family_model(family_dir / family, family))
     table = format_table(family, results)
     assert [r.name for r in results] == list(CHECKS), table
-    for r in results:
-        if family in RECURRENT and r.name == "prefix cache":  # a recurrent state is not split into blocks
-            assert r.ok is None and "recurrent" in r.detail, table
-        else:
-            assert r.ok is True, table
+    assert all(r.ok is True for r in results), table
 
 
 def test_quantized_copy_generates_and_trains(family_dir):
@@ -63,9 +58,8 @@ def test_quantized_window_and_recurrent_families(family, family_dir):
     path = build_family_model(family_dir / f"{family}-4bit", family, quantize_bits=4)
     results = {r.name: r for r in check_model(path)}
     table = format_table(f"{family}-4bit", list(results.values()))
-    for name in ("load", "generate", "multi-lora", "update", "mlx export"):
+    for name in ("load", "generate", "multi-lora", "prefix cache", "update", "mlx export"):
         assert results[name].ok is True, table
-    assert results["prefix cache"].ok is (None if family in RECURRENT else True), table
 
 
 def test_family_is_refused_by_name(family_dir, tmp_path):

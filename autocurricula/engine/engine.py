@@ -486,7 +486,7 @@ class Engine:
         from autocurricula.engine.cpu_kernels import prepare as prepare_cpu
         from autocurricula.engine.lora import MultiLoRAModel, linear_dims
         from autocurricula.engine.residency import Residency
-        from autocurricula.engine.runner import make_batch_cache, prefix_cacheable
+        from autocurricula.engine.runner import make_batch_cache
 
         if isinstance(model, (str, Path)):
             from autocurricula.engine.models import load
@@ -502,7 +502,7 @@ class Engine:
         make_batch_cache(model, [0])  # fails early for unsupported cache types
         self.lora = MultiLoRAModel(model, self.config.max_slots + 1, self.config.initial_rank)
         self.residency = Residency(self.slots, self.lora, self.config.initial_rank)
-        if self.config.prefix_cache_mb > 0 and prefix_cacheable(model):  # recurrent layers: off
+        if self.config.prefix_cache_mb > 0:
             from autocurricula.engine.prefix_cache import PrefixCache
 
             self.prefix_cache = PrefixCache(int(self.config.prefix_cache_mb * 2**20), self.config.prefix_block)
