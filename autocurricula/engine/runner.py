@@ -13,19 +13,33 @@ from mlx_lm.models.cache import ArraysCache, BatchKVCache, KVCache, RotatingKVCa
 from autocurricula.engine.sampling import sample, sample_np
 
 
+class WindowedBatchKVCache(BatchKVCache):
+    """A ``BatchKVCache`` of a sliding-window layer: it keeps every KV row, and its masks hide
+    positions more than ``window`` tokens back unless the model asks for another window."""
+
+    def __init__(self, window: int, left_padding: list[int]):
+        super().__init__(left_padding)
+        self.window = window
+
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None, **kwargs):
+        return super().make_mask(N, return_array=return_array, window_size=window_size or self.window, **kwargs)
+
+
 def make_batch_cache(model, left_padding: list[int]) -> list:
     """One batch cache per layer, left-padded by ``left_padding``: a ``BatchKVCache`` for every
     attention layer and an ``ArraysCache`` (one recurrent state per row) for every recurrent layer.
 
-    A sliding-window layer keeps its full KV rows too: the model masks positions older than its
-    window (mlx-lm builds the mask from the cache with ``window_size``), which is exact for every
-    row and keeps one cache layout for the prefix cache and row merging."""
+    A sliding-window layer (mlx-lm's ``RotatingKVCache``) keeps its full KV rows too, and masks
+    positions older than its window: exact for every row, and one cache layout for the prefix
+    cache and row merging."""
     if not hasattr(model, "make_cache"):
         return [BatchKVCache(list(left_padding)) for _ in model.layers]
     out = []
     for c in model.make_cache():
-        if type(c) in (KVCache, RotatingKVCache):
+        if type(c) is KVCache:
             out.append(BatchKVCache(list(left_padding)))
+        elif type(c) is RotatingKVCache and not c.keep:  # a kept prefix (attention sinks) is not masked here
+            out.append(WindowedBatchKVCache(c.max_size, list(left_padding)))
         elif type(c) is ArraysCache:
             out.append(ArraysCache(len(c.cache), left_padding=list(left_padding)))
         else:
@@ -43,7 +57,7 @@ def _state_layers(cache) -> list:
     return [c for c in cache if isinstance(c, ArraysCache)]
 
 
-def is_stateful(model) -> bool:
+def _is_stateful(model) -> bool:
     """True when some layer keeps a recurrent state (an ``ArraysCache``)."""
     return bool(_state_layers(make_batch_cache(model, [0])))
 
@@ -98,7 +112,7 @@ def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, dict, list]:
     A model with recurrent layers reuses a prefix only where a block holds the state after it,
     and a state cannot be recomputed part way: each row that reuses one is prefilled alone, the
     others together, and the batch caches are then merged in the order of ``rows``."""
-    stateful = engine.prefix_cache is not None and is_stateful(engine.model)
+    stateful = engine.prefix_cache is not None and _is_stateful(engine.model)
     hits = _prefix_hits(engine, rows, stateful)
     if not (stateful and len(rows) > 1 and any(hits)):
         logits, cache = _forward_prompts(engine, rows, hits, stateful)
@@ -152,14 +166,14 @@ def _forward_prompts(engine, rows, hits, stateful: bool) -> tuple[mx.array, list
             at = stop
         for i, (column, n) in marks.items():
             if column == stop:
-                keep_state(rows[i], n, snapshot_state(cache, i))
+                _keep_state(rows[i], n, _snapshot_state(cache, i))
     logits = engine.model(tokens[:, width - 1 :], cache=cache)[:, -1, :]
     for c in cache:
         c.__dict__.pop("step", None)  # decoding grows the cache in the usual 256-step blocks
     if stateful:
         for i, p in enumerate(prompts):
             if len(p) % block == 0:
-                keep_state(rows[i], len(p), snapshot_state(cache, i))
+                _keep_state(rows[i], len(p), _snapshot_state(cache, i))
     stats = engine.stats
     stats["prefix_query_tokens"] += sum(len(p) for p in prompts)
     stats["prefix_hit_tokens"] += sum(reused)
@@ -171,12 +185,12 @@ def _arrays(c) -> list:
     return [a for a in c.cache if a is not None] if isinstance(c, ArraysCache) else [c.keys, c.values]
 
 
-def snapshot_state(cache, row: int) -> list[list[np.ndarray]]:
+def _snapshot_state(cache, row: int) -> list[list[np.ndarray]]:
     """Host copies of batch row ``row``'s state in every recurrent layer."""
     return [[np.array(_to_host(a[row : row + 1])) for a in c.cache] for c in _state_layers(cache)]
 
 
-def keep_state(row, tokens: int, state: list) -> None:
+def _keep_state(row, tokens: int, state: list) -> None:
     """Keep ``state`` (after ``tokens`` tokens) on ``row`` for the prefix cache: the one after
     the prompt's last whole block, and the latest one after it (a real model's state takes
     megabytes; an entry reuses only the deepest)."""
@@ -273,5 +287,5 @@ def decode_step(engine, rows) -> tuple[np.ndarray, np.ndarray, dict]:
         for i, r in enumerate(rows):
             fed = len(r.req.prompt_ids) + len(r.tokens)
             if fed % pc.block == 0:
-                keep_state(r, fed, snapshot_state(cache, i))
+                _keep_state(r, fed, _snapshot_state(cache, i))
     return out
