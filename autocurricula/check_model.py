@@ -105,7 +105,8 @@ class _Checks:
             self.engine.install(name, AdapterWeights.random(dims, self.spec, seed=i + 1, b_std=0.05))
 
     def generate(self):
-        """Greedy tokens after a short prompt and a long one (past a small sliding window)."""
+        """Greedy tokens after a short prompt and a long one (past a small sliding window), and
+        the logits over the long one: greedy tokens alone can agree while a window is ignored."""
         prompts = [self.prompt, self.engine.encode(_LONG_PROMPT)]
         tokens = [self._greedy(prompt=p) for p in prompts]
         if self.reference is None:
@@ -114,7 +115,15 @@ class _Checks:
             want = _torch_greedy(self.reference, prompt, self.max_tokens)
             if got != want:
                 return False, f"engine {got} != transformers {want} after a {len(prompt)}-token prompt"
-        return True, f"{len(tokens[0])} greedy tokens equal transformers' (prompts of {' and '.join(str(len(p)) for p in prompts)} tokens)"
+        import torch
+
+        with torch.no_grad():
+            theirs = self.reference(torch.tensor([prompts[1]])).logits[0].float().numpy()
+        gap = float(np.abs(theirs - self.engine.logits(prompts[1])).max())
+        if not gap <= PEFT_TOLERANCE * max(1.0, float(np.abs(theirs).max())):
+            return False, f"logits over the {len(prompts[1])}-token prompt differ from transformers' by {gap:.3g}"
+        return True, (f"{len(tokens[0])} greedy tokens equal transformers' (prompts of "
+                      f"{' and '.join(str(len(p)) for p in prompts)} tokens), logits within {gap:.2g}")
 
     def multi_lora(self):
         self._install()

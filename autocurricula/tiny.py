@@ -320,6 +320,7 @@ FAMILIES = {  # family -> (model_type, config overrides); see docs/models.md
     "smollm3": ("smollm3", {}),
     "olmo2": ("olmo2", {}),
     "mistral_window": ("mistral", {"sliding_window": 64}),
+    "phi3_window": ("phi3", {"sliding_window": 64}),
     "gemma2": ("gemma2", {"head_dim": 16, "sliding_window": 64}),
     "gemma3": ("gemma3_text", {"head_dim": 16, "sliding_window": 64}),
     # hybrids: one recurrent layer and one attention layer each

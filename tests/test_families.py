@@ -15,7 +15,7 @@ from autocurricula.engine.models import UnsupportedModelError, refusal  # noqa: 
 from autocurricula.tiny import build_family_model  # noqa: E402
 
 SERVED = ["opt", "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2",
-          "mistral_window", "gemma2", "gemma3", "qwen3_5", "lfm2"]
+          "mistral_window", "phi3_window", "gemma2", "gemma3", "qwen3_5", "lfm2"]
 DEFAULT = {"llama", "opt", "gemma3", "lfm2"}  # plain, the seed's, sliding-window, recurrent hybrid
 
 
@@ -53,7 +53,7 @@ def test_quantized_opt_generates_and_trains(family_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["mistral_window", "gemma2", "gemma3", "qwen3_5", "lfm2"])
+@pytest.mark.parametrize("family", ["mistral_window", "phi3_window", "gemma2", "gemma3", "qwen3_5", "lfm2"])
 def test_quantized_window_and_recurrent_families(family, family_dir):
     path = build_family_model(family_dir / f"{family}-4bit", family, quantize_bits=4)
     results = {r.name: r for r in check_model(path)}

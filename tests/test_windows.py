@@ -3,7 +3,7 @@ padding), rows joining a running batch, and prefix-cache reuse give each row wha
 
 tests/test_families.py checks the same families against transformers through check-model; here
 the batch layouts that check does not build. Default tier: Gemma 3 (sliding) and LFM2
-(recurrent); the slow tier adds Mistral's window, Gemma 2 and Qwen3.5.
+(recurrent); the slow tier adds Mistral's and Phi-3's windows, Gemma 2 and Qwen3.5.
 """
 
 import threading
@@ -17,7 +17,7 @@ from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec,
 from autocurricula.engine.models import refusal  # noqa: E402
 from autocurricula.tiny import build_family_model  # noqa: E402
 
-WINDOWED = ["gemma3", "mistral_window", "gemma2"]
+WINDOWED = ["gemma3", "mistral_window", "phi3_window", "gemma2"]
 RECURRENT = ["lfm2", "qwen3_5"]
 DEFAULT = {"gemma3", "lfm2"}
 PLAYERS = 4
@@ -142,6 +142,7 @@ def test_turns_and_mixed_batches_reuse_prefixes_exactly(family, family_dir):
 def test_served_and_refused_configs():
     assert refusal({"model_type": "mistral", "sliding_window": 64, "max_position_embeddings": 512}) is None
     assert refusal({"model_type": "gemma2", "sliding_window": 64, "max_position_embeddings": 512}) is None
+    assert refusal({"model_type": "phi3", "sliding_window": 2047, "max_position_embeddings": 4096}) is None
     assert refusal({"model_type": "lfm2", "layer_types": ["conv", "full_attention"]}) is None
     assert refusal({"model_type": "qwen3_5_text", "layer_types": ["linear_attention", "full_attention"]}) is None
     # windows or recurrent layers in definitions the matrix does not check stay refused, by name

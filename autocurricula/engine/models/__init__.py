@@ -2,7 +2,7 @@
 
 ``load`` is ``mlx_lm.load`` after two steps: the families defined here (OPT and Qwen3.5 text, which
 mlx-lm lacks;
-GPT-NeoX, Llama/Mistral, Gemma 2 and Gemma 3 text, whose mlx-lm definitions depart from
+GPT-NeoX, Llama/Mistral, Gemma 2, Gemma 3 text and Phi-3, whose mlx-lm definitions depart from
 transformers' in the MLP or the sliding windows) are registered under ``mlx_lm.models``,
 so mlx-lm's own loader, converter and adapter loading use them; and a
 family whose layers the batched engine cannot cache yet is refused by name, with the reason,
@@ -23,12 +23,13 @@ REPLACED = {
     "llama": "autocurricula.engine.models.llama",  # also Mistral's: its sliding window on every layer
     "gemma2": "autocurricula.engine.models.gemma2",  # sliding-window layers, soft-capped head
     "gemma3_text": "autocurricula.engine.models.gemma3_text",  # layer kinds from layer_types
+    "phi3": "autocurricula.engine.models.phi3",  # its sliding window
 }
 
 # families whose sliding-window or recurrent layers the engine serves, each checked against
 # transformers in tests/test_families.py (sliding layers: a full KV cache with a windowed mask;
 # recurrent layers: one state per batch row, no prefix cache)
-WINDOWED = {"llama", "mistral", "gemma2", "gemma3_text"}
+WINDOWED = {"llama", "mistral", "gemma2", "gemma3_text", "phi3"}
 RECURRENT = {"qwen3_5_text", "lfm2"}
 
 # model_type -> why the batched engine refuses it
