@@ -139,6 +139,22 @@ def test_turns_and_mixed_batches_reuse_prefixes_exactly(family, family_dir):
         plain.close()
 
 
+def test_a_state_too_big_for_the_prefix_cache_is_not_kept(family_dir):
+    """With room for fewer than eight states, rows keep none: nothing is reused, and every token
+    is what an engine without a prefix cache gives."""
+    path = build_family_model(family_dir / "lfm2", "lfm2")
+    small, plain = _engine(path, prefix_cache_mb=0.01), _engine(path, prefix_cache_mb=0)
+    try:
+        jobs = [(p, f"p{i}", SamplingParams(**GREEDY)) for i, p in enumerate(_prompts())]
+        for _ in range(2):
+            _same([f.result() for f in small.submit_many(jobs)], [f.result() for f in plain.submit_many(jobs)])
+        assert small.stats["prefix_hit_tokens"] == 0
+        assert not any(b.state is not None for b in small.prefix_cache.blocks.values())
+    finally:
+        small.close()
+        plain.close()
+
+
 def test_served_and_refused_configs():
     assert refusal({"model_type": "mistral", "sliding_window": 64, "max_position_embeddings": 512}) is None
     assert refusal({"model_type": "gemma2", "sliding_window": 64, "max_position_embeddings": 512}) is None

@@ -156,21 +156,24 @@ def _forward_prompts(engine, rows, hits, stateful: bool) -> tuple[mx.array, list
     block = engine.prefix_cache.block if stateful else 0
     marks = {} if not stateful else {
         i: (pads[i] + n, n) for i, p in enumerate(prompts) if (n := (len(p) - 1) // block * block) > reused[i]}
-    cuts = sorted(set(range(start + engine.config.prefill_chunk, width - 1, engine.config.prefill_chunk))
-                  | {c for c, _ in marks.values()} | {width - 1})
+    chunks = set(range(start + engine.config.prefill_chunk, width - 1, engine.config.prefill_chunk)) | {width - 1}
     at = start
-    for stop in cuts:  # all but the last token: only the cache is needed
+    for stop in sorted(chunks | {c for c, _ in marks.values()}):  # all but the last token: only the cache is needed
+        if stop not in chunks and not any(c == stop for c, _ in marks.values()):
+            continue  # a mark dropped below
         if stop > at:
             engine.model(tokens[:, at:stop], cache=cache)
             mx.eval([_arrays(c) for c in cache])
             at = stop
+        if marks and not _state_fits(engine, cache):
+            marks = {}
         for i, (column, n) in marks.items():
             if column == stop:
                 _keep_state(rows[i], n, _snapshot_state(cache, i))
     logits = engine.model(tokens[:, width - 1 :], cache=cache)[:, -1, :]
     for c in cache:
         c.__dict__.pop("step", None)  # decoding grows the cache in the usual 256-step blocks
-    if stateful:
+    if stateful and _state_fits(engine, cache):
         for i, p in enumerate(prompts):
             if len(p) % block == 0:
                 _keep_state(rows[i], len(p), _snapshot_state(cache, i))
@@ -183,6 +186,14 @@ def _forward_prompts(engine, rows, hits, stateful: bool) -> tuple[mx.array, list
 
 def _arrays(c) -> list:
     return [a for a in c.cache if a is not None] if isinstance(c, ArraysCache) else [c.keys, c.values]
+
+
+def _state_fits(engine, cache) -> bool:
+    """Whether one row's recurrent state takes at most an eighth of the prefix cache: rows hold
+    their states until they finish, so a state the cache could keep only a few of is not copied
+    (raise ``EngineConfig.prefix_cache_mb`` for such a model)."""
+    size = sum(a.nbytes // a.shape[0] for c in _state_layers(cache) for a in c.cache if a is not None)
+    return 8 * size <= engine.prefix_cache.capacity
 
 
 def _snapshot_state(cache, row: int) -> list[list[np.ndarray]]:
@@ -283,7 +294,7 @@ def decode_step(engine, rows) -> tuple[np.ndarray, np.ndarray, dict]:
     logits = engine.model(last, cache=cache)[:, -1, :]
     out = _sample_rows(engine, rows, logits)
     pc = engine.prefix_cache
-    if pc is not None and _state_layers(cache):  # keep a row's state at each block boundary it reaches
+    if pc is not None and _state_layers(cache) and _state_fits(engine, cache):  # each block boundary reached
         for i, r in enumerate(rows):
             fed = len(r.req.prompt_ids) + len(r.tokens)
             if fed % pc.block == 0:
