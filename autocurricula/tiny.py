@@ -303,8 +303,7 @@ def _quantize(src, dst, bits):
     return dst
 
 
-# Tiny random models of each model family, built with transformers from a config. Refused
-# families are built too: the engine's refusal of them is part of what the matrix checks.
+# Tiny random models of each model family, built with transformers from a config.
 _FAMILY_SIZE = dict(hidden=64, layers=2, heads=4, inter=128, vocab=512, positions=512)
 _LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "gemma2", "gemma3_text", "lfm2",
                "qwen3_5_text")

@@ -1,12 +1,10 @@
 """Which model families the engine serves, and the MLX definitions it adds to mlx-lm's.
 
-``load`` is ``mlx_lm.load`` after two steps: the families defined here (OPT and Qwen3.5 text, which
-mlx-lm lacks;
-GPT-NeoX, Llama/Mistral, Gemma 2, Gemma 3 text and Phi-3, whose mlx-lm definitions depart from
-transformers' in the MLP or the sliding windows) are registered under ``mlx_lm.models``,
-so mlx-lm's own loader, converter and adapter loading use them; and a
-family whose layers the batched engine cannot cache yet is refused by name, with the reason,
-before any weight is read.
+``load`` is ``mlx_lm.load`` after two steps: the families defined here (OPT and Qwen3.5 text,
+which mlx-lm lacks; GPT-NeoX, Llama/Mistral, Gemma 2, Gemma 3 text and Phi-3, whose mlx-lm
+definitions depart from transformers' in the MLP or the sliding windows) are registered under
+``mlx_lm.models``, so mlx-lm's own loader, converter and adapter loading use them; and a family
+the engine does not serve is refused by name, with the reason, before any weight is read.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ REPLACED = {
 
 # families whose sliding-window or recurrent layers the engine serves, each checked against
 # transformers in tests/test_families.py (sliding layers: a full KV cache with a windowed mask;
-# recurrent layers: one state per batch row, no prefix cache)
+# recurrent layers: one state per batch row, kept at block boundaries for the prefix cache)
 WINDOWED = {"llama", "mistral", "gemma2", "gemma3_text", "phi3"}
 RECURRENT = {"qwen3_5_text", "lfm2"}
 
@@ -37,11 +35,12 @@ _SLIDING = ("sliding-window attention layers in a definition the conformance mat
             f"(served with sliding windows: {', '.join(sorted(WINDOWED))})")
 _RECURRENT = ("recurrent (linear-attention / state-space) layers in a definition the conformance matrix does not "
               f"check yet (served with recurrent layers: {', '.join(sorted(RECURRENT))})")
-_WRAPPER = "a multimodal wrapper the conformance matrix does not check yet; its text-only model type ({}) is served"
+_WRAPPER = ("a multimodal wrapper the conformance matrix does not check yet; text-only checkpoints of the family "
+            "({}) are served")
 REFUSED = {
-    "gemma3": _WRAPPER.format("gemma3_text"),
+    "gemma3": _WRAPPER.format("gemma3_text, e.g. google/gemma-3-1b-it"),
     "cohere2": _SLIDING,
-    "qwen3_5": _WRAPPER.format("qwen3_5_text"),
+    "qwen3_5": _WRAPPER.format("qwen3_5_text, Qwen3_5ForCausalLM"),
     "qwen3_5_moe": _RECURRENT,
     "qwen3_next": _RECURRENT,
     "lfm2_moe": _RECURRENT,

@@ -1,9 +1,11 @@
 """Which layers of a model attend over a sliding window, read from its config as transformers reads it.
 
-Pure functions shared by the Gemma 2, Gemma 3 and Llama/Mistral definitions of this package.
+Pure functions shared by the Llama/Mistral, Phi-3, Gemma 2 and Gemma 3 definitions of this package.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import mlx.core as mx
 from mlx_lm.models.base import create_attention_mask
@@ -12,7 +14,7 @@ from mlx_lm.models.cache import KVCache, RotatingKVCache
 SLIDING, FULL = "sliding_attention", "full_attention"
 
 
-def layer_types(given: list[str] | None, n_layers: int, sliding: callable) -> list[str]:
+def layer_types(given: list[str] | None, n_layers: int, sliding: Callable[[int], bool]) -> list[str]:
     """``given`` (the config's ``layer_types``) when set, else ``SLIDING`` for each layer index
     ``i`` with ``sliding(i)`` and ``FULL`` for the others."""
     if given is not None:
