@@ -105,25 +105,40 @@ class _Checks:
             self.engine.install(name, AdapterWeights.random(dims, self.spec, seed=i + 1, b_std=0.05))
 
     def generate(self):
-        tokens = self._greedy()
+        """Greedy tokens after a short prompt and a long one (past a small sliding window), and
+        the logits over the long one: greedy tokens alone can agree while a window is ignored."""
+        prompts = [self.prompt, self.engine.encode(_LONG_PROMPT)]
+        tokens = [self._greedy(prompt=p) for p in prompts]
         if self.reference is None:
-            return bool(tokens), f"{len(tokens)} tokens (no transformers weights to compare: MLX-quantized)"
-        want = _torch_greedy(self.reference, self.prompt, self.max_tokens)
-        if tokens != want:
-            return False, f"engine {tokens} != transformers {want}"
-        return True, f"{len(tokens)} greedy tokens equal transformers'"
+            return all(tokens), f"{len(tokens[0])} tokens (no transformers weights to compare: MLX-quantized)"
+        for got, prompt in zip(tokens, prompts):
+            want = _torch_greedy(self.reference, prompt, self.max_tokens)
+            if got != want:
+                return False, f"engine {got} != transformers {want} after a {len(prompt)}-token prompt"
+        import torch
+
+        with torch.no_grad():
+            theirs = self.reference(torch.tensor([prompts[1]])).logits[0].float().numpy()
+        gap = float(np.abs(theirs - self.engine.logits(prompts[1])).max())
+        if not gap <= PEFT_TOLERANCE * max(1.0, float(np.abs(theirs).max())):
+            return False, f"logits over the {len(prompts[1])}-token prompt differ from transformers' by {gap:.3g}"
+        return True, (f"{len(tokens[0])} greedy tokens equal transformers' (prompts of "
+                      f"{' and '.join(str(len(p)) for p in prompts)} tokens), logits within {gap:.2g}")
 
     def multi_lora(self):
         self._install()
         params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens, ignore_eos=True)
-        batch = [f.result().token_ids for f in
-                 self.engine.submit_many([(self.prompt, p, params) for p in self.players])]
-        alone = [self._greedy(p) for p in self.players]
-        if batch != alone:
-            bad = [p for p, b, a in zip(self.players, batch, alone) if b != a]
+        batch = [f.result() for f in self.engine.submit_many([(self.prompt, p, params) for p in self.players])]
+        alone = [self.engine.generate(self.prompt, p, params) for p in self.players]
+        bad = [p for p, b, a in zip(self.players, batch, alone) if b.token_ids != a.token_ids]
+        if bad:
             return False, f"batched tokens differ from each player alone for {bad}"
-        distinct = len({tuple(t) for t in alone})
-        return True, f"{PLAYERS} players batched == alone ({distinct} distinct outputs)"
+        # each player's own log-probabilities, even where two players' greedy tokens agree
+        gap = max(float(np.abs(np.subtract(b.logprobs, a.logprobs)).max()) for b, a in zip(batch, alone))
+        if not gap <= PEFT_TOLERANCE:
+            return False, f"batched log-probabilities differ from each player alone by {gap:.3g}"
+        distinct = len({tuple(a.token_ids) for a in alone})
+        return True, f"{PLAYERS} players batched == alone ({distinct} distinct outputs, log-probs within {gap:.1g})"
 
     def prefix_cache(self):
         self._install()

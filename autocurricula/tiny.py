@@ -303,8 +303,7 @@ def _quantize(src, dst, bits):
     return dst
 
 
-# Tiny random models of each model family, built with transformers from a config. Refused
-# families are built too: the engine's refusal of them is part of what the matrix checks.
+# Tiny random models of each model family, built with transformers from a config.
 _FAMILY_SIZE = dict(hidden=64, layers=2, heads=4, inter=128, vocab=512, positions=512)
 _LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "gemma2", "gemma3_text", "lfm2",
                "qwen3_5_text")
@@ -320,10 +319,12 @@ FAMILIES = {  # family -> (model_type, config overrides); see docs/models.md
     "smollm3": ("smollm3", {}),
     "olmo2": ("olmo2", {}),
     "mistral_window": ("mistral", {"sliding_window": 64}),
+    "phi3_window": ("phi3", {"sliding_window": 64}),
     "gemma2": ("gemma2", {"head_dim": 16, "sliding_window": 64}),
     "gemma3": ("gemma3_text", {"head_dim": 16, "sliding_window": 64}),
-    "qwen3_5": ("qwen3_5_text", {"head_dim": 16}),
-    "lfm2": ("lfm2", {}),
+    # hybrids: one recurrent layer and one attention layer each
+    "qwen3_5": ("qwen3_5_text", {"head_dim": 16, "layer_types": ["linear_attention", "full_attention"]}),
+    "lfm2": ("lfm2", {"layer_types": ["conv", "full_attention"]}),
 }
 
 
@@ -423,6 +424,8 @@ def _write_family_model(out, family, seed):
     # no longer writes
     if saved["model_type"] == "gpt2":
         saved["n_ctx"] = saved["n_positions"]
+    if saved["model_type"] == "lfm2":
+        saved["block_dim"] = saved["hidden_size"]
     if saved["model_type"] == "gpt_neox":
         saved["rotary_emb_base"] = rope.get("rope_theta", _ROPE_THETA)
         saved["rotary_pct"] = rope.get("partial_rotary_factor", 1.0)

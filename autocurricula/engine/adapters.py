@@ -489,8 +489,9 @@ def to_safetensors_bytes(weights: AdapterWeights) -> bytes:
 
 def write_mlx_folder(weights: AdapterWeights, path: str | Path, num_model_layers: int) -> Path:
     """Write ``adapters.safetensors`` + ``adapter_config.json`` that ``mlx_lm.load(adapter_path=...)``
-    accepts. mlx-lm adapts the same modules (``keys``) in the last ``num_layers`` blocks, so the
-    adapter must cover such a tail with one rank."""
+    accepts. mlx-lm adapts the modules named in ``keys`` in the last ``num_layers`` blocks, so the
+    adapter must cover such a tail with one rank; ``keys`` is the union over the blocks (hybrid
+    models' blocks differ), and a named module a block lacks or leaves out starts at zero."""
     from safetensors.numpy import save_file
 
     per_layer: dict[int, set[str]] = {}
@@ -499,10 +500,10 @@ def write_mlx_folder(weights: AdapterWeights, path: str | Path, num_model_layers
         if not m:
             raise AdapterError(f"{p}: mlx-lm adapters can only adapt modules inside transformer blocks")
         per_layer.setdefault(int(m.group(1)), set()).add(m.group(2))
-    keys = per_layer[max(per_layer)]
+    keys = set().union(*per_layer.values())
     first = num_model_layers - len(per_layer)
-    if sorted(per_layer) != list(range(first, num_model_layers)) or any(v != keys for v in per_layer.values()):
-        raise AdapterError("mlx-lm format needs the same modules in each of the last N blocks; use the peft format")
+    if sorted(per_layer) != list(range(first, num_model_layers)):
+        raise AdapterError("mlx-lm format needs adapted modules in each of the last N blocks; use the peft format")
     if len({a.shape[1] for a, _ in weights.modules.values()}) != 1:
         raise AdapterError("mlx-lm format needs one rank for all modules; use the peft format")
     path = Path(path)

@@ -11,6 +11,10 @@ or insert touches a path from its deepest block back to the root, that block is 
 Owned by the engine thread; holds one host (NumPy) array ``(layers, 2, kv_heads, block, head_dim)``
 per block: copying finished rows' KV out of the batch cache as NumPy slices costs a fraction of
 an MLX gather over tiny head dimensions, and a hit becomes one host-to-MLX copy at prefill.
+
+Models with recurrent layers cannot rebuild their state from KV rows: a block may also hold the
+recurrent layers' state after its last token, and a lookup for such a model
+(``stateful=True``) ends at the deepest matching block that holds one.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Block:
     nbytes: int
     parent: "Block | None"
     children: set = field(default_factory=set)  # keys of child blocks
+    state: Any = None  # recurrent layers' state after the block's last token: per layer, host arrays
 
 
 class PrefixCache:
@@ -49,8 +54,9 @@ class PrefixCache:
     def tokens(self) -> int:
         return len(self.blocks) * self.block
 
-    def lookup(self, adapter: AdapterKey, ids: list[int], limit: int) -> list[Block]:
-        """The longest chain of cached blocks that ``ids[:limit]`` starts with (touched as used)."""
+    def lookup(self, adapter: AdapterKey, ids: list[int], limit: int, stateful: bool = False) -> list[Block]:
+        """The longest chain of cached blocks that ``ids[:limit]`` starts with (touched as used);
+        with ``stateful``, cut after the deepest of them that holds a recurrent state."""
         path, parent = [], 0
         for start in range(0, limit - self.block + 1, self.block):
             blk = self.blocks.get((adapter, parent, tuple(ids[start : start + self.block])))
@@ -58,32 +64,43 @@ class PrefixCache:
                 break
             path.append(blk)
             parent = blk.id
+        while stateful and path and path[-1].state is None:
+            path.pop()
         self._touch(path)
         return path
 
-    def insert_many(self, entries: list[tuple[AdapterKey, list[int], Any]],
-                    gather: Callable[[list[tuple[Any, int]]], list[np.ndarray]]) -> int:
-        """Cache every whole block of each ``(adapter, ids, tag)`` entry. ``gather([(tag, start),
-        ...])`` returns the KV rows of the blocks not cached yet: one host array per block, each
-        with its own buffer (so evicting a block frees its memory). Returns the number of blocks
-        added."""
+    def insert_many(self, entries: list[tuple], gather: Callable[[list[tuple[Any, int]]], list[np.ndarray]]) -> int:
+        """Cache every whole block of each ``(adapter, ids, tag)`` or ``(adapter, ids, tag,
+        states)`` entry. ``gather([(tag, start), ...])`` returns the KV rows of the blocks not
+        cached yet: one host array per block, each with its own buffer (so evicting a block frees
+        its memory). ``states`` maps a token count to the recurrent state after that many tokens
+        of ``ids``; the block ending there keeps it (unless it holds one already). Returns the
+        number of blocks added."""
         paths, new = [], []
-        for adapter, ids, tag in entries:
+        for adapter, ids, tag, *rest in entries:
+            states = rest[0] if rest else {}
             path, parent = [], 0
             for start in range(0, len(ids) - self.block + 1, self.block):
                 key = (adapter, parent, tuple(ids[start : start + self.block]))
                 blk = self.blocks.get(key)
                 if blk is None:  # registered now, so an identical prefix later in ``entries`` shares it
-                    blk = self.blocks[key] = Block(key, next(self._ids), None, None, path[-1] if path else None)
+                    blk = self.blocks[key] = Block(key, next(self._ids), None, 0, path[-1] if path else None)
                     if path:
                         path[-1].children.add(key)
                     new.append((blk, tag, start))
                 path.append(blk)
                 parent = blk.id
+                state = states.get(start + self.block)
+                if state is not None and blk.state is None:
+                    blk.state = state
+                    size = sum(a.nbytes for layer in state for a in layer)
+                    blk.nbytes += size
+                    self.nbytes += size
             paths.append(path)
         if new:
             for (blk, _, _), kv in zip(new, gather([(tag, start) for _, tag, start in new])):
-                blk.kv, blk.nbytes = kv, kv.nbytes
+                blk.kv = kv
+                blk.nbytes += kv.nbytes
                 self.nbytes += kv.nbytes
         for path in paths:
             self._touch(path)

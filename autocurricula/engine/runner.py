@@ -8,20 +8,58 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import BatchKVCache, KVCache
+from mlx_lm.models.cache import ArraysCache, BatchKVCache, KVCache, RotatingKVCache
 
 from autocurricula.engine.sampling import sample, sample_np
 
 
+class WindowedBatchKVCache(BatchKVCache):
+    """A ``BatchKVCache`` of a sliding-window layer: it keeps every KV row, and its masks hide
+    positions more than ``window`` tokens back unless the model asks for another window."""
+
+    def __init__(self, window: int, left_padding: list[int]):
+        super().__init__(left_padding)
+        self.window = window
+
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None, **kwargs):
+        return super().make_mask(N, return_array=return_array, window_size=window_size or self.window, **kwargs)
+
+
 def make_batch_cache(model, left_padding: list[int]) -> list:
-    """One ``BatchKVCache`` per layer; only plain attention caches can be batched this way."""
-    if hasattr(model, "make_cache"):
-        kinds = {type(c) for c in model.make_cache()}
-        if kinds - {KVCache}:
+    """One batch cache per layer, left-padded by ``left_padding``: a ``BatchKVCache`` for every
+    attention layer and an ``ArraysCache`` (one recurrent state per row) for every recurrent layer.
+
+    A sliding-window layer (mlx-lm's ``RotatingKVCache``) keeps its full KV rows too, and masks
+    positions older than its window: exact for every row, and one cache layout for the prefix
+    cache and row merging."""
+    if not hasattr(model, "make_cache"):
+        return [BatchKVCache(list(left_padding)) for _ in model.layers]
+    out = []
+    for c in model.make_cache():
+        if type(c) is KVCache:
+            out.append(BatchKVCache(list(left_padding)))
+        elif type(c) is RotatingKVCache and not c.keep:  # a kept prefix (attention sinks) is not masked here
+            out.append(WindowedBatchKVCache(c.max_size, list(left_padding)))
+        elif type(c) is ArraysCache:
+            out.append(ArraysCache(len(c.cache), left_padding=list(left_padding)))
+        else:
             raise NotImplementedError(
-                f"the batched engine supports models whose layers use a plain KV cache; this model uses "
-                f"{sorted(k.__name__ for k in kinds)} (sliding-window / recurrent layers are not supported yet)")
-    return [BatchKVCache(list(left_padding)) for _ in model.layers]
+                f"the batched engine batches plain, sliding-window and recurrent (ArraysCache) layers; this model "
+                f"has a layer with a {type(c).__name__}. See docs/models.md for the families it serves")
+    return out
+
+
+def _kv_layers(cache) -> list:
+    return [c for c in cache if isinstance(c, BatchKVCache)]
+
+
+def _state_layers(cache) -> list:
+    return [c for c in cache if isinstance(c, ArraysCache)]
+
+
+def _is_stateful(model) -> bool:
+    """True when some layer keeps a recurrent state (an ``ArraysCache``)."""
+    return bool(_state_layers(make_batch_cache(model, [0])))
 
 
 def _set_slots(engine, rows) -> None:
@@ -69,13 +107,39 @@ def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, dict, list]:
     """Run the prompts of ``rows`` (left-padded) and sample each row's first token. Rows whose
     prompt starts with blocks in the engine's prefix cache start from those KV rows: only the
     columns after the shortest reusable prefix are computed (one forward over a common suffix
-    width, so a row reuses at most ``len(prompt) - suffix`` cached tokens)."""
+    width, so a row reuses at most ``len(prompt) - suffix`` cached tokens).
+
+    A model with recurrent layers reuses a prefix only where a block holds the state after it,
+    and a state cannot be recomputed part way: each row that reuses one is prefilled alone, the
+    others together, and the batch caches are then merged in the order of ``rows``."""
+    stateful = engine.prefix_cache is not None and _is_stateful(engine.model)
+    hits = _prefix_hits(engine, rows, stateful)
+    if not (stateful and len(rows) > 1 and any(hits)):
+        logits, cache = _forward_prompts(engine, rows, hits, stateful)
+    else:
+        groups = [g for g in ([i for i, h in enumerate(hits) if not h],) if g]
+        groups += [[i] for i, h in enumerate(hits) if h]
+        parts = [_forward_prompts(engine, [rows[i] for i in g], [hits[i] for i in g], stateful) for g in groups]
+        cache = parts[0][1]
+        for _, more in parts[1:]:
+            for mine, new in zip(cache, more):
+                mine.extend(new)
+        order = [i for g in groups for i in g]
+        back = mx.array([order.index(i) for i in range(len(rows))])
+        for c in cache:
+            c.filter(back)
+        logits = mx.concatenate([lg for lg, _ in parts])[back]
+    tokens, logprobs, errors = _sample_rows(engine, rows, logits)
+    return tokens, logprobs, errors, cache
+
+
+def _forward_prompts(engine, rows, hits, stateful: bool) -> tuple[mx.array, list]:
+    """The last-position logits of ``rows``' prompts and their batch cache (see :func:`prefill`)."""
     prompts = [r.context for r in rows]  # a resumed row recomputes its tokens too
     width = max(len(p) for p in prompts)
     pads = [width - len(p) for p in prompts]
     tokens = mx.array(np.array([[0] * pad + p for pad, p in zip(pads, prompts)], dtype=np.int32))
     cache = make_batch_cache(engine.model, pads)
-    hits = _prefix_hits(engine, rows)
     suffix = max(len(p) - sum(b.kv.shape[3] for b in h) for p, h in zip(prompts, hits))
     reused = [max(0, len(p) - suffix) for p in prompts]
     start = width - suffix
@@ -85,39 +149,92 @@ def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, dict, list]:
     if any(reused):
         _fill_from_prefix(cache, hits, reused, pads, cap, start)
     else:
-        for c in cache:
+        for c in _kv_layers(cache):
             c.step = cap
     _set_slots(engine, rows)
-    chunk = engine.config.prefill_chunk
-    for at in range(start, width - 1, chunk):  # all but the last token: only the cache is needed
-        stop = min(at + chunk, width - 1)
-        engine.model(tokens[:, at:stop], cache=cache)
-        mx.eval([c.state for c in cache])
+    # recurrent states to keep: each row's after the last whole block before its last token
+    block = engine.prefix_cache.block if stateful else 0
+    marks = {} if not stateful else {
+        i: (pads[i] + n, n) for i, p in enumerate(prompts) if (n := (len(p) - 1) // block * block) > reused[i]}
+    chunks = set(range(start + engine.config.prefill_chunk, width - 1, engine.config.prefill_chunk)) | {width - 1}
+    at = start
+    for stop in sorted(chunks | {c for c, _ in marks.values()}):  # all but the last token: only the cache is needed
+        if stop not in chunks and not any(c == stop for c, _ in marks.values()):
+            continue  # a mark dropped below
+        if stop > at:
+            engine.model(tokens[:, at:stop], cache=cache)
+            mx.eval([_arrays(c) for c in cache])
+            at = stop
+        if marks and not _state_fits(engine, cache):
+            marks = {}
+        for i, (column, n) in marks.items():
+            if column == stop:
+                _keep_state(rows[i], n, _snapshot_state(cache, i))
     logits = engine.model(tokens[:, width - 1 :], cache=cache)[:, -1, :]
     for c in cache:
         c.__dict__.pop("step", None)  # decoding grows the cache in the usual 256-step blocks
+    if stateful and _state_fits(engine, cache):
+        for i, p in enumerate(prompts):
+            if len(p) % block == 0:
+                _keep_state(rows[i], len(p), _snapshot_state(cache, i))
     stats = engine.stats
     stats["prefix_query_tokens"] += sum(len(p) for p in prompts)
     stats["prefix_hit_tokens"] += sum(reused)
     stats["prefix_hit_rate"] = round(stats["prefix_hit_tokens"] / max(1, stats["prefix_query_tokens"]), 4)
-    tokens, logprobs, errors = _sample_rows(engine, rows, logits)
-    return tokens, logprobs, errors, cache
+    return logits, cache
 
 
-def _prefix_hits(engine, rows) -> list[list]:
+def _arrays(c) -> list:
+    return [a for a in c.cache if a is not None] if isinstance(c, ArraysCache) else [c.keys, c.values]
+
+
+def _state_fits(engine, cache) -> bool:
+    """Whether one row's recurrent state takes at most an eighth of the prefix cache: rows hold
+    their states until they finish, so a state the cache could keep only a few of is not copied
+    (raise ``EngineConfig.prefix_cache_mb`` for such a model)."""
+    size = sum(a.nbytes // a.shape[0] for c in _state_layers(cache) for a in c.cache if a is not None)
+    return 8 * size <= engine.prefix_cache.capacity
+
+
+def _snapshot_state(cache, row: int) -> list[list[np.ndarray]]:
+    """Host copies of batch row ``row``'s state in every recurrent layer."""
+    return [[np.array(_to_host(a[row : row + 1])) for a in c.cache] for c in _state_layers(cache)]
+
+
+def _keep_state(row, tokens: int, state: list) -> None:
+    """Keep ``state`` (after ``tokens`` tokens) on ``row`` for the prefix cache: the one after
+    the prompt's last whole block, and the latest one after it (a real model's state takes
+    megabytes; an entry reuses only the deepest)."""
+    prompt = len(row.req.prompt_ids)
+    if tokens > prompt:
+        row.states = {n: s for n, s in row.states.items() if n <= prompt}
+    row.states[tokens] = state
+
+
+def _prefix_hits(engine, rows, stateful: bool) -> list[list]:
     pc = engine.prefix_cache
     if pc is None:
         return [[] for _ in rows]
     # at least the last prompt token is computed: its logits give the first sampled token
-    return [pc.lookup(r.kv_key, r.context, len(r.context) - 1) for r in rows]
+    return [pc.lookup(r.kv_key, r.context, len(r.context) - 1, stateful) for r in rows]
 
 
 def _fill_from_prefix(cache, hits, reused, pads, cap, start) -> None:
     """Place each row's reused KV rows at its columns ``[pad, start)`` of a cache ``cap`` columns
-    wide (built on the host, then one copy into MLX)."""
+    wide (built on the host, then one copy into MLX), and a row's recurrent state from its last
+    block (such a row is alone in its batch and reuses whole blocks)."""
+    states = _state_layers(cache)
+    if states:
+        (h,), (n,) = hits, reused
+        assert n == sum(b.kv.shape[3] for b in h), "a recurrent state is reused at its block's end only"
+        for c, arrays in zip(states, h[-1].state):
+            c.cache = [_from_host(a) for a in arrays]
+    layers = _kv_layers(cache)
+    if not layers:
+        return
     some = next(b.kv for h in hits for b in h)
-    n_layers, _, heads, _, dim = some.shape
-    host = np.zeros((len(hits), n_layers, 2, heads, cap, dim), dtype=some.dtype)
+    _, _, heads, _, dim = some.shape
+    host = np.zeros((len(hits), len(layers), 2, heads, cap, dim), dtype=some.dtype)
     for r, (h, n, pad) in enumerate(zip(hits, reused, pads)):
         at = pad
         for b in h:
@@ -126,7 +243,7 @@ def _fill_from_prefix(cache, hits, reused, pads, cap, start) -> None:
                 break
             host[r, :, :, :, at : at + take] = b.kv[:, :, :, :take]
             at += take
-    for i, c in enumerate(cache):  # one contiguous array each, so decoding writes into it in place
+    for i, c in enumerate(layers):  # one contiguous array each, so decoding writes into it in place
         c.keys, c.values = (_from_host(np.ascontiguousarray(host[:, i, kv])) for kv in (0, 1))
         c._idx = start
         c.offset = c.offset + start
@@ -141,19 +258,28 @@ def _from_host(a: np.ndarray) -> mx.array:
     return mx.array(a).view(mx.bfloat16) if a.dtype == np.uint16 else mx.array(a)  # KV is never uint16
 
 
-def gather_blocks(cache, pads: list[int], block: int):
+def prefix_gather(cache, block: int):
     """``gather`` for :meth:`PrefixCache.insert_many`: the KV rows of ``[(row, start), ...]``
-    blocks out of a batch cache (row ``r``'s token ``t`` sits at column ``pads[r] + t``), one
-    ``(layers, 2, kv_heads, block, head_dim)`` host array per block, copied by NumPy slicing."""
+    blocks out of a batch cache (row ``r``'s token ``t`` sits at column ``left_padding[r] + t``),
+    one ``(attention layers, 2, kv_heads, block, head_dim)`` host array per block, copied by
+    NumPy slicing; None when the cache's keys and values differ in shape (one array cannot hold
+    both)."""
+    layers = _kv_layers(cache)
+    if any(c.keys is None or c.keys.shape[-1] != c.values.shape[-1] for c in layers):
+        return None
+    pads = layers[0].left_padding.tolist() if layers else []
+
     def gather(blocks: list[tuple[int, int]]) -> list[np.ndarray]:
-        mx.eval([(c.keys, c.values) for c in cache])
-        layers = [(_to_host(c.keys), _to_host(c.values)) for c in cache]
-        _, heads, _, dim = layers[0][0].shape
+        mx.eval([(c.keys, c.values) for c in layers])
+        kvs = [(_to_host(c.keys), _to_host(c.values)) for c in layers]
+        if not kvs:  # recurrent layers only: a block is its tokens and state
+            return [np.zeros((0, 2, 0, block, 0), dtype=np.float32) for _ in blocks]
+        _, heads, _, dim = kvs[0][0].shape
         out = []
         for r, s in blocks:
             a = pads[r] + s
-            kv = np.empty((len(layers), 2, heads, block, dim), dtype=layers[0][0].dtype)
-            for i, (k, v) in enumerate(layers):
+            kv = np.empty((len(kvs), 2, heads, block, dim), dtype=kvs[0][0].dtype)
+            for i, (k, v) in enumerate(kvs):
                 kv[i, 0], kv[i, 1] = k[r, :, a : a + block], v[r, :, a : a + block]
             out.append(kv)
         return out
@@ -164,5 +290,13 @@ def decode_step(engine, rows) -> tuple[np.ndarray, np.ndarray, dict]:
     """One token for every running row (and the rows whose sampling failed)."""
     last = mx.array(np.array([[r.tokens[-1]] for r in rows], dtype=np.int32))
     _set_slots(engine, rows)
-    logits = engine.model(last, cache=engine.scheduler.cache)[:, -1, :]
-    return _sample_rows(engine, rows, logits)
+    cache = engine.scheduler.cache
+    logits = engine.model(last, cache=cache)[:, -1, :]
+    out = _sample_rows(engine, rows, logits)
+    pc = engine.prefix_cache
+    if pc is not None and _state_layers(cache) and _state_fits(engine, cache):  # each block boundary reached
+        for i, r in enumerate(rows):
+            fed = len(r.req.prompt_ids) + len(r.tokens)
+            if fed % pc.block == 0:
+                _keep_state(r, fed, _snapshot_state(cache, i))
+    return out

@@ -116,6 +116,7 @@ class Row:
     finish: str | None = None
     cut: bool = False  # text was cut at a stop string
     error: BaseException | None = None  # set with finish="error": the future gets it instead of a completion
+    states: dict = field(default_factory=dict)  # tokens fed -> recurrent layers' state then, for the prefix cache
     since: int = 0  # decode step at which it joined (or rejoined) the batch
 
     @property
@@ -416,11 +417,11 @@ class Scheduler:
     def _cache_prefixes(self, done: list[int]) -> None:
         """Keep finished rows' KV (prompt and completion) for prompts that extend them, when every
         token was computed with the adapter version that is still current."""
-        from autocurricula.engine.runner import gather_blocks
+        from autocurricula.engine.runner import prefix_gather
 
         pc, entries = self.e.prefix_cache, []
-        keys, values = self.cache[0].keys, self.cache[0].values
-        if keys is None or keys.shape[-1] != values.shape[-1]:  # one array holds both: same head dims only
+        gather = prefix_gather(self.cache, pc.block)
+        if gather is None:
             return
         for i in done:
             row = self.rows[i]
@@ -433,9 +434,9 @@ class Scheduler:
                     continue
             seq = row.req.prompt_ids + row.tokens[:-1]  # the last token was sampled, never fed back
             if len(seq) >= pc.block:
-                entries.append((row.kv_key, seq, i))
+                entries.append((row.kv_key, seq, i, row.states))
         if entries:
-            pc.insert_many(entries, gather_blocks(self.cache, self.cache[0].left_padding.tolist(), pc.block))
+            pc.insert_many(entries, gather)
         self.e.stats["prefix_cached_tokens"] = pc.tokens
         self.e.stats["prefix_evictions"] = pc.evictions
 

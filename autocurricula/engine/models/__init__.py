@@ -1,10 +1,10 @@
 """Which model families the engine serves, and the MLX definitions it adds to mlx-lm's.
 
-``load`` is ``mlx_lm.load`` after two steps: the families defined here (OPT, which mlx-lm lacks,
-and GPT-NeoX, whose mlx-lm MLP departs from transformers') are registered under ``mlx_lm.models``,
-so mlx-lm's own loader, converter and adapter loading use them; and a
-family whose layers the batched engine cannot cache yet is refused by name, with the reason,
-before any weight is read.
+``load`` is ``mlx_lm.load`` after two steps: the families defined here (OPT and Qwen3.5 text,
+which mlx-lm lacks; GPT-NeoX, Llama/Mistral, Gemma 2, Gemma 3 text and Phi-3, whose mlx-lm
+definitions depart from transformers' in the MLP or the sliding windows) are registered under
+``mlx_lm.models``, so mlx-lm's own loader, converter and adapter loading use them; and a family
+the engine does not serve is refused by name, with the reason, before any weight is read.
 """
 
 from __future__ import annotations
@@ -14,25 +14,35 @@ import sys
 from pathlib import Path
 
 # model_type -> the MLX definition this package adds (mlx-lm has none)
-ADDED = {"opt": "autocurricula.engine.models.opt"}
+ADDED = {"opt": "autocurricula.engine.models.opt", "qwen3_5_text": "autocurricula.engine.models.qwen3_5_text"}
 # model_type -> the MLX definition used instead of mlx-lm's, whose logits depart from transformers'
-REPLACED = {"gpt_neox": "autocurricula.engine.models.gpt_neox"}
+REPLACED = {
+    "gpt_neox": "autocurricula.engine.models.gpt_neox",
+    "llama": "autocurricula.engine.models.llama",  # also Mistral's: its sliding window on every layer
+    "gemma2": "autocurricula.engine.models.gemma2",  # sliding-window layers, soft-capped head
+    "gemma3_text": "autocurricula.engine.models.gemma3_text",  # layer kinds from layer_types
+    "phi3": "autocurricula.engine.models.phi3",  # its sliding window
+}
 
-# model_type -> why the batched engine refuses it (it batches plain KV caches only)
-_SLIDING = ("sliding-window attention layers, whose rotating KV cache the batched engine does not batch, "
-            "prefix-cache or train through yet")
-_RECURRENT = ("recurrent (linear-attention / state-space) layers, whose state cache the batched engine does not "
-              "batch, prefix-cache or train through yet")
+# families whose sliding-window or recurrent layers the engine serves, each checked against
+# transformers in tests/test_families.py (sliding layers: a full KV cache with a windowed mask;
+# recurrent layers: one state per batch row, kept at block boundaries for the prefix cache)
+WINDOWED = {"llama", "mistral", "gemma2", "gemma3_text", "phi3"}
+RECURRENT = {"qwen3_5_text", "lfm2"}
+
+# model_type -> why the batched engine refuses it
+_SLIDING = ("sliding-window attention layers in a definition the conformance matrix does not check yet "
+            f"(served with sliding windows: {', '.join(sorted(WINDOWED))})")
+_RECURRENT = ("recurrent (linear-attention / state-space) layers in a definition the conformance matrix does not "
+              f"check yet (served with recurrent layers: {', '.join(sorted(RECURRENT))})")
+_WRAPPER = ("a multimodal wrapper the conformance matrix does not check yet; text-only checkpoints of the family "
+            "({}) are served")
 REFUSED = {
-    "gemma2": _SLIDING,
-    "gemma3": _SLIDING,
-    "gemma3_text": _SLIDING,
+    "gemma3": _WRAPPER.format("gemma3_text, e.g. google/gemma-3-1b-it"),
     "cohere2": _SLIDING,
-    "qwen3_5": _RECURRENT,
-    "qwen3_5_text": _RECURRENT,
+    "qwen3_5": _WRAPPER.format("qwen3_5_text, Qwen3_5ForCausalLM"),
     "qwen3_5_moe": _RECURRENT,
     "qwen3_next": _RECURRENT,
-    "lfm2": _RECURRENT,
     "lfm2_moe": _RECURRENT,
     "mamba": _RECURRENT,
     "mamba2": _RECURRENT,
@@ -43,6 +53,7 @@ REFUSED = {
     "recurrent_gemma": _RECURRENT,
     "rwkv7": _RECURRENT,
 }
+_RECURRENT_LAYERS = {"linear_attention", "conv", "mamba", "recurrent"}
 
 
 class UnsupportedModelError(ValueError):
@@ -82,10 +93,14 @@ def refusal(config: dict) -> str | None:
     if model_type in REFUSED or text.get("model_type") in REFUSED:
         family = model_type if model_type in REFUSED else text["model_type"]
         return f"model family {family!r} has {REFUSED[family]}"
-    window = config.get("sliding_window")
     types = set(config.get("layer_types") or ())
-    if "sliding_attention" in types or "linear_attention" in types:
-        return f"model family {model_type!r} has {_SLIDING if 'sliding_attention' in types else _RECURRENT}"
+    if types & _RECURRENT_LAYERS and model_type not in RECURRENT:
+        return f"model family {model_type!r} has {_RECURRENT}"
+    if model_type in WINDOWED:
+        return None
+    window = config.get("sliding_window")
+    if "sliding_attention" in types:
+        return f"model family {model_type!r} has {_SLIDING}"
     if config.get("use_sliding_window", window is not None) and window \
             and window < int(config.get("max_position_embeddings") or 0):
         return (f"model family {model_type!r} is configured with sliding_window={window} (shorter than its "
