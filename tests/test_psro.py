@@ -278,3 +278,23 @@ def test_meta_opponent_composes_with_the_alphastar_league(tmp_path, tiny_model_p
         assert mixture and sum(mixture.values()) == pytest.approx(1.0)
     finally:
         trainer.engine.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["psro_matrix_games.py", "psro_kuhn.py"])
+def test_psro_examples_smoke(script, tmp_path):
+    """Both measurement commands run end to end on a tiny budget and print their summary line."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    extra = ["--games", "1"] if script == "psro_matrix_games.py" else []
+    out = subprocess.run([sys.executable, str(root / "examples" / script), "--smoke", *extra], capture_output=True,
+                         text=True, timeout=900, cwd=root / "examples",
+                         env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    key = "summary" if script == "psro_matrix_games.py" else "final"
+    assert {"psro", "selfplay"} <= set(last[key])
