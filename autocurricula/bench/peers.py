@@ -15,7 +15,14 @@ new board tokens, as a new round of games would. Sides, each in its own worker p
   generous order: one reload per player, not per turn);
 - ``update``: one fused :class:`~autocurricula.training.Updater` GRPO step of the 8 players on the
   engine's sampled turns (advantages +-1, sampler logprobs perturbed so some ratios clip);
-- ``torch_peft_update``: the same loss, rows and AdamW in torch + peft (``peers_torch.py``).
+- ``torch_peft_update``: the same loss, rows and AdamW in torch + peft (``peers_torch.py``);
+- optional, each in its own virtual environment named by a flag or an environment variable
+  (:data:`PEERS`; skipped with the reason where not named or not importable): ``vllm``, vLLM
+  offline with one ``LoRARequest`` per turn against ``engine`` (``peers_vllm.py``), and
+  ``mlx_lm_lora_update``, mlx-lm-lora's GRPO step against ``update`` (``peers_mlx_lm_lora.py``).
+  These phases alternate the two sides (A B, B A, ...) with :data:`PEER_GAP_S` of idle before
+  each run, compare greedy tokens (vLLM) or the first step (mlx-lm-lora), and report each side's
+  cores and threads (``peers_usage.py``) and the machine's load.
 
 Workers load and warm up, then the parent runs the sides interleaved (A B C D A B C D ...) so
 machine noise hits every side alike; ratios pair the runs of one round and report median, min and
