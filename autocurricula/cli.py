@@ -315,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(else $AUTOCURRICULA_VLLM_PYTHON); the vLLM side is skipped without one")
     b.add_argument("--mlx-lm-lora-python", default=None, help="peers: python of a virtual environment with "
                    "mlx-lm-lora (else $AUTOCURRICULA_MLX_LM_LORA_PYTHON); its side is skipped without one")
+    b.add_argument("--peers-only", action="store_true", help="peers: only the vLLM and mlx-lm-lora sides")
     b.set_defaults(func=_bench)
     return p
 

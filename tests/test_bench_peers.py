@@ -295,8 +295,30 @@ def test_cli_names_peer_pythons():
     args = build_parser().parse_args(["bench", "peers", "--vllm-python", "/v/bin/python",
                                       "--mlx-lm-lora-python", "/m/bin/python"])
     assert (args.vllm_python, args.mlx_lm_lora_python) == ("/v/bin/python", "/m/bin/python")
-    args = build_parser().parse_args(["bench", "peers"])
-    assert (args.vllm_python, args.mlx_lm_lora_python) == (None, None)
+    assert args.peers_only is False
+    args = build_parser().parse_args(["bench", "peers", "--peers-only"])
+    assert (args.vllm_python, args.mlx_lm_lora_python, args.peers_only) == (None, None, True)
+
+
+def test_peers_only_runs_no_side_of_ours_but_the_engine_warm_up(tmp_path, no_peer_env, monkeypatch):
+    """--peers-only starts one engine worker (its warm-up turns are the peers' rows) and no other
+    side; with no peer named the table says both were skipped."""
+    from autocurricula.bench import peers
+
+    started = []
+
+    def fake_rounds(sides, spec_path, log_dir, reps, timeout, **kw):
+        started.append((tuple(sides), reps))
+        spec = json.loads(Path(spec_path).read_text())
+        rows = [{"prompt_ids": p, "token_ids": [7, 8, 9, 10], "logprobs": [-1.0] * 4} for p in spec["prompts"]]
+        return {"engine": {"rows": rows}}, {}
+
+    monkeypatch.setattr(peers, "_rounds", fake_rounds)
+    r = peers.run(shape="tiny", quick=True, peers_only=True)
+    assert started == [(("engine",), 0)]
+    assert r["peers_only"] and "engine_vs_peft_mixed" not in r
+    table = peers.format_table(r)
+    assert "real peers only" in table and "vllm: skipped: not named" in table
 
 
 @pytest.mark.slow

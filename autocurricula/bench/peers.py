@@ -530,14 +530,45 @@ def workload(shape: str, quick: bool = False) -> dict:
     return {"turns": turns, "players": players, "rounds": (1, 1) if quick else ROUNDS[shape]}
 
 
+def _describe(shape: str, model: Path, spec: dict) -> dict:
+    config = json.loads((model / "config.json").read_text())
+    return {"shape": shape, "model": str(model), "model_type": config["model_type"],
+            "hidden_size": config["hidden_size"], "num_layers": config["num_hidden_layers"],
+            "vocab_size": config["vocab_size"], "dtype": "float32", "turns": len(spec["order"]),
+            "players": len(spec["player_names"]), "prompt_len": len(spec["prompts"][0]),
+            "new_tokens": spec["new_tokens"], "lora_rank": spec["rank"], "lora_targets": "all-linear",
+            "cpu_count": os.cpu_count(), "mlx_device": "gpu" if spec["mlx_gpu"] else "cpu"}
+
+
+def _run_peers_only(shape, quick, turns, players, timeout, pythons, peer_reps) -> dict:
+    w = workload(shape, quick)
+    peer_reps = peer_reps or ({n: 1 for n in PEERS} if quick else PEER_ROUNDS[shape])
+    t_start = time.perf_counter()
+    model = model_folder(shape)
+    work = Path(tempfile.mkdtemp(prefix="ac-peers-"))
+    try:
+        spec = build_spec(work, model, turns or w["turns"], players or w["players"], rounds=max(peer_reps.values()))
+        spec_path = work / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        ready, _ = _rounds(("engine",), spec_path, work, 0, timeout)  # its warm-up turns are the rows
+        peers = run_peers(spec, ready["engine"]["rows"], work, pythons, peer_reps, timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {**_describe(shape, model, spec), "quick": quick, "peers_only": True, "peers": peers,
+            "seconds": round(time.perf_counter() - t_start, 1)}
+
+
 def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turns: int | None = None,
         players: int | None = None, timeout: float = 900.0, torch_device: str = "auto",
-        pythons: dict | None = None, peer_reps: dict | None = None) -> dict:
+        pythons: dict | None = None, peer_reps: dict | None = None, peers_only: bool = False) -> dict:
     """Run every side at ``shape`` and return the figures (see the module docstring).
 
     ``pythons``: ``{"vllm": ..., "mlx_lm_lora": ...}``, the python of each real peer's virtual
     environment (else its environment variable; a peer named by neither is skipped, and
-    ``result["peers"][name]["skipped"]`` says why); ``peer_reps``: rounds of each peer phase."""
+    ``result["peers"][name]["skipped"]`` says why); ``peer_reps``: rounds of each peer phase;
+    ``peers_only``: only the real peers' phases (the engine still samples their rows)."""
+    if peers_only:
+        return _run_peers_only(shape, quick, turns, players, timeout, pythons or {}, peer_reps)
     w = workload(shape, quick)
     rollout_reps, update_reps = (reps, reps) if reps else w["rounds"]
     peer_reps = peer_reps or ({n: 1 for n in PEERS} if quick else PEER_ROUNDS[shape])
@@ -560,14 +591,9 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
         shutil.rmtree(work, ignore_errors=True)
 
     rate = {s: [r["tokens"] / r["seconds"] for r in runs[s]] for s in runs}
-    config = json.loads((model / "config.json").read_text())
-    result = {"shape": shape, "model": str(model), "model_type": config["model_type"],
-              "hidden_size": config["hidden_size"], "num_layers": config["num_hidden_layers"],
-              "vocab_size": config["vocab_size"], "dtype": "float32", "turns": turns, "players": players,
-              "prompt_len": len(spec["prompts"][0]), "new_tokens": spec["new_tokens"], "lora_rank": spec["rank"],
-              "lora_targets": "all-linear", "repetitions": {"rollouts": rollout_reps, "updates": update_reps},
-              "cpu_count": os.cpu_count(), "quick": quick, "mlx_device": "gpu" if spec["mlx_gpu"] else "cpu",
-              "torch_device": "/".join(sorted({{**ready, **up_ready}[s]["torch_device"] for s in TORCH_SIDES}))}
+    result = {**_describe(shape, model, spec), "repetitions": {"rollouts": rollout_reps, "updates": update_reps},
+              "quick": quick, "torch_device": "/".join(sorted({{**ready, **up_ready}[s]["torch_device"]
+                                                               for s in TORCH_SIDES}))}
 
     def paired(a, b):
         return summary([x / y for x, y in zip(rate[a], rate[b])])
@@ -600,9 +626,19 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
 def format_table(r: dict) -> str:
     lines = [f"shape {r['shape']} ({r['model_type']}, hidden {r['hidden_size']}, {r['num_layers']} layers, vocab "
              f"{r['vocab_size']}, fp32)  |  {r['turns']} turns over {r['players']} players, prompt {r['prompt_len']} "
-             f"+ {r['new_tokens']} sampled tokens, LoRA r={r['lora_rank']} all-linear  |  rounds {r['repetitions']}, "
-             f"{r['cpu_count']} cores, MLX on {r['mlx_device']}, torch on {r['torch_device']}, "
-             f"{r['seconds']} s", ""]
+             f"+ {r['new_tokens']} sampled tokens, LoRA r={r['lora_rank']} all-linear  |  "
+             + ("real peers only" if r.get("peers_only") else f"rounds {r['repetitions']}")
+             + f", {r['cpu_count']} cores, MLX on {r['mlx_device']}"
+             + ("" if r.get("peers_only") else f", torch on {r['torch_device']}") + f", {r['seconds']} s", ""]
+    if not r.get("peers_only"):
+        lines += _format_ours(r)
+    lines += ["real peers (each side in its own process, alternating, idle before each run):"]
+    lines += [line for name, p in r.get("peers", {}).items() for line in _format_peer(name, p)]
+    return "\n".join(lines)
+
+
+def _format_ours(r: dict) -> list[str]:
+    lines = []
     lines.append(f"{'':<28}{'median':>9}{'min':>9}{'max':>9}")
     for key, goal in GOALS.items():
         s = r[key]
@@ -618,9 +654,7 @@ def format_table(r: dict) -> str:
                  f"grad norms within {u['grad_norm_max_rel_diff']:.1e})" + ("" if u["agree"] else "  DISAGREE"))
     if r.get("load", {}).get("median") is not None:
         lines.append(f"load average (1 min) during the runs: {_span(r['load'], '.2f')}")
-    lines += ["", "real peers (each side in its own process, alternating, idle before each run):"]
-    lines += [line for name, p in r.get("peers", {}).items() for line in _format_peer(name, p)]
-    return "\n".join(lines)
+    return lines + [""]
 
 
 def _span(s: dict, fmt: str = ".3g") -> str:
@@ -667,9 +701,10 @@ def peer_problems(r: dict) -> list[str]:
 
 def main(args) -> None:
     pythons = {"vllm": getattr(args, "vllm_python", None), "mlx_lm_lora": getattr(args, "mlx_lm_lora_python", None)}
-    r = run(shape=args.shape, quick=args.quick, torch_device=getattr(args, "torch_device", "auto"), pythons=pythons)
+    r = run(shape=args.shape, quick=args.quick, torch_device=getattr(args, "torch_device", "auto"), pythons=pythons,
+            peers_only=getattr(args, "peers_only", False))
     print(json.dumps(r) if args.json else format_table(r))
-    if not r["update_loss"]["agree"] or r["torch_imported_autocurricula"]:
+    if not r.get("peers_only") and (not r["update_loss"]["agree"] or r["torch_imported_autocurricula"]):
         sys.exit("bench peers: the torch and MLX updates disagree, or a torch worker imported autocurricula; "
                  "the figures are not comparable")
     if problems := peer_problems(r):
@@ -681,4 +716,4 @@ if __name__ == "__main__":
         peers_torch.serve(sys.argv[2], sys.argv[3], MLX_SETUPS)
     else:
         sys.exit("usage: autocurricula bench peers [--shape bench|qwen0.5b] [--torch-device auto|cpu|cuda|mps] "
-                 "[--vllm-python PYTHON] [--mlx-lm-lora-python PYTHON] [--json] [--quick]")
+                 "[--vllm-python PYTHON] [--mlx-lm-lora-python PYTHON] [--peers-only] [--json] [--quick]")
