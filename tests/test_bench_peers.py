@@ -87,6 +87,10 @@ def test_quick_run_prints_every_key(tmp_path, no_peer_env):
     assert r["torch_imported_autocurricula"] == []
     assert all("not named" in p["skipped"] for p in r["peers"].values())
     assert r["load"]["median"] is None or r["load"]["median"] >= 0
+    from autocurricula.bench.peers import format_table
+
+    table = format_table(r)
+    assert "engine_vs_peft_mixed" in table and "vllm: skipped: not named" in table
 
 
 def test_every_round_gets_new_boards(tmp_path):
