@@ -316,6 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--torch-device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
                    help="peers: where the torch + peft sides run (auto: cpu when MLX runs on its CPU backend, "
                         "else the GPU torch sees)")
+    b.add_argument("--vllm-python", default=None, help="peers: python of a virtual environment with vLLM "
+                   "(else $AUTOCURRICULA_VLLM_PYTHON); the vLLM side is skipped without one")
+    b.add_argument("--mlx-lm-lora-python", default=None, help="peers: python of a virtual environment with "
+                   "mlx-lm-lora (else $AUTOCURRICULA_MLX_LM_LORA_PYTHON); its side is skipped without one")
+    b.add_argument("--peers-only", action="store_true", help="peers: only the vLLM and mlx-lm-lora sides")
     b.set_defaults(func=_bench)
     return p
 

@@ -1,15 +1,20 @@
 """``autocurricula bench peers``: every key present and finite, the torch and MLX losses agree,
-and torch workers never import autocurricula (its BLAS preload slows torch)."""
+torch workers never import autocurricula (its BLAS preload slows torch), and the real peers
+(vLLM, mlx-lm-lora) are skipped with a reason where their virtual environments are not named."""
 
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("peft")
+
+def _needs_torch():
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
 
 KEYS = ("engine_vs_peft_mixed", "engine_vs_peft_set_adapter", "engine_vs_mlx_lm_reload", "update_vs_torch_peft",
         "prefix_hit_rate")
@@ -24,6 +29,7 @@ def _spec(tmp_path, players=2, turns=4):
 def test_update_loss_matches_torch_peft(tmp_path):
     """Our fused Updater step and the torch + peft step give the same first loss and gradient norms
     on the same rows of 2 players (a different loss or different weights would not)."""
+    _needs_torch()
     import numpy as np
 
     from autocurricula.bench import peers, peers_torch
@@ -64,8 +70,10 @@ def test_summary_and_cli_choices():
 
 
 @pytest.mark.slow
-def test_quick_run_prints_every_key(tmp_path):
-    """The whole benchmark at the tiny shape: one round of every side, each in its own process."""
+def test_quick_run_prints_every_key(tmp_path, no_peer_env):
+    """The whole benchmark at the tiny shape: one round of every side, each in its own process;
+    the real peers, not named, are skipped."""
+    _needs_torch()
     from autocurricula.bench.peers import run
 
     r = run(shape="tiny", quick=True, timeout=300)
@@ -77,6 +85,12 @@ def test_quick_run_prints_every_key(tmp_path):
         assert r["tok_s"][side]["median"] > 0
     assert r["update_loss"]["agree"], r["update_loss"]
     assert r["torch_imported_autocurricula"] == []
+    assert all("not named" in p["skipped"] for p in r["peers"].values())
+    assert r["load"]["median"] is None or r["load"]["median"] >= 0
+    from autocurricula.bench.peers import format_table
+
+    table = format_table(r)
+    assert "engine_vs_peft_mixed" in table and "vllm: skipped: not named" in table
 
 
 def test_every_round_gets_new_boards(tmp_path):
@@ -106,6 +120,7 @@ def test_workload_per_shape():
 
 def test_torch_worker_does_not_import_autocurricula(tmp_path):
     """A torch worker started as the benchmark starts it reports no autocurricula module loaded."""
+    _needs_torch()
     from autocurricula.bench import peers
 
     spec = _spec(tmp_path, players=1, turns=2)
@@ -148,3 +163,187 @@ def test_torch_device_follows_mlx():
         resolve_device("xpu", mlx_gpu=False, cuda=False, mps=False)
     assert build_parser().parse_args(["bench", "peers"]).torch_device == "auto"
     assert build_parser().parse_args(["bench", "peers", "--torch-device", "cuda"]).torch_device == "cuda"
+
+
+# ---------------------------------------------------------------- the real peers (optional sides)
+PEER_ENV = ("AUTOCURRICULA_VLLM_PYTHON", "AUTOCURRICULA_MLX_LM_LORA_PYTHON")
+
+
+@pytest.fixture
+def no_peer_env(monkeypatch):
+    for k in PEER_ENV:
+        monkeypatch.delenv(k, raising=False)
+
+
+def test_peer_not_named_is_skipped_with_the_way_to_name_it(no_peer_env):
+    from autocurricula.bench.peers import peer_python
+
+    python, why = peer_python("vllm")
+    assert python is None and "--vllm-python" in why and "AUTOCURRICULA_VLLM_PYTHON" in why
+    python, why = peer_python("mlx_lm_lora")
+    assert python is None and "--mlx-lm-lora-python" in why and "AUTOCURRICULA_MLX_LM_LORA_PYTHON" in why
+
+
+def test_peer_that_cannot_run_is_skipped_with_why(tmp_path, monkeypatch):
+    """A named python that is missing, or that cannot import the peer, is skipped with the reason
+    (the flag wins over the environment variable)."""
+    from autocurricula.bench import peers, peers_vllm
+
+    python, why = peers.peer_python("vllm", str(tmp_path / "nope" / "python"))
+    assert python is None and "not an executable file" in why
+    monkeypatch.setattr(peers_vllm, "IMPORT", "autocurricula_no_such_module")
+    monkeypatch.setenv("AUTOCURRICULA_VLLM_PYTHON", str(tmp_path / "also-missing"))
+    python, why = peers.peer_python("vllm", sys.executable)
+    assert python is None and "cannot import autocurricula_no_such_module" in why
+    assert "ModuleNotFoundError" in why
+    monkeypatch.setattr(peers_vllm, "IMPORT", "json")
+    assert peers.peer_python("vllm", sys.executable) == (sys.executable, "")
+    assert peers.peer_python("vllm", None, environ={"AUTOCURRICULA_VLLM_PYTHON": sys.executable}) == (sys.executable, "")
+
+
+def test_run_peers_skips_every_unnamed_peer_and_prints_why(tmp_path, no_peer_env, capsys):
+    """With no peer named nothing starts: each peer's entry says why, the table prints it and the
+    bench's exit check finds nothing wrong."""
+    from autocurricula.bench import peers
+
+    spec = {"order": ["p0", "p1"], "player_names": ["p0", "p1"]}
+    rows = [{"prompt_ids": [5] * 20, "token_ids": [7, 8, 9, 10], "logprobs": [-1.0] * 4}] * 2
+    out = peers.run_peers(spec, rows, tmp_path, {}, {"vllm": 1, "mlx_lm_lora": 1}, timeout=10)
+    assert set(out) == {"vllm", "mlx_lm_lora"} and all("not named" in p["skipped"] for p in out.values())
+    assert "skipping the vllm side: not named" in capsys.readouterr().err
+    on_policy = json.loads((tmp_path / "turns-on-policy.json").read_text())
+    assert [t["logprobs"] for t in on_policy] == [[-1.0] * 4] * 2  # the sampler's own logprobs
+    lines = "\n".join(line for n, p in out.items() for line in peers._format_peer(n, p))
+    assert "vllm: skipped: not named" in lines and "mlx_lm_lora: skipped: not named" in lines
+    assert peers.peer_problems({"peers": out}) == []
+
+
+def test_peer_figures_and_checks():
+    from autocurricula.bench import peers
+
+    g = peers.greedy_agreement({"lora": [[1, 2], [3, 4]], "base": [[5, 6], [7, 8]]},
+                               {"lora": [[1, 2], [3, 5]], "base": [[5, 6], [7, 8]]})
+    assert g == {"lora": {"equal": 1, "rows": 2}, "base": {"equal": 2, "rows": 2}}
+    assert peers.peer_problems({"peers": {"vllm": {"greedy_agreement": g}}}) == [
+        "vllm: greedy tokens differ from the engine's on some rows"]
+    same = {"first_loss": -1.0, "first_grad_norms": {"p0": 2.0}}
+    near = {"first_loss": -1.0 + 1e-7, "first_grad_norms": {"p0": 2.0 * (1 + 1e-5)}}
+    assert peers.first_step_agreement(same, near, (1e-4, 1e-3))["agree"]
+    far = {"first_loss": -1.0, "first_grad_norms": {"p0": 2.2}}
+    assert not peers.first_step_agreement(same, far, (1e-4, 1e-3))["agree"]
+    log = ("INFO [ompmultiprocessing.py:185] \tlocal_rank=0, core ids=[0]\n"
+           "INFO [ompmultiprocessing.py:185] \treserved_cpus=[1]\n")
+    assert peers.vllm_binding(log) == {"omp_cores": [0], "reserved_cores": [1]}
+    assert peers.vllm_binding("") == {"omp_cores": None, "reserved_cores": None}
+
+
+def test_peer_phase_alternates_sides_with_idle_before_each_run(tmp_path, monkeypatch):
+    """A B, B A, A B ...: neither side always runs first; each run is measured for load and cores."""
+    from autocurricula.bench import peers
+
+    calls = []
+
+    class FakeWorker:
+        def __init__(self, side, spec_path, log_dir, cmd=None, env=None):
+            self.side, self.cmd, self.env = side, cmd, env
+            self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+
+        def answer(self, timeout):
+            return {"ready": True}
+
+        def run(self, timeout, round=1):
+            calls.append((self.side, round))
+            return {"seconds": 0.1, "tokens": 4}
+
+        def close(self):
+            self.proc.kill()
+            self.proc.wait()
+
+    monkeypatch.setattr(peers, "Worker", FakeWorker)
+    sleeps = []
+    monkeypatch.setattr(peers.time, "sleep", sleeps.append)
+    ready, runs = peers._rounds(("engine", "vllm"), tmp_path / "spec.json", tmp_path, 3, 10, gap=2.0,
+                                alternate=True, commands={"vllm": ["peer-python"]})
+    assert calls == [("engine", 1), ("vllm", 1), ("vllm", 2), ("engine", 2), ("engine", 3), ("vllm", 3)]
+    assert sleeps == [2.0] * 6
+    for r in runs["engine"] + runs["vllm"]:
+        assert {"load", "cores", "threads"} <= set(r)
+    if sys.platform.startswith("linux"):
+        assert runs["vllm"][0]["threads"] >= 1 and runs["vllm"][0]["cores"] >= 0
+
+
+def test_process_tree_usage():
+    """CPU seconds and threads of a process and its children, from /proc; None off Linux."""
+    from autocurricula.bench import peers_usage
+
+    line = "123 (a (b) c) S 7 1 1 0 -1 0 0 0 0 0 250 50 0 0 20 0 5 0 1 1 1"
+    assert peers_usage.parse_stat(line) == {"ppid": 7, "cpu_s": 300 / peers_usage._TICK, "threads": 5}
+    assert peers_usage.cores_used({"cpu_s": 1.0}, {"cpu_s": 2.5}, 1.5) == 1.0
+    assert peers_usage.cores_used(None, {"cpu_s": 1.0}, 1.0) is None
+    assert peers_usage.tree_usage(os.getpid(), Path("/nonexistent-proc")) is None
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("no /proc")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        u = peers_usage.tree_usage(os.getpid())
+        assert u["processes"] >= 2 and u["threads"] >= 2 and u["cpu_s"] > 0
+    finally:
+        child.kill()
+        child.wait()
+    assert peers_usage.load_now() is None or peers_usage.load_now() >= 0
+
+
+def test_cli_names_peer_pythons():
+    from autocurricula.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "peers", "--vllm-python", "/v/bin/python",
+                                      "--mlx-lm-lora-python", "/m/bin/python"])
+    assert (args.vllm_python, args.mlx_lm_lora_python) == ("/v/bin/python", "/m/bin/python")
+    assert args.peers_only is False
+    args = build_parser().parse_args(["bench", "peers", "--peers-only"])
+    assert (args.vllm_python, args.mlx_lm_lora_python, args.peers_only) == (None, None, True)
+
+
+def test_peers_only_runs_no_side_of_ours_but_the_engine_warm_up(tmp_path, no_peer_env, monkeypatch):
+    """--peers-only starts one engine worker (its warm-up turns are the peers' rows) and no other
+    side; with no peer named the table says both were skipped."""
+    from autocurricula.bench import peers
+
+    started = []
+
+    def fake_rounds(sides, spec_path, log_dir, reps, timeout, **kw):
+        started.append((tuple(sides), reps))
+        spec = json.loads(Path(spec_path).read_text())
+        rows = [{"prompt_ids": p, "token_ids": [7, 8, 9, 10], "logprobs": [-1.0] * 4} for p in spec["prompts"]]
+        return {"engine": {"rows": rows}}, {}
+
+    monkeypatch.setattr(peers, "_rounds", fake_rounds)
+    r = peers.run(shape="tiny", quick=True, peers_only=True)
+    assert started == [(("engine",), 0)]
+    assert r["peers_only"] and "engine_vs_peft_mixed" not in r
+    table = peers.format_table(r)
+    assert "real peers only" in table and "vllm: skipped: not named" in table
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["vllm", "mlx_lm_lora"])
+def test_real_peer_agrees_with_ours(tmp_path, name):
+    """With the peer's virtual environment named (``AUTOCURRICULA_VLLM_PYTHON`` /
+    ``AUTOCURRICULA_MLX_LM_LORA_PYTHON``), its phase runs on 8 turns of the bench model (vLLM's CPU
+    attention has no kernel for the tiny shape's head size of 16): vLLM's greedy tokens equal the
+    engine's, mlx-lm-lora's first step equals ours. Skipped where it is not installed."""
+    from autocurricula.bench import peers
+
+    python, why = peers.peer_python(name)
+    if python is None:
+        pytest.skip(f"{name}: {why}")
+    spec = peers.build_spec(tmp_path, peers.model_folder("bench"), turns=8, players=2, rounds=1)
+    _, info = peers.setup_engine(spec)
+    out = peers.run_peers(spec, info["rows"], tmp_path, {name: python}, {"vllm": 1, "mlx_lm_lora": 1},
+                          timeout=600, gap=0.5, names=(name,))
+    p = out[name]
+    assert p[peers.PEERS[name]["figure"]]["median"] > 0
+    if name == "vllm":
+        assert all(m["equal"] == m["rows"] == 8 for m in p["greedy_agreement"].values()), p["greedy_agreement"]
+    else:
+        assert p["first_step"]["agree"], p["first_step"]

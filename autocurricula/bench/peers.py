@@ -15,7 +15,14 @@ new board tokens, as a new round of games would. Sides, each in its own worker p
   generous order: one reload per player, not per turn);
 - ``update``: one fused :class:`~autocurricula.training.Updater` GRPO step of the 8 players on the
   engine's sampled turns (advantages +-1, sampler logprobs perturbed so some ratios clip);
-- ``torch_peft_update``: the same loss, rows and AdamW in torch + peft (``peers_torch.py``).
+- ``torch_peft_update``: the same loss, rows and AdamW in torch + peft (``peers_torch.py``);
+- optional, each in its own virtual environment named by a flag or an environment variable
+  (:data:`PEERS`; skipped with the reason where not named or not importable): ``vllm``, vLLM
+  offline with one ``LoRARequest`` per turn against ``engine`` (``peers_vllm.py``), and
+  ``mlx_lm_lora_update``, mlx-lm-lora's GRPO step against ``update`` (``peers_mlx_lm_lora.py``).
+  These phases alternate the two sides (A B, B A, ...) with :data:`PEER_GAP_S` of idle before
+  each run, compare greedy tokens (vLLM) or the first step (mlx-lm-lora), and report each side's
+  cores and threads (``peers_usage.py``) and the machine's load.
 
 Workers load and warm up, then the parent runs the sides interleaved (A B C D A B C D ...) so
 machine noise hits every side alike; ratios pair the runs of one round and report median, min and
@@ -32,6 +39,7 @@ import json
 import math
 import os
 import queue
+import re
 import shutil
 import statistics
 import subprocess
@@ -44,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx, for the MLX workers)
-from autocurricula.bench import peers_torch
+from autocurricula.bench import peers_mlx_lm_lora, peers_torch, peers_usage, peers_vllm
 
 ROLLOUT_SIDES = ("engine", "peft_mixed", "peft_set_adapter", "mlx_lm_reload")
 UPDATE_SIDES = ("update", "torch_peft_update")
@@ -68,6 +76,18 @@ GOALS = {"engine_vs_peft_mixed": 2.0, "engine_vs_peft_set_adapter": None, "engin
 WORKLOAD = {"bench": (64, 8), "qwen0.5b": (64, 8), "tiny": (16, 4)}
 ROUNDS = {"bench": (3, 3), "qwen0.5b": (3, 2), "tiny": (1, 1)}
 QUICK = (16, 4)  # --quick: turns, players; one round of each phase
+# The real peers, optional: each runs in its own virtual environment, whose python is named by a
+# flag or an environment variable, against one of our sides on the same work.
+PEERS = {"vllm": {"module": peers_vllm, "flag": "--vllm-python", "env": "AUTOCURRICULA_VLLM_PYTHON",
+                  "ours": "engine", "figure": "engine_vs_vllm"},
+         "mlx_lm_lora": {"module": peers_mlx_lm_lora, "flag": "--mlx-lm-lora-python",
+                         "env": "AUTOCURRICULA_MLX_LM_LORA_PYTHON", "ours": "update",
+                         "figure": "update_vs_mlx_lm_lora"}}
+PEER_ROUNDS = {"bench": {"vllm": 12, "mlx_lm_lora": 5}, "qwen0.5b": {"vllm": 3, "mlx_lm_lora": 2},
+               "tiny": {"vllm": 1, "mlx_lm_lora": 1}}
+PEER_GOALS = {"engine_vs_vllm": 2.0, "update_vs_mlx_lm_lora": 1.3}
+PEER_GAP_S = 2.0  # idle before each run of the peer phases
+PEER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB of KV cache; vLLM's CPU backend needs it set
 GRPO = {"learning_rate": 1e-4, "epsilon": 0.2, "epsilon_high": 0.2, "temperature": 1.0, "max_grad_norm": 1.0}
 # relative agreement of the first step's loss and per-player gradient norms; on a GPU both sides run
 # their float32 matmuls as TF32 (10-bit mantissa), which moves both by about 1e-3
@@ -203,14 +223,14 @@ def setup_engine(spec: dict):
     from autocurricula.engine import SamplingParams
 
     engine = _engine(spec)
-    params = SamplingParams(max_tokens=spec["new_tokens"], temperature=1.0, ignore_eos=True)
+    sampled = SamplingParams(max_tokens=spec["new_tokens"], temperature=1.0, ignore_eos=True)
 
-    def run(r: int):
+    def run(r: int, params=sampled, players=spec["order"]):
         prompts = spec["round_prompts"][r]
         before = dict(engine.stats)
         go = threading.Event()
         engine.call(go.wait, 600)  # hold the engine thread so all turns start in one batch
-        futs = [engine.submit(p, o, params) for p, o in zip(prompts, spec["order"])]
+        futs = [engine.submit(p, o, params) for p, o in zip(prompts, players)]
         t0 = time.perf_counter()
         go.set()
         outs = [f.result() for f in futs]
@@ -220,7 +240,12 @@ def setup_engine(spec: dict):
                 "rows": [{"prompt_ids": o.prompt_ids, "token_ids": o.token_ids, "logprobs": o.logprobs} for o in outs]}
 
     warm = run(0)  # warm-up; its sampled turns are the update sides' rows
-    return (lambda r: {k: v for k, v in run(r).items() if k != "rows"}), {"rows": warm["rows"]}
+    info = {"rows": warm["rows"]}
+    if spec.get("greedy"):  # the warm-up turns' greedy tokens, with each turn's adapter and with none
+        greedy = SamplingParams(max_tokens=spec["new_tokens"], temperature=0.0, ignore_eos=True)
+        info["greedy"] = {"lora": [r["token_ids"] for r in run(0, greedy)["rows"]],
+                          "base": [r["token_ids"] for r in run(0, greedy, [None] * len(spec["order"]))["rows"]]}
+    return (lambda r: {k: v for k, v in run(r).items() if k != "rows"}), info
 
 
 def setup_mlx_lm_reload(spec: dict):
@@ -282,18 +307,28 @@ MLX_SETUPS = {"engine": setup_engine, "mlx_lm_reload": setup_mlx_lm_reload, "upd
 
 
 # ---------------------------------------------------------------- parent: workers, rounds, ratios
-class Worker:
-    """One side in its own process; ``run()`` sends one run command and waits for its answer."""
+def by_path(python: str, script: str, side: str, spec_path: Path) -> list[str]:
+    """The command that runs worker ``script`` by path under ``python``: the package's
+    ``__init__`` (the BLAS preload) never runs, and the interpreter need not have the package."""
+    return [python, "-c", "import runpy, sys; sys.argv.pop(0); runpy.run_path(sys.argv[0], run_name='__main__')",
+            script, side, str(spec_path)]
 
-    def __init__(self, side: str, spec_path: Path, log_dir: Path):
+
+class Worker:
+    """One side in its own process; ``run()`` sends one run command and waits for its answer.
+
+    ``cmd``: the worker's command (default: this interpreter, by path for the torch sides);
+    ``env``: variables set for it on top of this process's environment."""
+
+    def __init__(self, side: str, spec_path: Path, log_dir: Path, cmd: list[str] | None = None,
+                 env: dict | None = None):
         self.side = side
         self.log = log_dir / f"{side}.log"
-        if side in TORCH_SIDES:  # by path, so autocurricula/__init__ (the BLAS preload) never runs
-            cmd = [sys.executable, "-c", "import runpy, sys; sys.argv.pop(0); runpy.run_path(sys.argv[0], "
-                   "run_name='__main__')", peers_torch.__file__, side, str(spec_path)]
-        else:
+        if cmd is None and side in TORCH_SIDES:
+            cmd = by_path(sys.executable, peers_torch.__file__, side, spec_path)
+        elif cmd is None:
             cmd = [sys.executable, "-m", "autocurricula.bench.peers", "--worker", side, str(spec_path)]
-        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", **(env or {}))
         self._err = open(self.log, "w")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
                                      cwd=str(log_dir), env=env)
@@ -337,21 +372,35 @@ class Worker:
         self._err.close()
 
 
-def _rounds(sides, spec_path, log_dir, reps, timeout) -> tuple[dict, dict]:
+def _timed_run(w: Worker, timeout: float, round: int) -> dict:
+    """One run of ``w``, with the machine's load and the cores its process tree kept busy."""
+    load, before, t0 = peers_usage.load_now(), peers_usage.tree_usage(w.proc.pid), time.perf_counter()
+    out = w.run(timeout, round)
+    wall, after = time.perf_counter() - t0, peers_usage.tree_usage(w.proc.pid)
+    out.update(load=load, cores=peers_usage.cores_used(before, after, wall), threads=(after or {}).get("threads"))
+    return out
+
+
+def _rounds(sides, spec_path, log_dir, reps, timeout, gap: float = 0.0, alternate: bool = False,
+            commands: dict | None = None, env: dict | None = None) -> tuple[dict, dict]:
     """Start the sides one after another (warm-ups of 2-thread torch and MLX processes would fight
-    over the cores), then run them interleaved ``reps`` times."""
-    workers, ready = [], {}
+    over the cores), then run them interleaved ``reps`` times: A B C A B C ..., or with
+    ``alternate`` A B, B A, A B ... so neither side always runs first. ``gap`` seconds of idle
+    precede every run, so one side's spinning threads do not land in the next side's time.
+    ``commands[side]``: that side's worker command (see :class:`Worker`)."""
+    workers, ready, commands = [], {}, commands or {}
     try:
         for side in sides:
             t0 = time.perf_counter()
-            workers.append(Worker(side, spec_path, log_dir))
+            workers.append(Worker(side, spec_path, log_dir, commands.get(side), env))
             ready[side] = workers[-1].answer(timeout)
             ready[side]["startup_s"] = round(time.perf_counter() - t0, 1)
             _progress(f"{side}: loaded and warmed up in {ready[side]['startup_s']} s")
         runs = {s: [] for s in sides}
         for i in range(reps):
-            for w in workers:
-                runs[w.side].append(w.run(timeout, i + 1))
+            for w in (workers[::-1] if alternate and i % 2 else workers):
+                time.sleep(gap)
+                runs[w.side].append(_timed_run(w, timeout, i + 1))
                 _progress(f"round {i + 1}/{reps} {w.side}: {runs[w.side][-1]['seconds']:.2f} s")
         return ready, runs
     finally:
@@ -371,6 +420,108 @@ def summary(values) -> dict:
     return {"median": round(statistics.median(vals), 4), "min": round(min(vals), 4), "max": round(max(vals), 4)}
 
 
+def peer_python(name: str, named: str | None = None, environ=os.environ) -> tuple[str | None, str]:
+    """``(python, "")`` when the peer ``name`` can run, else ``(None, why not)``.
+
+    The python is ``named`` (the peer's flag) or the peer's environment variable; it must import
+    the peer's package (a real import: a broken install is caught here, not mid-bench)."""
+    peer = PEERS[name]
+    python = named or environ.get(peer["env"])
+    if not python:
+        return None, f"not named (pass {peer['flag']} PYTHON or set {peer['env']}; see docs/benchmarks.md)"
+    if not (Path(python).is_file() and os.access(python, os.X_OK)):
+        return None, f"{python} is not an executable file (fix {peer['flag']} or {peer['env']})"
+    module = peer["module"].IMPORT
+    try:
+        probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, **PEER_ENV))
+    except subprocess.TimeoutExpired:
+        return None, f"{python} took over 300 s to import {module}"
+    if probe.returncode:
+        last = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+        return None, f"{python} cannot import {module}: {last} (install steps: docs/benchmarks.md)"
+    return python, ""
+
+
+def first_step_agreement(ours: dict, theirs: dict, tolerances: tuple[float, float]) -> dict:
+    """Our first update step's loss and per-player gradient norms against a peer's."""
+    diff = abs(ours["first_loss"] - theirs["first_loss"])
+    norm_diff = max(abs(ours["first_grad_norms"][n] - theirs["first_grad_norms"][n]) /
+                    max(1e-12, abs(theirs["first_grad_norms"][n])) for n in theirs["first_grad_norms"])
+    loss_tol, norm_tol = tolerances
+    return {"ours": ours["first_loss"], "theirs": theirs["first_loss"], "abs_diff": diff,
+            "grad_norm_max_rel_diff": norm_diff, "tolerances": [loss_tol, norm_tol],
+            "agree": diff <= loss_tol * max(1.0, abs(theirs["first_loss"])) and norm_diff <= norm_tol}
+
+
+def greedy_agreement(ours: dict, theirs: dict) -> dict:
+    """Rows whose greedy tokens are equal, per mode (``lora``: each turn's adapter, ``base``: none)."""
+    return {mode: {"equal": sum(a == b for a, b in zip(ours[mode], theirs[mode])), "rows": len(ours[mode])}
+            for mode in ours}
+
+
+def vllm_binding(log: str) -> dict:
+    """The cores vLLM's CPU backend bound its OpenMP threads to and those it kept for its
+    scheduler, as its log states them (empty where it did not)."""
+    cores = re.findall(r"local_rank=\d+, core ids=(\[[\d, ]*\])", log)
+    reserved = re.findall(r"reserved_cpus=(\[[\d, ]*\])", log)
+    return {"omp_cores": json.loads(cores[-1]) if cores else None,
+            "reserved_cores": json.loads(reserved[-1]) if reserved else None}
+
+
+def _usage(runs: list[dict]) -> dict:
+    return {"cores": summary([r.get("cores") for r in runs]),
+            "threads_max": max((r["threads"] for r in runs if r.get("threads") is not None), default=None)}
+
+
+def _peer_phase(name: str, python: str, spec: dict, work: Path, reps: int, timeout: float, gap: float) -> dict:
+    """One peer against our side, alternating, with ``gap`` s of idle before each run."""
+    peer = PEERS[name]
+    side, ours = peer["module"].SIDE, peer["ours"]
+    spec_path = work / f"spec-{name}.json"
+    spec_path.write_text(json.dumps(spec))
+    cmd = by_path(python, peer["module"].__file__, side, spec_path)
+    ready, runs = _rounds((ours, side), spec_path, work, reps, timeout, gap=gap, alternate=True,
+                          commands={side: cmd}, env={k: os.environ.get(k, v) for k, v in PEER_ENV.items()})
+    rate = {s: [r["tokens"] / r["seconds"] for r in runs[s]] for s in runs}
+    out = {"python": python, "version": ready[side].get("version"), "rounds": reps, "gap_s": gap,
+           peer["figure"]: summary([a / b for a, b in zip(rate[ours], rate[side])]),
+           "tok_s": {s: summary(rate[s]) for s in rate}, "seconds": {s: summary([r["seconds"] for r in runs[s]])
+                                                                     for s in runs},
+           "usage": {s: _usage(runs[s]) for s in runs}, "load": summary([r["load"] for s in runs for r in runs[s]]),
+           "startup_s": {s: ready[s]["startup_s"] for s in ready}}
+    if name == "vllm":
+        out["greedy_agreement"] = greedy_agreement(ready[ours]["greedy"], ready[side]["greedy"])
+        out["torch_threads"], out["env"] = ready[side]["torch_threads"], ready[side]["env"]
+        out["binding"] = vllm_binding((work / f"{side}.log").read_text(errors="replace"))
+    else:
+        out["first_step"] = first_step_agreement(ready[ours], ready[side], LOSS_TOL["gpu" if spec["mlx_gpu"] else "cpu"])
+        out["mlx_device"], out["blas"] = ready[side]["mlx_device"], ready[side]["blas"]
+    return out
+
+
+def run_peers(spec: dict, rows: list[dict], work: Path, pythons: dict, reps: dict, timeout: float,
+              gap: float = PEER_GAP_S, names=tuple(PEERS)) -> dict:
+    """Every real peer of ``names`` that can run against our side, each ``{"skipped": why}`` otherwise.
+
+    ``rows``: the engine's sampled warm-up turns; the mlx-lm-lora phase trains on them with the
+    sampler's own logprobs (its loss is on-policy only, so only then are the losses the same)."""
+    from autocurricula._blas import ACTIVE
+
+    turns = work / "turns-on-policy.json"
+    turns.write_text(json.dumps(training_turns(rows, spec["order"], noise=0.0)))
+    peer_spec = dict(spec, greedy=True, turns=str(turns), blas=ACTIVE["library"])
+    out = {}
+    for name in names:
+        python, why = peer_python(name, pythons.get(name))
+        if python is None:
+            _progress(f"skipping the {name} side: {why}")
+            out[name] = {"skipped": why}
+            continue
+        out[name] = _peer_phase(name, python, peer_spec, work, reps[name], timeout, gap)
+    return out
+
+
 def workload(shape: str, quick: bool = False) -> dict:
     """Turns, players and interleaved rounds (rollouts, updates) the shape runs by default."""
     if shape not in SHAPES:
@@ -379,17 +530,55 @@ def workload(shape: str, quick: bool = False) -> dict:
     return {"turns": turns, "players": players, "rounds": (1, 1) if quick else ROUNDS[shape]}
 
 
+def _describe(shape: str, model: Path, spec: dict) -> dict:
+    config = json.loads((model / "config.json").read_text())
+    return {"shape": shape, "model": str(model), "model_type": config["model_type"],
+            "hidden_size": config["hidden_size"], "num_layers": config["num_hidden_layers"],
+            "vocab_size": config["vocab_size"], "dtype": "float32", "turns": len(spec["order"]),
+            "players": len(spec["player_names"]), "prompt_len": len(spec["prompts"][0]),
+            "new_tokens": spec["new_tokens"], "lora_rank": spec["rank"], "lora_targets": "all-linear",
+            "cpu_count": os.cpu_count(), "mlx_device": "gpu" if spec["mlx_gpu"] else "cpu"}
+
+
+def _run_peers_only(shape, quick, turns, players, timeout, pythons, peer_reps) -> dict:
+    w = workload(shape, quick)
+    peer_reps = peer_reps or ({n: 1 for n in PEERS} if quick else PEER_ROUNDS[shape])
+    t_start = time.perf_counter()
+    model = model_folder(shape)
+    work = Path(tempfile.mkdtemp(prefix="ac-peers-"))
+    try:
+        spec = build_spec(work, model, turns or w["turns"], players or w["players"], rounds=max(peer_reps.values()))
+        spec_path = work / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        ready, _ = _rounds(("engine",), spec_path, work, 0, timeout)  # its warm-up turns are the rows
+        peers = run_peers(spec, ready["engine"]["rows"], work, pythons, peer_reps, timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {**_describe(shape, model, spec), "quick": quick, "peers_only": True, "peers": peers,
+            "seconds": round(time.perf_counter() - t_start, 1)}
+
+
 def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turns: int | None = None,
-        players: int | None = None, timeout: float = 900.0, torch_device: str = "auto") -> dict:
-    """Run every side at ``shape`` and return the figures (see the module docstring)."""
+        players: int | None = None, timeout: float = 900.0, torch_device: str = "auto",
+        pythons: dict | None = None, peer_reps: dict | None = None, peers_only: bool = False) -> dict:
+    """Run every side at ``shape`` and return the figures (see the module docstring).
+
+    ``pythons``: ``{"vllm": ..., "mlx_lm_lora": ...}``, the python of each real peer's virtual
+    environment (else its environment variable; a peer named by neither is skipped, and
+    ``result["peers"][name]["skipped"]`` says why); ``peer_reps``: rounds of each peer phase;
+    ``peers_only``: only the real peers' phases (the engine still samples their rows)."""
+    if peers_only:
+        return _run_peers_only(shape, quick, turns, players, timeout, pythons or {}, peer_reps)
     w = workload(shape, quick)
     rollout_reps, update_reps = (reps, reps) if reps else w["rounds"]
+    peer_reps = peer_reps or ({n: 1 for n in PEERS} if quick else PEER_ROUNDS[shape])
     turns, players = turns or w["turns"], players or w["players"]
     t_start = time.perf_counter()
     model = model_folder(shape)
     work = Path(tempfile.mkdtemp(prefix="ac-peers-"))
     try:
-        spec = build_spec(work, model, turns, players, rounds=rollout_reps, torch_device=torch_device)
+        spec = build_spec(work, model, turns, players, rounds=max(rollout_reps, *peer_reps.values()),
+                          torch_device=torch_device)
         spec_path = work / "spec.json"
         spec_path.write_text(json.dumps(spec))
         ready, runs = _rounds(ROLLOUT_SIDES, spec_path, work, rollout_reps, timeout)
@@ -397,18 +586,14 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
         up_ready, up_runs = _rounds(UPDATE_SIDES, spec_path, work, update_reps, timeout)
         runs.update(up_runs)
         leaked = [s for s in TORCH_SIDES if {**ready, **up_ready}[s]["autocurricula_imported"]]
+        peers = run_peers(spec, ready["engine"]["rows"], work, pythons or {}, peer_reps, timeout)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     rate = {s: [r["tokens"] / r["seconds"] for r in runs[s]] for s in runs}
-    config = json.loads((model / "config.json").read_text())
-    result = {"shape": shape, "model": str(model), "model_type": config["model_type"],
-              "hidden_size": config["hidden_size"], "num_layers": config["num_hidden_layers"],
-              "vocab_size": config["vocab_size"], "dtype": "float32", "turns": turns, "players": players,
-              "prompt_len": len(spec["prompts"][0]), "new_tokens": spec["new_tokens"], "lora_rank": spec["rank"],
-              "lora_targets": "all-linear", "repetitions": {"rollouts": rollout_reps, "updates": update_reps},
-              "cpu_count": os.cpu_count(), "quick": quick, "mlx_device": "gpu" if spec["mlx_gpu"] else "cpu",
-              "torch_device": "/".join(sorted({{**ready, **up_ready}[s]["torch_device"] for s in TORCH_SIDES}))}
+    result = {**_describe(shape, model, spec), "repetitions": {"rollouts": rollout_reps, "updates": update_reps},
+              "quick": quick, "torch_device": "/".join(sorted({{**ready, **up_ready}[s]["torch_device"]
+                                                               for s in TORCH_SIDES}))}
 
     def paired(a, b):
         return summary([x / y for x, y in zip(rate[a], rate[b])])
@@ -425,15 +610,14 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
         result["prefix_hit_rate"] = summary(hits)
     result["tok_s"] = {s: summary(rate[s]) for s in rate}
     result["startup_s"] = {s: r["startup_s"] for s, r in {**ready, **up_ready}.items()}
-    ours, theirs = up_ready["update"], up_ready["torch_peft_update"]
-    diff = abs(ours["first_loss"] - theirs["first_loss"])
-    norm_diff = max(abs(ours["first_grad_norms"][n] - theirs["first_grad_norms"][n]) /
-                    max(1e-12, abs(theirs["first_grad_norms"][n])) for n in theirs["first_grad_norms"])
-    loss_tol, norm_tol = LOSS_TOL["gpu" if spec["mlx_gpu"] or result["torch_device"] != "cpu" else "cpu"]
-    result["update_loss"] = {"ours": ours["first_loss"], "torch_peft": theirs["first_loss"], "abs_diff": diff,
-                             "grad_norm_max_rel_diff": norm_diff, "tolerances": [loss_tol, norm_tol],
-                             "agree": diff <= loss_tol * max(1.0, abs(theirs["first_loss"])) and norm_diff <= norm_tol}
+    agreement = first_step_agreement(up_ready["update"], up_ready["torch_peft_update"],
+                                     LOSS_TOL["gpu" if spec["mlx_gpu"] or result["torch_device"] != "cpu" else "cpu"])
+    agreement["torch_peft"] = agreement.pop("theirs")
+    result["update_loss"] = agreement
     result["torch_imported_autocurricula"] = leaked
+    result["usage"] = {s: _usage(runs[s]) for s in runs}
+    result["load"] = summary([r["load"] for s in runs for r in runs[s]])
+    result["peers"] = peers
     result["goals"] = {k: v for k, v in GOALS.items() if v is not None}
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     return result
@@ -442,9 +626,19 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
 def format_table(r: dict) -> str:
     lines = [f"shape {r['shape']} ({r['model_type']}, hidden {r['hidden_size']}, {r['num_layers']} layers, vocab "
              f"{r['vocab_size']}, fp32)  |  {r['turns']} turns over {r['players']} players, prompt {r['prompt_len']} "
-             f"+ {r['new_tokens']} sampled tokens, LoRA r={r['lora_rank']} all-linear  |  rounds {r['repetitions']}, "
-             f"{r['cpu_count']} cores, MLX on {r['mlx_device']}, torch on {r['torch_device']}, "
-             f"{r['seconds']} s", ""]
+             f"+ {r['new_tokens']} sampled tokens, LoRA r={r['lora_rank']} all-linear  |  "
+             + ("real peers only" if r.get("peers_only") else f"rounds {r['repetitions']}")
+             + f", {r['cpu_count']} cores, MLX on {r['mlx_device']}"
+             + ("" if r.get("peers_only") else f", torch on {r['torch_device']}") + f", {r['seconds']} s", ""]
+    if not r.get("peers_only"):
+        lines += _format_ours(r)
+    lines += ["real peers (each side in its own process, alternating, idle before each run):"]
+    lines += [line for name, p in r.get("peers", {}).items() for line in _format_peer(name, p)]
+    return "\n".join(lines)
+
+
+def _format_ours(r: dict) -> list[str]:
+    lines = []
     lines.append(f"{'':<28}{'median':>9}{'min':>9}{'max':>9}")
     for key, goal in GOALS.items():
         s = r[key]
@@ -458,15 +652,63 @@ def format_table(r: dict) -> str:
     u = r["update_loss"]
     lines.append(f"first-step loss: ours {u['ours']:.6f}, torch+peft {u['torch_peft']:.6f} (|diff| {u['abs_diff']:.1e}, "
                  f"grad norms within {u['grad_norm_max_rel_diff']:.1e})" + ("" if u["agree"] else "  DISAGREE"))
-    return "\n".join(lines)
+    if r.get("load", {}).get("median") is not None:
+        lines.append(f"load average (1 min) during the runs: {_span(r['load'], '.2f')}")
+    return lines + [""]
+
+
+def _span(s: dict, fmt: str = ".3g") -> str:
+    return "n/a" if s["median"] is None else f"{s['median']:{fmt}} ({s['min']:{fmt}} - {s['max']:{fmt}})"
+
+
+def _format_peer(name: str, p: dict) -> list[str]:
+    if "skipped" in p:
+        return [f"  {name}: skipped: {p['skipped']}"]
+    figure = PEERS[name]["figure"]
+    goal = PEER_GOALS[figure]
+    ok = "ok" if (p[figure]["median"] or 0) >= goal else "below goal"
+    lines = [f"  {figure}: {_span(p[figure])}   goal >= {goal} ({ok})   [{name} {p['version']}, {p['rounds']} rounds, "
+             f"{p['gap_s']} s idle before each run, load {_span(p['load'], '.2f')}]"]
+    lines.append("    " + "; ".join(f"{s}: {_span(p['tok_s'][s], '.0f')} tok/s, {_span(u['cores'], '.2f')} cores busy, "
+                                   f"up to {u['threads_max']} threads" for s, u in p["usage"].items()))
+    if "greedy_agreement" in p:
+        g = p["greedy_agreement"]
+        lines.append(f"    greedy tokens equal on {g['lora']['equal']}/{g['lora']['rows']} rows with adapters, "
+                     f"{g['base']['equal']}/{g['base']['rows']} without")
+        b = p["binding"]
+        lines.append(f"    vLLM OpenMP threads bound to cores {b['omp_cores']}, cores kept for its scheduler "
+                     f"{b['reserved_cores']}; settings {({k: v for k, v in p['env'].items() if v is not None})}")
+    if "first_step" in p:
+        f = p["first_step"]
+        lines.append(f"    first-step loss (on-policy rows): ours {f['ours']:.6f}, mlx-lm-lora {f['theirs']:.6f} "
+                     f"(|diff| {f['abs_diff']:.1e}, grad norms within {f['grad_norm_max_rel_diff']:.1e})"
+                     + ("" if f["agree"] else "  DISAGREE"))
+        lines.append(f"    mlx-lm-lora on {p['mlx_device']} with BLAS {p['blas'] or 'bundled with MLX'}")
+    return lines
+
+
+def peer_problems(r: dict) -> list[str]:
+    """What makes a peer's figures not comparable: greedy tokens or first steps that differ."""
+    out = []
+    for name, p in r.get("peers", {}).items():
+        g = p.get("greedy_agreement", {})
+        if any(m["equal"] != m["rows"] for m in g.values()):
+            out.append(f"{name}: greedy tokens differ from the engine's on some rows")
+        if "first_step" in p and not p["first_step"]["agree"]:
+            out.append(f"{name}: its first step's loss or gradient norms differ from ours")
+    return out
 
 
 def main(args) -> None:
-    r = run(shape=args.shape, quick=args.quick, torch_device=getattr(args, "torch_device", "auto"))
+    pythons = {"vllm": getattr(args, "vllm_python", None), "mlx_lm_lora": getattr(args, "mlx_lm_lora_python", None)}
+    r = run(shape=args.shape, quick=args.quick, torch_device=getattr(args, "torch_device", "auto"), pythons=pythons,
+            peers_only=getattr(args, "peers_only", False))
     print(json.dumps(r) if args.json else format_table(r))
-    if not r["update_loss"]["agree"] or r["torch_imported_autocurricula"]:
+    if not r.get("peers_only") and (not r["update_loss"]["agree"] or r["torch_imported_autocurricula"]):
         sys.exit("bench peers: the torch and MLX updates disagree, or a torch worker imported autocurricula; "
                  "the figures are not comparable")
+    if problems := peer_problems(r):
+        sys.exit("bench peers: " + "; ".join(problems) + "; those figures are not comparable")
 
 
 if __name__ == "__main__":
@@ -474,4 +716,4 @@ if __name__ == "__main__":
         peers_torch.serve(sys.argv[2], sys.argv[3], MLX_SETUPS)
     else:
         sys.exit("usage: autocurricula bench peers [--shape bench|qwen0.5b] [--torch-device auto|cpu|cuda|mps] "
-                 "[--json] [--quick]")
+                 "[--vllm-python PYTHON] [--mlx-lm-lora-python PYTHON] [--peers-only] [--json] [--quick]")
