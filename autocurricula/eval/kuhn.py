@@ -100,17 +100,7 @@ def best_response_value(strategy: Mapping[str, float], seat: int) -> float:
     ``strategy`` in the other seat. The responder's choice at an information set maximises over
     the opponent's possible cards, weighted by chance and the opponent's reach."""
     _check(strategy)
-
-    def value(history: tuple[str, ...], weights: dict[str, float], mine: str) -> float:
-        if is_terminal(history):
-            return sum(w * payoff((mine + o) if seat == 0 else (o + mine), history)[seat] for o, w in weights.items())
-        actions = legal_actions(history)
-        if len(history) % 2 == seat:
-            return max(value(history + (a,), weights, mine) for a in actions)
-        return sum(value(history + (a,), {o: w * _p_action(strategy, o, history, a) for o, w in weights.items()},
-                         mine) for a in actions)
-
-    return sum(value((), {o: 0.5 for o in CARDS if o != c}, c) for c in CARDS) / len(CARDS)
+    return _played_best_response({k: (float(p), 0.0) for k, p in strategy.items()}, seat, (0.0, 0.0))
 
 
 def exploitability(strategy: Mapping[str, float], *, backend: str = "auto", card_order: str = CARDS) -> float:
