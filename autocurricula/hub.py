@@ -240,7 +240,7 @@ def league_card(trainer) -> str:
               "weight` column, `trainer.deployable_mixture()`): the mixture that holds its own best in the game of "
               "mean relative rewards between the players, each entry taken at the lower end of its confidence "
               "interval. To deploy the league, draw one of these adapters per game by these weights: "
-              f"{listed(deploy)}. `trainer.export_mixture(folder)` writes them with `mixture.json`.", "",
+              f"{listed(deploy)}. They are in `mixture.json`, as `trainer.export_mixture(folder)` writes them.", "",
               "## Meta-strategy", "",
               "The same over every player, scripted opponents included (the `Nash weight` column): it "
               "says where the league's strength lies, and it may weigh a scripted policy, which is no adapter: "
@@ -278,6 +278,8 @@ def push_league(trainer, repo_id: str, *, private: bool = False, token: str | No
             export_peft(trainer.engine.adapter_weights(p["id"]), stage / p["id"], base or trainer.model_name,
                         use_rslora=trainer.lora_spec.use_rslora, readme=card)
         (stage / "README.md").write_text(league_card(trainer))
+        (stage / "mixture.json").write_text(json.dumps({"weights": trainer.deployable_mixture(),
+                                                        "base_model": base or str(trainer.model_name)}, indent=2))
         out = Path(trainer.config.output_dir)
         for name in ("match_history.jsonl", "elo.png", "payoff.png"):
             if (out / name).is_file():

@@ -244,9 +244,11 @@ def test_push_league_and_trackers(tiny_model_path, tmp_path, hub, monkeypatch):
     t.push_to_hub("me/league", private=True, endpoint="https://hub.test", token="hf_test")
     t.engine.close()
     files = {op["value"]["path"]: op["value"] for op in commits[-1] if op.get("key") == "file"}
-    assert {"README.md", "match_history.jsonl", "elo.png", "payoff.png",
+    assert {"README.md", "match_history.jsonl", "elo.png", "payoff.png", "mixture.json",
             "main-0/adapter_config.json", "main-0/adapter_model.safetensors", "main-0/README.md",
             "main-1/adapter_model.safetensors"} <= set(files)
+    mixture = json.loads(base64.b64decode(files["mixture.json"]["content"]))
+    assert mixture["weights"] and sum(mixture["weights"].values()) == pytest.approx(1.0)
     card = base64.b64decode(files["README.md"]["content"]).decode()
     assert "## Leaderboard" in card and "## Payoff matrix" in card and "`main-1` ← `main-0`" in card
     player_card = base64.b64decode(files["main-1/README.md"]["content"]).decode()
