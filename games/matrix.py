@@ -3,7 +3,7 @@
 The row player picks a row, the column player a column; the row player wins ``payoff[i][j]`` and
 the column player loses it. Each seat's prompt names its seat and its legal words::
 
-    matrix game: you play the rows. pick one of red blue green:
+    matrix game. pick one of red blue green. you play the rows:
 
 A reply is legal when, stripped, it is exactly one of the seat's words; anything else is an
 invalid move, which forfeits the worst payoff of the offender's seat (the other player gets the
@@ -62,7 +62,8 @@ class MatrixGame:
         return len(self.payoff), len(self.payoff[0])
 
     def prompt(self, seat: int) -> str:
-        return f"matrix game: you play the {SEATS[seat]}. pick one of {' '.join(self.words[seat])}:"
+        # the seat comes last, next to the answer, where a small model reads it best
+        return f"matrix game. pick one of {' '.join(self.words[seat])}. you play the {SEATS[seat]}:"
 
     def seat_of(self, prompt: str) -> int:
         for seat in (0, 1):

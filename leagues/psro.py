@@ -18,7 +18,9 @@ Each round:
   population as a frozen copy, and
   starts again from the base model against the new mixture (``reset_on_join``; a responder that
   went on from its own near-pure policy could no longer find a move it had stopped playing).
-  Otherwise nothing joins: the mixture is not beaten. The window pools enough games for a sharp
+  Otherwise nothing joins: the mixture is not beaten. A responder that has not joined for
+  ``restart_rounds`` rounds starts again from the base model too: a policy gradient can settle
+  on a pure reply that is no best response, and a fresh start is another draw. The window pools enough games for a sharp
   test, and forgets those of a version too old to speak for the current one.
 
 The deployed policy is the meta-strategy over the population's adapters
@@ -51,6 +53,8 @@ class PSROConfig(AutocurriculumConfig):
                                                  "mixture exceeds 0 by join_z standard errors"})
     join_window: int = field(default=4, metadata={"help": "rounds of a responder's games (since it last joined) that "
                                                   "the joining test pools"})
+    restart_rounds: int = field(default=12, metadata={"help": "a responder that has not joined for this many rounds "
+                                                      "starts again from the base model (0 = never)"})
     reset_on_join: bool = field(default=True, metadata={"help": "a responder that joins starts again from the base "
                                                         "model (False: it goes on from its own weights)"})
 
@@ -60,6 +64,8 @@ class PSROConfig(AutocurriculumConfig):
             raise ValueError(f"PSRO needs at least one responder (responders >= 1), got {self.responders}")
         if self.games_per_round < 2 or self.eval_games < 0:
             raise ValueError("games_per_round must be >= 2 (a standard error needs two games) and eval_games >= 0")
+        if self.restart_rounds < 0:
+            raise ValueError(f"restart_rounds must be >= 0 (0 = never), got {self.restart_rounds}")
         if self.join_window < 1:
             raise ValueError(f"join_window must be >= 1 round, got {self.join_window}")
         if not self.join_z >= 0:
@@ -111,6 +117,7 @@ class PSROTrainer(AutocurriculumTrainer):
     def __init__(self, ac_config: PSROConfig | None = None, opponents: list[dict] | None = None, **overrides):
         super().__init__(league_config(ac_config, self.config_class, type(self).__name__), opponents, **overrides)
         self._since_join: dict[str, list[list[float]]] = {}  # responder -> per round, relative rewards since it joined
+        self._tried: dict[str, int] = {}  # responder -> rounds since it last joined or started again
 
     def population(self) -> list[dict]:
         """The restricted game's players: every frozen player (snapshots and anchors)."""
@@ -162,14 +169,21 @@ class PSROTrainer(AutocurriculumTrainer):
             rounds = self._since_join.setdefault(me["id"], [])
             rounds.append(relative_rewards(records, me["id"], members).tolist())
             del rounds[:-self.config.join_window]
+            self._tried[me["id"]] = self._tried.get(me["id"], 0) + 1
             if beats_mixture(np.asarray([r for rnd in rounds for r in rnd]), self.config.join_z):
                 rounds.clear()
+                self._tried[me["id"]] = 0
                 yield snapshot_spec(me, role="population")
                 if self.config.reset_on_join:
                     self.reset_player(me)
+            elif self.config.restart_rounds and self._tried[me["id"]] >= self.config.restart_rounds:
+                rounds.clear()
+                self._tried[me["id"]] = 0
+                self.reset_player(me)
 
     def extra_state(self) -> dict:
-        return {"since_join": {k: [list(r) for r in v] for k, v in self._since_join.items()}}
+        return {"since_join": {k: [list(r) for r in v] for k, v in self._since_join.items()}, "tried": dict(self._tried)}
 
     def load_extra_state(self, state: dict) -> None:
         self._since_join = {k: [[float(x) for x in r] for r in v] for k, v in state.get("since_join", {}).items()}
+        self._tried = {k: int(v) for k, v in state.get("tried", {}).items()}
