@@ -188,7 +188,7 @@ def test_psro_mixture_of_a_matrix_game_falls_below_a_bound(tmp_path):
         got = figures(game, pols, mixture)
         assert base["exploitability_share"] > 0.12
         assert got["exploitability_share"] < 0.06, (got, mixture)
-        assert got["invalid_rate"] < 0.03
+        assert got["invalid_rate"] < 0.05, got
         assert len(trainer.population()) >= 3  # best responses joined
         rows = {r["id"]: r for r in trainer.leaderboard.rows}
         assert all(rows[pid]["deploy"] == pytest.approx(w) for pid, w in mixture.items())
