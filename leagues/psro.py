@@ -15,13 +15,14 @@ Each round:
   most on the mixture (new members first), so the restricted game is measured where it matters;
 * a responder whose mean relative reward against the population, over its games of the last
   ``join_window`` rounds since it last joined, is above 0 by ``join_z`` standard errors joins the
-  population as a frozen copy, and
-  starts again from the base model against the new mixture (``reset_on_join``; a responder that
-  went on from its own near-pure policy could no longer find a move it had stopped playing).
-  Otherwise nothing joins: the mixture is not beaten. A responder that has not joined for
-  ``restart_rounds`` rounds starts again from the base model too: a policy gradient can settle
-  on a pure reply that is no best response, and a fresh start is another draw. The window pools enough games for a sharp
-  test, and forgets those of a version too old to speak for the current one.
+  population as a frozen copy. The window pools enough games for a sharp test and forgets those
+  of a version too old to speak for the current one. Otherwise nothing joins: the mixture is not
+  beaten.
+
+A responder that joins starts again from the base model (``reset_on_join``: one that went on from
+its own near-pure policy could no longer find a move it had stopped playing), and so does one
+that has not joined for ``restart_rounds`` rounds (a policy gradient can settle on a pure reply
+that is no best response; a fresh start is another draw).
 
 The deployed policy is the meta-strategy over the population's adapters
 (``trainer.deployable_mixture()``, ``trainer.export_mixture(folder)``).
