@@ -187,34 +187,27 @@ def main():
         measure(srv, "chat with 200k empty messages", lambda: httpx.post(
             f"{url}/v1/chat/completions", json=chat, timeout=300).status_code)
 
-        def batch_attack():
-            big = {"requests": [{"prompt": "go", "max_tokens": 2000, "ignore_eos": True}] * 4096}
+        def batch_then_victim(n: int, client_timeout: float, victim_s: float, join_s: float) -> str:
+            """A batch of ``n`` requests x 2,000 tokens, then a 2-token request from another client."""
+            big = {"requests": [{"prompt": "go", "max_tokens": 2000, "ignore_eos": True}] * n}
             out = {}
+
             def send():
                 try:
-                    out["status"] = httpx.post(f"{url}/v1/batch/completions", json=big, timeout=25).status_code
+                    out["status"] = httpx.post(f"{url}/v1/batch/completions", json=big,
+                                               timeout=client_timeout).status_code
                 except httpx.TimeoutException:
                     pass
             t = threading.Thread(target=send, daemon=True)
             t.start()
             time.sleep(3)
-            victim = victim_latency(url, 20)
-            t.join(30)
+            victim = victim_latency(url, victim_s)
+            t.join(join_s)
             return f"batch {out.get('status', 'still running (client gave up)')}; {victim}"
-        measure(srv, "batch 4096 x 2000 tokens, then a 2-token request", batch_attack)
+        measure(srv, "batch 4096 x 2000 tokens, then a 2-token request", lambda: batch_then_victim(4096, 25, 20, 30))
         time.sleep(2)
-
-        def full_batch():  # within the default budget: every row for 2,000 tokens
-            fair = {"requests": [{"prompt": "go", "max_tokens": 2000, "ignore_eos": True}] * 64}
-            out = {}
-            t = threading.Thread(target=lambda: out.update(status=httpx.post(
-                f"{url}/v1/batch/completions", json=fair, timeout=600).status_code), daemon=True)
-            t.start()
-            time.sleep(3)
-            victim = victim_latency(url, 200)
-            t.join(600)
-            return f"batch {out.get('status')}; {victim}"
-        measure(srv, "batch 64 x 2000 tokens, then a 2-token request", full_batch)
+        # within the default budget: every row for 2,000 tokens
+        measure(srv, "batch 64 x 2000 tokens, then a 2-token request", lambda: batch_then_victim(64, 600, 200, 600))
 
         def slow_sockets():
             socks = {"idle": open_socket(url, b""), "partial headers": open_socket(url, b"GET /health HTTP/1.1\r\n"),
