@@ -15,7 +15,8 @@ After every epoch, each player of ``trainer.deployable_mixture()`` is read *as p
 as the game parses them, invalid replies forfeiting as in the game) and the mixture's
 exploitability is computed exactly (``played_exploitability``, chips per hand; 0 = Nash, 0.458 =
 uniform). The invalid rate is the mixture's, averaged over the 12 information sets. One JSON line
-per epoch and trainer; the last line holds the final figures.
+per epoch and trainer (the trainer's progress bars, with the time left, go to stderr); the last
+line holds the final figures.
 
 Time on 2 idle cores: about 5 minutes per trainer (96 rounds), plus a 4-minute warm-up on the first run.
 """
@@ -94,7 +95,7 @@ def main(argv=None):
         figures = PlayedFigures(name, args.seed)
         with tempfile.TemporaryDirectory() as out:
             config = cls.config_class(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out,
-                                      progress=False, save_strategy="no", **own)
+                                      save_strategy="no", **own)  # the trainer's bars: rounds, epochs, time left
             trainer = cls(config)
             trainer.train(str(base), kuhn_poker, grpo_config={"learning_rate": LEARNING_RATE}, callbacks=[figures])
             trainer.engine.close()

@@ -18,7 +18,8 @@ After the last round each trainer's ``deployable_mixture()`` is scored as played
 (``autocurricula.eval.matrix``): every player's exact reply distribution at the sampling
 temperature, invalid replies forfeiting, against exact best responses. The figure is the
 exploitability as a share of the game's payoff range (0 = an equilibrium). One JSON line per game
-and trainer, then a summary: median and worst over the games, and the invalid rate.
+and trainer, then a summary: median and worst over the games, and the invalid rate. A
+progress bar on stderr counts the runs, with their rate and the time left.
 
 Time on 2 idle cores: about 40 s per game and trainer (96 rounds), plus a one-time warm-up.
 """
@@ -26,6 +27,7 @@ Time on 2 idle cores: about 40 s per game and trainer (96 rounds), plus a one-ti
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +36,7 @@ import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import FictitiousPlayTrainer, PSROTrainer, SelfPlayTrainer
 from autocurricula.eval.matrix import figures, read_policy
 from autocurricula.games.matrix import random_game
+from tqdm.auto import tqdm
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer, "fictitious": FictitiousPlayTrainer}
 GAMES_PER_ROUND = 128
@@ -111,15 +114,17 @@ def main(argv=None):
     args = parse_args(argv)
     base = warm_base(args)
     rows = []
-    for g in range(args.first_game, args.first_game + args.games):
+    runs = [(g, name) for g in range(args.first_game, args.first_game + args.games) for name in args.trainers.split(",")]
+    bar = tqdm(runs, desc="games x trainers", unit="run", file=sys.stderr)  # rate and time left on stderr
+    for g, name in bar:
         game = random_game(g)
-        for name in args.trainers.split(","):
-            row = run_one(name, game, base, args)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            if args.output:
-                with open(args.output, "a") as fh:
-                    fh.write(json.dumps(row) + "\n")
+        bar.set_postfix_str(f"{game.name} {name}")
+        row = run_one(name, game, base, args)
+        rows.append(row)
+        tqdm.write(json.dumps(row), file=sys.stdout)
+        if args.output:
+            with open(args.output, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
     print(json.dumps({"summary": summary(rows), "epochs": args.epochs, "rounds": args.rounds,
                       "games_per_round": GAMES_PER_ROUND, "seed": args.seed}))
 
