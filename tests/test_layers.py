@@ -134,3 +134,22 @@ def test_no_import_cycle():
 def test_every_module_has_a_layer():
     for name in modules():
         layer(name)
+
+
+def _engine_like(node: ast.AST) -> bool:
+    """``engine`` or ``x.engine`` (any name ending in ``engine``, e.g. ``self.engine``)."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name.lower().endswith("engine")
+
+
+def test_nothing_outside_the_engine_touches_its_internals():
+    found = []
+    for pkg, root in PACKAGES.items():
+        for path in sorted(root.rglob("*.py")):
+            if pkg == "autocurricula" and path.relative_to(root).parts[0] == "engine":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Attribute) and _engine_like(node.value) and (
+                        node.attr == "model" or (node.attr.startswith("_") and not node.attr.startswith("__"))):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: .{node.attr}")
+    assert not found, "engine internals used outside autocurricula/engine/:\n" + "\n".join(found)

@@ -40,12 +40,19 @@ def gemm_ceiling(sizes=(512, 1024, 2048), seconds: float = 0.5) -> float:
     return best
 
 
-def flops_per_token(engine, context: int) -> float:
+def model_config(model: str) -> dict:
+    """The base model's ``config.json`` (a folder or Hub id), read as the engine's loader reads it."""
+    from autocurricula.check_model import resolve
+
+    return json.loads((resolve(model) / "config.json").read_text())
+
+
+def flops_per_token(config: dict, linear_dims: dict, context: int) -> float:
     """Multiply-adds x2 of every linear (incl. the LM head) plus attention over ``context`` tokens."""
-    args = engine.model.args
-    linear = sum(i * o for i, o in engine.linear_dims.values())
-    head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
-    attn = 2 * 2 * context * args.num_attention_heads * head_dim * args.num_hidden_layers
+    linear = sum(i * o for i, o in linear_dims.values())
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    attn = 2 * 2 * context * heads * head_dim * config["num_hidden_layers"]
     return 2 * linear + attn
 
 
@@ -163,19 +170,21 @@ def run(model: str | None = None, hidden: int = 256, layers: int = 4, heads: int
     decode = _decode_rate(engine, prompts, [None] * batch, new_tokens)
     context = len(engine.encode(prompts[0])) + new_tokens // 2 + 4
     ceiling = gemm_ceiling()
+    config = model_config(model)
+    per_token = flops_per_token(config, engine.linear_dims, context)
     result["decode_tok_s"] = round(decode, 1)
-    result["decode_gflops"] = round(decode * flops_per_token(engine, context) / 1e9, 2)
+    result["decode_gflops"] = round(decode * per_token / 1e9, 2)
     result["gemm_ceiling_gflops"] = round(ceiling / 1e9, 2)
-    result["ceiling_fraction"] = round(decode * flops_per_token(engine, context) / ceiling, 3)
+    result["ceiling_fraction"] = round(decode * per_token / ceiling, 3)
     mlx_lm_rate = _mlx_lm_decode_rate(model, [engine.encode(p) for p in prompts], new_tokens)
     result["mlx_lm_decode_tok_s"] = round(mlx_lm_rate, 1)
-    result["mlx_lm_ceiling_fraction"] = round(mlx_lm_rate * flops_per_token(engine, context) / ceiling, 3)
+    result["mlx_lm_ceiling_fraction"] = round(mlx_lm_rate * per_token / ceiling, 3)
 
     # 64 requests over 8 players: engine vs one-adapter-at-a-time with reloads
     n_req, n_players, short = 64, 8, max(8, new_tokens // 2)
     order = [f"p{i % n_players}" for i in range(n_req)]
     engine_rate = _throughput(engine, [prompt] * n_req, order, short, repeats=1)
-    folders = {p: write_mlx_folder(engine.adapter_weights(p), work / p, engine.model.args.num_hidden_layers)
+    folders = {p: write_mlx_folder(engine.adapter_weights(p), work / p, config["num_hidden_layers"])
                for p in sorted(set(order))}
     reload_order = order[: 16] if quick else order
     result["reload_tok_s"] = round(_reload_baseline(model, folders, reload_order, prompt, short), 1)
