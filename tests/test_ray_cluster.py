@@ -1,8 +1,9 @@
 """A two-raylet Ray cluster on one machine, started as docs/cluster.md says (``ray start --head``,
 then ``ray start --address=HEAD:PORT`` with the same ``RAY_AUTH_MODE=token`` and
-``RAY_AUTH_TOKEN``), with every Ray process on 127.0.0.1 only: a node with another token is
-refused, the league trains through one rollout actor on each node, and no Ray process listens
-beyond loopback. Slow (``pytest -m slow tests/test_ray_cluster.py``); skipped without Ray."""
+``RAY_AUTH_TOKEN``), every Ray process on 127.0.0.1 only (``ray_loopback.py`` keeps Ray from
+replacing 127.0.0.1 with the machine's outward address): a node with another token is refused,
+the league trains through one rollout actor on each node, and no Ray process listens beyond
+loopback. Slow (``pytest -m slow tests/test_ray_cluster.py``); skipped without Ray or psutil."""
 
 import json
 import os
@@ -34,8 +35,8 @@ def _free_port() -> int:
 
 
 class Raylets:
-    """The Ray processes this test starts, each in its own process group, stopped by group only (never
-    ``ray stop``, which stops every Ray process of the machine)."""
+    """The Ray processes this test starts, each command in its own process group; stopped by group and
+    descendants only, never with ``ray stop`` (it stops every Ray process of the machine)."""
 
     def __init__(self, token: str):
         # a short root: Ray's unix sockets live under it, and their paths are limited to 107 bytes
