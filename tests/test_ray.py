@@ -1,4 +1,5 @@
-"""RayEngine on a local Ray instance (``ray.init(num_cpus=2)``, 2 rollout actors of the tiny model):
+"""RayEngine on a local Ray instance (``ray.init(num_cpus=2)`` on 127.0.0.1, listening on loopback
+only; 2 rollout actors of the tiny model):
 a league played through the actors, one actor killed mid-round with ``ray.kill``; the round
 completes with no game lost or counted twice, the killed actor's requests retried elsewhere, and
 the restarted actor re-checked and serving again. Skipped when Ray is not installed; the tests that
@@ -14,13 +15,27 @@ from autocurricula.cluster import RayEngine, RayUpdater  # noqa: E402
 from autocurricula.engine import AdapterWeights, LoraSpec, SamplingParams  # noqa: E402
 from autocurricula.engine.fingerprint import BaseModelMismatchError  # noqa: E402
 from helpers import assert_same_adam_updates  # noqa: E402
+from ray_loopback import LOOPBACK, loopback_addresses, sockets  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+    # on 127.0.0.1, so that every Ray process listens on loopback only (ray_loopback.py says why)
+    with loopback_addresses():
+        ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+        yield
+        ray.shutdown()
+
+
+@pytest.mark.slow  # starts a local Ray instance
+def test_the_local_instance_listens_on_loopback_only(local_ray):
+    psutil = pytest.importorskip("psutil")
+    me = psutil.Process()
+    bound = sockets([me, *me.children(recursive=True)])
+    assert {"gcs_server", "raylet"} <= {s["name"] for s in bound}, bound
+    assert [s for s in bound if s["ip"] not in LOOPBACK] == [], bound
+    assert ray.nodes()[0]["NodeManagerAddress"] == "127.0.0.1"
 
 
 @pytest.mark.slow  # a local Ray instance and 3 rounds of a league: about a minute on 2 cores
@@ -41,8 +56,8 @@ def test_a_killed_rollout_actor_loses_no_game_and_comes_back(local_ray, tiny_mod
 
     play.__module__ = digits.__module__
     out = tmp_path / "run"
-    trainer = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=3, games_per_round=6, past_share=0.5,
-                                             output_dir=str(out), progress=False, bt_bootstrap=0, max_tokens=4))
+    trainer = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=3, games_per_round=6, past_share=0.5, output_dir=str(out),
+                                             progress=False, max_tokens=4, ratings={"bt_bootstrap": 0}))
     try:
         trainer.train(str(tiny_model_path), play, servers=rollout)
         history = list(trainer.match_history)
@@ -86,7 +101,6 @@ def test_a_killed_rollout_actor_loses_no_game_and_comes_back(local_ray, tiny_mod
         trainer.engine.close()
 
 
-@pytest.mark.slow  # starts a local Ray instance
 @pytest.mark.slow  # a local Ray instance and 2 learner actors
 def test_learner_actors_give_the_fused_update_and_survive_a_killed_learner(local_ray, tiny_model_path):
     """Players shared out over 2 learner actors, updated in parallel: the same adapters and optimizer
