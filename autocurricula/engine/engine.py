@@ -66,7 +66,7 @@ class EngineConfig:
     stuck_after_s: float = field(default=120.0, metadata={"help": "health reports the engine stuck when one step or job runs longer than this"})
     keep_quantized: bool = field(default=False, metadata={"help": "CPU backend only: keep a quantized or bf16/fp16 base as stored instead of converting it to float32 at load (MLX's CPU quantized and half-precision matmuls are 3-14x slower than float32; float32 takes 8x the memory of 4-bit). Metal and CUDA always keep the stored weights"})
     prefix_cache_mb: float = field(default=64.0, metadata={"help": "memory for KV rows of earlier prompts and completions, reused when a new prompt starts with the same tokens for the same adapter version (chat histories, shared system prompts); least recently used blocks are evicted. 0 turns prefix caching off"})
-    prefix_block: int = field(default=16, metadata={"help": "tokens per prefix-cache block: prefixes are matched and reused in whole blocks"})
+    prefix_block: int = field(default=4, metadata={"help": "tokens per prefix-cache block: prefixes are matched and reused in whole blocks, so a shared instruction is reused up to its last whole block (smaller blocks reach more of it, at more lookup and copy work per token)"})
     cpu_fast_kernels: bool = field(default=True, metadata={"help": "CPU backend only: compute SiLU in SwiGLU MLPs with a compiled rational approximation (within 3e-7 * max(1, |x|) of the exact one) instead of MLX's per-element exp"})
 
     def __post_init__(self):
