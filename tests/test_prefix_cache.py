@@ -242,3 +242,15 @@ def test_a_bfloat16_model_reuses_its_kv_rows_exactly(tiny_model_path, tmp_path):
     finally:
         cached.close()
         plain.close()
+
+
+def test_a_long_prompt_in_the_batch_does_not_stop_short_ones_reusing_their_prefix(engines):
+    cached, plain = engines
+    rng = np.random.default_rng(5)
+    instruction = rng.integers(3, 1000, 12).tolist()
+    _run(cached, [(instruction + rng.integers(3, 1000, 6).tolist(), "a")], max_tokens=2)  # caches it
+    short = [instruction + rng.integers(3, 1000, 6).tolist() for _ in range(3)]
+    jobs = [(rng.integers(3, 1000, 60).tolist(), "a")] + [(p, "a") for p in short]  # the long one: no hit
+    hits = cached.stats["prefix_hit_tokens"]
+    assert _run(cached, jobs) == _run(plain, jobs)  # prefilled in two groups, merged: the same tokens
+    assert cached.stats["prefix_hit_tokens"] - hits == 3 * 12

@@ -60,7 +60,7 @@ class EngineConfig:
     initial_rank: int = field(default=8, metadata={"help": "LoRA rank the stacks start with; grows to the largest adapter loaded (smaller ranks are zero-padded)"})
     max_context: int | None = field(default=None, metadata={"help": "prompt + completion token limit; default: the model's max_position_embeddings (or 4096)"})
     prefill_chunk: int = field(default=512, metadata={"help": "prompt tokens per prefill forward pass (bounds activation memory)"})
-    max_prefill_tokens: int = field(default=8192, metadata={"help": "padded prompt tokens admitted per prefill (bounds memory and the pause of running rows)"})
+    max_prefill_tokens: int = field(default=8192, metadata={"help": "prompt tokens admitted per prefill, cached ones included (bounds memory and the pause of running rows; rows are prefilled in groups of similar length, so padding at most doubles this)"})
     max_wait_steps: int = field(default=32, metadata={"help": "decode steps a request may wait for an adapter slot while requests of resident players pass it; then those queue behind it (no starvation)"})
     preempt_after_steps: int | None = field(default=16, metadata={"help": "fair admission of requests submitted with a group (the server's): when every row is taken and a group has fewer rows than its share, rows of groups above their share that have run this many decode steps are paused and resume later, so a small request waits at most about this many steps for a row. None: never pause"})
     stuck_after_s: float = field(default=120.0, metadata={"help": "health reports the engine stuck when one step or job runs longer than this"})
