@@ -8,8 +8,9 @@ on its own engine in its own worker process, with the same model folder, adapter
 bench`` (64 turns over 8 players, 20-token prompts of 12 shared instruction tokens + 8 new board
 tokens every round, 4 sampled tokens at temperature 1). After one warm-up round each, the settings
 run interleaved, their order alternating every round (A B, B A, ...), so the machine's load hits
-them alike. Prints one JSON line per round, then a summary: per setting the median round time, the
-median, min and max of the paired ratio first setting / this one (above 1: this one is faster),
+them alike. Prints one JSON line per round, then a summary: per setting the median round time
+(wall clock and the worker's process CPU time, steadier on a loaded machine), the median, min and
+max of the paired ratios first setting / this one (above 1: this one is faster),
 the prefix hit rate, and the share of the time spent in prefill, decode steps and prefix-cache
 inserts. ``--long`` adds that many prompts of ``--long-len`` tokens to every round (a mixed-length
 batch, for chunked prefill).
@@ -92,9 +93,9 @@ def worker(spec_path: str, setting: str) -> None:
     params = SamplingParams(max_tokens=spec["new_tokens"], temperature=1.0, ignore_eos=True)
     print(json.dumps({"ready": autocurricula.__file__}), flush=True)
     for line in sys.stdin:
-        before, spent = dict(engine.stats), dict(SPENT)
+        before, spent, cpu = dict(engine.stats), dict(SPENT), time.process_time()
         seconds = run_round(engine, *spec["rounds"][int(line)], params)
-        print(json.dumps({"seconds": seconds, **{k: engine.stats[k] - before[k]
+        print(json.dumps({"seconds": seconds, "cpu_s": time.process_time() - cpu, **{k: engine.stats[k] - before[k]
                                                  for k in ("prefix_hit_tokens", "prefix_query_tokens")},
                           **{p: SPENT[p] - spent.get(p, 0.0) for p in PHASES}}), flush=True)
     engine.close()
@@ -165,11 +166,15 @@ def main() -> None:
         for i, s in enumerate(args.settings):
             times = [r["seconds"] for r in runs[i]]
             ratios = [a / b for a, b in zip(first, times)]
+            cpu_ratios = [a["cpu_s"] / b["cpu_s"] for a, b in zip(runs[0], runs[i])]
             total = sum(times)
             print(json.dumps({s: {
                 "median_s": round(statistics.median(times), 4),
                 "ratio_first_over_this": {"median": round(statistics.median(ratios), 3),
                                           "min": round(min(ratios), 3), "max": round(max(ratios), 3)},
+                "median_cpu_s": round(statistics.median(r["cpu_s"] for r in runs[i]), 4),
+                "cpu_ratio_first_over_this": {"median": round(statistics.median(cpu_ratios), 3),
+                                              "min": round(min(cpu_ratios), 3), "max": round(max(cpu_ratios), 3)},
                 "prefix_hit_rate": round(sum(r["prefix_hit_tokens"] for r in runs[i])
                                          / max(1, sum(r["prefix_query_tokens"] for r in runs[i])), 3),
                 **{f"{p}_share": round(sum(r[p] for r in runs[i]) / total, 3) for p in PHASES}}}))
