@@ -1,19 +1,22 @@
 """Engine settings side by side on the `bench peers` rollout workload, with where a round's time goes.
 
     python research/prefill_ab.py --settings prefix_block=16 prefix_block=4 [--rounds 12]
+    python research/prefill_ab.py --settings src=/tmp/base prefix_block=4 --long 8 --long-len 300
 
-Each setting is ``EngineConfig`` overrides (``key=value``; several joined by ``,``), and optionally
-``src=DIR``, a source tree whose ``autocurricula`` to run (e.g. ``git archive`` of another commit),
-on its own engine in its own worker process, with the same model folder, adapters and prompts as ``bench peers --shape
-bench`` (64 turns over 8 players, 20-token prompts of 12 shared instruction tokens + 8 new board
-tokens every round, 4 sampled tokens at temperature 1). After one warm-up round each, the settings
-run interleaved, their order alternating every round (A B, B A, ...), so the machine's load hits
-them alike. Prints one JSON line per round, then a summary: per setting the median round time
-(wall clock and the worker's process CPU time, steadier on a loaded machine), the median, min and
-max of the paired ratios first setting / this one (above 1: this one is faster),
-the prefix hit rate, and the share of the time spent in prefill, decode steps and prefix-cache
-inserts. ``--long`` adds that many prompts of ``--long-len`` tokens to every round (a mixed-length
-batch, for chunked prefill).
+Each setting is ``EngineConfig`` overrides (``key=value``; several joined by ``,``) and optionally
+``src=DIR``, a source tree whose ``autocurricula`` to run (e.g. ``git archive`` of another commit
+unpacked there). Each runs its own engine in its own worker process on the model folder, adapters
+and prompts of ``bench peers --shape bench`` (64 turns over 8 players, 20-token prompts of 12
+shared instruction tokens + 8 new board tokens every round, 4 sampled tokens at temperature 1).
+``--long N`` adds N prompts of ``--long-len`` tokens to every round, spread among the turns (a
+mixed-length batch). After one warm-up round each, the settings run interleaved, their order
+alternating every round (A B, B A, ...), so the machine's load hits them alike.
+
+Prints one JSON line per round, then per setting: the median round time (wall clock, and the
+worker's process CPU time, steadier on a loaded machine), the median, min and max of the paired
+ratios first setting / this one (above 1: this one is faster), the prefix hit rate, and the shares
+of the wall time spent in prefill, decode steps and retiring finished rows (which copies their KV
+into the prefix cache).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from autocurricula.bench.peers import build_spec, model_folder
 from autocurricula.engine import Engine, EngineConfig, SamplingParams
 from autocurricula.engine import runner, scheduler
 
-PHASES = ("prefill", "decode", "cache_insert")
+PHASES = ("prefill", "decode", "retire")
 SPENT: dict = defaultdict(float)  # phase -> seconds, in a worker
 
 
@@ -52,11 +55,11 @@ def _timed(phase, fn):
 
 
 def profile() -> None:
-    """Time prefill, decode steps and prefix-cache inserts (the scheduler looks the runner's
-    functions up at each call)."""
+    """Time prefill, decode steps and retiring finished rows, which copies their KV into the
+    prefix cache (the scheduler looks the runner's functions up at each call)."""
     runner.prefill = _timed("prefill", runner.prefill)
     runner.decode_step = _timed("decode", runner.decode_step)
-    scheduler.Scheduler._cache_prefixes = _timed("cache_insert", scheduler.Scheduler._cache_prefixes)
+    scheduler.Scheduler.retire = _timed("retire", scheduler.Scheduler.retire)
 
 
 def parse(setting: str) -> tuple[str | None, dict]:
