@@ -374,3 +374,33 @@ def test_submit_many_admits_a_group_together_or_not_at_all(engine):
                             ("too long", None, SamplingParams(max_tokens=10**6))])
     time.sleep(0.2)
     assert engine.stats["completions"] == done  # the valid request was not queued either
+
+
+def test_prefill_groups_rows_of_similar_work():
+    from autocurricula.engine.runner import prefill_groups
+
+    assert prefill_groups([20, 20, 20], [False] * 3) == [[0, 1, 2]]  # one forward, in order
+    # widest first; a row needing at most half its group's width starts a new group
+    assert prefill_groups([20, 300, 8, 160, 150, 20], [False] * 6) == [[1, 3], [4], [0, 5], [2]]
+    assert prefill_groups([4, 3, 4], [False] * 3) == [[0, 1, 2]]  # one group: the rows as given
+    assert prefill_groups([20, 12, 20], [False, True, False]) == [[0, 2], [1]]  # a reused state: alone
+
+
+def test_admission_counts_prompt_tokens_not_the_padded_rectangle(tiny_model_path):
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2, max_batch=8, max_prefill_tokens=100))
+    try:
+        first = {}  # request -> decode step of its first token: rows prefilled together share it
+
+        def note(i):
+            return lambda ev: first.setdefault(i, eng.stats["steps"])
+
+        prompts = [list(range(3, 83))] + [list(range(10 + i, 20 + i)) for i in range(4)]  # 80 + 4 x 10 tokens
+        go = hold(eng)
+        futs = [eng.submit(p, None, SamplingParams(max_tokens=3, **GREEDY), on_token=note(i))
+                for i, p in enumerate(prompts)]
+        go.set()
+        together = [f.result(timeout=120).token_ids for f in futs]
+        assert {i for i, s in first.items() if s == min(first.values())} == {0, 1, 2}  # 80 + 10 + 10 <= 100
+        assert together == [eng.generate(p, None, SamplingParams(max_tokens=3, **GREEDY)).token_ids for p in prompts]
+    finally:
+        eng.close()

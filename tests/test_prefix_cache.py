@@ -85,6 +85,22 @@ def test_a_new_adapter_version_never_reuses_stale_kv(engines, tiny_model_path):
     _load(cached, ["c"], seed=50)
 
 
+def test_a_short_shared_instruction_is_served_from_the_cache_by_default(engines, tiny_model_path):
+    _, plain = engines
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=4))  # the default block
+    try:
+        _load(eng, ["a"])
+        rng = np.random.default_rng(4)
+        instruction = rng.integers(3, 1000, 12).tolist()  # as `bench peers`: 12 shared tokens, new boards
+        for round_ in range(3):
+            jobs = [(instruction + rng.integers(3, 1000, 8).tolist(), "a") for _ in range(8)]
+            hits = eng.stats["prefix_hit_tokens"]
+            assert _run(eng, jobs, max_tokens=4) == _run(plain, jobs, max_tokens=4)
+            assert eng.stats["prefix_hit_tokens"] - hits == (12 * 8 if round_ else 0)
+    finally:
+        eng.close()
+
+
 def test_the_memory_bound_evicts_least_recently_used_blocks(tiny_model_path):
     eng = _engine(tiny_model_path, 2.0)  # a few inserts of the tiny model (32 KB per 4-token block)
     try:
@@ -226,3 +242,15 @@ def test_a_bfloat16_model_reuses_its_kv_rows_exactly(tiny_model_path, tmp_path):
     finally:
         cached.close()
         plain.close()
+
+
+def test_a_long_prompt_in_the_batch_does_not_stop_short_ones_reusing_their_prefix(engines):
+    cached, plain = engines
+    rng = np.random.default_rng(5)
+    instruction = rng.integers(3, 1000, 12).tolist()
+    _run(cached, [(instruction + rng.integers(3, 1000, 6).tolist(), "a")], max_tokens=2)  # caches it
+    short = [instruction + rng.integers(3, 1000, 6).tolist() for _ in range(3)]
+    jobs = [(rng.integers(3, 1000, 60).tolist(), "a")] + [(p, "a") for p in short]  # the long one: no hit
+    hits = cached.stats["prefix_hit_tokens"]
+    assert _run(cached, jobs) == _run(plain, jobs)  # prefilled in two groups, merged: the same tokens
+    assert cached.stats["prefix_hit_tokens"] - hits == 3 * 12

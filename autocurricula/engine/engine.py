@@ -60,13 +60,13 @@ class EngineConfig:
     initial_rank: int = field(default=8, metadata={"help": "LoRA rank the stacks start with; grows to the largest adapter loaded (smaller ranks are zero-padded)"})
     max_context: int | None = field(default=None, metadata={"help": "prompt + completion token limit; default: the model's max_position_embeddings (or 4096)"})
     prefill_chunk: int = field(default=512, metadata={"help": "prompt tokens per prefill forward pass (bounds activation memory)"})
-    max_prefill_tokens: int = field(default=8192, metadata={"help": "padded prompt tokens admitted per prefill (bounds memory and the pause of running rows)"})
+    max_prefill_tokens: int = field(default=8192, metadata={"help": "prompt tokens admitted per prefill, cached ones included (bounds memory and the pause of running rows; rows are prefilled in groups of similar length, so padding at most doubles this)"})
     max_wait_steps: int = field(default=32, metadata={"help": "decode steps a request may wait for an adapter slot while requests of resident players pass it; then those queue behind it (no starvation)"})
     preempt_after_steps: int | None = field(default=16, metadata={"help": "fair admission of requests submitted with a group (the server's): when every row is taken and a group has fewer rows than its share, rows of groups above their share that have run this many decode steps are paused and resume later, so a small request waits at most about this many steps for a row. None: never pause"})
     stuck_after_s: float = field(default=120.0, metadata={"help": "health reports the engine stuck when one step or job runs longer than this"})
     keep_quantized: bool = field(default=False, metadata={"help": "CPU backend only: keep a quantized or bf16/fp16 base as stored instead of converting it to float32 at load (MLX's CPU quantized and half-precision matmuls are 3-14x slower than float32; float32 takes 8x the memory of 4-bit). Metal and CUDA always keep the stored weights"})
     prefix_cache_mb: float = field(default=64.0, metadata={"help": "memory for KV rows of earlier prompts and completions, reused when a new prompt starts with the same tokens for the same adapter version (chat histories, shared system prompts); least recently used blocks are evicted. 0 turns prefix caching off"})
-    prefix_block: int = field(default=16, metadata={"help": "tokens per prefix-cache block: prefixes are matched and reused in whole blocks"})
+    prefix_block: int = field(default=4, metadata={"help": "tokens per prefix-cache block: prefixes are matched and reused in whole blocks, so a shared instruction is reused up to its last whole block (smaller blocks reach more of it, at more lookup and copy work per token)"})
     cpu_fast_kernels: bool = field(default=True, metadata={"help": "CPU backend only: compute SiLU in SwiGLU MLPs with a compiled rational approximation (within 3e-7 * max(1, |x|) of the exact one) instead of MLX's per-element exp"})
 
     def __post_init__(self):

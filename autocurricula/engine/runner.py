@@ -104,33 +104,42 @@ def _sample_rows(engine, rows, logits: mx.array) -> tuple[np.ndarray, np.ndarray
 
 
 def prefill(engine, rows) -> tuple[np.ndarray, np.ndarray, dict, list]:
-    """Run the prompts of ``rows`` (left-padded) and sample each row's first token. Rows whose
-    prompt starts with blocks in the engine's prefix cache start from those KV rows: only the
-    columns after the shortest reusable prefix are computed (one forward over a common suffix
-    width, so a row reuses at most ``len(prompt) - suffix`` cached tokens).
-
-    A model with recurrent layers reuses a prefix only where a block holds the state after it,
-    and a state cannot be recomputed part way: each row that reuses one is prefilled alone, the
-    others together, and the batch caches are then merged in the order of ``rows``."""
+    """Run the prompts of ``rows`` and sample each row's first token. Rows whose prompt starts
+    with blocks in the engine's prefix cache start from those KV rows. Rows are prefilled in
+    groups of similar work (:func:`prefill_groups`), each one forward over its rows' longest
+    uncached suffix, left-padded; the groups' batch caches are then merged in the order of ``rows``."""
     stateful = engine.prefix_cache is not None and _is_stateful(engine.model)
     hits = _prefix_hits(engine, rows, stateful)
-    if not (stateful and len(rows) > 1 and any(hits)):
-        logits, cache = _forward_prompts(engine, rows, hits, stateful)
-    else:
-        groups = [g for g in ([i for i, h in enumerate(hits) if not h],) if g]
-        groups += [[i] for i, h in enumerate(hits) if h]
-        parts = [_forward_prompts(engine, [rows[i] for i in g], [hits[i] for i in g], stateful) for g in groups]
-        cache = parts[0][1]
+    groups = prefill_groups([len(r.context) - sum(b.kv.shape[3] for b in h) for r, h in zip(rows, hits)],
+                            [bool(h) and stateful for h in hits])
+    parts = [_forward_prompts(engine, [rows[i] for i in g], [hits[i] for i in g], stateful) for g in groups]
+    logits, cache = parts[0]
+    if len(parts) > 1:
         for _, more in parts[1:]:
             for mine, new in zip(cache, more):
                 mine.extend(new)
-        order = [i for g in groups for i in g]
-        back = mx.array([order.index(i) for i in range(len(rows))])
+        back = mx.array(np.argsort([i for g in groups for i in g]))
         for c in cache:
             c.filter(back)
         logits = mx.concatenate([lg for lg, _ in parts])[back]
     tokens, logprobs, errors = _sample_rows(engine, rows, logits)
     return tokens, logprobs, errors, cache
+
+
+def prefill_groups(work: list[int], alone: list[bool]) -> list[list[int]]:
+    """Rows (by index) prefilled in one forward each: ``work[i]`` is the columns row ``i`` must
+    compute (its uncached suffix), and a forward computes its widest row's for every row. Rows
+    go widest first, and a row starts a new group where it needs at most half its group's width,
+    so padding never more than doubles a row's work; a group keeps its rows in their order.
+    ``alone[i]``: a row of a recurrent model that reuses a cached state prefills by itself (a
+    state cannot be recomputed part way)."""
+    groups: list[list[int]] = []
+    for i in sorted((i for i in range(len(work)) if not alone[i]), key=lambda i: -work[i]):
+        if groups and 2 * work[i] > work[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return [sorted(g) for g in groups] + [[i] for i in range(len(work)) if alone[i]]  # rows in order within
 
 
 def _forward_prompts(engine, rows, hits, stateful: bool) -> tuple[mx.array, list]:

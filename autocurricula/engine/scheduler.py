@@ -1,6 +1,7 @@
 """Continuous batching: admit queued requests, step the running rows, stream, retire.
 
-Owned by the engine thread. Admission has two budgets (batch rows and padded prefill tokens). A
+Owned by the engine thread. Admission has two budgets (batch rows and prompt tokens per prefill;
+the prefill groups rows of similar length, so short prompts do not pad to a long one's width). A
 request that finds every adapter slot pinned waits; requests of players already in a slot may
 pass it, which keeps batches full, but only for ``max_wait_steps`` decode steps: after that,
 later requests needing a slot wait behind it, so a busy player cannot starve another.
@@ -176,10 +177,10 @@ class Scheduler:
             return
         admitted: list[Row] = []
         waiting: list[Request] = []
-        width, blocked = 0, False
+        budget, blocked = cfg.max_prefill_tokens, False
         for req in self._fair_order():
-            grown = max(width, len(req.prompt_ids) + (len(req.paused.tokens) if req.paused else 0))
-            if len(admitted) >= room or (admitted and grown * (len(admitted) + 1) > cfg.max_prefill_tokens):
+            size = len(req.prompt_ids) + (len(req.paused.tokens) if req.paused else 0)
+            if len(admitted) >= room or (admitted and size > budget):
                 waiting.append(req)
                 continue
             slot, version = 0, 0
@@ -204,7 +205,7 @@ class Scheduler:
             row, req.paused, req.deadline = req.paused or Row(req, slot), None, None  # started: no queue deadline
             row.slot, row.kv_key, row.since = slot, (req.player, version), e.stats["steps"]
             admitted.append(row)
-            width = grown
+            budget -= size
         self.pending = waiting
         if not admitted:
             return
