@@ -314,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=None, help="league: runs of every setting, interleaved "
                    "(default 3, 1 with --quick); round: rounds per side (default 3 at the bench shape, 2 at "
                    "qwen0.5b); figures are medians with their spread")
+    b.add_argument("--games", type=int, default=None, help="round: games per round (default 64, the example's)")
     b.add_argument("--shape", default="bench", choices=["bench", "qwen0.5b"],
                    help="peers, round: the bench model (llama, hidden 256, 4 layers) or a random Qwen2.5-0.5B-shaped one")
     b.add_argument("--torch-device", default="auto", choices=["auto", "cpu", "cuda", "mps"],

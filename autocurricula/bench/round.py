@@ -24,10 +24,11 @@ the game's seed (:func:`scripted_board_game`). Every reply is still generated, r
 and trained on, so both sides play the same boards and the same number of turns.
 
 The sides alternate (A B, B A, ...) with an idle gap before each round, after one small warm-up
-round each. Reported per side: rounds per hour (median, min, max), the time split of a round
-(games, of which vLLM's own generate calls; update; reload), turns per round, the cores the
-process tree kept busy and the threads of each side's processes, and the machine's load;
-``round_vs_vllm_torch_peft`` is the median of the paired rounds' ratios. Without vLLM (not named
+round each (an eighth of the games). Reported per side: rounds per hour (median, min, max), the
+time split of a round (games, of which vLLM's own generate calls; update; reload), turns per
+round, the cores the process tree kept busy and its CPU seconds, the threads of each side's
+processes, and the machine's load. ``round_vs_vllm_torch_peft`` is the median of the paired
+rounds' ratios of seconds, ``cpu_s_vs_vllm_torch_peft`` of CPU seconds. Without vLLM (not named
 by ``--vllm-python`` / ``AUTOCURRICULA_VLLM_PYTHON``, or not importable) only our side runs.
 """
 
@@ -51,14 +52,14 @@ from autocurricula.bench.peers import (PEER_ENV, SHAPES, Worker, _usage, by_path
                                        peer_python, summary, vllm_binding)
 
 LEARNERS = ("main", "main_exploiter", "league_exploiter")
-# one round's 64 games as (X, O) before seats alternate: the main agent plays half its games against
-# the scripted players (the example's anchor_share 0.5), the exploiters play it, the league
-# exploiter also meets the scripted players
+# one round's 64 games as (X, O) before seats alternate, the example's roles: the main agent against
+# the scripted players, itself and the exploiters; the exploiters against the main agent; the
+# league exploiter also against the scripted players
 PAIRINGS = ((("main", "random"), 8), (("main", "minimax"), 8), (("main", "main"), 8),
             (("main", "main_exploiter"), 4), (("main", "league_exploiter"), 4), (("main_exploiter", "main"), 16),
             (("league_exploiter", "main"), 8), (("league_exploiter", "random"), 4),
             (("league_exploiter", "minimax"), 4))
-GAMES, WARMUP_GAMES = 64, 8
+GAMES = 64
 MAX_TOKENS, TEMPERATURE, OPENINGS, RANK = 2, 1.0, (0, 4), 8
 GRPO = {"learning_rate": 2e-3, "epsilon": 0.2, "epsilon_high": 0.2, "temperature": 1.0, "max_grad_norm": 1.0}
 REPEATS = {"bench": 3, "qwen0.5b": 2, "tiny": 1}
@@ -324,26 +325,28 @@ def _timed(side, seed: int, games: int) -> dict:
     load, before, t0 = peers_usage.load_now(), peers_usage.tree_usage(os.getpid()), time.perf_counter()
     out = side.round(seed, games)
     wall, after = time.perf_counter() - t0, peers_usage.tree_usage(os.getpid())
-    out.update(load=load, cores=peers_usage.cores_used(before, after, wall))
+    cores = peers_usage.cores_used(before, after, wall)
+    out.update(load=load, cores=cores, cpu_s=None if cores is None else cores * wall)
     return out
 
 
 def _side_figures(runs: list[dict]) -> dict:
     keys = ("seconds", "games_s", "generate_s", "update_s", "step_s", "save_s", "reload_s", "turns", "tokens",
-            "vllm_cores_during_update")
+            "vllm_cores_during_update", "cpu_s")
     return {"rounds_per_hour": summary([3600.0 / r["seconds"] for r in runs]),
             **{k: summary([r.get(k) for r in runs]) for k in keys}, **_usage(runs)}
 
 
-def run(shape: str = "bench", repeats: int | None = None, games: int = GAMES, warmup_games: int = WARMUP_GAMES,
+def run(shape: str = "bench", repeats: int | None = None, games: int = GAMES, warmup_games: int | None = None,
         vllm_python: str | None = None, gap: float = GAP_S) -> dict:
     """Rounds of both sides at ``shape``, alternating, ``repeats`` each after one warm-up round of
-    ``warmup_games`` (see the module docstring). ``vllm_python``: the python of vLLM's virtual
+    ``warmup_games`` (default an eighth of ``games``, at least 2; see the module docstring). ``vllm_python``: the python of vLLM's virtual
     environment (else ``$AUTOCURRICULA_VLLM_PYTHON``); without a working one
     ``result["vllm_torch_peft"]["skipped"]`` says why and only our side runs."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; choose one of {sorted(SHAPES)}")
     repeats = repeats or REPEATS[shape]
+    warmup_games = warmup_games or max(2, games // 8)
     python, why = peer_python("vllm", vllm_python)
     if python is None:
         _progress(f"skipping the vLLM + torch + peft side: {why}")
@@ -395,6 +398,8 @@ def run(shape: str = "bench", repeats: int | None = None, games: int = GAMES, wa
                                      "startup_s": {k: v["startup_s"] for k, v in ready.items()}}
         result["round_vs_vllm_torch_peft"] = summary([b["seconds"] / a["seconds"]
                                                       for a, b in zip(runs["ours"], theirs)])
+        result["cpu_s_vs_vllm_torch_peft"] = summary([None if None in (a["cpu_s"], b["cpu_s"]) else b["cpu_s"] / a["cpu_s"]
+                                                      for a, b in zip(runs["ours"], theirs)])
         result["goal"] = GOAL
     result["load"] = summary(loads)
     result["seconds"] = round(time.perf_counter() - t_start, 1)
@@ -411,7 +416,8 @@ def format_table(r: dict) -> str:
              f"{r['max_tokens']} tokens per turn at temperature {r['temperature']:g}, then one GRPO step of every "
              f"learner, LoRA r={r['lora_rank']} all-linear  |  {r['repeats']} rounds per side, alternating, "
              f"{r['gap_s']:g} s idle before each, {r['cpu_count']} cores, {r['seconds']} s", ""]
-    cols = ("rounds/h", "s/round", "games s", "generate s", "update s", "reload s", "turns", "cores", "threads")
+    cols = ("rounds/h", "s/round", "games s", "generate s", "update s", "reload s", "turns", "cores", "CPU s",
+            "threads")
     lines.append(f"{'':<18}" + "".join(f"{c:>22}" if i == 0 else f"{c:>11}" for i, c in enumerate(cols)))
     for name, label in (("ours", "ours"), ("vllm_torch_peft", "vllm+torch+peft")):
         s = r[name]
@@ -421,12 +427,15 @@ def format_table(r: dict) -> str:
         cells = [_span(s["rounds_per_hour"], ".0f")] + [
             "-" if s[k]["median"] is None else f"{s[k]['median']:.3g}"
             for k in ("seconds", "games_s", "generate_s", "update_s", "reload_s", "turns")]
-        cells += ["-" if s["cores"]["median"] is None else f"{s['cores']['median']:.2f}", str(s["threads_max"])]
+        cells += ["-" if s[k]["median"] is None else f"{s[k]['median']:{f}}" for k, f in (("cores", ".2f"), ("cpu_s", ".3g"))]
+        cells.append(str(s["threads_max"]))
         lines.append(f"{label:<18}" + "".join(f"{c:>22}" if i == 0 else f"{c:>11}" for i, c in enumerate(cells)))
     if "round_vs_vllm_torch_peft" in r:
         ratio = r["round_vs_vllm_torch_peft"]
         ok = "ok" if (ratio["median"] or 0) >= r["goal"] else "below goal"
-        lines += ["", f"round_vs_vllm_torch_peft: {_span(ratio)}   goal >= {r['goal']:g} ({ok})"]
+        lines += ["", f"round_vs_vllm_torch_peft: {_span(ratio)}   goal >= {r['goal']:g} ({ok})",
+                  f"cpu_s_vs_vllm_torch_peft: {_span(r['cpu_s_vs_vllm_torch_peft'])}   (CPU seconds per round, theirs / "
+                  f"ours: the work, less the share of a loaded machine each side got)"]
         t = r["vllm_torch_peft"]
         lines.append(f"  vLLM {t['version']}: OpenMP threads bound to cores {t['binding']['omp_cores']}, cores kept "
                      f"for its scheduler {t['binding']['reserved_cores']}, torch threads {t['vllm_torch_threads']}; "
@@ -436,11 +445,12 @@ def format_table(r: dict) -> str:
                      f"(+ turns sent to the worker), vLLM's idle processes meanwhile "
                      f"{_span(t['vllm_cores_during_update'], '.2f')} cores; reload = vLLM add_lora of the new adapters")
     lines.append(f"load average (1 min) during the rounds: {_span(r['load'], '.2f')}")
-    lines.append("cores: CPU seconds of this process tree (both sides' workers) per wall second of the side's round; "
-                 "threads: ours, this process; vllm+torch+peft, the vLLM and torch workers' process trees")
+    lines.append("cores: CPU seconds of this process tree (both sides' workers) per wall second of the side's round "
+                 "(CPU s: per round); threads: ours, this process; vllm+torch+peft, the vLLM and torch workers' "
+                 "process trees")
     return "\n".join(lines)
 
 
 def main(args) -> None:
-    r = run(shape=args.shape, repeats=args.repeats, vllm_python=args.vllm_python)
+    r = run(shape=args.shape, repeats=args.repeats, games=args.games or GAMES, vllm_python=args.vllm_python)
     print(json.dumps(r) if args.json else format_table(r))
