@@ -315,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 3, 1 with --quick); round: rounds per side (default 3 at the bench shape, 2 at "
                    "qwen0.5b); figures are medians with their spread")
     b.add_argument("--games", type=int, default=None, help="round: games per round (default 64, the example's)")
+    b.add_argument("--torch-threads", type=int, default=None, help="round: threads of the torch + peft update "
+                   "(default: every core)")
     b.add_argument("--shape", default="bench", choices=["bench", "qwen0.5b"],
                    help="peers, round: the bench model (llama, hidden 256, 4 layers) or a random Qwen2.5-0.5B-shaped one")
     b.add_argument("--torch-device", default="auto", choices=["auto", "cpu", "cuda", "mps"],

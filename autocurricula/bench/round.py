@@ -252,13 +252,14 @@ class VllmTorchPeft:
 
     name = "vllm_torch_peft"
 
-    def __init__(self, python: str, model: str, adapters: dict[str, str], work: Path, warmup: list[int]):
+    def __init__(self, python: str, model: str, adapters: dict[str, str], work: Path, warmup: list[int],
+                 torch_threads: int):
         from transformers import AutoTokenizer
 
         self.work = work
         spec = {"model": model, "learners": list(LEARNERS), "adapters": adapters, "rank": RANK, "seed": 0,
                 "max_model_len": 64, "max_num_seqs": 128, "warmup": warmup, "grpo": dict(GRPO),
-                "torch_device": "cpu", "mlx_gpu": False}
+                "torch_device": "cpu", "mlx_gpu": False, "torch_threads": torch_threads}
         spec_path = work / "round-spec.json"
         spec_path.write_text(json.dumps(spec))
         self.workers: list[Worker] = []
@@ -338,11 +339,12 @@ def _side_figures(runs: list[dict]) -> dict:
 
 
 def run(shape: str = "bench", repeats: int | None = None, games: int = GAMES, warmup_games: int | None = None,
-        vllm_python: str | None = None, gap: float = GAP_S) -> dict:
+        vllm_python: str | None = None, gap: float = GAP_S, torch_threads: int | None = None) -> dict:
     """Rounds of both sides at ``shape``, alternating, ``repeats`` each after one warm-up round of
-    ``warmup_games`` (default an eighth of ``games``, at least 2; see the module docstring). ``vllm_python``: the python of vLLM's virtual
-    environment (else ``$AUTOCURRICULA_VLLM_PYTHON``); without a working one
-    ``result["vllm_torch_peft"]["skipped"]`` says why and only our side runs."""
+    ``warmup_games`` (default an eighth of ``games``, at least 2; see the module docstring).
+    ``vllm_python``: the python of vLLM's virtual environment (else ``$AUTOCURRICULA_VLLM_PYTHON``);
+    without a working one ``result["vllm_torch_peft"]["skipped"]`` says why and only our side runs.
+    ``torch_threads``: the torch + peft update's threads (default: every core, torch's own default)."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; choose one of {sorted(SHAPES)}")
     repeats = repeats or REPEATS[shape]
@@ -361,7 +363,8 @@ def run(shape: str = "bench", repeats: int | None = None, games: int = GAMES, wa
             from autocurricula.games import tictactoe
 
             warmup = sides[0].engine.encode(tictactoe.render_prompt(tictactoe.EMPTY_BOARD, "X"))
-            sides.append(VllmTorchPeft(python, str(model), adapters, work, warmup))
+            threads = torch_threads or os.cpu_count() or 1
+            sides.append(VllmTorchPeft(python, str(model), adapters, work, warmup, threads))
         for s in sides:  # round 0: a small warm-up round (first shapes, first adapter loads)
             s.round(0, warmup_games)
             _progress(f"{s.name}: warm-up round done")
@@ -398,8 +401,8 @@ def run(shape: str = "bench", repeats: int | None = None, games: int = GAMES, wa
                                      "startup_s": {k: v["startup_s"] for k, v in ready.items()}}
         result["round_vs_vllm_torch_peft"] = summary([b["seconds"] / a["seconds"]
                                                       for a, b in zip(runs["ours"], theirs)])
-        result["cpu_s_vs_vllm_torch_peft"] = summary([None if None in (a["cpu_s"], b["cpu_s"]) else b["cpu_s"] / a["cpu_s"]
-                                                      for a, b in zip(runs["ours"], theirs)])
+        result["cpu_s_vs_vllm_torch_peft"] = summary([None if None in (a["cpu_s"], b["cpu_s"])
+                                                      else b["cpu_s"] / a["cpu_s"] for a, b in zip(runs["ours"], theirs)])
         result["goal"] = GOAL
     result["load"] = summary(loads)
     result["seconds"] = round(time.perf_counter() - t_start, 1)
@@ -427,7 +430,8 @@ def format_table(r: dict) -> str:
         cells = [_span(s["rounds_per_hour"], ".0f")] + [
             "-" if s[k]["median"] is None else f"{s[k]['median']:.3g}"
             for k in ("seconds", "games_s", "generate_s", "update_s", "reload_s", "turns")]
-        cells += ["-" if s[k]["median"] is None else f"{s[k]['median']:{f}}" for k, f in (("cores", ".2f"), ("cpu_s", ".3g"))]
+        cells += ["-" if s[k]["median"] is None else f"{s[k]['median']:{f}}"
+                  for k, f in (("cores", ".2f"), ("cpu_s", ".3g"))]
         cells.append(str(s["threads_max"]))
         lines.append(f"{label:<18}" + "".join(f"{c:>22}" if i == 0 else f"{c:>11}" for i, c in enumerate(cells)))
     if "round_vs_vllm_torch_peft" in r:
@@ -452,5 +456,6 @@ def format_table(r: dict) -> str:
 
 
 def main(args) -> None:
-    r = run(shape=args.shape, repeats=args.repeats, games=args.games or GAMES, vllm_python=args.vllm_python)
+    r = run(shape=args.shape, repeats=args.repeats, games=args.games or GAMES, vllm_python=args.vllm_python,
+            torch_threads=args.torch_threads)
     print(json.dumps(r) if args.json else format_table(r))

@@ -27,6 +27,7 @@ def setup_torch_peft_round(spec: dict):
     names = spec["learners"]
     model = _peft_model({"model": spec["model"], "player_names": names,
                          "adapters": {n: {"peft": spec["adapters"][n]} for n in names}}, trainable=True, device=device)
+    torch.set_num_threads(spec["torch_threads"])  # after _torch(), which sets every core; --torch-threads
     cfg = spec["grpo"]
     params = {n: [p for k, p in model.named_parameters() if f".{n}." in k and "lora_" in k] for n in names}
     optims = {n: torch.optim.AdamW(params[n], lr=cfg["learning_rate"], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
