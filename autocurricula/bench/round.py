@@ -81,7 +81,8 @@ def schedule(games: int) -> list[tuple[str, str]]:
     return [(pairs[i % len(pairs)] if i % 2 == 0 else pairs[i % len(pairs)][::-1]) for i in range(games)]
 
 
-def players() -> dict[str, dict]:
+def roster() -> dict[str, dict]:
+    """The round's players by id: the three learners and the scripted random and minimax players."""
     from autocurricula.games import tictactoe
 
     out = {n: {"id": n} for n in LEARNERS}
@@ -112,7 +113,7 @@ def play_round(engine, seed: int, games: int) -> list:
     from autocurricula.arena import Arena, run_async
     from autocurricula.records import GameRecord
 
-    who = players()
+    who = roster()
     todo = [(scripted_board_game, [who[x], who[o]], GameRecord(f"r{seed}-g{i}", [who[x], who[o]]), "tictactoe")
             for i, (x, o) in enumerate(schedule(games))]
     arena = Arena(engine, seed=seed, temperature=TEMPERATURE, max_tokens=MAX_TOKENS)
