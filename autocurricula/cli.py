@@ -176,6 +176,8 @@ def _bench(args) -> None:
         from autocurricula.bench.peers import main
     elif args.what == "league":
         from autocurricula.bench.league import main
+    elif args.what == "round":
+        from autocurricula.bench.round import main
     else:
         from autocurricula.bench.train import main
     main(args)
@@ -301,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_check_model)
 
     b = sub.add_parser("bench", help="benchmarks (ratios measured side by side)")
-    b.add_argument("what", choices=["engine", "train", "peers", "league"])
+    b.add_argument("what", choices=["engine", "train", "peers", "league", "round"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--model", default=None, help="model id/folder instead of the tiny bench model")
     b.add_argument("--hidden", type=int, default=256)
@@ -310,13 +312,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--new-tokens", type=int, default=48)
     b.add_argument("--quick", action="store_true", help="fewer repeats (CI smoke run)")
     b.add_argument("--repeats", type=int, default=None, help="league: runs of every setting, interleaved "
-                   "(default 3, 1 with --quick); figures are medians with their spread")
+                   "(default 3, 1 with --quick); round: rounds per side (default 3 at the bench shape, 2 at "
+                   "qwen0.5b); figures are medians with their spread")
+    b.add_argument("--games", type=int, default=None, help="round: games per round (default 64, the example's)")
+    b.add_argument("--torch-threads", type=int, default=None, help="round: threads of the torch + peft update "
+                   "(default: every core)")
     b.add_argument("--shape", default="bench", choices=["bench", "qwen0.5b"],
-                   help="peers: the bench model (llama, hidden 256, 4 layers) or a random Qwen2.5-0.5B-shaped one")
+                   help="peers, round: the bench model (llama, hidden 256, 4 layers) or a random Qwen2.5-0.5B-shaped one")
     b.add_argument("--torch-device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
                    help="peers: where the torch + peft sides run (auto: cpu when MLX runs on its CPU backend, "
                         "else the GPU torch sees)")
-    b.add_argument("--vllm-python", default=None, help="peers: python of a virtual environment with vLLM "
+    b.add_argument("--vllm-python", default=None, help="peers, round: python of a virtual environment with vLLM "
                    "(else $AUTOCURRICULA_VLLM_PYTHON); the vLLM side is skipped without one")
     b.add_argument("--mlx-lm-lora-python", default=None, help="peers: python of a virtual environment with "
                    "mlx-lm-lora (else $AUTOCURRICULA_MLX_LM_LORA_PYTHON); its side is skipped without one")
