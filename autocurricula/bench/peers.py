@@ -91,9 +91,10 @@ PEER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB of KV cache; vLLM's CPU backen
 # --workload multiturn, per shape: two-seat conversations over the players, ``turns`` turns each; a
 # prompt opens with ``instruction`` shared tokens and ``context`` tokens of its own, and every later
 # turn adds the previous completion (``new_tokens``, greedy) and a ``message`` (bench: 64 prompt
-# tokens at turn 1, 224 at turn 6).
+# tokens at turn 1, 224 at turn 6; the 0.5B shape plays fewer and shorter conversations, as a
+# token there costs about 20x the bench shape's).
 MULTITURN = {"bench": dict(conversations=16, turns=6, instruction=32, context=32, message=8, new_tokens=24),
-             "qwen0.5b": dict(conversations=16, turns=6, instruction=32, context=32, message=8, new_tokens=24),
+             "qwen0.5b": dict(conversations=8, turns=4, instruction=32, context=32, message=8, new_tokens=16),
              "tiny": dict(conversations=4, turns=3, instruction=16, context=8, message=4, new_tokens=8)}
 MULTITURN_QUICK = dict(conversations=4, turns=3, instruction=16, context=8, message=4, new_tokens=8)
 MULTITURN_ROUNDS = {"bench": 6, "qwen0.5b": 2, "tiny": 1}
