@@ -31,6 +31,10 @@ see :func:`peers_torch.resolve_device`). torch workers never import ``autocurric
 preload slows torch ~2x); the MLX sides (ours and mlx-lm) share the preloaded OpenBLAS. ``prefix_hit_rate`` is the share of prompt
 tokens the engine served from a prefix cache (``engine.stats["prefix_hit_tokens"]`` when the
 engine counts them; 0.0 and a note otherwise).
+
+``--workload multiturn`` (:func:`run_multiturn`) plays growing two-seat conversations instead
+(:mod:`peers_multiturn`): ``engine``, ``peft_mixed`` and ``vllm`` where it can run, greedy, turn
+level by turn level, with each side's prefix-cache hit rate and its agreement with the engine.
 """
 
 from __future__ import annotations
