@@ -327,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--mlx-lm-lora-python", default=None, help="peers: python of a virtual environment with "
                    "mlx-lm-lora (else $AUTOCURRICULA_MLX_LM_LORA_PYTHON); its side is skipped without one")
     b.add_argument("--peers-only", action="store_true", help="peers: only the vLLM and mlx-lm-lora sides")
+    b.add_argument("--workload", default="single", choices=["single", "multiturn"],
+                   help="peers: single (64 independent turns a round) or multiturn (conversations whose prompts "
+                        "grow turn by turn: engine, peft mixed and vLLM, with prefix-cache hit rates)")
     b.set_defaults(func=_bench)
     return p
 

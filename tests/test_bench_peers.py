@@ -347,3 +347,146 @@ def test_real_peer_agrees_with_ours(tmp_path, name):
         assert all(m["equal"] == m["rows"] == 8 for m in p["greedy_agreement"].values()), p["greedy_agreement"]
     else:
         assert p["first_step"]["agree"], p["first_step"]
+
+
+# ---------------------------------------------------------------- the multi-turn workload
+def _multiturn_spec(tmp_path, rounds=1, **kw):
+    from autocurricula.bench import peers
+
+    shape = {**peers.MULTITURN["tiny"], **kw}
+    return peers.build_multiturn_spec(tmp_path, peers.model_folder("tiny"), players=4, rounds=rounds, **shape)
+
+
+def test_multiturn_prompts_extend_the_previous_turn_in_dependency_order():
+    """Turn k's prompt is turn k-1's prompt, that turn's completion and a new message; the seats
+    alternate; turn k of every conversation is asked only after turn k-1 of all of them."""
+    from autocurricula.bench.peers_multiturn import agreement, hit_rates, longest, play
+
+    convs = [{"players": ["a", "b"], "opening": [1, 2], "messages": [[3], [4]]},
+             {"players": ["c", "a"], "opening": [5, 6], "messages": [[7], [8]]}]
+    calls = []
+
+    def generate(prompts, players):
+        calls.append(([list(p) for p in prompts], players))
+        return [[100 + len(calls), 200 + i] for i in range(len(prompts))], len(calls)
+
+    r = play(convs, generate)
+    assert [c[1] for c in calls] == [["a", "c"], ["b", "a"], ["a", "c"]]
+    assert calls[0][0] == [[1, 2], [5, 6]]
+    assert calls[1][0] == [[1, 2, 101, 200, 3], [5, 6, 101, 201, 7]]
+    assert calls[2][0] == [[1, 2, 101, 200, 3, 102, 200, 4], [5, 6, 101, 201, 7, 102, 201, 8]]
+    assert r["tokens"] == 12 and r["completions"][1] == [[101, 201], [102, 201], [103, 201]]
+    assert [x["prompt_tokens"] for x in r["levels"]] == [4, 10, 16]
+    assert longest(convs, 2) == 2 + 2 + 3 * 2
+    assert hit_rates(r["levels"]) == {"all": 6 / 30, "first": 1 / 4, "later": 5 / 26}
+    assert hit_rates([{"prompt_tokens": 4, "hit_tokens": None}])["all"] is None
+    other = [[c[0], [0]] + c[2:] for c in r["completions"]]
+    other[0][0] = [9]
+    assert agreement(r["completions"], other) == {"equal": 3, "rows": 6, "first_equal": 1, "first_rows": 2}
+
+
+def test_multiturn_spec_is_seeded_and_new_every_round(tmp_path):
+    from autocurricula.bench import peers
+
+    spec = _multiturn_spec(tmp_path / "a", rounds=2)
+    again = _multiturn_spec(tmp_path / "b", rounds=2)
+    assert spec["conversations"] == again["conversations"] and spec["workload"] == "multiturn"
+    runs = spec["conversations"]
+    assert len(runs) == 3 and all(len(r) == 4 for r in runs)
+    openings = [tuple(c["opening"]) for r in runs for c in r]
+    assert len(set(openings)) == len(openings) and len({o[:16] for o in openings}) == 1  # shared instruction
+    assert all(len(c["messages"]) == 2 and len(c["messages"][0]) == 4 for r in runs for c in r)
+    assert spec["max_len"] == 24 + 2 * 4 + 3 * 8
+    assert peers.seat_pairs(4, ["p0", "p1"]) == [["p0", "p1"], ["p1", "p0"], ["p0", "p0"], ["p1", "p1"]]
+    assert peers.seat_pairs(3, ["p0", "p1", "p2", "p3"]) == [["p0", "p1"], ["p1", "p2"], ["p2", "p3"]]
+
+
+def test_multiturn_engine_reuses_earlier_turns_and_gives_the_uncached_tokens(tmp_path):
+    """On the engine side the prompts grow, turns 2 and later are partly served from the prefix
+    cache, and the greedy completions equal those of a fresh engine without a prefix cache."""
+    from autocurricula.bench import peers
+    from autocurricula.bench.peers_multiturn import agreement, hit_rates
+
+    spec = _multiturn_spec(tmp_path)
+    run, _ = peers.setup_engine(spec)
+    r = run(1)
+    lengths = [x["prompt_tokens"] for x in r["levels"]]
+    assert lengths == sorted(lengths) and lengths[0] < lengths[-1]
+    assert r["tokens"] == 4 * 3 * 8
+    assert hit_rates(r["levels"])["later"] > 0
+    cold, _ = peers.setup_engine(dict(spec, prefix_cache_mb=0))
+    c = cold(1)
+    assert hit_rates(c["levels"])["all"] == 0
+    a = agreement(r["completions"], c["completions"])
+    assert a["equal"] == a["rows"] == 12, a
+
+
+def test_multiturn_peft_mixed_agrees_with_the_engine(tmp_path):
+    """peft's mixed-adapter greedy generate on the same conversations gives the engine's tokens
+    and counts no prefix hits."""
+    _needs_torch()
+    from autocurricula.bench import peers, peers_torch
+    from autocurricula.bench.peers_multiturn import agreement
+
+    spec = _multiturn_spec(tmp_path)
+    ours, _ = peers.setup_engine(spec)
+    theirs, info = peers_torch.setup_peft_mixed(spec)
+    a, b = ours(1), theirs(1)
+    assert info["torch_device"] == "cpu" and b["tokens"] == a["tokens"]
+    assert all(x["hit_tokens"] is None for x in b["levels"])
+    assert agreement(a["completions"], b["completions"])["first_equal"] == 4
+
+
+def test_multiturn_run_reports_each_side(tmp_path, no_peer_env, monkeypatch):
+    """The parent's figures from the sides' runs: seconds, tokens, hit rates, paired ratios,
+    greedy agreement; a side without a prefix cache shows n/a; vLLM not named is skipped."""
+    from autocurricula.bench import peers
+
+    def fake_rounds(sides, spec_path, log_dir, reps, timeout, **kw):
+        assert kw["alternate"] and tuple(sides) == ("engine", "peft_mixed")
+        spec = json.loads(Path(spec_path).read_text())
+        assert spec["workload"] == "multiturn" and spec["prefix_cache_mb"] == 1024
+        comp = [[[7] * 8] * 3] * 4
+        levels = {"engine": [{"prompt_tokens": 96, "hit_tokens": 64}, {"prompt_tokens": 144, "hit_tokens": 72}],
+                  "peft_mixed": [{"prompt_tokens": 96, "hit_tokens": None}, {"prompt_tokens": 144, "hit_tokens": None}]}
+        runs = {s: [{"seconds": sec, "tokens": 96, "levels": levels[s], "completions": comp, "load": 1.0, "cores": 1.0,
+                     "threads": 3} for sec in (1.0, 2.0)] for s in sides}
+        runs["peft_mixed"][0]["seconds"] = 4.0
+        return {s: {"startup_s": 1.0} for s in sides}, runs
+
+    monkeypatch.setattr(peers, "_rounds", fake_rounds)
+    r = peers.run_multiturn("tiny", reps=2)
+    assert r["ratios"]["engine_vs_peft_mixed"] == {"median": 2.5, "min": 1.0, "max": 4.0}
+    assert r["prefix_hit_rate"]["engine"]["later"]["median"] == 0.5
+    assert r["prefix_hit_rate"]["peft_mixed"]["all"]["median"] is None
+    assert r["agreement"]["peft_mixed"] == {"equal": 24, "rows": 24, "first_equal": 8, "first_rows": 8}
+    assert r["tokens_per_round"]["engine"] == {"completion": 96, "prompt": 240}
+    assert peers.multiturn_problems(r) == []
+    table = peers.format_multiturn(r)
+    assert "engine_vs_peft_mixed" in table and "n/a" in table and "vllm: skipped: not named" in table
+    r["agreement"]["peft_mixed"]["first_equal"] = 7
+    assert peers.multiturn_problems(r) == ["peft_mixed: greedy tokens of first turns differ from the engine's"]
+
+
+def test_cli_workload_flag():
+    from autocurricula.cli import build_parser
+
+    assert build_parser().parse_args(["bench", "peers"]).workload == "single"
+    assert build_parser().parse_args(["bench", "peers", "--workload", "multiturn"]).workload == "multiturn"
+
+
+@pytest.mark.slow
+def test_multiturn_vllm_agrees_with_the_engine(tmp_path):
+    """With ``AUTOCURRICULA_VLLM_PYTHON`` named, vLLM plays 4 conversations of 3 turns on the bench
+    model: its greedy tokens equal the engine's on every turn and it reports its prefix hits."""
+    from autocurricula.bench import peers
+
+    python, why = peers.peer_python("vllm")
+    if python is None:
+        pytest.skip(f"vllm: {why}")
+    r = peers.run_multiturn("bench", quick=True, pythons={"vllm": python}, gap=0.5, sides=("engine",))
+    a = r["agreement"]["vllm"]
+    assert a["equal"] == a["rows"] == 12, a
+    assert r["ratios"]["engine_vs_vllm"]["median"] > 0
+    assert r["prefix_hit_rate"]["vllm"]["all"]["median"] is not None
+    assert r["prefix_hit_rate"]["engine"]["later"]["median"] > 0

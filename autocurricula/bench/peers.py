@@ -31,6 +31,10 @@ see :func:`peers_torch.resolve_device`). torch workers never import ``autocurric
 preload slows torch ~2x); the MLX sides (ours and mlx-lm) share the preloaded OpenBLAS. ``prefix_hit_rate`` is the share of prompt
 tokens the engine served from a prefix cache (``engine.stats["prefix_hit_tokens"]`` when the
 engine counts them; 0.0 and a note otherwise).
+
+``--workload multiturn`` (:func:`run_multiturn`) plays growing two-seat conversations instead
+(:mod:`peers_multiturn`): ``engine``, ``peft_mixed`` and ``vllm`` where it can run, greedy, turn
+level by turn level, with each side's prefix-cache hit rate and its agreement with the engine.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from pathlib import Path
 import numpy as np
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx, for the MLX workers)
-from autocurricula.bench import peers_mlx_lm_lora, peers_torch, peers_usage, peers_vllm
+from autocurricula.bench import peers_mlx_lm_lora, peers_multiturn, peers_torch, peers_usage, peers_vllm
 
 ROLLOUT_SIDES = ("engine", "peft_mixed", "peft_set_adapter", "mlx_lm_reload")
 UPDATE_SIDES = ("update", "torch_peft_update")
@@ -88,6 +92,19 @@ PEER_ROUNDS = {"bench": {"vllm": 12, "mlx_lm_lora": 5}, "qwen0.5b": {"vllm": 3, 
 PEER_GOALS = {"engine_vs_vllm": 2.0, "update_vs_mlx_lm_lora": 1.3}
 PEER_GAP_S = 2.0  # idle before each run of the peer phases
 PEER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB of KV cache; vLLM's CPU backend needs it set
+# --workload multiturn, per shape: two-seat conversations over the players, ``turns`` turns each; a
+# prompt opens with ``instruction`` shared tokens and ``context`` tokens of its own, and every later
+# turn adds the previous completion (``new_tokens``, greedy) and a ``message`` (bench: 64 prompt
+# tokens at turn 1, 224 at turn 6; the 0.5B shape plays fewer and shorter conversations, as a
+# token there costs about 20x the bench shape's).
+MULTITURN = {"bench": dict(conversations=16, turns=6, instruction=32, context=32, message=8, new_tokens=24),
+             "qwen0.5b": dict(conversations=8, turns=4, instruction=32, context=32, message=8, new_tokens=16),
+             "tiny": dict(conversations=4, turns=3, instruction=16, context=8, message=4, new_tokens=8)}
+MULTITURN_QUICK = dict(conversations=4, turns=3, instruction=16, context=8, message=4, new_tokens=8)
+MULTITURN_ROUNDS = {"bench": 6, "qwen0.5b": 2, "tiny": 1}
+MULTITURN_SIDES = ("engine", "peft_mixed")  # then vLLM where it can run
+# the engine's prefix cache for the multi-turn workload: the memory vLLM gets for its KV cache
+MULTITURN_PREFIX_CACHE_MB = 1024.0
 GRPO = {"learning_rate": 1e-4, "epsilon": 0.2, "epsilon_high": 0.2, "temperature": 1.0, "max_grad_norm": 1.0}
 # relative agreement of the first step's loss and per-player gradient norms; on a GPU both sides run
 # their float32 matmuls as TF32 (10-bit mantissa), which moves both by about 1e-3
@@ -187,6 +204,34 @@ def build_spec(work: Path, model: Path, turns: int, players: int, prompt_len: in
             "mlx_gpu": mx.default_device().type == mx.DeviceType.gpu}
 
 
+def seat_pairs(conversations: int, names: list[str]) -> list[list[str]]:
+    """The two players of each conversation: ``names[c]`` against the next player, then the one
+    after next on a second lap, so one player meets several others."""
+    n = len(names)
+    return [[names[c % n], names[(c + 1 + c // n) % n]] for c in range(conversations)]
+
+
+def build_multiturn_spec(work: Path, model: Path, conversations: int, players: int, turns: int, instruction: int,
+                         context: int, message: int, new_tokens: int, rank: int = 8, seed: int = 0, rounds: int = 1,
+                         torch_device: str = "auto", prefix_cache_mb: float = MULTITURN_PREFIX_CACHE_MB) -> dict:
+    """:func:`build_spec` plus ``conversations[k]``, the conversations of run ``k`` (0: the warm-up;
+    see :mod:`peers_multiturn`): each opens with the shared instruction and its own context, new
+    every run, and every later turn adds a new seeded message of ``message`` tokens.
+
+    ``prefix_cache_mb`` sizes the engine's prefix cache (by default the memory vLLM gets)."""
+    spec = build_spec(work, model, conversations, players, prompt_len=instruction + context, shared=instruction,
+                      new_tokens=new_tokens, rank=rank, seed=seed, rounds=rounds, torch_device=torch_device)
+    tok_vocab = json.loads((model / "autocurricula_tiny.json").read_text())["vocab_size"]
+    rng = np.random.default_rng([seed, 1])
+    seats = seat_pairs(conversations, spec["player_names"])
+    spec["conversations"] = [[{"players": pair, "opening": opening,
+                               "messages": [rng.integers(3, tok_vocab, message).tolist() for _ in range(turns - 1)]}
+                              for pair, opening in zip(seats, openings)] for openings in spec["round_prompts"]]
+    spec.update(workload="multiturn", prefix_cache_mb=prefix_cache_mb,
+                max_len=peers_multiturn.longest(spec["conversations"][0], new_tokens))
+    return spec
+
+
 def training_turns(rows: list[dict], order: list[str], seed: int = 0, noise: float = 0.2) -> list[dict]:
     """GRPO rows from the engine's sampled turns: advantage +-1, sampler logprobs plus N(0, noise)
     so the ratio is not 1 and the clip is exercised (the loss then depends on the model)."""
@@ -204,8 +249,9 @@ def _engine(spec: dict):
     from autocurricula.engine import Engine, EngineConfig
 
     n = len(spec["player_names"])
+    cache = {"prefix_cache_mb": spec["prefix_cache_mb"]} if "prefix_cache_mb" in spec else {}
     engine = Engine(spec["model"], config=EngineConfig(max_slots=n, max_batch=len(spec["prompts"]),
-                                                       initial_rank=spec["rank"]))
+                                                       initial_rank=spec["rank"], **cache))
     for name in spec["player_names"]:
         engine.load_adapter(name, spec["adapters"][name]["peft"])
     return engine
@@ -219,22 +265,48 @@ def _hit_rate(before: dict, after: dict, prompt_tokens: int) -> float | None:
     return after.get("prefix_hit_rate")
 
 
+def _together(engine, prompts, players, params) -> tuple[list, float]:
+    """Every prompt's completion, all admitted in one batch, and the seconds from their release."""
+    go = threading.Event()
+    engine.call(go.wait, 600)  # hold the engine thread so all turns start in one batch
+    futs = [engine.submit(p, o, params) for p, o in zip(prompts, players)]
+    t0 = time.perf_counter()
+    go.set()
+    outs = [f.result() for f in futs]
+    return outs, time.perf_counter() - t0
+
+
+def setup_engine_multiturn(spec: dict):
+    """The engine on the multi-turn workload: each turn level in one batch, greedy."""
+    from autocurricula.engine import SamplingParams
+
+    engine = _engine(spec)
+    greedy = SamplingParams(max_tokens=spec["new_tokens"], temperature=0.0, ignore_eos=True)
+
+    def generate(prompts, players):
+        before = engine.stats["prefix_hit_tokens"]
+        outs, _ = _together(engine, prompts, players, greedy)
+        return [o.token_ids for o in outs], engine.stats["prefix_hit_tokens"] - before
+
+    def run(r: int):
+        return peers_multiturn.play(spec["conversations"][r], generate)
+
+    run(0)  # warm-up
+    return run, {}
+
+
 def setup_engine(spec: dict):
     from autocurricula.engine import SamplingParams
 
+    if spec.get("workload") == "multiturn":
+        return setup_engine_multiturn(spec)
     engine = _engine(spec)
     sampled = SamplingParams(max_tokens=spec["new_tokens"], temperature=1.0, ignore_eos=True)
 
     def run(r: int, params=sampled, players=spec["order"]):
         prompts = spec["round_prompts"][r]
         before = dict(engine.stats)
-        go = threading.Event()
-        engine.call(go.wait, 600)  # hold the engine thread so all turns start in one batch
-        futs = [engine.submit(p, o, params) for p, o in zip(prompts, players)]
-        t0 = time.perf_counter()
-        go.set()
-        outs = [f.result() for f in futs]
-        dt = time.perf_counter() - t0
+        outs, dt = _together(engine, prompts, players, params)
         return {"seconds": dt, "tokens": sum(len(o.token_ids) for o in outs),
                 "prefix_hit_rate": _hit_rate(before, engine.stats, sum(len(p) for p in prompts)),
                 "rows": [{"prompt_ids": o.prompt_ids, "token_ids": o.token_ids, "logprobs": o.logprobs} for o in outs]}
@@ -623,6 +695,119 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
     return result
 
 
+def multiturn_workload(shape: str, quick: bool = False) -> dict:
+    """The multi-turn workload's shape (see :data:`MULTITURN`) and its rounds."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; choose one of {sorted(SHAPES)}")
+    return {**(MULTITURN_QUICK if quick else MULTITURN[shape]), "rounds": 1 if quick else MULTITURN_ROUNDS[shape]}
+
+
+def run_multiturn(shape: str = "bench", quick: bool = False, reps: int | None = None, players: int | None = None,
+                  timeout: float = 900.0, torch_device: str = "auto", pythons: dict | None = None,
+                  gap: float = PEER_GAP_S, sides=MULTITURN_SIDES) -> dict:
+    """The multi-turn workload (:mod:`peers_multiturn`) on ``sides`` and vLLM where it can run,
+    each in its own process, in alternating order (A B C, C B A, ...) with ``gap`` s of idle
+    before each run. Ratios pair the runs of one round; greedy completions are compared with
+    the engine's; ``prefix_hit_rate[side]`` is None for a side without a prefix cache."""
+    w = multiturn_workload(shape, quick)
+    default_reps = w.pop("rounds")
+    reps = reps or default_reps
+    t_start = time.perf_counter()
+    model = model_folder(shape)
+    work = Path(tempfile.mkdtemp(prefix="ac-peers-"))
+    kv_gb = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", PEER_ENV["VLLM_CPU_KVCACHE_SPACE"]))
+    try:
+        spec = build_multiturn_spec(work, model, players=players or WORKLOAD[shape][1], rounds=reps,
+                                    torch_device=torch_device, prefix_cache_mb=kv_gb * 1024, **w)
+        spec_path = work / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        sides, commands, skipped = list(sides), {}, {}
+        python, why = peer_python("vllm", (pythons or {}).get("vllm"))
+        if python is None:
+            _progress(f"skipping the vllm side: {why}")
+            skipped["vllm"] = why
+        else:
+            sides.append(peers_vllm.SIDE)
+            commands[peers_vllm.SIDE] = by_path(python, peers_vllm.__file__, peers_vllm.SIDE, spec_path)
+        ready, runs = _rounds(sides, spec_path, work, reps, timeout, gap=gap, alternate=True, commands=commands,
+                              env={k: os.environ.get(k, v) for k, v in PEER_ENV.items()})
+        log = work / f"{peers_vllm.SIDE}.log"
+        binding = vllm_binding(log.read_text(errors="replace")) if peers_vllm.SIDE in ready else None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    conv = spec["conversations"][0]
+    result = {**_describe(shape, model, spec), "workload": "multiturn", "quick": quick, "rounds": reps,
+              "conversations": len(conv), "turns": len(conv[0]["messages"]) + 1, "prompt_len": len(conv[0]["opening"]),
+              "last_prompt_len": spec["max_len"] - spec["new_tokens"], "message_len": len(conv[0]["messages"][0]),
+              "engine_prefix_cache_mb": spec["prefix_cache_mb"], "skipped": skipped, "gap_s": gap}
+    rate = {s: [r["tokens"] / r["seconds"] for r in runs[s]] for s in runs}
+    result["seconds"] = {s: summary([r["seconds"] for r in runs[s]]) for s in runs}
+    result["tokens_per_round"] = {s: {"completion": runs[s][0]["tokens"],
+                                      "prompt": sum(x["prompt_tokens"] for x in runs[s][0]["levels"])} for s in runs}
+    result["tok_s"] = {s: summary(rate[s]) for s in rate}
+    result["prefix_hit_rate"] = {s: {k: summary([peers_multiturn.hit_rates(r["levels"])[k] for r in runs[s]])
+                                     for k in ("all", "first", "later")} for s in runs}
+    result["ratios"] = {f"engine_vs_{s}": summary([a / b for a, b in zip(rate["engine"], rate[s])])
+                        for s in runs if s != "engine"}
+    result["agreement"] = {s: _sum_agreement([peers_multiturn.agreement(a["completions"], b["completions"])
+                                              for a, b in zip(runs["engine"], runs[s])]) for s in runs if s != "engine"}
+    result["usage"] = {s: _usage(runs[s]) for s in runs}
+    result["load"] = summary([r["load"] for s in runs for r in runs[s]])
+    result["startup_s"] = {s: ready[s]["startup_s"] for s in ready}
+    if peers_vllm.SIDE in ready:
+        v = ready[peers_vllm.SIDE]
+        result["vllm"] = {"version": v["version"], "block_size": v.get("block_size"), "binding": binding,
+                          "torch_threads": v["torch_threads"], "env": v["env"]}
+    result["wall_s"] = round(time.perf_counter() - t_start, 1)
+    return result
+
+
+def _sum_agreement(parts: list[dict]) -> dict:
+    return {k: sum(p[k] for p in parts) for k in parts[0]} if parts else {}
+
+
+def format_multiturn(r: dict) -> str:
+    """The multi-turn workload's table: per side seconds per round, tokens, prefix hit rates."""
+    lines = [f"shape {r['shape']} ({r['model_type']}, hidden {r['hidden_size']}, {r['num_layers']} layers, vocab "
+             f"{r['vocab_size']}, fp32)  |  multi-turn: {r['conversations']} conversations over {r['players']} "
+             f"players, {r['turns']} turns each (prompt {r['prompt_len']} -> {r['last_prompt_len']} tokens, "
+             f"+{r['new_tokens']} greedy + {r['message_len']} message tokens a turn), LoRA r={r['lora_rank']} "
+             f"all-linear  |  {r['rounds']} rounds, alternating, {r['gap_s']} s idle before each run, "
+             f"{r['cpu_count']} cores, {r['wall_s']} s", ""]
+    lines.append(f"{'side':<12}{'s/round':>24}{'tok/s':>22}{'prefix hit, all turns':>26}{'turns 2+':>24}"
+                 f"{'cores':>8}{'threads':>9}")
+    for s in r["seconds"]:
+        h, u = r["prefix_hit_rate"][s], r["usage"][s]
+        lines.append(f"{s:<12}{_span(r['seconds'][s], '.3f'):>24}{_span(r['tok_s'][s], '.0f'):>22}"
+                     f"{_span(h['all'], '.2f'):>26}{_span(h['later'], '.2f'):>24}"
+                     f"{_span(u['cores'], '.2f').split(' ')[0]:>8}{str(u['threads_max']):>9}")
+    t = r["tokens_per_round"]["engine"]
+    lines += ["", f"per round: {t['completion']} completion tokens, {t['prompt']} prompt tokens; prefix hit n/a: the side "
+              "has no prefix cache across calls"]
+    for key, s in r["ratios"].items():
+        side = key.removeprefix("engine_vs_")
+        a = r["agreement"][side]
+        lines.append(f"{key:<24}{_span(s)}   greedy turns equal {a['equal']}/{a['rows']} "
+                     f"(first turns {a['first_equal']}/{a['first_rows']})")
+    for name, why in r["skipped"].items():
+        lines.append(f"  {name}: skipped: {why}")
+    if "vllm" in r:
+        v = r["vllm"]
+        lines.append(f"vLLM {v['version']}: KV block {v['block_size']} tokens, OpenMP cores {v['binding']['omp_cores']}, "
+                     f"kept for its scheduler {v['binding']['reserved_cores']}; engine prefix cache "
+                     f"{r['engine_prefix_cache_mb']:.0f} MB, block 16")
+    if r.get("load", {}).get("median") is not None:
+        lines.append(f"load average (1 min) during the runs: {_span(r['load'], '.2f')}")
+    return "\n".join(lines)
+
+
+def multiturn_problems(r: dict) -> list[str]:
+    """Sides whose first turns (the same prompts on every side) got other greedy tokens than the engine's."""
+    return [f"{s}: greedy tokens of first turns differ from the engine's" for s, a in r["agreement"].items()
+            if a["first_equal"] != a["first_rows"]]
+
+
 def format_table(r: dict) -> str:
     lines = [f"shape {r['shape']} ({r['model_type']}, hidden {r['hidden_size']}, {r['num_layers']} layers, vocab "
              f"{r['vocab_size']}, fp32)  |  {r['turns']} turns over {r['players']} players, prompt {r['prompt_len']} "
@@ -701,6 +886,13 @@ def peer_problems(r: dict) -> list[str]:
 
 def main(args) -> None:
     pythons = {"vllm": getattr(args, "vllm_python", None), "mlx_lm_lora": getattr(args, "mlx_lm_lora_python", None)}
+    if getattr(args, "workload", "single") == "multiturn":
+        r = run_multiturn(shape=args.shape, quick=args.quick, torch_device=getattr(args, "torch_device", "auto"),
+                          pythons=pythons)
+        print(json.dumps(r) if args.json else format_multiturn(r))
+        if problems := multiturn_problems(r):
+            sys.exit("bench peers: " + "; ".join(problems) + "; those figures are not comparable")
+        return
     r = run(shape=args.shape, quick=args.quick, torch_device=getattr(args, "torch_device", "auto"), pythons=pythons,
             peers_only=getattr(args, "peers_only", False))
     print(json.dumps(r) if args.json else format_table(r))
@@ -716,4 +908,5 @@ if __name__ == "__main__":
         peers_torch.serve(sys.argv[2], sys.argv[3], MLX_SETUPS)
     else:
         sys.exit("usage: autocurricula bench peers [--shape bench|qwen0.5b] [--torch-device auto|cpu|cuda|mps] "
-                 "[--vllm-python PYTHON] [--mlx-lm-lora-python PYTHON] [--peers-only] [--json] [--quick]")
+                 "[--workload single|multiturn] [--vllm-python PYTHON] [--mlx-lm-lora-python PYTHON] [--peers-only] "
+                 "[--json] [--quick]")

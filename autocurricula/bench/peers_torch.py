@@ -131,7 +131,41 @@ def _generate(model, prompts, n_new, device: str = "cpu", **kw) -> int:
     return int((out.shape[1] - ids.shape[1]) * ids.shape[0])
 
 
+def _multiturn():
+    """:mod:`peers_multiturn`, loaded by path (this worker does not import the package)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import peers_multiturn
+
+    return peers_multiturn
+
+
+def setup_peft_mixed_multiturn(spec: dict):
+    """peft's mixed-adapter ``generate`` on the multi-turn workload: one greedy ``generate`` per turn
+    level (the level's prompts have one length); no prefix cache across calls."""
+    import torch
+
+    device = _device(spec)
+    model = _peft_model(spec, trainable=False, device=device)
+    play = _multiturn().play
+
+    def generate(prompts, players):
+        ids = torch.tensor(prompts, dtype=torch.long, device=device)
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=spec["new_tokens"], pad_token_id=0, adapter_names=players)
+        _sync(device)
+        return out[:, ids.shape[1]:].tolist(), None
+
+    def run(r: int):
+        return play(spec["conversations"][r], generate)
+
+    run(0)  # warm-up
+    return run, {"torch_device": device}
+
+
 def setup_peft_mixed(spec: dict):
+    if spec.get("workload") == "multiturn":
+        return setup_peft_mixed_multiturn(spec)
     device = _device(spec)
     model = _peft_model(spec, trainable=False, device=device)
     order, n_new = spec["order"], spec["new_tokens"]
