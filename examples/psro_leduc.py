@@ -26,12 +26,12 @@ holds the final figures.
 import argparse
 import json
 import tempfile
-import time
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import FictitiousPlayTrainer, PSROTrainer, SelfPlayTrainer
 from autocurricula.eval.leduc import (invalid_per_hand, invalid_rate, played_exploitability, played_mixture,
                                       read_played)
+from autocurricula.eval.played import MixtureFigures
 from autocurricula.games import leduc_poker
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer, "fictitious": FictitiousPlayTrainer}
@@ -39,32 +39,17 @@ GAMES_PER_ROUND = 128
 LEARNING_RATE = 1e-2  # the matrix games' and Kuhn's rate (examples/psro_matrix_games.py)
 
 
-class PlayedFigures:
+def played_figures(name: str, seed: int, threshold: float) -> MixtureFigures:
     """Per-epoch callback: the deployable mixture's played exploitability and invalid rates."""
+    def read(engine, player, temperature):
+        return read_played(engine, player, temperature=temperature, threshold=threshold)
 
-    def __init__(self, name: str, seed: int, threshold: float):
-        self.name, self.seed, self.threshold, self.rows, self.cache = name, seed, threshold, [], {}
-        self.t0 = time.perf_counter()
+    def score(mix) -> dict:
+        return {"exploitability": played_exploitability(mix), "invalid_rate": invalid_rate(mix),
+                "invalid_per_hand": invalid_per_hand(mix)}
 
-    def __call__(self, trainer) -> dict:
-        weights = trainer.deployable_mixture()
-        temperature = trainer.grpo.temperature
-        strategies, unresolved = [], 0.0
-        for pid in weights:
-            frozen = next(p for p in trainer.players if p["id"] == pid)["frozen"]
-            if pid not in self.cache or not frozen:
-                self.cache[pid] = read_played(trainer.engine, pid, temperature=temperature, threshold=self.threshold)
-            strategies.append(self.cache[pid][0])
-            unresolved = max(unresolved, self.cache[pid][1])
-        mix = played_mixture(strategies, list(weights.values()))
-        row = {"trainer": self.name, "seed": self.seed, "epoch": trainer.current_epoch,
-               "exploitability": round(played_exploitability(mix), 4), "invalid_rate": round(invalid_rate(mix), 4),
-               "invalid_per_hand": round(invalid_per_hand(mix), 4), "unresolved": round(unresolved, 6),
-               "players": len(trainer.players), "mixture": {k: round(v, 3) for k, v in weights.items()},
-               "minutes": round((time.perf_counter() - self.t0) / 60, 1)}
-        self.rows.append(row)
-        print(json.dumps(row), flush=True)
-        return {"eval/exploitability_played": row["exploitability"], "eval/invalid_rate": row["invalid_rate"]}
+    return MixtureFigures(read, played_mixture, score, name=name, seed=seed,
+                          printer=lambda line: print(line, flush=True))
 
 
 def parse_args(argv=None):
@@ -109,7 +94,7 @@ def main(argv=None):
     for name in args.trainers.split(","):
         cls = TRAINERS[name]
         own = {} if name == "psro" else {"games_per_round": GAMES_PER_ROUND}
-        figures = PlayedFigures(name, args.seed, args.threshold)
+        figures = played_figures(name, args.seed, args.threshold)
         with tempfile.TemporaryDirectory() as out:
             config = cls.config_class(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out,
                                       save_strategy="no", **own)  # the trainer's bars: rounds, epochs, time left

@@ -40,11 +40,11 @@ from autocurricula.games._common import (PromptStyle, TurnGame, answer_moves, ch
                                          drive, drive_sync, make_rng, uniform)
 from autocurricula.games._common import with_options as _with_options
 
-__all__ = ["ACTIONS", "DECK", "INVALID_PENALTY", "NUM_PLAYERS", "RANKS", "ZERO_SUM", "LeducPoker", "board_odds",
-           "contributions", "deal", "deal_odds", "first_action", "infoset", "information_sets", "is_terminal", "legal_actions", "moves",
-           "parse_action", "parse_infoset", "parse_prompt", "payoff", "play", "play_out", "random_policy",
-           "render_prompt", "round_over", "strategy_policy", "to_move", "warmup_examples", "warmup_strategy",
-           "with_options"]
+__all__ = ["ACTIONS", "DECK", "INVALID_PENALTY", "LeducPoker", "NUM_PLAYERS", "RANKS", "ZERO_SUM", "board_odds",
+           "contributions", "deal", "deal_odds", "first_action", "information_sets", "infoset", "is_terminal",
+           "legal_actions", "moves", "parse_action", "parse_infoset", "parse_prompt", "payoff", "play", "play_out",
+           "random_policy", "render_prompt", "round_over", "strategy_policy", "to_move", "warmup_examples",
+           "warmup_strategy", "with_options"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True

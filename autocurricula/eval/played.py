@@ -8,14 +8,17 @@ game parses them, the weights of a mixture of behaviour strategies, and the choi
   strategy whose information sets average the players weighted by weight x own reach (Kuhn's
   theorem); these give those weights.
 * ``resolve_backend``: "auto" is OpenSpiel when it is importable, else the exact pure-Python one.
+* ``MixtureFigures``: a per-epoch callback scoring a trainer's ``deployable_mixture()`` as played.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from collections.abc import Callable, Collection, Sequence
 
-__all__ = ["BACKENDS", "check_weights", "reach_weights", "reply_masses", "resolve_backend"]
+__all__ = ["BACKENDS", "MixtureFigures", "check_weights", "reach_weights", "reply_masses", "resolve_backend"]
 
 BACKENDS = ("auto", "openspiel", "python")
 
@@ -91,3 +94,41 @@ def resolve_backend(backend: str) -> str:
         return "openspiel"
     except ImportError:
         return "python"
+
+
+class MixtureFigures:
+    """A per-epoch callback: each player of ``trainer.deployable_mixture()`` read as played with
+    ``read(engine, player, temperature)`` -> ``(strategy, unresolved)`` (frozen players once), made
+    one strategy by ``mixture(strategies, weights)`` and scored by ``score(mix)`` -> ``{figure:
+    value}`` (``exploitability`` among them). Each epoch's row (``name``, ``seed``, the figures,
+    the largest unresolved mass, the mixture, the minutes since start) goes to ``rows`` and, as
+    one JSON line, to ``printer``; the trainer logs ``eval/exploitability_played`` and the other
+    figures under ``eval/``."""
+
+    def __init__(self, read: Callable, mixture: Callable, score: Callable, *, name: str, seed: int,
+                 printer: Callable[[str], None] | None = print):
+        self.read, self.mixture, self.score = read, mixture, score
+        self.name, self.seed, self.printer = name, seed, printer
+        self.rows: list[dict] = []
+        self.cache: dict[str, tuple] = {}
+        self.t0 = time.perf_counter()
+
+    def __call__(self, trainer) -> dict:
+        weights = trainer.deployable_mixture()
+        strategies, unresolved = [], 0.0
+        for pid in weights:
+            frozen = next(p for p in trainer.players if p["id"] == pid)["frozen"]
+            if pid not in self.cache or not frozen:
+                self.cache[pid] = self.read(trainer.engine, pid, trainer.grpo.temperature)
+            strategies.append(self.cache[pid][0])
+            unresolved = max(unresolved, self.cache[pid][1])
+        mix = self.mixture(strategies, list(weights.values()))
+        figures = {k: round(float(v), 4) for k, v in self.score(mix).items()}
+        row = {"trainer": self.name, "seed": self.seed, "epoch": trainer.current_epoch, **figures,
+               "unresolved": round(unresolved, 6), "players": len(trainer.players),
+               "mixture": {k: round(v, 3) for k, v in weights.items()},
+               "minutes": round((time.perf_counter() - self.t0) / 60, 1)}
+        self.rows.append(row)
+        if self.printer is not None:
+            self.printer(json.dumps(row))
+        return {("eval/exploitability_played" if k == "exploitability" else f"eval/{k}"): v for k, v in figures.items()}
