@@ -367,3 +367,33 @@ def test_psro_leduc_example_smoke(tmp_path):
     assert set(last["final"]) == {"psro", "selfplay", "fictitious"}
     for row in last["final"].values():
         assert row["exploitability"] >= 0 and 0 <= row["invalid_rate"] <= 1 and 0 <= row["invalid_per_hand"] <= 1
+
+
+def test_mixture_figures_reads_frozen_players_once_and_scores_the_mixture():
+    from autocurricula.eval.played import MixtureFigures
+
+    rng = random.Random(9)
+    strategies = {"a": random_strategy(rng, invalid=0.1), "b": random_strategy(rng)}
+    reads = []
+
+    def read(engine, player, temperature):
+        reads.append((player, temperature))
+        return strategies[player], 0.01
+
+    trainer = SimpleNamespace(engine=None, grpo=SimpleNamespace(temperature=0.7), current_epoch=0,
+                              players=[{"id": "a", "frozen": True}, {"id": "b", "frozen": False}],
+                              deployable_mixture=lambda: {"a": 0.25, "b": 0.75})
+    lines = []
+    figures = MixtureFigures(read, ev.played_mixture, lambda mix: {"exploitability": ev.played_exploitability(mix),
+                                                                  "invalid_rate": ev.invalid_rate(mix)},
+                             name="psro", seed=3, printer=lines.append)
+    logged = figures(trainer)
+    trainer.current_epoch = 1
+    figures(trainer)
+    assert reads == [("a", 0.7), ("b", 0.7), ("b", 0.7)]  # the frozen player once
+    mix = ev.played_mixture([strategies["a"], strategies["b"]], [0.25, 0.75])
+    assert logged == {"eval/exploitability_played": round(ev.played_exploitability(mix), 4),
+                      "eval/invalid_rate": round(ev.invalid_rate(mix), 4)}
+    row = json.loads(lines[-1])
+    assert row["epoch"] == 1 and row["trainer"] == "psro" and row["seed"] == 3 and row["unresolved"] == 0.01
+    assert row["mixture"] == {"a": 0.25, "b": 0.75} and figures.rows[-1] == row
