@@ -16,7 +16,7 @@ After every epoch, each player of ``trainer.deployable_mixture()`` is read *as p
 (``autocurricula.eval.leduc.read_played``: the tree of its replies at each of the 288 information
 sets, parsed as the game parses them; frozen players once) and the mixture's exploitability is
 computed exactly (``played_exploitability``, chips per hand; 0 = Nash, 2.374 = uniform), each
-invalid reply forfeiting as in the game (-9.5 to the offender, +0.5 to the other player). Beside
+invalid reply forfeiting as in the game (-9.5 to the offender, +9.5 to the other player). Beside
 it: ``invalid_rate`` (the mixture's, averaged over the 288 sets) and ``invalid_per_hand`` (the
 chance that a hand of the mixture against itself ends on an invalid reply). One JSON line per
 epoch and trainer (the trainers' progress bars, with the time left, go to stderr); the last line

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from autocurricula.eval.played import check_weights, reach_weights, reply_masses, resolve_backend
+from autocurricula.eval.played import check_weights, reach_weights, read_sets, resolve_backend
 from autocurricula.games._common import DEFAULT_INVALID_PENALTY
 from autocurricula.games.kuhn_poker import (CARDS, exact_value, first_action, is_terminal, legal_actions, payoff,
                                             render_prompt)
@@ -307,14 +307,11 @@ def read_played(engine, player: str | None, *, temperature: float = 1.0, max_tok
     first action word decides them, an end token or the token limit; a branch whose probability
     falls below ``threshold`` is counted invalid (it may not be). Returns the strategy and the
     largest such unresolved mass over the sets."""
-    out, unresolved = {}, 0.0
-    for infoset in INFOSETS:
-        words, invalid, lost = reply_masses(engine, player, engine.encode(prompt_of(infoset)), first_action,
-                                            legal_actions(_split(infoset)[1]), temperature=temperature,
-                                            max_tokens=max_tokens, threshold=threshold)
-        unresolved = max(unresolved, lost)
-        out[infoset] = (sum(p for a, p in words.items() if a in _AGGRESSIVE), invalid + lost)
-    return out, unresolved
+    sets = {k: (prompt_of(k), legal_actions(_split(k)[1])) for k in INFOSETS}
+    read, unresolved = read_sets(engine, player, sets, first_action, temperature=temperature, max_tokens=max_tokens,
+                                 threshold=threshold)
+    played = {k: (sum(p for a, p in words.items() if a in _AGGRESSIVE), bad) for k, (words, bad) in read.items()}
+    return played, unresolved
 
 
 def _played_action(played: Mapping[str, tuple[float, float]], card: str, history: tuple[str, ...],

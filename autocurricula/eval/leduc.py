@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from autocurricula.eval.played import check_weights, reach_weights, reply_masses, resolve_backend
+from autocurricula.eval.played import check_weights, reach_weights, read_sets, resolve_backend
 from autocurricula.games.leduc_poker import (DECK, INVALID_PENALTY, RANKS, board_odds, deal_odds, first_action,
                                              information_sets, infoset, is_terminal, legal_actions, parse_infoset,
                                              payoff, render_prompt, round_over, to_move)
@@ -181,16 +181,12 @@ def read_played(engine, player: str | None, *, temperature: float = 1.0, max_tok
     """A model player's played strategy, from the tree of its possible replies at each of the 288
     information sets, parsed as the game parses them (``leduc_poker.first_action``, legal or not),
     at ``temperature`` (top-p 1) with ``max_tokens`` as in play
-    (:func:`autocurricula.eval.played.reply_masses`). Mass below ``threshold`` is left unread and
+    (:func:`autocurricula.eval.played.read_sets`). Mass below ``threshold`` is left unread and
     counted invalid (it may not be). Returns the strategy and the largest unread mass over the sets."""
-    out, unresolved = {}, 0.0
-    for key in INFOSETS:
-        words, _, lost = reply_masses(engine, player, engine.encode(prompt_of(key)), first_action,
-                                      legal_actions(parse_infoset(key)[2]), temperature=temperature,
-                                      max_tokens=max_tokens, threshold=threshold)
-        unresolved = max(unresolved, lost)
-        out[key] = words
-    return out, unresolved
+    sets = {k: (prompt_of(k), legal_actions(parse_infoset(k)[2])) for k in INFOSETS}
+    read, unresolved = read_sets(engine, player, sets, first_action, temperature=temperature, max_tokens=max_tokens,
+                                 threshold=threshold)
+    return {k: words for k, (words, _) in read.items()}, unresolved
 
 
 def played_exploitability(played: Strategy, invalid_penalty=INVALID_PENALTY) -> float:

@@ -2,8 +2,8 @@
 game parses them, the weights of a mixture of behaviour strategies, and the choice of backend.
 
 * ``reply_masses``: the probability of each legal word, of an invalid reply and of what was left
-  unread, from the tree of a model's replies at one prompt (``eval.kuhn.read_played``,
-  ``eval.leduc.read_played``).
+  unread, from the tree of a model's replies at one prompt; ``read_sets`` at every information
+  set of a game (``eval.kuhn.read_played``, ``eval.leduc.read_played``).
 * ``check_weights`` / ``reach_weights``: a mixture that draws one player per hand is one behaviour
   strategy whose information sets average the players weighted by weight x own reach (Kuhn's
   theorem); these give those weights.
@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
-__all__ = ["BACKENDS", "MixtureFigures", "check_weights", "reach_weights", "reply_masses", "resolve_backend"]
+__all__ = ["BACKENDS", "MixtureFigures", "check_weights", "reach_weights", "read_sets", "reply_masses",
+           "resolve_backend"]
 
 BACKENDS = ("auto", "openspiel", "python")
 
@@ -61,6 +62,19 @@ def reply_masses(engine, player: str | None, prompt_ids: Sequence[int], parse: C
         unresolved += float(q.sum() - q[keep].sum())
         stack += [(tokens + (int(t),), float(q[t])) for t in keep]
     return words, invalid, unresolved
+
+
+def read_sets(engine, player: str | None, sets: Mapping[str, tuple[str, Collection[str]]],
+              parse: Callable[[str], str | None], **sampling) -> tuple[dict[str, tuple[dict, float]], float]:
+    """``reply_masses`` at each information set of ``sets`` (``{key: (prompt, legal words)}``):
+    ``{key: ({legal word: probability}, invalid and unread mass)}`` and the largest unread mass.
+    ``sampling``: ``temperature``, ``max_tokens``, ``threshold``."""
+    out, unresolved = {}, 0.0
+    for key, (prompt, legal) in sets.items():
+        words, invalid, lost = reply_masses(engine, player, engine.encode(prompt), parse, legal, **sampling)
+        unresolved = max(unresolved, lost)
+        out[key] = (words, invalid + lost)
+    return out, unresolved
 
 
 def check_weights(n: int, weights: Sequence[float]) -> list[float]:
