@@ -71,25 +71,34 @@ def round_over(words: Sequence[str]) -> bool:
     return w == ("check", "check") or (bool(w) and w[-1] in ("call", "fold"))
 
 
+def _round_actions(words: tuple[str, ...]) -> tuple[str, ...]:
+    """The legal words after ``words`` of a round that is not over."""
+    raises = sum(w in ("bet", "raise") for w in words)
+    if raises == 0:
+        return ("check", "bet")
+    return ("fold", "call", "raise") if raises < MAX_RAISES else ("fold", "call")
+
+
 def _check_rounds(rounds: Sequence[Sequence[str]]) -> Rounds:
     r = tuple(tuple(x) for x in rounds)
-    if not 1 <= len(r) <= 2 or (len(r) == 2 and not round_over(r[0])) or (len(r) == 2 and r[0][-1] == "fold"):
-        raise ValueError(f"not a Leduc poker history: {r!r} (one or two rounds of words, the first one over)")
+    if not 1 <= len(r) <= 2 or (len(r) == 2 and (not round_over(r[0]) or r[0][-1] == "fold")):
+        raise ValueError(f"not a Leduc poker history: {r!r} (one or two rounds of words, the first one over "
+                         f"without a fold)")
+    for words in r:
+        for i, w in enumerate(words):
+            if round_over(words[:i]) or w not in _round_actions(words[:i]):
+                raise ValueError(f"not a Leduc poker history: {r!r} ({w!r} cannot follow {words[:i]!r} in a round)")
     return r
 
 
 def legal_actions(rounds: Sequence[Sequence[str]]) -> tuple[str, ...]:
     """The legal words of the player to move, given each round's words so far (``[["bet", "call"], []]``)."""
     r = _check_rounds(rounds)
-    words = r[-1]
     if is_terminal(r):
         return ()
-    raises = sum(w in ("bet", "raise") for w in words)
-    if raises == 0:
-        if words not in ((), ("check",)):
-            raise ValueError(f"not a Leduc poker history: {r!r}")
-        return ("check", "bet")
-    return ("fold", "call", "raise") if raises < MAX_RAISES else ("fold", "call")
+    if round_over(r[-1]):
+        raise ValueError(f"round 1 of {r!r} is over: give round 2's words, e.g. {r + ((),)!r}")
+    return _round_actions(r[-1])
 
 
 def is_terminal(rounds: Sequence[Sequence[str]]) -> bool:

@@ -72,6 +72,11 @@ def test_hand_checked_payoffs_and_legal_words():
         texts = [[w for r in rounds for i, w in enumerate(r) if i % 2 == seat] for seat in (0, 1)]
         assert play(*texts, cards)[0] == [want, -want]
     assert lp.is_terminal([["bet", "fold"]]) and not lp.is_terminal([["bet", "call"]])
+    with pytest.raises(ValueError, match="give round 2's words"):
+        lp.legal_actions([["check", "check"]])
+    for bad in ([["call"]], [["check", "raise"]], [["bet", "raise", "raise"]], [["bet", "fold"], []]):
+        with pytest.raises(ValueError, match="not a Leduc poker history"):
+            lp.legal_actions(bad)
 
 
 def test_parsing_prompts_and_the_invalid_outcome():
