@@ -21,6 +21,10 @@ it: ``invalid_rate`` (the mixture's, averaged over the 288 sets) and ``invalid_p
 chance that a hand of the mixture against itself ends on an invalid reply). One JSON line per
 epoch and trainer (the trainers' progress bars, with the time left, go to stderr); the last line
 holds the final figures.
+
+Time on 2 cores shared with other jobs, 3 epochs of 8 rounds: PSRO 3.5 minutes, self-play 9
+(reading a player's 288 sets takes about a minute, more when its replies spread); the warm-up,
+once and cached, took 30 minutes there (300 steps).
 """
 
 import argparse
