@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from autocurricula.eval.played import check_weights, reach_weights, read_sets, resolve_backend
 from autocurricula.games._common import DEFAULT_INVALID_PENALTY
 from autocurricula.games.kuhn_poker import (CARDS, exact_value, first_action, is_terminal, legal_actions, payoff,
                                             render_prompt)
@@ -107,14 +108,7 @@ def exploitability(strategy: Mapping[str, float], *, backend: str = "auto", card
     """Exploitability of a full Kuhn policy: ``(BR_1 + BR_2) / 2`` chips per hand (the game value
     cancels in a zero-sum game). ``backend``: "openspiel", "python" or "auto" (OpenSpiel if
     importable). ``card_order`` is for checking the mapping (OpenSpiel backend only)."""
-    if backend not in ("auto", "openspiel", "python"):
-        raise ValueError(f"backend must be 'auto', 'openspiel' or 'python', got {backend!r}")
-    if backend == "auto":
-        try:
-            import pyspiel  # noqa: F401
-            backend = "openspiel"
-        except ImportError:
-            backend = "python"
+    backend = resolve_backend(backend)
     if backend == "python":
         if card_order != CARDS:
             raise ValueError("card_order applies to the OpenSpiel mapping; use backend='openspiel'")
@@ -143,19 +137,13 @@ def mixture_strategy(strategies: Sequence[Mapping[str, float]], weights: Sequenc
     own probability of reaching it`` (Kuhn's theorem), so its value against any opponent is the
     weighted mean of the players' values. A set no player reaches gets the plain weighted mean.
     """
-    if len(strategies) != len(weights) or not strategies:
-        raise ValueError(f"give one weight per strategy, got {len(strategies)} strategies and {len(weights)} weights")
-    w = [float(x) for x in weights]
-    if any(x < 0 or not math.isfinite(x) for x in w) or sum(w) <= 0:
-        raise ValueError(f"weights must be finite, non-negative and not all zero, got {weights!r}")
+    w = check_weights(len(strategies), weights)
     for s in strategies:
         _check(s)
     out = {}
     for infoset in INFOSETS:
-        reach = [wk * _own_reach(s, infoset) for s, wk in zip(strategies, w)]
-        if sum(reach) <= 1e-15:
-            reach = w
-        out[infoset] = sum(r * float(s[infoset]) for r, s in zip(reach, strategies)) / sum(reach)
+        r = reach_weights(w, [_own_reach(s, infoset) for s in strategies])
+        out[infoset] = sum(rk * float(s[infoset]) for rk, s in zip(r, strategies))
     return out
 
 
@@ -319,34 +307,11 @@ def read_played(engine, player: str | None, *, temperature: float = 1.0, max_tok
     first action word decides them, an end token or the token limit; a branch whose probability
     falls below ``threshold`` is counted invalid (it may not be). Returns the strategy and the
     largest such unresolved mass over the sets."""
-    import numpy as np
-
-    tok = engine.tokenizer
-    eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
-    out, unresolved = {}, 0.0
-    for infoset in INFOSETS:
-        prompt = engine.encode(prompt_of(infoset))
-        legal = legal_actions(_split(infoset)[1])
-        mass = {"aggressive": 0.0, "passive": 0.0, "invalid": 0.0, "unresolved": 0.0}
-        stack = [((), 1.0)]
-        while stack:
-            tokens, p = stack.pop()
-            word = first_action(tok.decode(list(tokens), skip_special_tokens=True)) if tokens else None
-            if word is not None:
-                mass["invalid" if word not in legal else "aggressive" if word in _AGGRESSIVE else "passive"] += p
-                continue
-            if len(tokens) == max_tokens or (tokens and tokens[-1] in eos):
-                mass["invalid"] += p
-                continue
-            logits = np.asarray(engine.logits(prompt + list(tokens), player), dtype=np.float64)[-1] / temperature
-            q = np.exp(logits - logits.max())
-            q = p * q / q.sum()
-            keep = np.flatnonzero(q >= threshold)
-            mass["unresolved"] += float(q.sum() - q[keep].sum())
-            stack += [(tokens + (int(t),), float(q[t])) for t in keep]
-        unresolved = max(unresolved, mass["unresolved"])
-        out[infoset] = (mass["aggressive"], mass["invalid"] + mass["unresolved"])
-    return out, unresolved
+    sets = {k: (prompt_of(k), legal_actions(_split(k)[1])) for k in INFOSETS}
+    read, unresolved = read_sets(engine, player, sets, first_action, temperature=temperature, max_tokens=max_tokens,
+                                 threshold=threshold)
+    played = {k: (sum(p for a, p in words.items() if a in _AGGRESSIVE), bad) for k, (words, bad) in read.items()}
+    return played, unresolved
 
 
 def _played_action(played: Mapping[str, tuple[float, float]], card: str, history: tuple[str, ...],
@@ -386,11 +351,7 @@ def played_mixture(strategies: Sequence[Mapping[str, tuple[float, float]]],
     """One played strategy equivalent to drawing a player per hand by ``weights``: each set
     averages the players' probabilities weighted by weight x the player's own reach (as
     :func:`mixture_strategy`; an invalid reply ends the hand, so it reaches nothing)."""
-    if len(strategies) != len(weights) or not strategies:
-        raise ValueError(f"give one weight per strategy, got {len(strategies)} strategies and {len(weights)} weights")
-    w = [float(x) for x in weights]
-    if any(x < 0 or not math.isfinite(x) for x in w) or sum(w) <= 0:
-        raise ValueError(f"weights must be finite, non-negative and not all zero, got {weights!r}")
+    w = check_weights(len(strategies), weights)
 
     def reach(s, infoset):
         card, history = _split(infoset)
@@ -401,10 +362,7 @@ def played_mixture(strategies: Sequence[Mapping[str, tuple[float, float]]],
 
     out = {}
     for infoset in INFOSETS:
-        r = [wk * reach(s, infoset) for s, wk in zip(strategies, w)]
-        if sum(r) <= 1e-15:
-            r = w
-        total = sum(r)
-        out[infoset] = (sum(rk * s[infoset][0] for rk, s in zip(r, strategies)) / total,
-                        sum(rk * s[infoset][1] for rk, s in zip(r, strategies)) / total)
+        r = reach_weights(w, [reach(s, infoset) for s in strategies])
+        out[infoset] = (sum(rk * s[infoset][0] for rk, s in zip(r, strategies)),
+                        sum(rk * s[infoset][1] for rk, s in zip(r, strategies)))
     return out
