@@ -24,11 +24,11 @@ Time on 2 idle cores: about 5 minutes per trainer (96 rounds), plus a 4-minute w
 import argparse
 import json
 import tempfile
-import time
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import PSROTrainer, SelfPlayTrainer
 from autocurricula.eval.kuhn import INFOSETS, played_exploitability, played_mixture, read_played
+from autocurricula.eval.played import MixtureFigures
 from autocurricula.games import kuhn_poker
 
 from kuhn_league import parse_args as kuhn_args
@@ -39,33 +39,17 @@ GAMES_PER_ROUND = 128
 LEARNING_RATE = 1e-2  # the matrix games' rate (examples/psro_matrix_games.py)
 
 
-class PlayedFigures:
+def played_figures(name: str, seed: int) -> MixtureFigures:
     """Per-epoch callback: the deployable mixture's played exploitability and invalid rate."""
+    def read(engine, player, temperature):
+        return read_played(engine, player, temperature=temperature)
 
-    def __init__(self, name: str, seed: int):
-        self.name, self.seed, self.rows, self.cache = name, seed, [], {}
-        self.t0 = time.perf_counter()
+    def score(mix):
+        return {"exploitability": played_exploitability(mix),
+                "invalid_rate": sum(mix[k][1] for k in INFOSETS) / len(INFOSETS)}
 
-    def __call__(self, trainer) -> dict:
-        weights = trainer.deployable_mixture()
-        temperature = trainer.grpo.temperature
-        strategies, unresolved = [], 0.0
-        for pid in weights:
-            frozen = next(p for p in trainer.players if p["id"] == pid)["frozen"]
-            if pid not in self.cache or not frozen:
-                self.cache[pid] = read_played(trainer.engine, pid, temperature=temperature)
-            strategies.append(self.cache[pid][0])
-            unresolved = max(unresolved, self.cache[pid][1])
-        mix = played_mixture(strategies, list(weights.values()))
-        row = {"trainer": self.name, "seed": self.seed, "epoch": trainer.current_epoch,
-               "exploitability": round(played_exploitability(mix), 4),
-               "invalid_rate": round(sum(mix[k][1] for k in INFOSETS) / len(INFOSETS), 4),
-               "unresolved": round(unresolved, 6), "players": len(trainer.players),
-               "mixture": {k: round(v, 3) for k, v in weights.items()},
-               "minutes": round((time.perf_counter() - self.t0) / 60, 1)}
-        self.rows.append(row)
-        print(json.dumps(row), flush=True)
-        return {"eval/exploitability_played": row["exploitability"], "eval/invalid_rate": row["invalid_rate"]}
+    return MixtureFigures(read, played_mixture, score, name=name, seed=seed,
+                          printer=lambda line: print(line, flush=True))
 
 
 def parse_args(argv=None):
@@ -92,7 +76,7 @@ def main(argv=None):
     for name in args.trainers.split(","):
         cls = TRAINERS[name]
         own = {"games_per_round": GAMES_PER_ROUND} if name == "selfplay" else {}
-        figures = PlayedFigures(name, args.seed)
+        figures = played_figures(name, args.seed)
         with tempfile.TemporaryDirectory() as out:
             config = cls.config_class(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out,
                                       save_strategy="no", **own)  # the trainer's bars: rounds, epochs, time left
