@@ -196,6 +196,13 @@ class PromptStyle:
 PLAIN = PromptStyle()
 
 
+def first_word(pattern: re.Pattern, text: str) -> str | None:
+    """The first match of ``pattern``'s group 1 in ``text``, lower-cased (None without one): a
+    game's first action word, which text appended later cannot change."""
+    m = pattern.search(text)
+    return None if m is None else m.group(1).lower()
+
+
 def answer_moves(prompt: str, replies: list[str]) -> list[str]:
     """A game's legal ``replies`` as the prompt asks for them: inside answer tags when it asks for
     the reasoning format (so branch credit's forced moves parse as answers)."""

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, PromptStyle, TurnGame, answer_moves, check_penalty,
-                                         check_players, choice, drive, drive_sync, make_rng, uniform)
+                                         check_players, choice, drive, drive_sync, first_word, make_rng, uniform)
 from autocurricula.games._common import with_options as _with_options
 
 __all__ = ["ACTIONS", "CARDS", "NUM_PLAYERS", "ZERO_SUM", "KuhnPoker", "deal", "equilibrium_strategy",
@@ -110,8 +110,7 @@ def moves(prompt: str) -> list[str]:
 def first_action(text: str) -> str | None:
     """The first action word in ``text``, legal or not (None when there is none). Text appended
     later cannot change it."""
-    m = _ACTION_RE.search(text)
-    return None if m is None else m.group(1).lower()
+    return first_word(_ACTION_RE, text)
 
 
 def parse_action(text: str, legal: Sequence[str] = ACTIONS) -> str | None:

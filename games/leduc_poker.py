@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autocurricula.games._common import (PromptStyle, TurnGame, answer_moves, check_penalty, check_players, choice,
-                                         drive, drive_sync, make_rng, uniform)
+                                         drive, drive_sync, first_word, make_rng, uniform)
 from autocurricula.games._common import with_options as _with_options
 
 __all__ = ["ACTIONS", "DECK", "INVALID_PENALTY", "LeducPoker", "NUM_PLAYERS", "RANKS", "ZERO_SUM", "board_odds",
@@ -205,8 +205,7 @@ def moves(prompt: str) -> list[str]:
 def first_action(text: str) -> str | None:
     """The first action word in ``text``, legal or not (None when there is none). Text appended
     later cannot change it."""
-    m = _ACTION_RE.search(text)
-    return None if m is None else m.group(1).lower()
+    return first_word(_ACTION_RE, text)
 
 
 def parse_action(text: str, legal: Sequence[str] = ACTIONS) -> str | None:
