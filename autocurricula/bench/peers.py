@@ -541,7 +541,7 @@ def vllm_binding(log: str) -> dict:
             "reserved_cores": json.loads(reserved[-1]) if reserved else None}
 
 
-def _usage(runs: list[dict]) -> dict:
+def side_usage(runs: list[dict]) -> dict:
     return {"cores": summary([r.get("cores") for r in runs]),
             "threads_max": max((r["threads"] for r in runs if r.get("threads") is not None), default=None)}
 
@@ -560,7 +560,7 @@ def _peer_phase(name: str, python: str, spec: dict, work: Path, reps: int, timeo
            peer["figure"]: summary([a / b for a, b in zip(rate[ours], rate[side])]),
            "tok_s": {s: summary(rate[s]) for s in rate}, "seconds": {s: summary([r["seconds"] for r in runs[s]])
                                                                      for s in runs},
-           "usage": {s: _usage(runs[s]) for s in runs}, "load": summary([r["load"] for s in runs for r in runs[s]]),
+           "usage": {s: side_usage(runs[s]) for s in runs}, "load": summary([r["load"] for s in runs for r in runs[s]]),
            "startup_s": {s: ready[s]["startup_s"] for s in ready}}
     if name == "vllm":
         out["greedy_agreement"] = greedy_agreement(ready[ours]["greedy"], ready[side]["greedy"])
@@ -687,7 +687,7 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
     agreement["torch_peft"] = agreement.pop("theirs")
     result["update_loss"] = agreement
     result["torch_imported_autocurricula"] = leaked
-    result["usage"] = {s: _usage(runs[s]) for s in runs}
+    result["usage"] = {s: side_usage(runs[s]) for s in runs}
     result["load"] = summary([r["load"] for s in runs for r in runs[s]])
     result["peers"] = peers
     result["goals"] = {k: v for k, v in GOALS.items() if v is not None}
@@ -752,7 +752,7 @@ def run_multiturn(shape: str = "bench", quick: bool = False, reps: int | None = 
                         for s in runs if s != "engine"}
     result["agreement"] = {s: _sum_agreement([peers_multiturn.agreement(a["completions"], b["completions"])
                                               for a, b in zip(runs["engine"], runs[s])]) for s in runs if s != "engine"}
-    result["usage"] = {s: _usage(runs[s]) for s in runs}
+    result["usage"] = {s: side_usage(runs[s]) for s in runs}
     result["load"] = summary([r["load"] for s in runs for r in runs[s]])
     result["startup_s"] = {s: ready[s]["startup_s"] for s in ready}
     if peers_vllm.SIDE in ready:

@@ -101,7 +101,7 @@ def _sync(device: str) -> None:
         torch.mps.synchronize()
 
 
-def _peft_model(spec: dict, trainable: bool, device: str = "cpu"):
+def peft_model(spec: dict, trainable: bool, device: str = "cpu"):
     torch = _torch()
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -145,7 +145,7 @@ def setup_peft_mixed_multiturn(spec: dict):
     import torch
 
     device = _device(spec)
-    model = _peft_model(spec, trainable=False, device=device)
+    model = peft_model(spec, trainable=False, device=device)
     play = _multiturn().play
 
     def generate(prompts, players):
@@ -167,7 +167,7 @@ def setup_peft_mixed(spec: dict):
     if spec.get("workload") == "multiturn":
         return setup_peft_mixed_multiturn(spec)
     device = _device(spec)
-    model = _peft_model(spec, trainable=False, device=device)
+    model = peft_model(spec, trainable=False, device=device)
     order, n_new = spec["order"], spec["new_tokens"]
 
     def run(r: int, k: int | None = None):
@@ -182,7 +182,7 @@ def setup_peft_mixed(spec: dict):
 
 def setup_peft_set_adapter(spec: dict):
     device = _device(spec)
-    model = _peft_model(spec, trainable=False, device=device)
+    model = peft_model(spec, trainable=False, device=device)
     order, n_new = spec["order"], spec["new_tokens"]
 
     def run(r: int, players=spec["player_names"]):
@@ -245,7 +245,7 @@ def grpo_step(model, rows: dict, optims: dict, params: dict, cfg: dict) -> dict:
 def setup_torch_peft_update(spec: dict):
     torch = _torch()
     device = _device(spec)
-    model = _peft_model(spec, trainable=True, device=device)
+    model = peft_model(spec, trainable=True, device=device)
     cfg, names = spec["grpo"], spec["player_names"]
     turns = json.loads(Path(spec["turns"]).read_text())
     rows = grpo_rows(turns, names, device)

@@ -48,8 +48,8 @@ from pathlib import Path
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula.bench import peers_usage, round_torch, round_vllm
-from autocurricula.bench.peers import (PEER_ENV, SHAPES, Worker, _usage, by_path, linear_dims, model_folder,
-                                       peer_python, summary, vllm_binding)
+from autocurricula.bench.peers import (PEER_ENV, SHAPES, Worker, by_path, linear_dims, model_folder,
+                                       peer_python, side_usage, summary, vllm_binding)
 
 LEARNERS = ("main", "main_exploiter", "league_exploiter")
 # one round's 64 games as (X, O) before seats alternate, the example's roles: the main agent against
@@ -336,7 +336,7 @@ def _side_figures(runs: list[dict]) -> dict:
     keys = ("seconds", "games_s", "generate_s", "update_s", "step_s", "save_s", "reload_s", "turns", "tokens",
             "vllm_cores_during_update", "cpu_s")
     return {"rounds_per_hour": summary([3600.0 / r["seconds"] for r in runs]),
-            **{k: summary([r.get(k) for r in runs]) for k in keys}, **_usage(runs)}
+            **{k: summary([r.get(k) for r in runs]) for k in keys}, **side_usage(runs)}
 
 
 def run(shape: str = "bench", repeats: int | None = None, games: int = GAMES, warmup_games: int | None = None,

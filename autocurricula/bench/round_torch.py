@@ -20,12 +20,12 @@ SIDE = "torch_peft_round"
 
 
 def setup_torch_peft_round(spec: dict):
-    from peers_torch import _device, _peft_model, _sync, _torch, grpo_rows, grpo_step
+    from peers_torch import _device, peft_model, _sync, _torch, grpo_rows, grpo_step
 
     torch = _torch()
     device = _device(spec)
     names = spec["learners"]
-    model = _peft_model({"model": spec["model"], "player_names": names,
+    model = peft_model({"model": spec["model"], "player_names": names,
                          "adapters": {n: {"peft": spec["adapters"][n]} for n in names}}, trainable=True, device=device)
     torch.set_num_threads(spec["torch_threads"])  # after _torch(), which sets every core; --torch-threads
     cfg = spec["grpo"]
