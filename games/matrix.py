@@ -72,8 +72,9 @@ class MatrixGame:
         raise ValueError(f"not a prompt of this game: {prompt!r}")
 
     def moves(self, prompt: str) -> list[str]:
-        """The legal replies at one of the game's prompts."""
-        return list(self.words[self.seat_of(prompt)])
+        """The legal replies at one of the game's prompts, written as the warm-up teaches them (the word
+        after a space): per-move credit forces and scores exactly these tokens."""
+        return [" " + w for w in self.words[self.seat_of(prompt)]]
 
     def action(self, seat: int, reply: str) -> int | None:
         """The index of a legal reply of ``seat``, None for an invalid one."""

@@ -91,7 +91,7 @@ def test_matrix_game_rules_and_forfeits():
     from autocurricula.games.matrix import MatrixGame, random_game
 
     g = MatrixGame([[1.0, -0.5], [0.2, 0.3], [-1.0, 0.4]])
-    assert g.shape == (3, 2) and g.moves(g.prompt(0)) == ["red", "blue", "green"] and g.moves(g.prompt(1)) == ["red", "blue"]
+    assert g.shape == (3, 2) and g.moves(g.prompt(0)) == [" red", " blue", " green"] and g.moves(g.prompt(1)) == [" red", " blue"]
     assert g.rewards(0, 1) == [-0.5, 0.5]
     assert g.rewards(None, 0) == [-1.0, 1.0]  # rows forfeit their worst entry
     assert g.rewards(1, None) == [1.0, -1.0]  # columns forfeit theirs (rows' best)
@@ -111,7 +111,7 @@ def test_matrix_game_plays_through_the_game_protocol():
     from autocurricula.games.matrix import MatrixGame
 
     g = MatrixGame([[1.0, -1.0], [-1.0, 1.0]])
-    assert isinstance(g, Game) and game_moves(g)(g.prompt(0)) == ["red", "blue"]
+    assert isinstance(g, Game) and game_moves(g)(g.prompt(0)) == [" red", " blue"]
 
     class Scripted:
         async def generate(self, player, prompt, **kw):
