@@ -498,64 +498,6 @@ def test_kuhn_learner_separates_its_cards_against_a_fixed_opponent(tmp_path):
     assert s["J:bet"] < 0.25 and s["K:bet"] > 0.75, s
 
 
-# ---------------------------------------------------------------------- move values across rounds
-def test_value_memory_averages_a_state_over_rounds_by_hand():
-    from autocurricula.credit.branch import MoveValueMemory
-
-    off = MoveValueMemory(0.0)
-    assert off.update([("s", [1.0, 0.0]), ("s", [0.0, 0.0]), ("t", [2.0])]) == {"s": [0.5, 0.0], "t": [2.0]}
-    assert off.update([("s", [0.0, 1.0])]) == {"s": [0.0, 1.0]} and off.state_dict()["states"] == []
-    mem = MoveValueMemory(0.5)
-    mem.update([(("p", (1,)), [1.0, 0.0])])  # the first round's mean starts the state, with no pull toward 0
-    assert mem.update([(("p", (1,)), [0.0, 0.0]), (("p", (1,)), [0.0, 1.0])]) == {("p", (1,)): [0.5, 0.25]}
-    assert mem.horizon == 7  # 0.5 ** 7 < 1 %: a state unseen that long is dropped
-    for _ in range(7):
-        mem.update([(("q", (2,)), [0.0])])
-    assert [k for k, *_ in mem.state_dict()["states"]] == ["q"]
-    with pytest.raises(ValueError, match="moves"):
-        mem.update([(("q", (2,)), [0.0]), (("q", (2,)), [0.0, 1.0])])
-    with pytest.raises(ValueError, match="value_memory"):
-        BranchCredit(advantage="moves", value_memory=1.0)
-
-
-def test_value_memory_survives_a_checkpoint():
-    credit = BranchCredit(advantage="moves", value_memory=0.8)
-    credit.memory.update([(("p0", (1, 2, 3)), [0.25, -0.5])])
-    again = BranchCredit(advantage="moves", value_memory=0.8)
-    again.load_state_dict(json_round_trip(credit.state_dict()))
-    assert again.memory.update([(("p0", (1, 2, 3)), [0.25, 0.5])]) == {("p0", (1, 2, 3)): [0.25, pytest.approx(-0.3)]}
-
-
-def json_round_trip(state):
-    import json
-    return json.loads(json.dumps(state))
-
-
-@pytest.mark.parametrize("memory", [0.0, 0.9])
-def test_value_memory_gives_a_recurring_state_its_values_from_many_rounds(memory):
-    # seat 0 always sees "roll": one branch per move and 4 visits a round are noisy (a move's value
-    # is (2d - 9) / 10, each branch +-1); over rounds the memory's values settle near the truth
-    eng = DigitEngine()
-    arena = Arena(eng, seed=5)
-    credit = BranchCredit(samples=1, advantage="moves", move_temperature=1.0, move_clip=math.inf, value_memory=memory)
-    for k in range(40):
-        records = logged(arena, dice, 4, prefix=f"round{k}-")  # branch seeds derive from the game ids
-        credit.see_round(records, Replayer(arena, dice))
-        credit.advantages([t for r in records for t in r.turns])
-        credit.extra_turns([t for r in records for t in r.turns])
-    key = ("p0", tuple(ord(c) for c in "roll"))
-    got = credit.memory.update([])  # nothing visited: nothing returned
-    assert got == {}
-    if memory == 0.0:
-        assert credit.memory.state_dict()["states"] == []
-        return
-    values = dict((tuple(ids), q) for p, ids, q, _ in credit.memory.state_dict()["states"] if p == "p0")
-    q = values[key[1]]
-    truth = [(2 * m - 9) / 10 for m in range(10)]
-    # an EMA of 0.9 over rounds of 4 one-branch visits: standard error ~0.1 per move; one round alone ~0.45
-    assert np.max(np.abs(np.asarray(q) - truth)) < 0.35, q
-
-
 def test_moves_listed_with_other_tokens_than_the_model_writes_are_named():
     # the engine answers "7"; a game listing " 7" would train replies the model never writes
     async def spaced(players, model, tokenizer=None):

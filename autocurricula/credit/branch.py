@@ -140,78 +140,24 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def state_key(turn: Turn) -> tuple:
-    """A state as :class:`MoveValueMemory` keys it: the player and the prompt's tokens (what it saw)."""
-    return (turn.player, tuple(turn.prompt_ids))
-
-
-class MoveValueMemory:
-    """Move values per state carried across rounds: ``Q <- m * Q + (1 - m) * Q_round``, where
-    ``Q_round`` is the mean of the round's visits to the state. The branches of one visit are few and
-    noisy (the opponent's draw, the deal); a state that recurs (a matrix game's seat, a poker
-    information set, an opening) gets a value from many rounds' branches, so the move targets
-    sharpen toward a best response instead of averaging noisy per-visit targets. ``m = 0`` keeps
-    only the round. A state unseen for as many rounds as it takes its weight to fall below 1 % is
-    dropped, so free-text games whose states never repeat keep no table."""
-
-    def __init__(self, memory: float = 0.0):
-        self.memory = memory
-        self.horizon = 1 if memory == 0 else max(1, math.ceil(math.log(0.01) / math.log(memory)))
-        self.round = 0
-        self._table: dict[tuple, tuple[list[float], int]] = {}  # key -> (values, last round seen)
-
-    def update(self, visits: list[tuple[tuple, list[float]]]) -> dict[tuple, list[float]]:
-        """One round's ``(state key, move values)`` visits; returns each visited state's values."""
-        self.round += 1
-        sums: dict[tuple, list] = {}
-        for key, q in visits:
-            acc = sums.setdefault(key, [[0.0] * len(q), 0])
-            if len(acc[0]) != len(q):
-                raise ValueError(f"a state listed {len(acc[0])} moves and then {len(q)}: moves(prompt) must "
-                                 "depend on the prompt alone")
-            acc[0] = [a + v for a, v in zip(acc[0], q)]
-            acc[1] += 1
-        out = {}
-        for key, (total, n) in sums.items():
-            now = [t / n for t in total]
-            old = self._table.get(key)
-            if self.memory and old is not None and len(old[0]) == len(now):
-                now = [self.memory * o + (1 - self.memory) * v for o, v in zip(old[0], now)]
-            out[key] = now
-            if self.memory:
-                self._table[key] = (now, self.round)
-        self._table = {k: v for k, v in self._table.items() if self.round - v[1] < self.horizon}
-        return out
-
-    def state_dict(self) -> dict:
-        return {"round": self.round, "states": [[k[0], list(k[1]), q, seen] for k, (q, seen) in self._table.items()]}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.round = int(state["round"])
-        self._table = {(str(p), tuple(int(t) for t in ids)): ([float(v) for v in q], int(seen))
-                       for p, ids, q, seen in state["states"]}
-
-
 @dataclass
 class BranchCredit(Credit):
     """``credit="branch"`` (see the module docstring): ``samples`` branch games per branched state,
     ``turns_per_game`` learner turns branched per game (0 = every top-level turn), ``advantage``
     "return", "td" or "moves"; with "moves", ``move_temperature`` (tau) and ``move_clip`` (c, math.inf:
-    no bound) shape each state's target and ``value_memory`` (an EMA factor per round, 0 = off) carries
-    a state's move values across rounds (:class:`MoveValueMemory`). ``alpha`` and ``per_player`` configure the RAE fallback of
+    no bound) shape each state's target. ``alpha`` and ``per_player`` configure the RAE fallback of
     turns not branched. :meth:`bind` takes the run's seed (which turns are branched) and the GRPO
     sampling temperature (the moves are scored as the sampler sees them).
 
     The trainer logs every call of a round's games (``replays = True``) and calls :meth:`see_round`
     with the round's records and a :class:`~autocurricula.replay.Replayer` before :meth:`assign`.
-    Checkpointed: the fallback's baselines and the value memory."""
+    Checkpointed as ``"rae"`` (the fallback's baselines)."""
 
     samples: int = 4
     turns_per_game: int = 0
     advantage: str = "return"
     move_temperature: float = 0.25
     move_clip: float = 2.0
-    value_memory: float = 0.0
     alpha: float = 0.95
     per_player: bool = False
     name = "branch"
@@ -230,11 +176,7 @@ class BranchCredit(Credit):
             raise ValueError(f"move_temperature must be a finite number > 0, got {self.move_temperature!r}")
         if not (_is_number(self.move_clip) and self.move_clip > 0):
             raise ValueError(f"move_clip must be a number > 0 (math.inf: no bound), got {self.move_clip!r}")
-        if not (_is_number(self.value_memory) and 0 <= self.value_memory < 1):
-            raise ValueError(f"value_memory must be a number in [0, 1) (0 = each visit's branches alone), "
-                             f"got {self.value_memory!r}")
         self.move_temperature, self.move_clip = float(self.move_temperature), float(self.move_clip)
-        self.memory = MoveValueMemory(float(self.value_memory))
         self.fallback = RAE(self.alpha, self.per_player)
         self.seed, self.sampling_temperature = 0, 1.0  # until bind
         self._adv: dict[int, float] = {}  # id(turn) -> branch advantage, for this round's turns
@@ -351,18 +293,11 @@ class BranchCredit(Credit):
         for player, (keys, pairs) in sorted(wanted.items()):
             scored.update(zip(keys, engine.completion_logprobs(pairs, player, self.sampling_temperature)))
         respelled = 0  # legal replies the model wrote with other tokens than the listed move's
-        values = {}  # id(turn) -> its state's move values (this round's visits, then the memory)
         for turn, rec, p in chosen:
             i = points[(rec.game_id, p)]
             q = [branch_value([g.rewards[turn.seat] for g in bs if g.error is None]) for bs in branches[i]]
-            if q and all(v is not None for v in q):  # else the turn keeps its fallback advantage
-                values[id(turn)] = q
-        remembered = self.memory.update([(state_key(t), values[id(t)]) for t, _, _ in chosen if id(t) in values])
-        for turn, rec, p in chosen:
-            if id(turn) not in values:
-                continue
-            i = points[(rec.game_id, p)]
-            q = remembered[state_key(turn)]
+            if not q or any(v is None for v in q):
+                continue  # a move with no finished branch: the turn keeps its fallback advantage
             logps = [scored[(id(turn), j)] for j in range(len(answers[i]))] if scores else None
             adv = self.move_targets(q, logps)
             mean = sum(q) / len(q)
@@ -404,10 +339,9 @@ class BranchCredit(Credit):
         return dict(self._metrics)
 
     def state_dict(self) -> dict:
-        return {"rae": self.fallback.state_dict(), "memory": self.memory.state_dict()}
+        return {"rae": self.fallback.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("rae"):
             self.fallback.load_state_dict(state["rae"])
-        if state.get("memory"):
-            self.memory.load_state_dict(state["memory"])
+
