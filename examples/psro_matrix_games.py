@@ -2,6 +2,7 @@
 
     python examples/psro_matrix_games.py                    # 20 games, seed 0 (see the time below)
     python examples/psro_matrix_games.py --games 4 --rounds 4 --smoke
+    python examples/psro_matrix_games.py --trainers psro --credit moves --restart-rounds 0   # per-move credit
 
 Each game (``games.matrix.random_game``: 2 to 5 actions per seat, payoffs in [-1, 1]) is played
 by the tiny model with one word per seat. The base model gets a supervised warm-up on the family's
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
+from autocurricula.credit import BranchCredit
 from autocurricula import FictitiousPlayTrainer, PSROTrainer, SelfPlayTrainer
 from autocurricula.eval.matrix import figures, read_policy
 from autocurricula.games.matrix import random_game
@@ -40,6 +42,7 @@ from tqdm.auto import tqdm
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer, "fictitious": FictitiousPlayTrainer}
 GAMES_PER_ROUND = 128
+CREDITS = {"rae": lambda: "rae", "moves": lambda: BranchCredit(advantage="moves", samples=2)}
 
 
 def parse_args(argv=None):
@@ -56,6 +59,9 @@ def parse_args(argv=None):
     p.add_argument("--learning-rate", type=float, default=1e-2, help="every trainer's, on every game (the tiny "
                    "model's rate, as in the other examples; GRPOConfig's 1e-4 default is for real models)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--credit", choices=sorted(CREDITS), default="rae", help="every trainer's credit: the default "
+                   "'rae', or 'moves' (BranchCredit(advantage='moves', samples=2), per-move targets)")
+    p.add_argument("--restart-rounds", type=int, default=None, help="PSRO's restart_rounds (default: PSROConfig's)")
     p.add_argument("--output", default=None, help="append the JSON lines to this file")
     p.add_argument("--smoke", action="store_true", help="a tiny budget, to check that it runs")
     args = p.parse_args(argv)
@@ -77,10 +83,11 @@ def warm_base(args) -> Path:
 
 def config_for(name: str, args, out: str):
     cls = TRAINERS[name].config_class
-    own = {"psro": {}, "selfplay": {"games_per_round": GAMES_PER_ROUND},
+    restart = {} if args.restart_rounds is None else {"restart_rounds": args.restart_rounds}
+    own = {"psro": restart, "selfplay": {"games_per_round": GAMES_PER_ROUND},
            "fictitious": {"games_per_round": GAMES_PER_ROUND}}[name]
     return cls(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, progress=False,
-               save_strategy="no", **own)
+               save_strategy="no", credit=CREDITS[args.credit](), **own)
 
 
 def run_one(name: str, game, base: Path, args) -> dict:

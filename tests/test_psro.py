@@ -282,15 +282,17 @@ def test_meta_opponent_composes_with_the_alphastar_league(tmp_path, tiny_model_p
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["psro_matrix_games.py", "psro_kuhn.py"])
-def test_psro_examples_smoke(script, tmp_path):
-    """Both measurement commands run end to end on a tiny budget and print their summary line."""
+@pytest.mark.parametrize("credit", [[], ["--credit", "moves", "--restart-rounds", "0"]])
+def test_psro_examples_smoke(script, credit, tmp_path):
+    """Both measurement commands run end to end on a tiny budget and print their summary line, with
+    the default credit and with per-move credit."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    extra = ["--games", "1"] if script == "psro_matrix_games.py" else []
+    extra = (["--games", "1"] if script == "psro_matrix_games.py" else []) + credit
     out = subprocess.run([sys.executable, str(root / "examples" / script), "--smoke", *extra], capture_output=True,
                          text=True, timeout=900, cwd=root / "examples",
                          env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
