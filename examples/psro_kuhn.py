@@ -27,7 +27,6 @@ import json
 import tempfile
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
-from autocurricula.credit import BranchCredit
 from autocurricula import PSROTrainer, SelfPlayTrainer
 from autocurricula.eval.kuhn import INFOSETS, played_exploitability, played_mixture, read_played
 from autocurricula.eval.played import MixtureFigures
@@ -35,10 +34,10 @@ from autocurricula.games import kuhn_poker
 
 from kuhn_league import parse_args as kuhn_args
 from kuhn_league import warm_base
+from psro_matrix_games import add_credit_options, credit_settings
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer}
 GAMES_PER_ROUND = 128
-CREDITS = {"rae": lambda: "rae", "moves": lambda: BranchCredit(advantage="moves", samples=2)}
 LEARNING_RATE = 1e-2  # the matrix games' rate (examples/psro_matrix_games.py)
 
 
@@ -61,9 +60,7 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--rounds", type=int, default=8, help="rounds per epoch")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--credit", choices=sorted(CREDITS), default="rae", help="every trainer's credit: the default "
-                   "'rae', or 'moves' (BranchCredit(advantage='moves', samples=2), per-move targets)")
-    p.add_argument("--restart-rounds", type=int, default=None, help="PSRO's restart_rounds (default: PSROConfig's)")
+    add_credit_options(p)
     p.add_argument("--base-seed", type=int, default=None, help="the warm base's seed (default: --seed); one base "
                    "for several --seed runs saves its warm-up")
     p.add_argument("--output", default=None, help="append the JSON lines to this file")
@@ -84,10 +81,8 @@ def main(argv=None):
         own = {"games_per_round": GAMES_PER_ROUND} if name == "selfplay" else {}
         figures = played_figures(name, args.seed)
         with tempfile.TemporaryDirectory() as out:
-            if name == "psro" and args.restart_rounds is not None:
-                own["restart_rounds"] = args.restart_rounds
             config = cls.config_class(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out,
-                                      save_strategy="no", credit=CREDITS[args.credit](), **own)  # the trainer's bars: rounds, epochs, time left
+                                      save_strategy="no", **credit_settings(name, args), **own)  # the trainer's bars: rounds, epochs, time left
             trainer = cls(config)
             trainer.train(str(base), kuhn_poker, grpo_config={"learning_rate": LEARNING_RATE}, callbacks=[figures])
             trainer.engine.close()

@@ -45,6 +45,19 @@ GAMES_PER_ROUND = 128
 CREDITS = {"rae": lambda: "rae", "moves": lambda: BranchCredit(advantage="moves", samples=2)}
 
 
+def add_credit_options(p: argparse.ArgumentParser) -> None:
+    """``--credit`` and ``--restart-rounds``, shared with ``psro_kuhn.py``."""
+    p.add_argument("--credit", choices=sorted(CREDITS), default="rae", help="every trainer's credit: the default "
+                   "'rae', or 'moves' (BranchCredit(advantage='moves', samples=2), per-move targets)")
+    p.add_argument("--restart-rounds", type=int, default=None, help="PSRO's restart_rounds (default: PSROConfig's)")
+
+
+def credit_settings(name: str, args) -> dict:
+    """The trainer's config fields that ``--credit`` and ``--restart-rounds`` set."""
+    restart = {"restart_rounds": args.restart_rounds} if name == "psro" and args.restart_rounds is not None else {}
+    return {"credit": CREDITS[args.credit](), **restart}
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--games", type=int, default=20, help="random games random-0 ... random-(N-1)")
@@ -59,9 +72,7 @@ def parse_args(argv=None):
     p.add_argument("--learning-rate", type=float, default=1e-2, help="every trainer's, on every game (the tiny "
                    "model's rate, as in the other examples; GRPOConfig's 1e-4 default is for real models)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--credit", choices=sorted(CREDITS), default="rae", help="every trainer's credit: the default "
-                   "'rae', or 'moves' (BranchCredit(advantage='moves', samples=2), per-move targets)")
-    p.add_argument("--restart-rounds", type=int, default=None, help="PSRO's restart_rounds (default: PSROConfig's)")
+    add_credit_options(p)
     p.add_argument("--output", default=None, help="append the JSON lines to this file")
     p.add_argument("--smoke", action="store_true", help="a tiny budget, to check that it runs")
     args = p.parse_args(argv)
@@ -83,11 +94,10 @@ def warm_base(args) -> Path:
 
 def config_for(name: str, args, out: str):
     cls = TRAINERS[name].config_class
-    restart = {} if args.restart_rounds is None else {"restart_rounds": args.restart_rounds}
-    own = {"psro": restart, "selfplay": {"games_per_round": GAMES_PER_ROUND},
+    own = {"psro": {}, "selfplay": {"games_per_round": GAMES_PER_ROUND},
            "fictitious": {"games_per_round": GAMES_PER_ROUND}}[name]
     return cls(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, progress=False,
-               save_strategy="no", credit=CREDITS[args.credit](), **own)
+               save_strategy="no", **credit_settings(name, args), **own)
 
 
 def run_one(name: str, game, base: Path, args) -> dict:

@@ -344,4 +344,3 @@ class BranchCredit(Credit):
     def load_state_dict(self, state: dict) -> None:
         if state.get("rae"):
             self.fallback.load_state_dict(state["rae"])
-
