@@ -1,9 +1,16 @@
 """Two-player zero-sum matrix games, one word per player, both answering at once.
 
 The row player picks a row, the column player a column; the row player wins ``payoff[i][j]`` and
-the column player loses it. Each seat's prompt names its seat and its legal words::
+the column player loses it. Each seat's prompt names its seat and its legal words, and each seat
+has words of its own (rows answer red, blue, ...; columns up, down, ...)::
 
     matrix game. pick one of red blue green. you play the rows:
+    matrix game. pick one of up down. you play the columns:
+
+Separate words let a player tell its seats apart by what it may answer: with the same words in both
+seats, a small model's players answered alike in both (on ``random_game(19)``, whose equilibrium
+has rows and columns on different words, every trainer stopped at the best seat-blind policy,
+exploitable by 0.105).
 
 A reply is legal when, stripped, it is exactly one of the seat's words; anything else is an
 invalid move, which forfeits the worst payoff of the offender's seat (the other player gets the
@@ -12,7 +19,7 @@ negation, so the game stays zero-sum; when both are invalid, both get 0).
 ``random_game(seed)`` draws one of a family of games (2 to 5 actions per seat, payoffs uniform in
 [-1, 1]); ``autocurricula.eval.matrix`` gives each game's exact equilibrium and scores a policy as
 the game plays it. The module itself plays ``BIASED_RPS``: rock-paper-scissors (red, blue, green)
-where the first move's win pays 2, whose equilibrium (1/4, 1/2, 1/4) a win-rate matrix cannot see.
+(columns: up, down, yes) where the first move's win pays 2, whose equilibrium (1/4, 1/2, 1/4) a win-rate matrix cannot see.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ from typing import Any
 
 from autocurricula.games._common import ask, check_penalty, check_players, choice, invalid_rewards
 
-__all__ = ["BIASED_RPS", "NUM_PLAYERS", "SEATS", "WORDS", "ZERO_SUM", "MatrixGame", "moves", "play", "random_game",
+__all__ = ["BIASED_RPS", "COLUMN_WORDS", "NUM_PLAYERS", "SEATS", "WORDS", "ZERO_SUM", "MatrixGame", "moves", "play", "random_game",
            "random_policy"]
 
-WORDS = ("red", "blue", "green", "left", "right")  # one token each in the tiny model's vocabulary
+WORDS = ("red", "blue", "green", "left", "right")  # the rows'; one token each in the tiny model's vocabulary
+COLUMN_WORDS = ("up", "down", "yes", "no", "two")  # the columns'
 SEATS = ("rows", "columns")
 
 
@@ -39,20 +47,20 @@ class MatrixGame:
     NUM_PLAYERS = 2
     ZERO_SUM = True
 
-    def __init__(self, payoff: Sequence[Sequence[float]], words: Sequence[str] = WORDS, *, name: str = "matrix",
-                 max_tokens: int = 1):
+    def __init__(self, payoff: Sequence[Sequence[float]], words: Sequence[str] = WORDS,
+                 column_words: Sequence[str] = COLUMN_WORDS, *, name: str = "matrix", max_tokens: int = 1):
         rows = [tuple(float(v) for v in row) for row in payoff]
         if not rows or not rows[0] or any(len(r) != len(rows[0]) for r in rows):
             raise ValueError("payoff must be a non-empty rectangular list of rows, e.g. [[1, -1], [-1, 1]]")
-        if max(len(rows), len(rows[0])) > len(words) or len(set(words)) != len(words):
-            raise ValueError(f"{len(rows)}x{len(rows[0])} actions need at least {max(len(rows), len(rows[0]))} "
-                             f"distinct words, got {list(words)}")
-        if any(w != w.strip() or not w or " " in w for w in words):
-            raise ValueError(f"each word must be one word without spaces, got {list(words)}")
+        for seat, ws, k in (("rows", words, len(rows)), ("columns", column_words, len(rows[0]))):
+            if k > len(ws) or len(set(ws)) != len(ws):
+                raise ValueError(f"{k} {seat} need at least {k} distinct words, got {list(ws)}")
+            if any(w != w.strip() or not w or " " in w for w in ws):
+                raise ValueError(f"each word must be one word without spaces, got {list(ws)}")
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         self.payoff = tuple(rows)
-        self.words = (tuple(words[:len(rows)]), tuple(words[:len(rows[0])]))
+        self.words = (tuple(words[:len(rows)]), tuple(column_words[:len(rows[0])]))
         self.name, self.max_tokens = name, int(max_tokens)
         flat = [v for r in rows for v in r]
         self.forfeit = (min(flat), -max(flat))  # the worst payoff of each seat
@@ -120,13 +128,14 @@ class MatrixGame:
         return f"MatrixGame({self.name}, {self.shape[0]}x{self.shape[1]})"
 
 
-def random_game(seed: int, *, sizes: Sequence[int] = (2, 3, 4, 5), words: Sequence[str] = WORDS) -> MatrixGame:
+def random_game(seed: int, *, sizes: Sequence[int] = (2, 3, 4, 5), words: Sequence[str] = WORDS,
+                column_words: Sequence[str] = COLUMN_WORDS) -> MatrixGame:
     """A random zero-sum game: rows and columns each drawn from ``sizes``, payoffs uniform in
     [-1, 1] rounded to 2 decimals (so a game prints exactly), named ``random-<seed>``."""
     rng = random.Random(seed)
     m, n = rng.choice(list(sizes)), rng.choice(list(sizes))
     payoff = [[round(rng.uniform(-1.0, 1.0), 2) for _ in range(n)] for _ in range(m)]
-    return MatrixGame(payoff, words, name=f"random-{seed}")
+    return MatrixGame(payoff, words, column_words, name=f"random-{seed}")
 
 
 BIASED_RPS = MatrixGame([[0.0, -1.0, 2.0], [1.0, 0.0, -1.0], [-2.0, 1.0, 0.0]], name="biased-rps")

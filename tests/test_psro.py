@@ -91,17 +91,20 @@ def test_matrix_game_rules_and_forfeits():
     from autocurricula.games.matrix import MatrixGame, random_game
 
     g = MatrixGame([[1.0, -0.5], [0.2, 0.3], [-1.0, 0.4]])
-    assert g.shape == (3, 2) and g.moves(g.prompt(0)) == [" red", " blue", " green"] and g.moves(g.prompt(1)) == [" red", " blue"]
+    assert g.shape == (3, 2) and g.moves(g.prompt(0)) == [" red", " blue", " green"] and g.moves(g.prompt(1)) == [" up", " down"]
     assert g.rewards(0, 1) == [-0.5, 0.5]
     assert g.rewards(None, 0) == [-1.0, 1.0]  # rows forfeit their worst entry
     assert g.rewards(1, None) == [1.0, -1.0]  # columns forfeit theirs (rows' best)
     assert g.rewards(None, None) == [0.0, 0.0]
-    assert g.action(1, " blue ") == 1 and g.action(1, "green") is None and g.action(0, "red blue") is None
+    assert g.action(1, " down ") == 1 and g.action(1, "blue") is None and g.action(0, "red blue") is None
+    assert g.action(0, "up") is None  # each seat answers with its own words
     assert random_game(7).payoff == random_game(7).payoff and random_game(7).name == "random-7"
     shapes = {random_game(s).shape for s in range(40)}
     assert {m for m, _ in shapes} == {2, 3, 4, 5} and {n for _, n in shapes} == {2, 3, 4, 5}
-    with pytest.raises(ValueError, match="distinct words"):
+    with pytest.raises(ValueError, match="columns need at least 6 distinct words"):
         MatrixGame([[0.0] * 6])
+    with pytest.raises(ValueError, match="rows need at least 2 distinct words"):
+        MatrixGame([[0.0], [1.0]], words=("a", "a"))
 
 
 def test_matrix_game_plays_through_the_game_protocol():
@@ -168,8 +171,8 @@ def _warm(tmp_path, seed=0):
 
 
 def test_psro_mixture_of_a_matrix_game_falls_below_a_bound(tmp_path):
-    """A 2x2 game of the random family with a mixed equilibrium: from the format warm-up (0.17 of
-    the payoff range exploitable) PSRO's deployed mixture gets below 0.06 within 48 rounds (0.03
+    """A 2x2 game of the random family with a mixed equilibrium: from the format warm-up (0.12 of
+    the payoff range exploitable) PSRO's deployed mixture gets below 0.06 within 64 rounds (0.017
     on the machine that set the bound); the mixture exports with its weights."""
     from autocurricula import PSROConfig, PSROTrainer
     from autocurricula.eval.matrix import figures, read_policy
@@ -177,7 +180,7 @@ def test_psro_mixture_of_a_matrix_game_falls_below_a_bound(tmp_path):
 
     game = random_game(2)
     warm = _warm(tmp_path)
-    trainer = PSROTrainer(PSROConfig(epochs=6, rounds=8, seed=0, output_dir=str(tmp_path / "run"), progress=False,
+    trainer = PSROTrainer(PSROConfig(epochs=8, rounds=8, seed=0, output_dir=str(tmp_path / "run"), progress=False,
                                      save_strategy="no"))
     trainer.train(str(warm), game, grpo_config={"learning_rate": 1e-2})
     try:
@@ -186,7 +189,7 @@ def test_psro_mixture_of_a_matrix_game_falls_below_a_bound(tmp_path):
         pols = {pid: read_policy(trainer.engine, pid, game) for pid in mixture}
         base = figures(game, {"b": read_policy(trainer.engine, None, game)}, {"b": 1.0})
         got = figures(game, pols, mixture)
-        assert base["exploitability_share"] > 0.12
+        assert base["exploitability_share"] > 0.1
         assert got["exploitability_share"] < 0.06, (got, mixture)
         assert got["invalid_rate"] < 0.05, got
         assert len(trainer.population()) >= 3  # best responses joined
@@ -300,3 +303,26 @@ def test_psro_examples_smoke(script, credit, tmp_path):
     last = json.loads(out.stdout.strip().splitlines()[-1])
     key = "summary" if script == "psro_matrix_games.py" else "final"
     assert {"psro", "selfplay"} <= set(last[key])
+
+
+def test_psro_players_tell_their_seats_apart(tmp_path):
+    """``random_game(19)``: rows should answer their first word, columns their second. A policy that
+    answers alike in both seats is exploitable by at least 0.0745 of the range; with words of its
+    own per seat, PSRO's mixture gets below 0.03 within 32 rounds (0.005 on the machine that set the
+    bound)."""
+    from autocurricula import PSROConfig, PSROTrainer
+    from autocurricula.eval.matrix import exploitability_as_played, figures, read_policy
+    from autocurricula.games.matrix import random_game
+
+    game = random_game(19)
+    blind = min(exploitability_as_played(game, [[np.array([q, 1 - q, 0.0])] * 2], [1.0]) for q in np.linspace(0, 1, 101))
+    assert blind / np.ptp(np.asarray(game.payoff)) > 0.074
+    trainer = PSROTrainer(PSROConfig(epochs=4, rounds=8, seed=0, output_dir=str(tmp_path / "run"), progress=False,
+                                     save_strategy="no"))
+    trainer.train(str(_warm(tmp_path)), game, grpo_config={"learning_rate": 1e-2})
+    try:
+        mixture = trainer.deployable_mixture()
+        got = figures(game, {pid: read_policy(trainer.engine, pid, game) for pid in mixture}, mixture)
+        assert got["exploitability_share"] < 0.03, (got, mixture)
+    finally:
+        trainer.engine.close()

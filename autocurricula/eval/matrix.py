@@ -20,7 +20,7 @@ import numpy as np
 
 from autocurricula.eval.meta import zero_sum_nash
 
-__all__ = ["exploitability_as_played", "figures", "read_policy", "seat_distributions"]
+__all__ = ["exploitability_as_played", "extended_payoff", "figures", "read_policy", "seat_distributions"]
 
 
 def read_policy(engine, player: str | None, game, *, temperature: float = 1.0) -> list[np.ndarray]:
@@ -59,7 +59,7 @@ def seat_distributions(policies: Sequence[Sequence[np.ndarray]], weights: Sequen
     return [sum(wk * np.asarray(pol[seat], dtype=np.float64) for wk, pol in zip(w, policies)) for seat in (0, 1)]
 
 
-def _extended(game) -> np.ndarray:
+def extended_payoff(game) -> np.ndarray:
     """The payoff to rows with a forfeit row and column appended (the game's invalid outcomes)."""
     m, n = game.shape
     a = np.zeros((m + 1, n + 1))
@@ -73,7 +73,7 @@ def exploitability_as_played(game, policies: Sequence[Sequence[np.ndarray]], wei
     """Half the NashConv of the mixture, invalid replies included: the mean over the two seats of
     what an exact (legal) best response gains over the game's value."""
     x, y = seat_distributions(policies, weights)
-    a, (m, n) = _extended(game), game.shape
+    a, (m, n) = extended_payoff(game), game.shape
     value = zero_sum_nash(np.asarray(game.payoff))[2]
     best_row = (a[:m] @ y).max()  # a best response plays a legal word
     best_col = (x @ a[:, :n]).min()
