@@ -10,12 +10,15 @@ population member's exact policy off the engine and prints, as shares of the pay
   expected payoffs against each other, not the sampled estimates): if it is low and the deployed
   figure high, the estimates (or their counts) are what is missing; if both are high, the best
   responses are;
-- per member, its games in the restricted game and its true and deployed weights.
+- per member, its fewest games against another member and its true and deployed weights.
+
+One JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -63,14 +66,15 @@ def main(argv=None) -> None:
             _, _, games = trainer.standings.relative.matrices(ids)
         finally:
             trainer.engine.close()
-    share = figures(game, pols, deployed)["exploitability_share"]
-    print(f"{game.name} seed {args.seed}: deployed mixture {share:.3f}, "
-          f"exact Nash of the true restricted game {figures(game, pols, exact)['exploitability_share']:.3f}")
-    print("member           games (min over entries)  true Nash weight  deployed weight")
+    members = []
     for i, pid in enumerate(ids):
         played = np.delete(games[i], i)
-        print(f"{pid:16s} {int(played.min()) if len(played) else 0:>24d}  {exact[pid]:16.3f}  {deployed.get(pid, 0.0):15.3f}")
-
+        members.append({"id": pid, "fewest_games": int(played.min()) if len(played) else 0,
+                        "true_nash_weight": round(exact[pid], 3), "deployed_weight": round(deployed.get(pid, 0.0), 3)})
+    print(json.dumps({"game": game.name, "seed": args.seed,
+                      "deployed": round(figures(game, pols, deployed)["exploitability_share"], 4),
+                      "true_restricted_nash": round(figures(game, pols, exact)["exploitability_share"], 4),
+                      "members": members}))
 
 if __name__ == "__main__":
     main()

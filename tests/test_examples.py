@@ -246,3 +246,21 @@ def test_continue_with_trl_example(tmp_path):
                                       str(continued))
     assert any("lora_A" in name for name, _ in model.named_parameters())
     assert import_peft(continued).modules  # and autocurricula takes it back as a player
+
+
+def test_true_restricted_game_of_the_psro_diagnostic():
+    """research/psro_restricted_game.py's exact restricted game: antisymmetric, each entry the mean
+    over the two seats of what member i wins from j (invalid replies forfeiting)."""
+    import numpy as np
+
+    from autocurricula.games.matrix import BIASED_RPS
+
+    mod = _load(ROOT / "research" / "psro_restricted_game.py", "psro_rg")
+    e = np.eye(4)
+    rock, paper = [e[0], e[0]], [e[1], e[1]]  # the same word index in both seats
+    leaky = [0.5 * e[0] + 0.5 * e[3], 0.5 * e[0] + 0.5 * e[3]]  # half invalid
+    m = mod.true_restricted_game(BIASED_RPS, [rock, paper, leaky])
+    assert np.allclose(m, -m.T)
+    assert m[1, 0] == 1.0  # paper beats rock by 1 in either seat
+    # against rock, half of leaky's replies are rock (a draw) and half forfeit the seat's worst payoff (2)
+    assert m[2, 0] == -1.0
