@@ -10,7 +10,9 @@ population member's exact policy off the engine and prints, as shares of the pay
   expected payoffs against each other, not the sampled estimates): if it is low and the deployed
   figure high, the estimates (or their counts) are what is missing; if both are high, the best
   responses are;
-- per member, its fewest games against another member and its true and deployed weights.
+- per member, its fewest games against another member, its true and deployed weights, and its
+  exact mean relative reward against the deployed mixture (no member above 0: the mixture is an
+  equilibrium of the true restricted game).
 
 One JSON line.
 """
@@ -61,7 +63,9 @@ def main(argv=None) -> None:
             deployed = trainer.deployable_mixture()
             ids = [m["id"] for m in trainer.population()]
             pols = {pid: read_policy(trainer.engine, pid, game, temperature=t) for pid in ids}
-            x = zero_sum_nash(true_restricted_game(game, [pols[pid] for pid in ids]))[0]
+            true = true_restricted_game(game, [pols[pid] for pid in ids])
+            x = zero_sum_nash(true)[0]
+            gains = true @ np.array([deployed.get(pid, 0.0) for pid in ids])  # each member's against the mixture
             exact = {pid: float(w) for pid, w in zip(ids, x)}
             _, _, games = trainer.standings.relative.matrices(ids)
         finally:
@@ -70,7 +74,8 @@ def main(argv=None) -> None:
     for i, pid in enumerate(ids):
         played = np.delete(games[i], i)
         members.append({"id": pid, "fewest_games": int(played.min()) if len(played) else 0,
-                        "true_nash_weight": round(exact[pid], 3), "deployed_weight": round(deployed.get(pid, 0.0), 3)})
+                        "true_nash_weight": round(exact[pid], 3), "deployed_weight": round(deployed.get(pid, 0.0), 3),
+                        "gain_vs_deployed": round(float(gains[i]), 3)})
     print(json.dumps({"game": game.name, "seed": args.seed,
                       "deployed": round(figures(game, pols, deployed)["exploitability_share"], 4),
                       "true_restricted_nash": round(figures(game, pols, exact)["exploitability_share"], 4),
