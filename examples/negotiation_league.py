@@ -128,6 +128,7 @@ class DealValueCurve:
 def main():
     args = parse_args()
     from autocurricula import GRPOConfig
+    from autocurricula.credit import BranchCredit
     from autocurricula.engine import Engine, LoraSpec
 
     start = time.time()
@@ -137,13 +138,14 @@ def main():
     print("warm-up base:", json.dumps({"deal_value": round(mean_ci(base_values)[0], 4),
                                        "curve_games_deal_value": round(mean_ci(base_values[:args.curve_games])[0], 4)}),
           flush=True)
+    credit = BranchCredit(samples=args.branch_samples, turns_per_game=args.branch_turns,
+                          advantage=args.branch_advantage) if args.credit == "branch" else args.credit
     config = LeagueConfig(
         epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner, exploiter_games=16,
         main_agents=1, main_exploiters=args.main_exploiters, league_exploiters=0, anchor_share=args.anchor_share,
         snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),
         output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=10,
-        game_name="negotiation", credit=args.credit, branch_samples=args.branch_samples,
-        branch_turns_per_game=args.branch_turns, branch_advantage=args.branch_advantage,
+        game_name="negotiation", credit=credit,
         arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0}, progress=False)
     trainer = LeagueTrainer(config, opponents=[dict(SCRIPTED)])
     curve = DealValueCurve(args.curve_games, args.max_turns, start)

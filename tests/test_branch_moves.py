@@ -426,7 +426,7 @@ def test_trainer_refuses_moves_for_a_game_without_them_before_playing(tiny_model
 
     trainer = SelfPlayTrainer(SelfPlayConfig(credit=BranchCredit(advantage="moves"), epochs=1, rounds=1,
                                              games_per_round=2, output_dir=str(tmp_path), progress=False,
-                                             game_name="digits", bt_bootstrap=0))
+                                             game_name="digits", ratings={"bt_bootstrap": 0}))
     with pytest.raises(ValueError, match="moves\\(prompt\\)"):
         trainer.train(str(tiny_model_path), digits)
     assert getattr(trainer, "engine", None) is None  # refused before the model is even loaded
@@ -439,10 +439,10 @@ def test_moves_credit_through_a_server_equals_in_process(tiny_model_path, tmp_pa
     from test_remote import start_all
 
     def run(out, servers=None):
-        t = SelfPlayTrainer(SelfPlayConfig(credit="branch", branch_advantage="moves", branch_samples=1, epochs=1,
+        t = SelfPlayTrainer(SelfPlayConfig(credit=BranchCredit(advantage="moves", samples=1), epochs=1,
                                            rounds=2, games_per_round=4, past_share=0.0, output_dir=str(out),
-                                           progress=False, game_name="kuhn_poker", bt_bootstrap=0, max_tokens=2,
-                                           save_total_limit=1))
+                                           progress=False, game_name="kuhn_poker", ratings={"bt_bootstrap": 0},
+                                           max_tokens=2, save_total_limit=1))
         t.train(str(tiny_model_path), kuhn_poker.play, servers=servers, api_key=KEY if servers else None)
         learner = next(p["id"] for p in t.players if not p["frozen"])
         out = (t.match_history, t.engine.adapter_weights(learner), t.credit.metrics())
@@ -485,9 +485,9 @@ def test_kuhn_learner_separates_its_cards_against_a_fixed_opponent(tmp_path):
     try:
         cfg = LeagueConfig(main_agents=1, main_exploiters=0, league_exploiters=0, games_per_learner=64,
                            anchor_share=1.0, epochs=1, rounds=30, output_dir=str(tmp_path / "run"), seed=0,
-                           max_tokens=3, credit="branch", branch_samples=2, branch_advantage="moves",
-                           game_name="kuhn_poker", max_concurrent_games=128, bt_bootstrap=0, progress=False,
-                           save_total_limit=1)
+                           max_tokens=3, credit=BranchCredit(samples=2, advantage="moves"),
+                           game_name="kuhn_poker", arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0},
+                           progress=False, save_total_limit=1)
         trainer = LeagueTrainer(cfg, opponents=[{"id": "random", "role": "random",
                                                  "policy": kuhn_poker.random_policy}])
         trainer.train(engine, kuhn_poker.play, lora_config=LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),

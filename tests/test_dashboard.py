@@ -34,8 +34,9 @@ def run(tiny_model_path, tmp_path_factory):
     (out / "transcripts.jsonl").write_text(json.dumps({"game_id": "stale", "players": ["main_agent-0", "x"]}) + "\n")
     scripted = {"id": "random-digit", "role": "random", "policy": first_digit_policy}
     t = LeagueTrainer(LeagueConfig(epochs=2, rounds=2, games_per_learner=4, snapshot_min_rounds=1,
-                                   snapshot_max_rounds=2, output_dir=str(out), progress=False, bt_bootstrap=10,
-                                   max_tokens=4, transcripts_per_pair=PER_PAIR, save_total_limit=None),
+                                   snapshot_max_rounds=2, output_dir=str(out), progress=False,
+                                   ratings={"bt_bootstrap": 10}, max_tokens=4, transcripts_per_pair=PER_PAIR,
+                                   save_total_limit=None),
                       opponents=[scripted])
     t.train(str(tiny_model_path), digits)
     t.engine.close()

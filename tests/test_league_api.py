@@ -1,6 +1,7 @@
 """One way to do each thing: specs from entry/on_round_end, snapshot_spec, credit objects, the
 reward rule, scripted-policy calls, seat order, trl fields without effect, rng.json without py_rng."""
 
+import contextlib
 import hashlib
 import json
 
@@ -21,7 +22,7 @@ from autocurricula.trainer import AutocurriculumTrainer
 from league_doubles import ListedPlayers, PooledPlayers, fake_pool
 from toy_games import digits
 
-FAST = dict(progress=False, bt_bootstrap=0, max_tokens=4)
+FAST = dict(progress=False, ratings={"bt_bootstrap": 0}, max_tokens=4)
 
 
 class PooledLeague(PooledPlayers, LeagueTrainer):
@@ -175,8 +176,12 @@ def test_a_credit_object_in_the_config_runs_as_its_flat_fields(tiny_model_path, 
     spec = RAECredit(alpha=0.5)
     runs = []
     for name, credit in (("object", dict(credit=spec)), ("fields", dict(credit="rae", rae_alpha=0.5))):
-        t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=2, output_dir=str(tmp_path / name),
-                                           **credit, **FAST))
+        # the deprecated flat field still works, with a warning that names the credit object
+        with pytest.warns(DeprecationWarning, match=r"rae_alpha are now options of the credit object: pass "
+                          r"credit=RAECredit\(") if name == "fields" else contextlib.nullcontext():
+            config = SelfPlayConfig(epochs=1, rounds=2, games_per_round=2, output_dir=str(tmp_path / name),
+                                    **credit, **FAST)
+        t = SelfPlayTrainer(config)
         t.train(str(tiny_model_path), digits)
         learner = next(p["id"] for p in t.players if not p["frozen"])
         runs.append(([(g["game_id"], g["rewards"]) for g in t.match_history], t.engine.adapter_weights(learner),

@@ -201,7 +201,7 @@ def test_round_robin_plays_every_pair_in_both_seat_orders(tiny_model_path, tmp_p
 
     scripted = {"id": "digits", "role": "scripted", "policy": first_digit_policy}
     t = RoundRobinTrainer(RoundRobinConfig(roles=["red", "blue"], epochs=2, rounds=1, matches=2, max_tokens=2,
-                                           progress=False, bt_bootstrap=0, output_dir=str(tmp_path)),
+                                           progress=False, ratings={"bt_bootstrap": 0}, output_dir=str(tmp_path)),
                           opponents=[scripted])
     t.train(str(tiny_model_path), digits)
     ids = [p["id"] for p in t.players]

@@ -272,7 +272,7 @@ def test_sub_game_rewards_reach_the_update(tiny_model_path, tmp_path):
         return [5.0, 5.0]
 
     t = Capture(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), credit="grpo",
-                               progress=False, bt_bootstrap=0, max_tokens=3, past_share=0.0))
+                               progress=False, ratings={"bt_bootstrap": 0}, max_tokens=3, past_share=0.0))
     t.train(str(tiny_model_path), outer)
     turns = t.seen[0]
     t.engine.close()

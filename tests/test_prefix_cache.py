@@ -185,9 +185,9 @@ def test_trainer_and_serve_settings_reach_the_engine(monkeypatch, tiny_model_pat
     from toy_games import digits
 
     with pytest.raises(ValueError, match="prefix_cache_mb"):
-        AutocurriculumConfig(prefix_cache_mb=-1)
+        AutocurriculumConfig(engine={"prefix_cache_mb": -1})
     t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), progress=False,
-                                       max_tokens=2, save_strategy="no", prefix_cache_mb=0))
+                                       max_tokens=2, save_strategy="no", engine={"prefix_cache_mb": 0}))
     t.train(str(tiny_model_path), digits)
     try:
         assert t.engine.config.prefix_cache_mb == 0 and t.engine.prefix_cache is None

@@ -40,7 +40,8 @@ def league(**cfg) -> LeagueTrainer:
 def test_entry_leaves_scripted_players_out_only_when_pure():
     ids = {s.get("id") for s in league().entry()}
     assert {"random", "minimax"} <= ids  # default: they join the pool as historical players
-    pure = league(scripted_in_pool=False).entry()
+    with pytest.warns(DeprecationWarning, match="scripted_in_pool is deprecated"):
+        pure = league(scripted_in_pool=False).entry()
     assert not any(s.get("id") in ("random", "minimax") or is_scripted(s) for s in pure)
     assert [s["role"] for s in pure if "snapshot_of" not in s] == ["main_agent", "main_exploiter",
                                                                    "league_exploiter", "league_exploiter"]
@@ -57,7 +58,8 @@ def test_default_league_still_sends_main_agent_games_to_scripted_players(anchor_
 
 
 def test_pure_league_main_agent_never_meets_a_scripted_player():
-    t = league(scripted_in_pool=False, main_exploiters=1, league_exploiters=1, games_per_learner=64)
+    with pytest.warns(DeprecationWarning, match="scripted_in_pool is deprecated"):
+        t = league(scripted_in_pool=False, main_exploiters=1, league_exploiters=1, games_per_learner=64)
     players = pool_from_entry(t)
     # a later league: snapshots of every role join the pool
     players += [{"id": f"main_agent-s{i}", "role": "main_agent", "frozen": True, "snapshot_of": "main_agent-0"}
@@ -80,7 +82,8 @@ def test_pure_league_main_agent_never_meets_a_scripted_player():
 
 
 def test_pure_league_refuses_anchor_share():
-    with pytest.raises(ValueError, match="anchor_share=0"):
+    with pytest.warns(DeprecationWarning, match="scripted_in_pool is deprecated"), \
+            pytest.raises(ValueError, match="anchor_share=0"):
         LeagueConfig(scripted_in_pool=False, anchor_share=0.5)
     assert LeagueConfig().scripted_in_pool is True
 

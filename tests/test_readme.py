@@ -128,7 +128,7 @@ _real = mlx_lm.utils.snapshot_download
 mlx_lm.utils.snapshot_download = lambda repo, **kw: _tiny if repo == {repo!r} else _real(repo, **kw)
 LeagueTrainer.config_class = functools.partial(
     LeagueConfig, epochs=1, rounds=1, games_per_learner=4, main_exploiters=1, league_exploiters=0, max_tokens=2,
-    progress=False, bt_bootstrap=0, output_dir=tempfile.mkdtemp(prefix="autocurricula-headline-"))
+    progress=False, ratings={{"bt_bootstrap": 0}}, output_dir=tempfile.mkdtemp(prefix="autocurricula-headline-"))
 """
 
 

@@ -365,8 +365,8 @@ def test_branch_credit_in_a_short_league(tiny_model_path, tmp_path, monkeypatch)
     monkeypatch.setattr(Arena, "run", counting_run)
     monkeypatch.setattr(BranchCredit, "see_round", see)
     monkeypatch.setattr(Replayer, "branch", branch)
-    cfg = dict(epochs=1, rounds=2, games_per_round=3, progress=False, bt_bootstrap=0, max_tokens=4, credit="branch",
-               branch_samples=3)
+    cfg = dict(epochs=1, rounds=2, games_per_round=3, progress=False, ratings={"bt_bootstrap": 0}, max_tokens=4,
+               credit=BranchCredit(samples=3))
     t = SelfPlayTrainer(SelfPlayConfig(output_dir=str(tmp_path / "a"), **cfg))
     t.train(str(tiny_model_path), digits)
     t.engine.close()

@@ -111,6 +111,7 @@ import asyncio, hashlib, json, random, sys
 import numpy as np
 from autocurricula import LeagueConfig, LeagueTrainer
 from autocurricula.callbacks import TrainerCallback
+from autocurricula.credit import QCredit
 from autocurricula.games import kuhn_poker
 
 out, model, resume = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
@@ -150,9 +151,9 @@ class Recorded(TrainerCallback):
             fh.write(json.dumps(steps[-1]) + "\n")
 
 cfg = LeagueConfig(game_name="kuhn_poker", epochs=3, rounds=2, games_per_learner=4, main_exploiters=1, league_exploiters=2,
-                   snapshot_min_rounds=1, snapshot_max_rounds=2, max_concurrent_games=5, credit="q",
-                   q_target_coef=1.0, output_dir=out, seed=11, bt_bootstrap=0, save_total_limit=None,
-                   progress=False)
+                   snapshot_min_rounds=1, snapshot_max_rounds=2, arena={"max_concurrent_games": 5},
+                   credit=QCredit(target_coef=1.0), output_dir=out, seed=11, ratings={"bt_bootstrap": 0},
+                   save_total_limit=None, progress=False)
 t = LeagueTrainer(cfg)
 t.train(model, play, resume_from_checkpoint=resume or None, callbacks=[Recorded()])
 final = {"players": t.pool.registry(), "elo": t.elo.ratings,

@@ -137,7 +137,7 @@ def league(tiny_model_path, out, *, epochs=2, rounds=3, resume=False, pause=0.0,
     GAME_STARTS.clear()
     GAME_ENDS.clear()
     t = Timed(SelfPlayConfig(epochs=epochs, rounds=rounds, games_per_round=GAMES, past_share=0.5, output_dir=str(out),
-                             progress=False, bt_bootstrap=0, max_tokens=4, game_name="digits",
+                             progress=False, ratings={"bt_bootstrap": 0}, max_tokens=4, game_name="digits",
                              overwrite_output_dir=not resume, save_total_limit=None, **overrides))
     t.update_starts, t.update_ends, t.stop_after, t.served = [], [], stop_after, []
 

@@ -121,7 +121,7 @@ def league(tmp_path, tiny_model_path, play, trainer_cls=None, **cfg):
     from autocurricula import SelfPlayConfig, SelfPlayTrainer
 
     config = SelfPlayConfig(**{**dict(epochs=1, rounds=2, games_per_round=2, output_dir=str(tmp_path), progress=False,
-                                      bt_bootstrap=0, max_tokens=6, past_share=0.0), **cfg})
+                                      ratings={"bt_bootstrap": 0}, max_tokens=6, past_share=0.0), **cfg})
     t = (trainer_cls or SelfPlayTrainer)(config)
     t.train(str(tiny_model_path), play)
     t.engine.close()
@@ -159,7 +159,7 @@ def test_proposer_solver_league_run_checkpoints_the_store(tiny_model_path, tmp_p
     from autocurricula import SelfPlayConfig, SelfPlayTrainer
 
     again = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=2, output_dir=str(tmp_path),
-                                           progress=False, bt_bootstrap=0, max_tokens=6, past_share=0.0))
+                                           progress=False, ratings={"bt_bootstrap": 0}, max_tokens=6, past_share=0.0))
     again.train(str(tiny_model_path), fresh, resume_from_checkpoint=True)
     again.engine.close()
     assert fresh.store.state_dict() == game.store.state_dict()

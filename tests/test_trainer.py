@@ -15,10 +15,11 @@ import autocurricula  # noqa: F401
 from autocurricula import AutocurriculumConfig, AutocurriculumTrainer, GRPOConfig, LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer
 from autocurricula.callbacks import TrainerCallback
 from autocurricula.checkpoint import latest_checkpoint, list_checkpoints
+from autocurricula.credit import QCredit, ValueCredit
 
 from toy_games import digits, first_digit_policy, seed_style
 
-FAST = dict(progress=False, bt_bootstrap=10, max_tokens=4)
+FAST = dict(progress=False, ratings={"bt_bootstrap": 10}, max_tokens=4)
 
 
 def weights_of(trainer, pid):
@@ -121,9 +122,8 @@ def test_checkpoints_are_complete_pickle_free_and_limited(tiny_model_path, tmp_p
 
 @pytest.mark.parametrize("credit", ["value", "q"])
 def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path, credit):
-    targets = dict(q_target_coef=0.5, q_target_min_visits=1) if credit == "q" else {}
-    cfg = dict(epochs=2, rounds=2, games_per_round=4, output_dir=str(tmp_path), credit=credit, value_lambda=0.5,
-               **targets, **FAST)
+    spec = QCredit(lam=0.5, target_coef=0.5, target_min_visits=1) if credit == "q" else ValueCredit(lam=0.5)
+    cfg = dict(epochs=2, rounds=2, games_per_round=4, output_dir=str(tmp_path), credit=spec, **FAST)
     t = Capture(SelfPlayConfig(**cfg))
     t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(entropy_coef=0.01))
     t.engine.close()
@@ -153,8 +153,8 @@ import sys, json
 sys.path.insert(0, {tests!r})
 from autocurricula import SelfPlayTrainer, SelfPlayConfig
 from toy_games import digits
-cfg = SelfPlayConfig(epochs=4, rounds=2, games_per_round=6, output_dir={out!r}, progress=False, bt_bootstrap=0,
-                     max_tokens=4, save_total_limit=None, seed=7)
+cfg = SelfPlayConfig(epochs=4, rounds=2, games_per_round=6, output_dir={out!r}, progress=False,
+                     ratings={{"bt_bootstrap": 0}}, max_tokens=4, save_total_limit=None, seed=7)
 t = SelfPlayTrainer(cfg)
 t.train({model!r}, digits, resume_from_checkpoint={resume!r})
 state = {{"players": t.pool.registry(), "elo": t.elo.ratings,
@@ -260,7 +260,8 @@ def test_push_league_and_trackers(tiny_model_path, tmp_path, hub, monkeypatch):
 def test_cli_train_with_yaml(tiny_model_path, tmp_path):
     cfg = tmp_path / "league.yaml"
     cfg.write_text("rounds: 1\ngames_per_learner: 2\nmain_exploiters: 0\nleague_exploiters: 1\nprogress: false\n"
-                   "bt_bootstrap: 0\nmax_tokens: 4\ngrpo:\n  learning_rate: 0.0005\nlora:\n  r: 4\n  lora_alpha: 8\n")
+                   "ratings:\n  bt_bootstrap: 0\nmax_tokens: 4\n"
+                   "grpo:\n  learning_rate: 0.0005\nlora:\n  r: 4\n  lora_alpha: 8\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     out = subprocess.run([sys.executable, "-m", "autocurricula.cli", "train", "--model", str(tiny_model_path),
                           "--game", "toy_games:digits", "--league", "league", "--config", str(cfg), "--epochs", "1",

@@ -26,7 +26,7 @@ from autocurricula.trainer import GameError
 
 from toy_games import digits, first_digit_policy, seed_style
 
-FAST = dict(progress=False, bt_bootstrap=0, max_tokens=4)
+FAST = dict(progress=False, ratings={"bt_bootstrap": 0}, max_tokens=4)
 TESTS = str(Path(__file__).parent)
 RELEASE = threading.Event()  # lets a hung sync game's thread go on (and fail) at the end of a test
 
@@ -105,12 +105,12 @@ def test_some_failing_games_are_tolerated_up_to_the_rate(tiny_model_path, tmp_pa
     t.engine.close()
     assert [row["rollout/errors"] for row in t.metrics_log] == [1, 1] and len(t.match_history) == 6
     strict = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=4, output_dir=str(tmp_path / "b"),
-                                            max_game_error_rate=0.2, **FAST))
+                                            arena={"max_game_error_rate": 0.2}, **FAST))
     with pytest.raises(GameError, match="1 of 4 games"):
         strict.train(str(tiny_model_path), fails_first)
     strict.engine.close()
     with pytest.raises(ValueError, match="max_game_error_rate"):
-        SelfPlayConfig(max_game_error_rate=1.5)
+        SelfPlayConfig(arena={"max_game_error_rate": 1.5})
 
 
 # ---------------------------------------------------------------- 11: timeouts and signals
@@ -120,7 +120,7 @@ def test_hung_game_times_out_and_counts_as_an_error(tiny_model_path, tmp_path, g
     # lockstep off: in lockstep a hung game also slows the others' batches by up to a second a
     # call (they wait for it), which needs a longer timeout; the SIGINT test below runs that case
     t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=4, output_dir=str(tmp_path),
-                                       game_timeout_s=1.5, lockstep=False, **FAST))
+                                       arena={"game_timeout_s": 1.5, "lockstep": False}, **FAST))
     t0 = time.monotonic()
     t.train(str(tiny_model_path), game)
     elapsed = time.monotonic() - t0
@@ -129,7 +129,7 @@ def test_hung_game_times_out_and_counts_as_an_error(tiny_model_path, tmp_path, g
     assert [row["rollout/errors"] for row in t.metrics_log] == [1, 1]
     assert len(t.match_history) == 6 and elapsed < 60
     with pytest.raises(ValueError, match="game_timeout_s"):
-        SelfPlayConfig(game_timeout_s=0)
+        SelfPlayConfig(arena={"game_timeout_s": 0})
 
 
 def test_timed_out_sync_game_cannot_generate_again():
@@ -173,8 +173,9 @@ import sys
 sys.path.insert(0, {tests!r})
 from autocurricula import SelfPlayTrainer, SelfPlayConfig
 from test_trainer_hardening import {game}
-cfg = SelfPlayConfig(epochs=50, rounds=3, games_per_round=4, output_dir={out!r}, progress=False, bt_bootstrap=0,
-                     max_tokens=4, game_timeout_s={timeout}, save_strategy="no", lockstep={lockstep})
+cfg = SelfPlayConfig(epochs=50, rounds=3, games_per_round=4, output_dir={out!r}, progress=False,
+                     ratings={{"bt_bootstrap": 0}}, max_tokens=4, save_strategy="no",
+                     arena={{"game_timeout_s": {timeout}, "lockstep": {lockstep}}})
 t = SelfPlayTrainer(cfg)
 t.train({model!r}, {game})
 print("stopped at", t.current_epoch, t.current_round, flush=True)

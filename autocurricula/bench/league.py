@@ -120,6 +120,7 @@ def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=N
     and ``exploiter_games`` override the bench's sizes (``research/pipeline_profile.py`` runs the
     example's)."""
     from autocurricula import GRPOConfig, LeagueConfig, LeagueTrainer
+    from autocurricula.credit import QCredit
     from autocurricula.engine import LoraSpec
     from autocurricula.games import tictactoe
 
@@ -130,8 +131,8 @@ def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=N
                main_agents=1, main_exploiters=1, league_exploiters=1, anchor_share=0.5,
                snapshot_min_rounds=max(4, rounds // 2), snapshot_max_rounds=max(8, rounds),
                output_dir=str(out), overwrite_output_dir=True, seed=seed, max_tokens=2, game_name="tictactoe",
-               credit="q", q_target_coef=1.0, max_concurrent_games=128, bt_bootstrap=0, progress=False,
-               save_strategy="no")
+               credit=QCredit(target_coef=1.0), arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0},
+               progress=False, save_strategy="no")
     if max_staleness:
         cfg["max_staleness"] = max_staleness  # AutocurriculumConfig.max_staleness (rollouts overlapping updates)
     if threads:
