@@ -322,3 +322,21 @@ def test_default_league_trains_tictactoe_as_in_the_seed(tiny_model_path, tmp_pat
     assert (tmp_path / "autocurricula-output" / f"checkpoint-{trainer.current_epoch}" / "COMPLETE").is_file()
     assert {p["role"] for p in trainer.players} >= {"main_agent", "main_exploiter", "league_exploiter"}
     trainer.engine.close()
+
+
+def test_flat_names_of_grouped_settings_still_work_with_a_warning():
+    """Settings that moved into ``engine``/``arena``/``ratings`` are still accepted flat, and read, with a
+    DeprecationWarning naming the new place; the grouped spelling gives the same config and no warning."""
+    import warnings
+
+    from autocurricula.config import AutocurriculumConfig
+
+    with pytest.warns(DeprecationWarning, match=r"max_slots is now engine\.max_slots.*bt_bootstrap is now ratings"):
+        flat = AutocurriculumConfig(max_slots=8, bt_bootstrap=0, max_concurrent_games=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        grouped = AutocurriculumConfig(engine={"max_slots": 8}, ratings={"bt_bootstrap": 0},
+                                       arena={"max_concurrent_games": 3})
+    assert flat == grouped
+    with pytest.warns(DeprecationWarning, match=r"max_slots is now engine\.max_slots"):
+        assert flat.max_slots == 8
