@@ -17,7 +17,8 @@ Each round:
   ``join_window`` rounds since it last joined, is above 0 by ``join_z`` standard errors joins the
   population as a frozen copy. The window pools enough games for a sharp test and forgets those
   of a version too old to speak for the current one. Otherwise nothing joins: the mixture is not
-  beaten.
+  beaten. The responder's games of that last round are the new member's first entries
+  (:meth:`PSROTrainer.first_estimates`), so a member that joins in the final round still counts.
 
 A responder that joins starts again from the base model (``reset_on_join``: one that went on from
 its own near-pure policy could no longer find a move it had stopped playing), and so does one
@@ -73,9 +74,9 @@ class PSROConfig(AutocurriculumConfig):
             raise ValueError(f"join_z must be >= 0, got {self.join_z}")
 
 
-def relative_rewards(records: list[GameRecord], player: str, opponents: set[str]) -> np.ndarray:
-    """``player``'s relative reward ``(r_me - r_other) / 2`` in each finished two-player game of
-    ``records`` against one of ``opponents``."""
+def games_against(records: list[GameRecord], player: str, opponents: set[str]) -> list[tuple[str, float]]:
+    """``(opponent, relative reward (r_me - r_other) / 2)`` of ``player`` in each finished two-player
+    game of ``records`` against one of ``opponents``."""
     out = []
     for r in records:
         ids = [p["id"] for p in r.players]
@@ -83,8 +84,14 @@ def relative_rewards(records: list[GameRecord], player: str, opponents: set[str]
             continue
         me = ids.index(player)
         if ids[1 - me] in opponents:
-            out.append((float(r.rewards[me]) - float(r.rewards[1 - me])) / 2)
-    return np.asarray(out, dtype=np.float64)
+            out.append((ids[1 - me], (float(r.rewards[me]) - float(r.rewards[1 - me])) / 2))
+    return out
+
+
+def relative_rewards(records: list[GameRecord], player: str, opponents: set[str]) -> np.ndarray:
+    """``player``'s relative reward in each finished two-player game of ``records`` against one of
+    ``opponents`` (:func:`games_against` without the opponents)."""
+    return np.asarray([d for _, d in games_against(records, player, opponents)], dtype=np.float64)
 
 
 def beats_mixture(rewards: np.ndarray, z: float) -> bool:
@@ -175,12 +182,23 @@ class PSROTrainer(AutocurriculumTrainer):
                 rounds.clear()
                 self._tried[me["id"]] = 0
                 yield snapshot_spec(me, role="population")
+                member = self.players[-1]  # the pool added the snapshot before this generator resumed
+                if member.get("snapshot_of") == me["id"]:
+                    self.first_estimates(member, games_against(records, me["id"], members))
                 if self.config.reset_on_join:
                     self.reset_player(me)
             elif self.config.restart_rounds and self._tried[me["id"]] >= self.config.restart_rounds:
                 rounds.clear()
                 self._tried[me["id"]] = 0
                 self.reset_player(me)
+
+    def first_estimates(self, member: dict, games: list[tuple[str, float]]) -> None:
+        """A new member's first entries in the restricted game: the games its responder played in the
+        round it joined, against the members the mixture drew (one update older than the snapshot).
+        Without them a member that joins late has no estimate, and the mixture cannot weigh the best
+        response that beats it."""
+        for opponent, d in games:
+            self.standings.relative.update(member["id"], opponent, d, decay=False)
 
     def extra_state(self) -> dict:
         return {"since_join": {k: [list(r) for r in v] for k, v in self._since_join.items()}, "tried": dict(self._tried)}

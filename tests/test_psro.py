@@ -326,3 +326,41 @@ def test_psro_players_tell_their_seats_apart(tmp_path):
         assert got["exploitability_share"] < 0.03, (got, mixture)
     finally:
         trainer.engine.close()
+
+
+def test_a_new_member_starts_with_its_responders_games_as_entries(tmp_path):
+    """A responder that joins hands the games of its joining round to the new member as its first
+    restricted-game entries (frozen pair, no decay), so a member that joins in the final round can be
+    weighed; ``games_against`` lists each game's opponent and relative reward."""
+    from autocurricula import PSROConfig, PSROTrainer
+    from autocurricula.games.matrix import random_game
+    from autocurricula.leagues.psro import games_against
+    from autocurricula.records import GameRecord
+
+    recs = [GameRecord(game_id=i, players=[{"id": a}, {"id": b}], rewards=r, turns=[])
+            for i, (a, b, r) in enumerate([("me", "p0", [1, -1]), ("p1", "me", [0.5, -0.5]), ("me", "x", [1, -1])])]
+    assert games_against(recs, "me", {"p0", "p1"}) == [("p0", 1.0), ("p1", -0.5)]
+
+    joined = []
+
+    class Watched(PSROTrainer):
+        def on_round_end(self, records):
+            members = {p["id"] for p in self.population()}
+            me = self.responders()[0]["id"]
+            before = len(self.players)
+            yield from super().on_round_end(records)  # the snapshot's entries are set once it resumes
+            if len(self.players) > before:
+                games = games_against(records, me, members)
+                opponents = sorted({o for o, _ in games})
+                mu, _, n = self.standings.relative.matrices([self.players[-1]["id"], *opponents])
+                joined.append((games, mu[0, 1:], n[0, 1:], opponents))
+
+    trainer = Watched(PSROConfig(epochs=2, rounds=4, seed=0, output_dir=str(tmp_path / "run"), progress=False,
+                                 save_strategy="no"))
+    trainer.train(str(_warm(tmp_path)), random_game(19), grpo_config={"learning_rate": 1e-2})
+    trainer.engine.close()
+    assert joined, "no responder joined"
+    for games, mu, n, opponents in joined:
+        for k, opp in enumerate(opponents):
+            ds = [d for o, d in games if o == opp]
+            assert n[k] == len(ds) and mu[k] == pytest.approx(np.mean(ds))
