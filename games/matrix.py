@@ -18,8 +18,9 @@ negation, so the game stays zero-sum; when both are invalid, both get 0).
 
 ``random_game(seed)`` draws one of a family of games (2 to 5 actions per seat, payoffs uniform in
 [-1, 1]); ``autocurricula.eval.matrix`` gives each game's exact equilibrium and scores a policy as
-the game plays it. The module itself plays ``BIASED_RPS``: rock-paper-scissors (red, blue, green)
-(columns: up, down, yes) where the first move's win pays 2, whose equilibrium (1/4, 1/2, 1/4) a win-rate matrix cannot see.
+the game plays it. The module itself plays ``BIASED_RPS``: rock-paper-scissors (rows red, blue,
+green; columns up, down, yes) where the first move's win pays 2, whose equilibrium (1/4, 1/2, 1/4)
+a win-rate matrix cannot see.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from typing import Any
 
 from autocurricula.games._common import ask, check_penalty, check_players, choice, invalid_rewards
 
-__all__ = ["BIASED_RPS", "COLUMN_WORDS", "NUM_PLAYERS", "SEATS", "WORDS", "ZERO_SUM", "MatrixGame", "moves", "play", "random_game",
-           "random_policy"]
+__all__ = ["BIASED_RPS", "COLUMN_WORDS", "NUM_PLAYERS", "SEATS", "WORDS", "ZERO_SUM", "MatrixGame", "moves", "play",
+           "random_game", "random_policy"]
 
 WORDS = ("red", "blue", "green", "left", "right")  # the rows'; one token each in the tiny model's vocabulary
 COLUMN_WORDS = ("up", "down", "yes", "no", "two")  # the columns'

@@ -315,7 +315,8 @@ def test_psro_players_tell_their_seats_apart(tmp_path):
     from autocurricula.games.matrix import random_game
 
     game = random_game(19)
-    blind = min(exploitability_as_played(game, [[np.array([q, 1 - q, 0.0])] * 2], [1.0]) for q in np.linspace(0, 1, 101))
+    blind = min(exploitability_as_played(game, [[np.array([q, 1 - q, 0.0])] * 2], [1.0])
+                for q in np.linspace(0, 1, 101))
     assert blind / np.ptp(np.asarray(game.payoff)) > 0.074
     trainer = PSROTrainer(PSROConfig(epochs=4, rounds=8, seed=0, output_dir=str(tmp_path / "run"), progress=False,
                                      save_strategy="no"))
