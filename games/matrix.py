@@ -53,9 +53,11 @@ class MatrixGame:
         rows = [tuple(float(v) for v in row) for row in payoff]
         if not rows or not rows[0] or any(len(r) != len(rows[0]) for r in rows):
             raise ValueError("payoff must be a non-empty rectangular list of rows, e.g. [[1, -1], [-1, 1]]")
-        for seat, ws, k in (("rows", words, len(rows)), ("columns", column_words, len(rows[0]))):
+        for seat, arg, ws, k in (("rows", "words", words, len(rows)), ("columns", "column_words", column_words,
+                                                                         len(rows[0]))):
             if k > len(ws) or len(set(ws)) != len(ws):
-                raise ValueError(f"{k} {seat} need at least {k} distinct words, got {list(ws)}")
+                raise ValueError(f"{k} {seat} need at least {k} distinct words, got {list(ws)}: pass "
+                                 f"{arg}=[...] with {k} or more distinct one-word replies")
             if any(w != w.strip() or not w or " " in w for w in ws):
                 raise ValueError(f"each word must be one word without spaces, got {list(ws)}")
         if max_tokens < 1:

@@ -56,9 +56,11 @@ def main(argv=None) -> None:
     game = random_game(args.game)
     base = pm.warm_base(run_args)
     with tempfile.TemporaryDirectory() as out:
-        trainer = pm.TRAINERS["psro"](pm.config_for("psro", run_args, out))
-        trainer.train(str(base), game, grpo_config={"learning_rate": run_args.learning_rate})
+        config = pm.config_for("psro", run_args, out)
+        config.progress = True  # a minute or more: the epochs bar shows the ETA
+        trainer = pm.TRAINERS["psro"](config)
         try:
+            trainer.train(str(base), game, grpo_config={"learning_rate": run_args.learning_rate})
             t = trainer.grpo.temperature
             deployed = trainer.deployable_mixture()
             ids = [m["id"] for m in trainer.population()]
