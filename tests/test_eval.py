@@ -186,6 +186,11 @@ def test_mixture_is_sampling_a_player_per_hand():
     assert kuhn.exploitability(nash, backend="python") == pytest.approx(0, abs=1e-9)
     with pytest.raises(ValueError, match="one weight per strategy"):
         kuhn.mixture_strategy(players, [1.0])
+    # weights whose normalised sum rounds above 1: the mixture of sure bets is still a strategy
+    sure = dict.fromkeys(kuhn.INFOSETS, 1.0)
+    mix = kuhn.mixture_strategy([sure, sure, sure], [0.1, 0.6, 0.2])
+    assert all(0.0 <= p <= 1.0 for p in mix.values())
+    kuhn.exploitability(mix, backend="python")  # accepted as a strategy
 
 
 # ---------------------------------------------------------------- meta-strategy

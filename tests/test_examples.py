@@ -264,3 +264,23 @@ def test_true_restricted_game_of_the_psro_diagnostic():
     assert m[1, 0] == 1.0  # paper beats rock by 1 in either seat
     # against rock, half of leaky's replies are rock (a draw) and half forfeit the seat's worst payoff (2)
     assert m[2, 0] == -1.0
+
+
+def test_ideal_kuhn_psro_of_the_research_script():
+    """research/kuhn_psro_ideal.py: its exact response earns what the exact best response does, in
+    each seat, and PSRO with exact responses reaches the equilibrium from uniform play."""
+    from autocurricula.eval import kuhn
+    from autocurricula.games.kuhn_poker import exact_value
+
+    mod = _load(ROOT / "research" / "kuhn_psro_ideal.py", "kuhn_ideal")
+    rng = __import__("random").Random(0)
+    for _ in range(3):
+        opponent = {k: rng.random() for k in kuhn.INFOSETS}
+        mine = mod.response(opponent, 0.0, 0.0)
+        assert exact_value(mine, opponent) == pytest.approx(kuhn.best_response_value(opponent, 0))
+        assert -exact_value(opponent, mine) == pytest.approx(kuhn.best_response_value(opponent, 1))
+    figures = mod.curve(dict.fromkeys(kuhn.INFOSETS, 0.5), 0.0, 0.0, 12)
+    assert figures[0] == pytest.approx(0.4583, abs=1e-4)  # uniform play
+    assert figures[-1] == pytest.approx(0.0, abs=1e-9)
+    # a smoothed response stops short: the mixture keeps the softmax target's error
+    assert mod.curve(dict.fromkeys(kuhn.INFOSETS, 0.5), 0.25, 2.0, 12)[-1] > 0.03

@@ -143,7 +143,8 @@ def mixture_strategy(strategies: Sequence[Mapping[str, float]], weights: Sequenc
     out = {}
     for infoset in INFOSETS:
         r = reach_weights(w, [_own_reach(s, infoset) for s in strategies])
-        out[infoset] = sum(rk * float(s[infoset]) for rk, s in zip(r, strategies))
+        # a weighted mean of probabilities, kept in [0, 1] against rounding (1.0000000000000002)
+        out[infoset] = min(1.0, max(0.0, sum(rk * float(s[infoset]) for rk, s in zip(r, strategies))))
     return out
 
 
