@@ -140,11 +140,14 @@ class GameHandle:
 
     def __init__(self, arena: "Arena", record: GameRecord, game: str, level: int = 0, parent: str | None = None,
                  seats: list[dict] | None = None, *, node: str | None = None, group: str | None = None,
-                 trainable: bool = True):
+                 trainable: bool = True, chance: str | None = None, parent_chance: str | None = None):
         self.arena, self.record, self.game = arena, record, game
         self.level, self.parent = level, parent
         # this (sub-)game's id: the game_id of its turns (a replay keeps the recorded game's, hence its seeds)
         self.node = node or getattr(record.replay, "node", None) or record.game_id
+        # what the game's own randomness derives from: its node, or its deal, which mirrored games share
+        self.chance = chance or record.deal or self.node
+        self.parent_chance = parent_chance or parent
         self.group = group  # the sibling key of a sub-game (None at the top level)
         self.trainable = trainable  # False: none of this game's calls become turns
         self.seats = seats if seats is not None else record.players
@@ -155,7 +158,7 @@ class GameHandle:
     def seed(self) -> int:
         """A stable seed for the game's own randomness (openings, deals): the same run seed and game
         id give the same game again, so league runs and resumed runs stay reproducible."""
-        return derive_seed(self.arena.seed, self.node, self.level, self.parent, "game")
+        return derive_seed(self.arena.seed, self.chance, self.level, self.parent_chance, "game")
 
     async def generate(self, player: dict | None, prompt, **sampling) -> Generation:
         """``player``'s reply to ``prompt`` (text, token ids or chat messages), a turn of this game
@@ -255,7 +258,8 @@ class GameHandle:
             group = f"{sub_name}@{caller.f_code.co_name}:{caller.f_lineno}"
         child = GameHandle(self.arena, self.record, f"{self.game}/{sub_name}", self.level + 1, self.node,
                            seats=list(players), node=f"{self.node}/{self._subgames}", group=str(group),
-                           trainable=self.trainable and trainable)
+                           trainable=self.trainable and trainable, chance=f"{self.chance}/{self._subgames}",
+                           parent_chance=self.chance)
         return self._run_sub(child, sub_play, players, kwargs)
 
     async def _run_sub(self, child: "GameHandle", sub_play: Callable, players: list[dict], kwargs: dict):

@@ -81,6 +81,20 @@ class GameRecord:
     extras: dict = field(default_factory=dict)  # a GameResult's extras
     calls: list | None = None  # a list: every model call is logged as a Call, a replay's forced ones included
     replay: Any = None  # an autocurricula.replay plan: recorded answers for some calls, branch seeds for the rest
+    deal: str | None = None  # games of one deal draw the same chance (model.seed comes from it, not the game id)
+
+
+class Deal(tuple):
+    """A match entry (a tuple of players) whose games share their chance draws with the other
+    entries of the same ``key`` in the round: the same deal of the cards, the same random opening.
+    Two entries with the seats swapped are a duplicate pair, in which the luck of the deal cancels."""
+
+    key: str
+
+    def __new__(cls, players, key: str):
+        entry = super().__new__(cls, players)
+        entry.key = str(key)
+        return entry
 
 
 def is_scripted(player: dict) -> bool:

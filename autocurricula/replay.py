@@ -137,7 +137,7 @@ class Replayer:
         for n, (record, position, salt, *answer) in enumerate(requests):
             replay = plan(record, position, salt, *answer, temperature=temperature)
             rec = GameRecord(f"{record.game_id}#{salt if salt is not None else 'replay'}#{n}", record.players,
-                             replay=replay, calls=[] if log else None)
+                             replay=replay, calls=[] if log else None, deal=record.deal)
             games.append((self.play, record.players, rec, self.game))
         if not games:
             return []

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autocurricula.game import FLOAT32_MAX
-from autocurricula.records import GameRecord, Turn
+from autocurricula.records import Deal, GameRecord, Turn
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +91,14 @@ class ErrorGate:
 
 def match_games(tuples, play, game_name: str, epoch: int, rnd: int, repeat: int, log_calls: bool) -> list[tuple]:
     """The arena's games for match()'s ``tuples``, each played ``repeat`` times (ids
-    ``e{epoch}-r{round}-m{match}-{k}``); ``log_calls`` keeps every call (for credit that replays)."""
+    ``e{epoch}-r{round}-m{match}-{k}``); ``log_calls`` keeps every call (for credit that replays).
+    The k-th games of the :class:`~autocurricula.records.Deal` entries of one key share a deal."""
     games = []
     for mi, tup in enumerate(tuples):
         for k in range(repeat):
             seats = [dict(p, seat=i) for i, p in enumerate(tup)]
-            record = GameRecord(f"e{epoch}-r{rnd}-m{mi}-{k}", seats, calls=[] if log_calls else None)
+            deal = f"e{epoch}-r{rnd}-d{tup.key}-{k}" if isinstance(tup, Deal) else None
+            record = GameRecord(f"e{epoch}-r{rnd}-m{mi}-{k}", seats, calls=[] if log_calls else None, deal=deal)
             games.append((play, seats, record, game_name))
     return games
 

@@ -38,7 +38,7 @@ from autocurricula.credit import make_credit
 from autocurricula.engine import RolloutEngine
 from autocurricula.game import Game, as_play, game_name
 from autocurricula.pool import Pool
-from autocurricula.records import GameRecord, Turn, is_scripted
+from autocurricula.records import Deal, GameRecord, Turn, is_scripted
 from autocurricula.replay import Replayer
 from autocurricula.rounds import (ErrorGate, GameError, Played, SilenceWatch, check_advantages, drop_stale, fresh_turns,
                                   match_games, rewarded_turns, rollout_metrics, silent_learners, update_metrics)
@@ -103,6 +103,11 @@ class AutocurriculumTrainer(RunState):
     def random_seats(self, player: dict, opponent: dict) -> tuple[dict, dict]:
         """``(player, opponent)`` or ``(opponent, player)``, by a fair coin from ``self.rng``."""
         return (player, opponent) if self.rng.random() < 0.5 else (opponent, player)
+
+    def mirrored(self, player: dict, opponent: dict, key: str) -> list[Deal]:
+        """A duplicate pair: ``player`` against ``opponent`` in both seat orders on one deal, so that
+        what the deal hands one seat, each of them holds once (``key`` names the deal in the round)."""
+        return [Deal((player, opponent), key), Deal((opponent, player), key)]
 
     def meta_opponent(self, candidates: list[dict]) -> dict:
         """One of ``candidates``, drawn by its weight in the meta-strategy over them (the standings'

@@ -74,24 +74,30 @@ class PSROConfig(AutocurriculumConfig):
             raise ValueError(f"join_z must be >= 0, got {self.join_z}")
 
 
-def games_against(records: list[GameRecord], player: str, opponents: set[str]) -> list[tuple[str, float]]:
-    """``(opponent, relative reward (r_me - r_other) / 2)`` of ``player`` in each finished two-player
-    game of ``records`` against one of ``opponents``."""
-    out = []
+def _games(records: list[GameRecord], player: str, opponents: set[str]):
     for r in records:
         ids = [p["id"] for p in r.players]
         if r.error or len(ids) != 2 or player not in ids:
             continue
         me = ids.index(player)
         if ids[1 - me] in opponents:
-            out.append((ids[1 - me], (float(r.rewards[me]) - float(r.rewards[1 - me])) / 2))
-    return out
+            yield r, ids[1 - me], (float(r.rewards[me]) - float(r.rewards[1 - me])) / 2
+
+
+def games_against(records: list[GameRecord], player: str, opponents: set[str]) -> list[tuple[str, float]]:
+    """``(opponent, relative reward (r_me - r_other) / 2)`` of ``player`` in each finished two-player
+    game of ``records`` against one of ``opponents``."""
+    return [(opponent, d) for _, opponent, d in _games(records, player, opponents)]
 
 
 def relative_rewards(records: list[GameRecord], player: str, opponents: set[str]) -> np.ndarray:
-    """``player``'s relative reward in each finished two-player game of ``records`` against one of
-    ``opponents`` (:func:`games_against` without the opponents)."""
-    return np.asarray([d for _, d in games_against(records, player, opponents)], dtype=np.float64)
+    """``player``'s relative rewards against ``opponents`` (:func:`games_against`), one sample per
+    deal: the mean of the deal's games, in which a duplicate pair's luck cancels (a game with no
+    deal is a sample of its own)."""
+    deals: dict[str, list[float]] = {}
+    for r, _, d in _games(records, player, opponents):
+        deals.setdefault(r.game_id if r.deal is None else r.deal, []).append(d)
+    return np.asarray([sum(v) / len(v) for v in deals.values()], dtype=np.float64)
 
 
 def beats_mixture(rewards: np.ndarray, z: float) -> bool:
@@ -147,9 +153,15 @@ class PSROTrainer(AutocurriculumTrainer):
         return specs + [dict(o) for o in self.opponents]
 
     def match(self) -> list[tuple]:
+        """Each responder's games against the meta-strategy, then the population's: duplicate pairs
+        (both seat orders on one deal), so that the joining test and the restricted game's entries
+        compare players on the same luck."""
         games = []
         for me in self.responders():
-            games += [self.random_seats(me, self.responder_opponent(me)) for _ in range(self.config.games_per_round)]
+            for i in range(self.config.games_per_round // 2):
+                games += self.mirrored(me, self.responder_opponent(me), f"{me['id']}/{i}")
+            if self.config.games_per_round % 2:
+                games.append(self.random_seats(me, self.responder_opponent(me)))
         return games + self.eval_pairs(self.config.eval_games)
 
     def responder_opponent(self, player: dict) -> dict:
@@ -157,7 +169,8 @@ class PSROTrainer(AutocurriculumTrainer):
         return self.meta_opponent(self.population())
 
     def eval_pairs(self, n: int) -> list[tuple]:
-        """``n`` games between population members, pairs drawn by :func:`eval_priorities`."""
+        """``n`` games between population members, pairs drawn by :func:`eval_priorities`, each
+        played as a duplicate pair (an odd ``n`` adds one game with random seats)."""
         pop = self.population()
         if n == 0 or len(pop) < 2:
             return []
@@ -166,8 +179,9 @@ class PSROTrainer(AutocurriculumTrainer):
         _, se, games = self.standings.relative.matrices(ids)
         probs = eval_priorities(np.array([weights[i] for i in ids]), se, games)
         iu = np.triu_indices(len(pop), 1)
-        picks = self.rng.choice(len(probs), size=n, p=probs)
-        return [self.random_seats(pop[iu[0][k]], pop[iu[1][k]]) for k in picks]
+        picks = self.rng.choice(len(probs), size=(n + 1) // 2, p=probs)
+        games = [g for j, k in enumerate(picks[:n // 2]) for g in self.mirrored(pop[iu[0][k]], pop[iu[1][k]], f"eval/{j}")]
+        return games + ([self.random_seats(pop[iu[0][picks[-1]]], pop[iu[1][picks[-1]]])] if n % 2 else [])
 
     def on_round_end(self, records):
         """Each responder that has beaten the mixture over its last ``join_window`` rounds joins

@@ -141,6 +141,30 @@ def test_exploitability_as_played_counts_invalid_replies():
 
 
 # -- the league ----------------------------------------------------------------------------------------
+def test_psro_plays_duplicate_pairs(tmp_path):
+    """A responder's games and the population's come in pairs: both seat orders on one deal."""
+    from autocurricula import PSROConfig, PSROTrainer
+    from autocurricula.records import Deal
+
+    from autocurricula.standings import Standings
+
+    me = {"id": "responder-0", "frozen": False}
+    pop = [{"id": f"population-{i}", "frozen": True} for i in range(3)]
+
+    class Fixed(PSROTrainer):
+        players = property(lambda self: [me, *pop])
+
+    trainer = Fixed(PSROConfig(seed=0, output_dir=str(tmp_path), progress=False, games_per_round=7, eval_games=5))
+    trainer.standings = Standings(trainer.config.ratings, tmp_path, 0)
+    games = trainer.match()
+    assert len(games) == 12 and sum(me in g for g in games) == 7
+    pairs = [g for g in games if isinstance(g, Deal)]
+    assert len(pairs) == 10 and not isinstance(games[6], Deal) and not isinstance(games[-1], Deal)
+    for a, b in zip(pairs[0::2], pairs[1::2]):
+        assert a.key == b.key and tuple(a) == tuple(b)[::-1]
+    assert len({g.key for g in pairs}) == 5
+
+
 def test_psro_units():
     from autocurricula.leagues.psro import PSROConfig, beats_mixture, eval_priorities, relative_rewards
     from autocurricula.records import GameRecord
@@ -148,6 +172,10 @@ def test_psro_units():
     recs = [GameRecord(game_id=i, players=[{"id": a}, {"id": b}], rewards=r, turns=[])
             for i, (a, b, r) in enumerate([("me", "p0", [1, -1]), ("p1", "me", [0.5, -0.5]), ("me", "x", [1, -1])])]
     assert relative_rewards(recs, "me", {"p0", "p1"}).tolist() == [1.0, -0.5]
+    # a duplicate pair is one sample, its games' mean: the luck of its deal cancels in it
+    pair = [GameRecord(game_id=f"d{i}", players=[{"id": a}, {"id": b}], rewards=r, turns=[], deal="k")
+            for i, (a, b, r) in enumerate([("me", "p0", [2, -2]), ("p0", "me", [1, -1])])]
+    assert relative_rewards(pair + recs, "me", {"p0", "p1"}).tolist() == [0.5, 1.0, -0.5]
     assert not beats_mixture(np.array([1.0]), 2.0)  # one game proves nothing
     assert beats_mixture(np.full(10, 0.3) + np.linspace(-0.01, 0.01, 10), 2.0)
     assert not beats_mixture(np.array([1.0, -1.0] * 20), 2.0)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from autocurricula import SelfPlayConfig, SelfPlayTrainer
-from autocurricula.arena import Arena, GameRecord
+from autocurricula.arena import Arena, GameRecord, GameResult
 from autocurricula.checkpoint import latest_checkpoint
 from autocurricula.credit import RAE, BranchCredit, branch_advantage, branch_value, credit_from_fields, pick_positions
 from autocurricula.replay import ReplayDiverged, Replayer, turn_positions
@@ -391,3 +391,58 @@ def test_branch_credit_in_a_short_league(tiny_model_path, tmp_path, monkeypatch)
     again.engine.close()
     advantages = [[t.advantage for rec in records for t in rec.turns] for records in seen]
     assert [[t.advantage for rec in records for t in rec.turns] for records in seen[2:]] == advantages[:2]
+
+
+async def seeds_seen(players, model, tokenizer=None):
+    """Records the game's seed and its sub-game's: what a deal would draw from."""
+    inner = []
+
+    async def sub(players, model, tokenizer=None):
+        inner.append(model.seed)
+        return [0.0, 0.0]
+
+    await model.play(sub, players)
+    return GameResult([0.0, 0.0], {"seed": model.seed, "sub": inner[0]})
+
+
+def test_games_of_one_deal_draw_the_same_chance():
+    """GameRecord.deal: mirrored games (seats swapped) share model.seed, in their sub-games too,
+    and a branch keeps it; games without a deal keep the seed of their game id."""
+    from autocurricula.arena import GameHandle, derive_seed
+    from autocurricula.records import Deal
+    from autocurricula.rounds import match_games
+
+    arena = Arena(DigitEngine(), seed=4)
+    p0, p1 = {"id": "p0"}, {"id": "p1"}
+    entries = [Deal((p0, p1), "a"), Deal((p1, p0), "a"), Deal((p0, p1), "b"), (p0, p1)]
+    games = match_games(entries, seeds_seen, "g", 0, 0, 2, True)
+    assert [g[2].deal for g in games] == ["e0-r0-da-0", "e0-r0-da-1"] * 2 + ["e0-r0-db-0", "e0-r0-db-1", None, None]
+    records = asyncio.run(arena.run(games))
+    seeds = [r.extras["seed"] for r in records]
+    subs = [r.extras["sub"] for r in records]
+    assert seeds[0] == seeds[2] and seeds[1] == seeds[3] and subs[0] == subs[2] and subs[1] == subs[3]
+    assert len({seeds[0], seeds[1], seeds[4], seeds[6], seeds[7]}) == 5  # repeats and other deals differ
+    # without a deal, the seed is the one a game id always gave
+    assert seeds[6] == derive_seed(4, records[6].game_id, 0, None, "game")
+    assert GameHandle(arena, records[6], "g").seed == seeds[6]
+    replayed = Replayer(arena, seeds_seen).replay(records[2])
+    assert replayed.extras["seed"] == seeds[0]
+
+
+def test_a_kuhn_duplicate_pair_deals_each_seat_the_same_card(tiny_model_path):
+    from autocurricula.engine import Engine
+    from autocurricula.games import kuhn_poker
+    from autocurricula.records import Deal
+    from autocurricula.rounds import match_games
+
+    eng = Engine(str(tiny_model_path))
+    try:
+        arena = Arena(eng, seed=1, max_tokens=3)
+        a, b = {"id": "a", "adapter": None}, {"id": "b", "adapter": None}
+        entries = [e for i in range(6) for e in (Deal((a, b), i), Deal((b, a), i))]
+        records = asyncio.run(arena.run(match_games(entries, kuhn_poker.play, "kuhn", 0, 0, 1, False)))
+    finally:
+        eng.close()
+    assert all(r.error is None for r in records)
+    cards = [kuhn_poker.parse_prompt(eng.decode(r.turns[0].prompt_ids))[0] for r in records]  # seat 0's card
+    assert cards[0::2] == cards[1::2] and len(set(cards)) > 1
