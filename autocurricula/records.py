@@ -96,6 +96,9 @@ class Deal(tuple):
         entry.key = str(key)
         return entry
 
+    def __getnewargs__(self):  # pickles (and copies) with its key
+        return tuple(self), self.key
+
 
 def is_scripted(player: dict) -> bool:
     """A scripted player: a Python ``policy`` callable, no adapter, never trained."""

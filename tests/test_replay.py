@@ -5,6 +5,7 @@ a short league with one batched Arena.run of branches per round."""
 import asyncio
 import json
 import os
+import pickle
 import random
 import types
 from concurrent.futures import Future
@@ -416,6 +417,7 @@ def test_games_of_one_deal_draw_the_same_chance():
     p0, p1 = {"id": "p0"}, {"id": "p1"}
     entries = [Deal((p0, p1), "a"), Deal((p1, p0), "a"), Deal((p0, p1), "b"), (p0, p1)]
     games = match_games(entries, seeds_seen, "g", 0, 0, 2, True)
+    assert pickle.loads(pickle.dumps(entries[1])).key == "a"  # an entry keeps its deal through pickling
     assert [g[2].deal for g in games] == ["e0-r0-da-0", "e0-r0-da-1"] * 2 + ["e0-r0-db-0", "e0-r0-db-1", None, None]
     records = asyncio.run(arena.run(games))
     seeds = [r.extras["seed"] for r in records]
