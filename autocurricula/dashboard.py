@@ -162,15 +162,20 @@ class RunView:
             elo, payoff, records = Elo(k=s["elo_k"], scale=s["elo_scale"], initial=s["elo_initial"]), \
                 Payoff(s["payoff_decay"]), []
             relative, frozen = RelativePayoff(s["payoff_decay"]), {p["id"] for p in self.registry() if p.get("frozen")}
+            games, current = [], None  # a round's games: the relative payoffs take them as the trainer did
             for row in history:
                 ids, rewards = row.get("players") or [], row.get("rewards") or []
+                if (row.get("epoch"), row.get("round")) != current:
+                    relative.update_games(games, frozen)
+                    games, current = [], (row.get("epoch"), row.get("round"))
                 if len(set(ids)) > 1 and len(ids) == len(rewards):
                     elo.update(ids, rewards)
                     payoff.update_match(ids, rewards)
-                    relative.update_match(ids, rewards, frozen)
+                    games.append((ids, rewards, row.get("deal")))
                     if len(ids) == 2:
                         a, b = rewards
                         records.append((ids[0], ids[1], 1.0 if a > b else 0.0 if a < b else 0.5))
+            relative.update_games(games, frozen)
             bt = None
             if records and s["bt_bootstrap"]:
                 bt = bradley_terry_bootstrap(records, rounds=s["bt_bootstrap"], seed=s["seed"])

@@ -219,6 +219,21 @@ class RelativePayoff:
                 self.update(players[i], players[j], (float(rewards[i]) - float(rewards[j])) / 2,
                             decay=not (players[i] in frozen and players[j] in frozen))
 
+    def update_games(self, games, frozen: set[str] | frozenset = frozenset()) -> None:
+        """A round's ``(players, rewards, deal)`` games. The two-player games of one deal between the
+        same two players are one sample, the mean of their relative rewards: a duplicate pair's
+        luck (the cards, the seats) cancels in it, and its error is the pairs' spread. Every other
+        game is a sample of its own (:meth:`update_match`)."""
+        deals: dict[tuple, list[float]] = {}
+        for ids, rewards, deal in games:
+            if deal is None or len(ids) != 2 or ids[0] == ids[1]:
+                self.update_match(ids, rewards, frozen)
+                continue
+            a, b = sorted(ids)
+            deals.setdefault((deal, a, b), []).append((float(rewards[ids.index(a)]) - float(rewards[ids.index(b)])) / 2)
+        for (_, a, b), ds in deals.items():
+            self.update(a, b, sum(ds) / len(ds), decay=not (a in frozen and b in frozen))
+
     def stats(self, a: str, b: str) -> tuple[float, float, float]:
         """``(mean, standard error, effective games)`` of a against b; ``(nan, nan, 0)`` unplayed.
         The error shrinks the sample variance toward the widest one the range allows by one pseudo-game,

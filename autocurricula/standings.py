@@ -53,6 +53,7 @@ class Standings:
                frozen: set[str] | frozenset = frozenset()) -> None:
         """Every finished game of a round: ratings between distinct players, and one history line.
         Pairs of two ``frozen`` players keep every game in the relative payoffs (no decay)."""
+        games = []
         with self.history_path.open("a") as fh:
             for r in records:
                 if r.error:
@@ -61,13 +62,15 @@ class Standings:
                 if len(set(ids)) > 1:
                     self.elo.update(ids, r.rewards, step=step)
                     self.payoff.update_match(ids, r.rewards)
-                    self.relative.update_match(ids, r.rewards, frozen)
+                    games.append((ids, r.rewards, r.deal))
                     if len(ids) == 2:
                         a, b = r.rewards
                         self.bt_records.append((ids[0], ids[1], 1.0 if a > b else 0.0 if a < b else 0.5))
-                fh.write(json.dumps({"game_id": r.game_id, "epoch": epoch, "round": round_, "players": ids,
-                                     "roles": [p.get("role") for p in r.players], "rewards": r.rewards,
-                                     "versions": [p.get("version") for p in r.players]}) + "\n")
+                row = {"game_id": r.game_id, "epoch": epoch, "round": round_, "players": ids,
+                       "roles": [p.get("role") for p in r.players], "rewards": r.rewards,
+                       "versions": [p.get("version") for p in r.players]}
+                fh.write(json.dumps(row if r.deal is None else {**row, "deal": r.deal}) + "\n")
+        self.relative.update_games(games, frozen)  # a duplicate pair is one sample
 
     def leaderboard(self, players: list[dict], meta: list[dict] | None = None) -> Leaderboard:
         """Elo with Bradley-Terry intervals and each player's weight in two meta-strategies of the

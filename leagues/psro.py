@@ -90,14 +90,19 @@ def games_against(records: list[GameRecord], player: str, opponents: set[str]) -
     return [(opponent, d) for _, opponent, d in _games(records, player, opponents)]
 
 
+def deal_samples(records: list[GameRecord], player: str, opponents: set[str]) -> list[tuple[str, float]]:
+    """:func:`games_against` with one sample per deal: ``(opponent, mean relative reward of the
+    deal's games)``, in which a duplicate pair's luck cancels (a game with no deal is a sample of
+    its own)."""
+    deals: dict[tuple, list[float]] = {}
+    for r, opponent, d in _games(records, player, opponents):
+        deals.setdefault((r.game_id if r.deal is None else r.deal, opponent), []).append(d)
+    return [(opponent, sum(v) / len(v)) for (_, opponent), v in deals.items()]
+
+
 def relative_rewards(records: list[GameRecord], player: str, opponents: set[str]) -> np.ndarray:
-    """``player``'s relative rewards against ``opponents`` (:func:`games_against`), one sample per
-    deal: the mean of the deal's games, in which a duplicate pair's luck cancels (a game with no
-    deal is a sample of its own)."""
-    deals: dict[str, list[float]] = {}
-    for r, _, d in _games(records, player, opponents):
-        deals.setdefault(r.game_id if r.deal is None else r.deal, []).append(d)
-    return np.asarray([sum(v) / len(v) for v in deals.values()], dtype=np.float64)
+    """``player``'s relative rewards against ``opponents``, one sample per deal (:func:`deal_samples`)."""
+    return np.asarray([d for _, d in deal_samples(records, player, opponents)], dtype=np.float64)
 
 
 def beats_mixture(rewards: np.ndarray, z: float) -> bool:
@@ -198,7 +203,7 @@ class PSROTrainer(AutocurriculumTrainer):
                 yield snapshot_spec(me, role="population")
                 member = self.players[-1]  # the pool added the snapshot before this generator resumed
                 if member.get("snapshot_of") == me["id"]:
-                    self.first_estimates(member, games_against(records, me["id"], members))
+                    self.first_estimates(member, deal_samples(records, me["id"], members))
                 if self.config.reset_on_join:
                     self.reset_player(me)
             elif self.config.restart_rounds and self._tried[me["id"]] >= self.config.restart_rounds:
@@ -208,7 +213,8 @@ class PSROTrainer(AutocurriculumTrainer):
 
     def first_estimates(self, member: dict, games: list[tuple[str, float]]) -> None:
         """A new member's first entries in the restricted game: the games its responder played in the
-        round it joined, against the members the mixture drew (one update older than the snapshot).
+        round it joined, one sample per deal, against the members the mixture drew (one update older
+        than the snapshot).
         Without them a member that joins late has no estimate, and the mixture cannot weigh the best
         response that beats it."""
         for opponent, d in games:

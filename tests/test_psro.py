@@ -359,16 +359,20 @@ def test_psro_players_tell_their_seats_apart(tmp_path):
 
 def test_a_new_member_starts_with_its_responders_games_as_entries(tmp_path):
     """A responder that joins hands the games of its joining round to the new member as its first
-    restricted-game entries (frozen pair, no decay), so a member that joins in the final round can be
-    weighed; ``games_against`` lists each game's opponent and relative reward."""
+    restricted-game entries (frozen pair, no decay), one per deal, so a member that joins in the
+    final round can be weighed; ``games_against`` lists each game's opponent and relative reward,
+    ``deal_samples`` each deal's."""
     from autocurricula import PSROConfig, PSROTrainer
     from autocurricula.games.matrix import random_game
-    from autocurricula.leagues.psro import games_against
+    from autocurricula.leagues.psro import deal_samples, games_against
     from autocurricula.records import GameRecord
 
     recs = [GameRecord(game_id=i, players=[{"id": a}, {"id": b}], rewards=r, turns=[])
             for i, (a, b, r) in enumerate([("me", "p0", [1, -1]), ("p1", "me", [0.5, -0.5]), ("me", "x", [1, -1])])]
     assert games_against(recs, "me", {"p0", "p1"}) == [("p0", 1.0), ("p1", -0.5)]
+    pair = [GameRecord(game_id=f"d{i}", players=[{"id": a}, {"id": b}], rewards=r, turns=[], deal="k")
+            for i, (a, b, r) in enumerate([("me", "p0", [2, -2]), ("p0", "me", [1, -1])])]
+    assert deal_samples(pair + recs, "me", {"p0", "p1"}) == [("p0", 0.5), ("p0", 1.0), ("p1", -0.5)]
 
     joined = []
 
@@ -379,7 +383,7 @@ def test_a_new_member_starts_with_its_responders_games_as_entries(tmp_path):
             before = len(self.players)
             yield from super().on_round_end(records)  # the snapshot's entries are set once it resumes
             if len(self.players) > before:
-                games = games_against(records, me, members)
+                games = deal_samples(records, me, members)
                 opponents = sorted({o for o, _ in games})
                 mu, _, n = self.standings.relative.matrices([self.players[-1]["id"], *opponents])
                 joined.append((games, mu[0, 1:], n[0, 1:], opponents))

@@ -144,6 +144,27 @@ def test_payoff_matrix_match_and_state_dict():
     assert back.win_rate("b", "a") == pytest.approx(1 / 1.5)
 
 
+def test_a_duplicate_pair_is_one_relative_payoff_sample():
+    from autocurricula.rating import RelativePayoff
+
+    rel = RelativePayoff(decay=1.0)
+    # one deal, seats swapped: a wins 2 as the first seat and loses 1 as the second; a lone game
+    rel.update_games([(["a", "b"], [2, -2], "d1"), (["b", "a"], [1, -1], "d1"), (["a", "b"], [-1, 1], None)])
+    mean, _, n = rel.stats("a", "b")
+    assert n == 2 and mean == pytest.approx((0.5 + -1.0) / 2)
+    per_game = RelativePayoff(decay=1.0)
+    per_game.update_games([(["a", "b"], [2, -2], None), (["b", "a"], [1, -1], None), (["a", "b"], [-1, 1], None)])
+    assert per_game.stats("a", "b")[2] == 3
+    # pairs whose luck cancels measure tighter than the same games one by one
+    pairs, games = RelativePayoff(decay=1.0), RelativePayoff(decay=1.0)
+    for k, luck in enumerate([3, -3, 2, -2, 3, -1]):
+        deal = [(["a", "b"], [luck + 0.2, -luck - 0.2], f"d{k}"), (["b", "a"], [luck, -luck], f"d{k}")]
+        pairs.update_games(deal)
+        games.update_games([(ids, r, None) for ids, r, _ in deal])
+    assert pairs.stats("a", "b")[0] == pytest.approx(games.stats("a", "b")[0]) == pytest.approx(0.1)
+    assert pairs.stats("a", "b")[1] < games.stats("a", "b")[1] / 2
+
+
 # ----------------------------------------------------------------------------- Bradley–Terry
 
 
