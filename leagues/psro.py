@@ -158,15 +158,9 @@ class PSROTrainer(AutocurriculumTrainer):
         return specs + [dict(o) for o in self.opponents]
 
     def match(self) -> list[tuple]:
-        """Each responder's games against the meta-strategy, then the population's: duplicate pairs
-        (both seat orders on one deal), so that the joining test and the restricted game's entries
-        compare players on the same luck."""
         games = []
         for me in self.responders():
-            for i in range(self.config.games_per_round // 2):
-                games += self.mirrored(me, self.responder_opponent(me), f"{me['id']}/{i}")
-            if self.config.games_per_round % 2:
-                games.append(self.random_seats(me, self.responder_opponent(me)))
+            games += [self.random_seats(me, self.responder_opponent(me)) for _ in range(self.config.games_per_round)]
         return games + self.eval_pairs(self.config.eval_games)
 
     def responder_opponent(self, player: dict) -> dict:
@@ -174,8 +168,7 @@ class PSROTrainer(AutocurriculumTrainer):
         return self.meta_opponent(self.population())
 
     def eval_pairs(self, n: int) -> list[tuple]:
-        """``n`` games between population members, pairs drawn by :func:`eval_priorities`, each
-        played as a duplicate pair (an odd ``n`` adds one game with random seats)."""
+        """``n`` games between population members, pairs drawn by :func:`eval_priorities`."""
         pop = self.population()
         if n == 0 or len(pop) < 2:
             return []
@@ -184,9 +177,8 @@ class PSROTrainer(AutocurriculumTrainer):
         _, se, games = self.standings.relative.matrices(ids)
         probs = eval_priorities(np.array([weights[i] for i in ids]), se, games)
         iu = np.triu_indices(len(pop), 1)
-        picks = self.rng.choice(len(probs), size=(n + 1) // 2, p=probs)
-        games = [g for j, k in enumerate(picks[:n // 2]) for g in self.mirrored(pop[iu[0][k]], pop[iu[1][k]], f"eval/{j}")]
-        return games + ([self.random_seats(pop[iu[0][picks[-1]]], pop[iu[1][picks[-1]]])] if n % 2 else [])
+        picks = self.rng.choice(len(probs), size=n, p=probs)
+        return [self.random_seats(pop[iu[0][k]], pop[iu[1][k]]) for k in picks]
 
     def on_round_end(self, records):
         """Each responder that has beaten the mixture over its last ``join_window`` rounds joins

@@ -141,28 +141,30 @@ def test_exploitability_as_played_counts_invalid_replies():
 
 
 # -- the league ----------------------------------------------------------------------------------------
-def test_psro_plays_duplicate_pairs(tmp_path):
-    """A responder's games and the population's come in pairs: both seat orders on one deal."""
+def test_a_league_can_play_duplicate_pairs(tmp_path):
+    """``trainer.mirrored``: both seat orders on one deal; a PSRO whose ``match`` plays them takes
+    one joining sample per deal, and its games share each deal's cards seat by seat."""
     from autocurricula import PSROConfig, PSROTrainer
     from autocurricula.records import Deal
-
     from autocurricula.standings import Standings
 
     me = {"id": "responder-0", "frozen": False}
     pop = [{"id": f"population-{i}", "frozen": True} for i in range(3)]
 
-    class Fixed(PSROTrainer):
+    class Duplicate(PSROTrainer):
         players = property(lambda self: [me, *pop])
 
-    trainer = Fixed(PSROConfig(seed=0, output_dir=str(tmp_path), progress=False, games_per_round=7, eval_games=5))
+        def match(self):
+            return [g for i in range(self.config.games_per_round // 2)
+                    for g in self.mirrored(me, self.responder_opponent(me), f"r{i}")]
+
+    trainer = Duplicate(PSROConfig(seed=0, output_dir=str(tmp_path), progress=False, games_per_round=8))
     trainer.standings = Standings(trainer.config.ratings, tmp_path, 0)
     games = trainer.match()
-    assert len(games) == 12 and sum(me in g for g in games) == 7
-    pairs = [g for g in games if isinstance(g, Deal)]
-    assert len(pairs) == 10 and not isinstance(games[6], Deal) and not isinstance(games[-1], Deal)
-    for a, b in zip(pairs[0::2], pairs[1::2]):
+    assert len(games) == 8 and all(isinstance(g, Deal) and me in g for g in games)
+    for a, b in zip(games[0::2], games[1::2]):
         assert a.key == b.key and tuple(a) == tuple(b)[::-1]
-    assert len({g.key for g in pairs}) == 5
+    assert len({g.key for g in games}) == 4
 
 
 def test_psro_units():
