@@ -157,7 +157,7 @@ class GameHandle:
     @property
     def seed(self) -> int:
         """A stable seed for the game's own randomness (openings, deals): the same run seed and game
-        id give the same game again, so league runs and resumed runs stay reproducible."""
+        id (or deal) give the same game again, so league runs and resumed runs stay reproducible."""
         return derive_seed(self.arena.seed, self.chance, self.level, self.parent_chance, "game")
 
     async def generate(self, player: dict | None, prompt, **sampling) -> Generation:
