@@ -230,7 +230,8 @@ class RelativePayoff:
                 self.update_match(ids, rewards, frozen)
                 continue
             a, b = sorted(ids)
-            deals.setdefault((deal, a, b), []).append((float(rewards[ids.index(a)]) - float(rewards[ids.index(b)])) / 2)
+            d = (float(rewards[ids.index(a)]) - float(rewards[ids.index(b)])) / 2
+            deals.setdefault((deal, a, b), []).append(d)
         for (_, a, b), ds in deals.items():
             self.update(a, b, sum(ds) / len(ds), decay=not (a in frozen and b in frozen))
 

@@ -1,6 +1,7 @@
 """The records every layer shares: what a game hands back (:class:`Generation`), what it logs
 (:class:`Call`), what it produced (:class:`GameRecord`) and what a learner trains on
-(:class:`Turn`), plus the test of a scripted player. Plain data, no MLX and no engine."""
+(:class:`Turn`), the match entry whose games share a deal (:class:`Deal`), plus the test of a
+scripted player. Plain data, no MLX and no engine."""
 
 from __future__ import annotations
 
@@ -98,6 +99,9 @@ class Deal(tuple):
 
     def __getnewargs__(self):  # pickles (and copies) with its key
         return tuple(self), self.key
+
+    def __repr__(self) -> str:  # tuple operations (+, slicing) give plain tuples, without the key
+        return f"Deal({tuple(self)!r}, key={self.key!r})"
 
 
 def is_scripted(player: dict) -> bool:

@@ -2,7 +2,7 @@
 
 A game run with ``GameRecord(..., calls=[])`` logs every model call it makes (players, scripted
 players, judges, sub-games), in the order it makes them. A replay runs ``play`` again under the
-recorded game's id, so ``model.seed`` and every call's seed are the recorded ones; the first
+recorded game's id (and deal), so ``model.seed`` and every call's seed are the recorded ones; the first
 ``position`` calls get their recorded answers back (no sampling, no engine call, no turn), each after
 a check that the same player is asked the same prompt, and the calls from ``position`` on are
 sampled again. A *branch* samples them with seeds of its own (``salt``), so K branches from one
@@ -48,7 +48,7 @@ class ReplayDiverged(RuntimeError):
 class ReplayPlan:
     """What a replay answers from the record (``GameRecord.replay``; the arena consults it on every call)."""
 
-    node: str  # the recorded game's id: the replay's model.seed and call seeds follow from it
+    node: str  # the recorded game's id: the replay's call seeds follow from it, and model.seed unless it has a deal
     answers: dict = field(default_factory=dict)  # call key -> (player id, prompt ids, Generation)
     salt: str | None = None  # None: calls not forced keep the recorded game's seeds
     used: int = 0  # forced calls answered so far

@@ -93,6 +93,8 @@ class Standings:
         """Every game played: a ``datasets.Dataset`` (a list of dicts without ``datasets``)."""
         rows = [json.loads(line) for line in self.history_path.read_text().splitlines()] \
             if self.history_path.exists() else []
+        if any("deal" in r for r in rows):  # a Dataset takes its columns from the first row
+            rows = [{**r, "deal": r.get("deal")} for r in rows]
         try:
             from datasets import Dataset
         except ImportError:

@@ -30,7 +30,8 @@ from autocurricula.games.kuhn_poker import exact_value  # noqa: E402
 from kuhn_moves_fixed_point import move_values, target  # noqa: E402
 
 FIRST_SEAT = tuple(k for k in INFOSETS if len(k.partition(":")[2].split()) % 2 == 0)  # player 1 acts
-# the Kuhn warm base (examples/kuhn_league.py, seed 0), P(bet or call) read as played
+# the Kuhn warm base (examples/kuhn_league.py, seed 0): P(bet or call) per set, read as played off the
+# engine (autocurricula.eval.kuhn.read_played on the base) and rounded to 2 decimals
 WARM_BASE = {"J:": 0.63, "Q:": 0.56, "K:": 0.35, "J:check": 0.22, "Q:check": 0.37, "K:check": 0.28,
              "J:bet": 0.73, "Q:bet": 0.35, "K:bet": 0.61, "J:check bet": 0.58, "Q:check bet": 0.86,
              "K:check bet": 0.61}

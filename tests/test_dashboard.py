@@ -420,3 +420,27 @@ def test_headless_chromium_renders_every_panel(run, tmp_path):
     assert img.size == (1400, 1000)
     colours = img.getcolors(maxcolors=1 << 20)
     assert len(colours) > 200  # text, heatmap and lines, not a blank or error page
+
+
+def test_dashboard_replays_duplicate_pairs_as_the_trainer_records_them(tmp_path):
+    """Standings.record takes a duplicate pair as one relative-payoff sample and keeps its deal in the
+    history; the dashboard's replay of that history gives the same relative payoffs."""
+    from autocurricula.config import RatingConfig
+    from autocurricula.records import GameRecord
+    from autocurricula.standings import Standings
+
+    standings = Standings(RatingConfig(bt_bootstrap=0), tmp_path, 0)
+    rounds = [[("a", "c", [1, -1], None), ("a", "b", [2, -2], "d0"), ("b", "a", [1, -1], "d0")],
+              [("c", "a", [0.5, -0.5], "d1"), ("a", "c", [-1, 1], "d1"), ("b", "c", [1, -1], "d2"),
+               ("c", "b", [1, -1], "d2")]]
+    for rnd, games in enumerate(rounds):
+        records = [GameRecord(f"g{rnd}-{i}", [{"id": x}, {"id": y}], rewards=r, turns=[], deal=deal)
+                   for i, (x, y, r, deal) in enumerate(games)]
+        standings.record(records, epoch=0, round_=rnd, step=rnd)
+    assert standings.relative.stats("a", "b")[2] == pytest.approx(1.0)  # one pair, one sample
+    assert [row.get("deal") for row in lines(tmp_path / "match_history.jsonl")][:3] == [None, "d0", "d0"]
+    history = standings.match_history()  # a Dataset takes its columns from its first row, which has no deal
+    rows = history if isinstance(history, list) else history.to_list()
+    assert [r["deal"] for r in rows][:3] == [None, "d0", "d0"]
+    _, _, relative, _ = RunView(tmp_path)._replay()
+    assert relative.state_dict() == standings.relative.state_dict()

@@ -142,8 +142,8 @@ def test_exploitability_as_played_counts_invalid_replies():
 
 # -- the league ----------------------------------------------------------------------------------------
 def test_a_league_can_play_duplicate_pairs(tmp_path):
-    """``trainer.mirrored``: both seat orders on one deal; a PSRO whose ``match`` plays them takes
-    one joining sample per deal, and its games share each deal's cards seat by seat."""
+    """``trainer.mirrored``: both seat orders on one deal, the entries a custom ``match`` returns
+    (their games share a deal: tests/test_replay.py; one sample per deal: test_psro_units)."""
     from autocurricula import PSROConfig, PSROTrainer
     from autocurricula.records import Deal
     from autocurricula.standings import Standings

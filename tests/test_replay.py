@@ -426,6 +426,7 @@ def test_games_of_one_deal_draw_the_same_chance():
     assert len({seeds[0], seeds[1], seeds[4], seeds[6], seeds[7]}) == 5  # repeats and other deals differ
     # without a deal, the seed is the one a game id always gave
     assert seeds[6] == derive_seed(4, records[6].game_id, 0, None, "game")
+    assert subs[6] == derive_seed(4, f"{records[6].game_id}/1", 1, records[6].game_id, "game")
     assert GameHandle(arena, records[6], "g").seed == seeds[6]
     replayed = Replayer(arena, seeds_seen).replay(records[2])
     assert replayed.extras["seed"] == seeds[0]

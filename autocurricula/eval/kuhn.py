@@ -143,8 +143,10 @@ def mixture_strategy(strategies: Sequence[Mapping[str, float]], weights: Sequenc
     out = {}
     for infoset in INFOSETS:
         r = reach_weights(w, [_own_reach(s, infoset) for s in strategies])
-        # a weighted mean of probabilities, kept in [0, 1] against rounding (1.0000000000000002)
-        out[infoset] = min(1.0, max(0.0, sum(rk * float(s[infoset]) for rk, s in zip(r, strategies))))
+        p = sum(rk * float(s[infoset]) for rk, s in zip(r, strategies))
+        if not -1e-9 <= p <= 1 + 1e-9:
+            raise AssertionError(f"mixture probability {p} at {infoset}: the reach weights do not sum to 1")
+        out[infoset] = min(1.0, max(0.0, p))  # a weighted mean, kept in [0, 1] against rounding (1.0000000000000002)
     return out
 
 
