@@ -13,10 +13,16 @@ training run must afford, and the floor that a target's smoothing leaves. The po
 from the uniform policy (``--start warm`` starts from the Kuhn warm base's played strategy on seed
 0, read off the engine). Prints one JSON line per setting: the mixture's exploitability after each
 join.
+
+``--per-visit`` bounds each visit's values instead (the opponent's card known, as branches that
+replay the recorded deal see it) and takes the reach-weighted mean of the bounded logits, the fixed
+point of the residual regression when each turn is valued alone (``pool_states=False``); the
+default values the information set first, as ``pool_states=True`` does within a round.
 """
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -27,7 +33,9 @@ import numpy as np  # noqa: E402
 from autocurricula.eval.kuhn import INFOSETS, exploitability, mixture_strategy  # noqa: E402
 from autocurricula.eval.meta import zero_sum_nash  # noqa: E402
 from autocurricula.games.kuhn_poker import exact_value  # noqa: E402
-from kuhn_moves_fixed_point import move_values, target  # noqa: E402
+from autocurricula.games.kuhn_poker import CARDS, infoset, is_terminal  # noqa: E402
+from kuhn_moves_fixed_point import _moves, move_values, target  # noqa: E402
+from autocurricula.games.kuhn_poker import payoff  # noqa: E402
 
 FIRST_SEAT = tuple(k for k in INFOSETS if len(k.partition(":")[2].split()) % 2 == 0)  # player 1 acts
 # the Kuhn warm base (examples/kuhn_league.py, seed 0): P(bet or call) per set, read as played off the
@@ -37,16 +45,57 @@ WARM_BASE = {"J:": 0.63, "Q:": 0.56, "K:": 0.35, "J:check": 0.22, "Q:check": 0.3
              "K:check bet": 0.61}
 
 
-def response(mixture: dict[str, float], tau: float, clip: float) -> dict[str, float]:
+def visit_logits(strategy: dict[str, float], tau: float, clip: float) -> dict[str, float]:
+    """Per information set, the reach-weighted mean over deals of each visit's bounded half-logit
+    ``clip((Q_agg - Q_pas) / 2 / tau, ±clip)``, with Q known given both cards."""
+    num, den = dict.fromkeys(INFOSETS, 0.0), dict.fromkeys(INFOSETS, 0.0)
+
+    def value(cards, history):  # player 1's expected chips from here
+        if is_terminal(history):
+            return payoff(cards, history)[0]
+        p = strategy[infoset(cards[len(history) % 2], history)]
+        agg, pas = _moves(history)
+        return p * value(cards, history + (agg,)) + (1 - p) * value(cards, history + (pas,))
+
+    def walk(cards, history, reach):
+        if is_terminal(history):
+            return
+        seat = len(history) % 2
+        key = infoset(cards[seat], history)
+        agg, pas = _moves(history)
+        sign = 1.0 if seat == 0 else -1.0
+        half = sign * (value(cards, history + (agg,)) - value(cards, history + (pas,))) / 2
+        num[key] += reach[seat] * max(-clip, min(clip, half / tau))
+        den[key] += reach[seat]
+        for move, prob in ((agg, strategy[key]), (pas, 1 - strategy[key])):
+            nxt = list(reach)
+            nxt[1 - seat] *= prob
+            walk(cards, history + (move,), nxt)
+
+    for a in CARDS:
+        for b in CARDS:
+            if a != b:
+                walk(a + b, (), [1.0, 1.0])
+    return {k: num[k] / den[k] if den[k] else 0.0 for k in INFOSETS}
+
+
+def response(mixture: dict[str, float], tau: float, clip: float, per_visit: bool = False) -> dict[str, float]:
     """The best response to ``mixture`` in both seats: exact and pure for ``tau == 0`` (ties go
-    to the passive move), else the bounded softmax target at every information set."""
+    to the passive move), else the bounded softmax target at every information set (of each
+    visit's bounded values with ``per_visit``)."""
     def pick(values):
         return float(values[0] > values[1]) if tau == 0 else target(values, tau, clip)
 
     mine = dict(mixture)
     for _ in range(2):  # player 1's later decision is valued first, then its opening uses it
-        as_first = move_values({k: mine[k] if k in FIRST_SEAT else mixture[k] for k in INFOSETS})
-        as_second = move_values({k: mixture[k] if k in FIRST_SEAT else mine[k] for k in INFOSETS})
+        first = {k: mine[k] if k in FIRST_SEAT else mixture[k] for k in INFOSETS}
+        second = {k: mixture[k] if k in FIRST_SEAT else mine[k] for k in INFOSETS}
+        if per_visit and tau > 0:
+            as_first, as_second = visit_logits(first, tau, clip), visit_logits(second, tau, clip)
+            mine = {k: 1.0 / (1.0 + math.exp(-2 * (as_first if k in FIRST_SEAT else as_second)[k]))
+                    for k in INFOSETS}
+            continue
+        as_first, as_second = move_values(first), move_values(second)
         mine = {k: pick((as_first if k in FIRST_SEAT else as_second)[k]) for k in INFOSETS}
     return mine
 
@@ -56,14 +105,14 @@ def restricted_game(population: list[dict[str, float]]) -> np.ndarray:
     return np.array([[0.5 * (exact_value(a, b) - exact_value(b, a)) for b in population] for a in population])
 
 
-def curve(start: dict[str, float], tau: float, clip: float, joins: int) -> list[float]:
+def curve(start: dict[str, float], tau: float, clip: float, joins: int, per_visit: bool = False) -> list[float]:
     """The Nash mixture's exploitability before each join (``joins + 1`` figures)."""
     population, out = [start], []
     for _ in range(joins + 1):
         weights = zero_sum_nash(restricted_game(population))[0]
         mixture = mixture_strategy(population, list(weights))
         out.append(exploitability(mixture, backend="python"))
-        population.append(response(mixture, tau, clip))
+        population.append(response(mixture, tau, clip, per_visit))
     return out
 
 
@@ -74,14 +123,16 @@ def main(argv=None):
                         help="one per --tau (ignored where tau is 0)")
     parser.add_argument("--joins", type=int, default=20)
     parser.add_argument("--start", choices=["uniform", "warm"], default="uniform")
+    parser.add_argument("--per-visit", action="store_true", help="bound each visit's values (the opponent's "
+                        "card known), then average: the target of turns valued alone")
     args = parser.parse_args(argv)
     if len(args.clip) != len(args.tau):
         parser.error("give one --clip per --tau")
     start = dict.fromkeys(INFOSETS, 0.5) if args.start == "uniform" else WARM_BASE
     for tau, clip in zip(args.tau, args.clip):
-        figures = curve(start, tau, clip, args.joins)
+        figures = curve(start, tau, clip, args.joins, args.per_visit)
         reached = next((i for i, e in enumerate(figures) if e <= 0.05), None)
-        print(json.dumps({"tau": tau, "clip": clip, "start": args.start, "joins_to_0.05": reached,
+        print(json.dumps({"tau": tau, "clip": clip, "start": args.start, "per_visit": args.per_visit, "joins_to_0.05": reached,
                           "final": round(figures[-1], 4), "curve": [round(e, 4) for e in figures]}), flush=True)
 
 

@@ -19,7 +19,7 @@ from autocurricula import SelfPlayConfig
 from autocurricula.arena import Arena, GameRecord, Generation
 from autocurricula.config import GRPOConfig
 from autocurricula.credit import (BranchCredit, credit_from_fields, game_moves, make_credit, move_advantages,
-                                  move_distribution)
+                                  move_distribution, pool_values)
 from autocurricula.games import kuhn_poker
 from autocurricula.replay import Replayer
 
@@ -264,6 +264,41 @@ def test_move_targets_match_known_values():
     # a branched turn whose reply is a legal move gets 0: its state's move turns carry the update
     assert sum(a == 0.0 for a in adv) >= 2
     assert credit.extra_turns(turns) == []  # targets serve their round once
+
+
+def test_pool_values_by_hand():
+    returns = {1: [[1.0, -1.0], [0.0]], 2: [[1.0], [2.0, None]], 3: [[5.0], [6.0]], 4: [[7.0], [8.0], [9.0]]}
+    keys = {1: ("a", (1, 2)), 2: ("a", (1, 2)), 3: ("b", (1, 2)), 4: ("a", (1, 2))}
+    pooled = pool_values(returns, keys)
+    assert pooled[1] == pooled[2] == [[1.0, -1.0, 1.0], [0.0, 2.0, None]]  # one player's prompt: all its visits
+    assert pooled[3] == [[5.0], [6.0]]  # another player's turns stay apart
+    assert pooled[4] == [[7.0], [8.0], [9.0]]  # another list of moves: apart
+    assert returns[1] == [[1.0, -1.0], [0.0]]  # the input is left as it was
+
+
+def test_pooled_states_share_one_target_per_prompt():
+    """Seat 0's prompt is the same in every dice game: pooled, its turns get one set of targets, from
+    all their branches (so closer to the true values than one visit's); unpooled, each visit its own."""
+    def targets(pool):
+        arena = Arena(DigitEngine(), seed=5)
+        records = logged(arena, dice, 4)
+        credit = BranchCredit(samples=60, advantage="moves", move_temperature=0.5, move_clip=1.5, pool_states=pool)
+        credit.see_round(records, Replayer(arena, dice))
+        turns = [t for r in records for t in r.turns]
+        credit.advantages(turns)
+        out = {}
+        for t in credit.extra_turns(turns):
+            if t.seat == 0:
+                out.setdefault(t.game_id, []).append(t.advantage)
+        return list(out.values())
+
+    pooled, apart = targets(True), targets(False)
+    assert len(pooled) == len(apart) == 4
+    assert all(g == pooled[0] for g in pooled) and not all(g == apart[0] for g in apart)
+    want = move_advantages([(2 * m - 9) / 10 for m in range(10)], [0.0] * 10, 0.5, 1.5)
+    assert np.allclose(pooled[0], want, atol=0.13 / 0.5)  # ~4 standard errors of 240 returns, over tau
+    with pytest.raises(ValueError, match="pool_states"):
+        BranchCredit(advantage="moves", pool_states="yes")
 
 
 async def share(players, model, tokenizer=None):

@@ -1,6 +1,7 @@
 """Examples run offline; the fictitious-GAN example is the seed README's snippet verbatim."""
 
 import hashlib
+import math
 import re
 import subprocess
 import sys
@@ -284,3 +285,7 @@ def test_ideal_kuhn_psro_of_the_research_script():
     assert figures[-1] == pytest.approx(0.0, abs=1e-9)
     # a smoothed response stops short: the mixture keeps the softmax target's error
     assert mod.curve(dict.fromkeys(kuhn.INFOSETS, 0.5), 0.25, 2.0, 12)[-1] > 0.03
+    # unbounded, a visit's logit is linear in its values: the mean over visits is the set's own target
+    assert mod.curve(mod.WARM_BASE, 0.25, math.inf, 6, True) == pytest.approx(mod.curve(mod.WARM_BASE, 0.25, math.inf, 6))
+    # bounded per visit (the opponent's card known), the sharp target stalls where the set's reaches 0.02
+    assert min(mod.curve(mod.WARM_BASE, 0.1, 3.0, 12, True)) > 0.05 > 0.02 > mod.curve(mod.WARM_BASE, 0.1, 3.0, 12)[-1]

@@ -119,6 +119,20 @@ def listed_moves(call, moves_of, tok) -> list[Generation]:
     return out
 
 
+def pool_values(returns: dict, keys: dict) -> dict:
+    """``pool_states``: each turn's per-move branch returns (``returns[turn] = [[return, ...] per
+    move]``) replaced by those of every turn with the same key (player, prompt) and the same number
+    of moves. The prompt is all the player knows, so a pooled value averages over what it does not
+    see (the opponent's dealt card) before the bounded target is taken, instead of bounding each
+    visit's value, which favours the move that wins more often over the one that wins more."""
+    pooled: dict = {}
+    for t, per_move in returns.items():
+        acc = pooled.setdefault((keys[t], len(per_move)), [[] for _ in per_move])
+        for a, r in zip(acc, per_move):
+            a.extend(r)
+    return {t: pooled[(keys[t], len(per_move))] for t, per_move in returns.items()}
+
+
 def check_replays(games: list[GameRecord]) -> None:
     """Stop training when a branch game left its recorded game: the game is not replayable."""
     diverged = [g for g in games if g.error and g.error.startswith("ReplayDiverged")]
@@ -145,7 +159,8 @@ class BranchCredit(Credit):
     """``credit="branch"`` (see the module docstring): ``samples`` branch games per branched state,
     ``turns_per_game`` learner turns branched per game (0 = every top-level turn), ``advantage``
     "return", "td" or "moves"; with "moves", ``move_temperature`` (tau) and ``move_clip`` (c, math.inf:
-    no bound) shape each state's target. ``alpha`` and ``per_player`` configure the RAE fallback of
+    no bound) shape each state's target, and ``pool_states`` pools the move values of a player's
+    turns at the same prompt in a round (:func:`pool_values`). ``alpha`` and ``per_player`` configure the RAE fallback of
     turns not branched. :meth:`bind` takes the run's seed (which turns are branched) and the GRPO
     sampling temperature (the moves are scored as the sampler sees them).
 
@@ -158,6 +173,7 @@ class BranchCredit(Credit):
     advantage: str = "return"
     move_temperature: float = 0.25
     move_clip: float = 2.0
+    pool_states: bool = False
     alpha: float = 0.95
     per_player: bool = False
     name = "branch"
@@ -174,6 +190,8 @@ class BranchCredit(Credit):
         if not (_is_number(self.move_temperature) and math.isfinite(self.move_temperature)
                 and self.move_temperature > 0):
             raise ValueError(f"move_temperature must be a finite number > 0, got {self.move_temperature!r}")
+        if not isinstance(self.pool_states, bool):
+            raise ValueError(f"pool_states must be True or False, got {self.pool_states!r}")
         if not (_is_number(self.move_clip) and self.move_clip > 0):
             raise ValueError(f"move_clip must be a number > 0 (math.inf: no bound), got {self.move_clip!r}")
         self.move_temperature, self.move_clip = float(self.move_temperature), float(self.move_clip)
@@ -292,10 +310,14 @@ class BranchCredit(Credit):
         scored = {}  # (turn, move) -> log pi(move): one batched scoring call per player
         for player, (keys, pairs) in sorted(wanted.items()):
             scored.update(zip(keys, engine.completion_logprobs(pairs, player, self.sampling_temperature)))
+        returns = {id(turn): [[g.rewards[turn.seat] for g in bs if g.error is None]
+                              for bs in branches[points[(rec.game_id, p)]]] for turn, rec, p in chosen}
+        if self.pool_states:
+            returns = pool_values(returns, {id(t): (t.player, tuple(t.prompt_ids)) for t, _, _ in chosen})
         respelled = 0  # legal replies the model wrote with other tokens than the listed move's
         for turn, rec, p in chosen:
             i = points[(rec.game_id, p)]
-            q = [branch_value([g.rewards[turn.seat] for g in bs if g.error is None]) for bs in branches[i]]
+            q = [branch_value(r) for r in returns[id(turn)]]
             if not q or any(v is None for v in q):
                 continue  # a move with no finished branch: the turn keeps its fallback advantage
             logps = [scored[(id(turn), j)] for j in range(len(answers[i]))] if scores else None
