@@ -34,7 +34,7 @@ from autocurricula.games import kuhn_poker
 
 from kuhn_league import parse_args as kuhn_args
 from kuhn_league import warm_base
-from psro_matrix_games import add_credit_options, credit_settings
+from psro_matrix_games import add_credit_options, credit_settings, grpo_settings
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer}
 GAMES_PER_ROUND = 128
@@ -84,7 +84,7 @@ def main(argv=None):
             config = cls.config_class(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out,
                                       save_strategy="no", **credit_settings(name, args), **own)  # the trainer's bars: rounds, epochs, time left
             trainer = cls(config)
-            trainer.train(str(base), kuhn_poker, grpo_config={"learning_rate": LEARNING_RATE}, callbacks=[figures])
+            trainer.train(str(base), kuhn_poker, grpo_config=grpo_settings(args, LEARNING_RATE), callbacks=[figures])
             trainer.engine.close()
         final[name] = figures.rows[-1]
         if args.output:

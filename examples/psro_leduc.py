@@ -38,6 +38,8 @@ from autocurricula.eval.leduc import (invalid_per_hand, invalid_rate, played_exp
 from autocurricula.eval.played import MixtureFigures
 from autocurricula.games import leduc_poker
 
+from psro_matrix_games import add_credit_options, credit_settings, grpo_settings
+
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer, "fictitious": FictitiousPlayTrainer}
 GAMES_PER_ROUND = 128
 LEARNING_RATE = 1e-2  # the matrix games' and Kuhn's rate (examples/psro_matrix_games.py)
@@ -70,6 +72,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup-steps", type=int, default=300)
     p.add_argument("--threshold", type=float, default=1e-4, help="read_played: reply branches below this "
                    "probability are left unread and counted invalid (reported as 'unresolved')")
+    add_credit_options(p)
     p.add_argument("--output", default=None, help="append the JSON lines to this file")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check the machinery")
     args = p.parse_args(argv)
@@ -101,9 +104,9 @@ def main(argv=None):
         figures = played_figures(name, args.seed, args.threshold)
         with tempfile.TemporaryDirectory() as out:
             config = cls.config_class(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out,
-                                      save_strategy="no", **own)  # the trainer's bars: rounds, epochs, time left
+                                      save_strategy="no", **credit_settings(name, args), **own)  # the trainer's bars: rounds, epochs, time left
             trainer = cls(config)
-            trainer.train(str(base), leduc_poker, grpo_config={"learning_rate": LEARNING_RATE}, callbacks=[figures])
+            trainer.train(str(base), leduc_poker, grpo_config=grpo_settings(args, LEARNING_RATE), callbacks=[figures])
             trainer.engine.close()
         final[name] = figures.rows[-1]
         if args.output:

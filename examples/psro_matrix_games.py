@@ -42,20 +42,44 @@ from tqdm.auto import tqdm
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer, "fictitious": FictitiousPlayTrainer}
 GAMES_PER_ROUND = 128
-CREDITS = {"rae": lambda: "rae", "moves": lambda: BranchCredit(advantage="moves", samples=2)}
+
+
+def pooled_credit():
+    """Per-move targets valued per prompt (``pool_states``), sharp (tau 0.1, c 3), trained by
+    cross-entropy so that the listed moves keep their mass (``examples/best_reply_credit.py``)."""
+    from best_reply_credit import BestReplyCredit
+
+    return BestReplyCredit(advantage="moves", samples=2, move_loss="cross_entropy", move_temperature=0.1,
+                           move_clip=3.0, pool_states=True)
+
+
+CREDITS = {"rae": lambda: "rae", "moves": lambda: BranchCredit(advantage="moves", samples=2), "pooled": pooled_credit}
 
 
 def add_credit_options(p: argparse.ArgumentParser) -> None:
-    """``--credit`` and ``--restart-rounds``, shared with ``psro_kuhn.py``."""
+    """``--credit``, ``--restart-rounds``, ``--responder-pairs`` and ``--steps-per-generation``, shared
+    with ``psro_kuhn.py`` and ``psro_leduc.py``."""
     p.add_argument("--credit", choices=sorted(CREDITS), default="rae", help="every trainer's credit: the default "
-                   "'rae', or 'moves' (BranchCredit(advantage='moves', samples=2), per-move targets)")
+                   "'rae', 'moves' (BranchCredit(advantage='moves', samples=2), per-move targets) or 'pooled' "
+                   "(per-move targets valued per prompt, tau 0.1, c 3, cross-entropy: pooled_credit)")
     p.add_argument("--restart-rounds", type=int, default=None, help="PSRO's restart_rounds (default: PSROConfig's)")
+    p.add_argument("--responder-pairs", action="store_true", help="PSRO's responder_pairs: its responder's "
+                   "games as duplicate pairs")
+    p.add_argument("--steps-per-generation", type=int, default=1, help="every trainer's optimizer steps per round "
+                   "(GRPOConfig.steps_per_generation)")
 
 
 def credit_settings(name: str, args) -> dict:
-    """The trainer's config fields that ``--credit`` and ``--restart-rounds`` set."""
-    restart = {"restart_rounds": args.restart_rounds} if name == "psro" and args.restart_rounds is not None else {}
-    return {"credit": CREDITS[args.credit](), **restart}
+    """The trainer's config fields that ``--credit``, ``--restart-rounds`` and ``--responder-pairs`` set."""
+    own = {"restart_rounds": args.restart_rounds} if name == "psro" and args.restart_rounds is not None else {}
+    if name == "psro" and args.responder_pairs:
+        own["responder_pairs"] = True
+    return {"credit": CREDITS[args.credit](), **own}
+
+
+def grpo_settings(args, learning_rate: float) -> dict:
+    """Every trainer's GRPO settings: the shared learning rate and ``--steps-per-generation``."""
+    return {"learning_rate": learning_rate, "steps_per_generation": args.steps_per_generation}
 
 
 def parse_args(argv=None):
@@ -104,7 +128,7 @@ def run_one(name: str, game, base: Path, args) -> dict:
     with tempfile.TemporaryDirectory() as out:
         trainer = TRAINERS[name](config_for(name, args, out))
         t0 = time.perf_counter()
-        trainer.train(str(base), game, grpo_config={"learning_rate": args.learning_rate})
+        trainer.train(str(base), game, grpo_config=grpo_settings(args, args.learning_rate))
         seconds = time.perf_counter() - t0
         weights = trainer.deployable_mixture()
         temperature = trainer.grpo.temperature

@@ -60,6 +60,10 @@ class PSROConfig(AutocurriculumConfig):
                                                       "starts again from the base model (0 = never)"})
     reset_on_join: bool = field(default=True, metadata={"help": "a responder that joins starts again from the base "
                                                         "model (False: it goes on from its own weights)"})
+    responder_pairs: bool = field(default=False, metadata={"help": "play each responder's games as duplicate pairs "
+                                                           "(both seat orders on one deal against one drawn "
+                                                           "opponent), so that the joining test sees its gain "
+                                                           "without the deal's luck: for games of chance"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -69,6 +73,8 @@ class PSROConfig(AutocurriculumConfig):
             raise ValueError("games_per_round must be >= 2 (a standard error needs two games) and eval_games >= 0")
         if self.restart_rounds < 0:
             raise ValueError(f"restart_rounds must be >= 0 (0 = never), got {self.restart_rounds}")
+        if self.responder_pairs and self.games_per_round % 2:
+            raise ValueError(f"responder_pairs plays games_per_round in pairs: make it even, got {self.games_per_round}")
         if self.join_window < 1:
             raise ValueError(f"join_window must be >= 1 round, got {self.join_window}")
         if not self.join_z >= 0:
@@ -161,6 +167,10 @@ class PSROTrainer(AutocurriculumTrainer):
     def match(self) -> list[tuple]:
         games = []
         for me in self.responders():
+            if self.config.responder_pairs:
+                for i in range(self.config.games_per_round // 2):
+                    games += self.mirrored(me, self.responder_opponent(me), f"{me['id']}/{i}")
+                continue
             games += [self.random_seats(me, self.responder_opponent(me)) for _ in range(self.config.games_per_round)]
         return games + self.eval_pairs(self.config.eval_games)
 

@@ -166,6 +166,19 @@ def test_a_league_can_play_duplicate_pairs(tmp_path):
         assert a.key == b.key and tuple(a) == tuple(b)[::-1]
     assert len({g.key for g in games}) == 4
 
+    class Population(PSROTrainer):  # the same pairs from the config, evaluation games single
+        players = property(lambda self: [me, *pop])
+
+    trainer = Population(PSROConfig(seed=0, output_dir=str(tmp_path), progress=False, games_per_round=8,
+                                    eval_games=4, responder_pairs=True))
+    trainer.standings = Standings(trainer.config.ratings, tmp_path, 0)
+    games = trainer.match()
+    assert len(games) == 12 and not any(isinstance(g, Deal) for g in games[8:])
+    assert [g.key for g in games[:8]] == [f"responder-0/{i}" for i in range(4) for _ in (0, 1)]
+    assert all(tuple(a) == tuple(b)[::-1] and me in a for a, b in zip(games[0:8:2], games[1:8:2]))
+    with pytest.raises(ValueError, match="even"):
+        PSROConfig(responder_pairs=True, games_per_round=9)
+
 
 def test_psro_units():
     from autocurricula.leagues.psro import PSROConfig, beats_mixture, eval_priorities, relative_rewards
@@ -315,10 +328,12 @@ def test_meta_opponent_composes_with_the_alphastar_league(tmp_path, tiny_model_p
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["psro_matrix_games.py", "psro_kuhn.py"])
-@pytest.mark.parametrize("credit", [[], ["--credit", "moves", "--restart-rounds", "0"]])
+@pytest.mark.parametrize("credit", [[], ["--credit", "moves", "--restart-rounds", "0"],
+                                    ["--credit", "pooled", "--restart-rounds", "0", "--responder-pairs",
+                                     "--steps-per-generation", "4"]])
 def test_psro_examples_smoke(script, credit, tmp_path):
     """Both measurement commands run end to end on a tiny budget and print their summary line, with
-    the default credit and with per-move credit."""
+    the default credit, with per-move credit and with the pooled recipe."""
     import os
     import subprocess
     import sys
