@@ -25,11 +25,11 @@ def _moves(history):
     return ("bet" if "bet" in legal else "call"), ("check" if "check" in legal else "fold")
 
 
-def move_values(strategy: dict[str, float]) -> dict[str, tuple[float, float]]:
-    """Per information set, the acting player's value of (aggressive, passive) moves under
-    ``strategy`` for both seats, averaged over deals weighted by the other card's reach."""
-    num = {k: [0.0, 0.0] for k in INFOSETS}
-    den = dict.fromkeys(INFOSETS, 0.0)
+def visits(strategy: dict[str, float]) -> list[tuple[str, float, float, float]]:
+    """Every decision of every deal under ``strategy`` for both seats: ``(information set, weight,
+    value of the aggressive move, value of the passive move)``, the values the acting player's given
+    both cards, the weight the other seat's and chance's reach of the node."""
+    out = []
 
     def value(cards, history):  # player 1's expected chips from here
         if is_terminal(history):
@@ -45,9 +45,7 @@ def move_values(strategy: dict[str, float]) -> dict[str, tuple[float, float]]:
         key = infoset(cards[seat], history)
         sign = 1.0 if seat == 0 else -1.0
         agg, pas = _moves(history)
-        num[key][0] += reach[seat] * sign * value(cards, history + (agg,))
-        num[key][1] += reach[seat] * sign * value(cards, history + (pas,))
-        den[key] += reach[seat]
+        out.append((key, reach[seat], sign * value(cards, history + (agg,)), sign * value(cards, history + (pas,))))
         for move, prob in ((agg, strategy[key]), (pas, 1 - strategy[key])):
             nxt = list(reach)
             nxt[1 - seat] *= prob
@@ -57,6 +55,18 @@ def move_values(strategy: dict[str, float]) -> dict[str, tuple[float, float]]:
         for b in CARDS:
             if a != b:
                 walk(a + b, (), [1.0, 1.0])
+    return out
+
+
+def move_values(strategy: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """Per information set, the acting player's value of (aggressive, passive) moves under
+    ``strategy`` for both seats, averaged over deals weighted by the other card's reach."""
+    num = {k: [0.0, 0.0] for k in INFOSETS}
+    den = dict.fromkeys(INFOSETS, 0.0)
+    for key, weight, agg, pas in visits(strategy):
+        num[key][0] += weight * agg
+        num[key][1] += weight * pas
+        den[key] += weight
     return {k: (num[k][0] / den[k], num[k][1] / den[k]) if den[k] else (0.0, 0.0) for k in INFOSETS}
 
 

@@ -33,9 +33,7 @@ import numpy as np  # noqa: E402
 from autocurricula.eval.kuhn import INFOSETS, exploitability, mixture_strategy  # noqa: E402
 from autocurricula.eval.meta import zero_sum_nash  # noqa: E402
 from autocurricula.games.kuhn_poker import exact_value  # noqa: E402
-from autocurricula.games.kuhn_poker import CARDS, infoset, is_terminal  # noqa: E402
-from kuhn_moves_fixed_point import _moves, move_values, target  # noqa: E402
-from autocurricula.games.kuhn_poker import payoff  # noqa: E402
+from kuhn_moves_fixed_point import move_values, target, visits  # noqa: E402
 
 FIRST_SEAT = tuple(k for k in INFOSETS if len(k.partition(":")[2].split()) % 2 == 0)  # player 1 acts
 # the Kuhn warm base (examples/kuhn_league.py, seed 0): P(bet or call) per set, read as played off the
@@ -49,33 +47,9 @@ def visit_logits(strategy: dict[str, float], tau: float, clip: float) -> dict[st
     """Per information set, the reach-weighted mean over deals of each visit's bounded half-logit
     ``clip((Q_agg - Q_pas) / 2 / tau, ±clip)``, with Q known given both cards."""
     num, den = dict.fromkeys(INFOSETS, 0.0), dict.fromkeys(INFOSETS, 0.0)
-
-    def value(cards, history):  # player 1's expected chips from here
-        if is_terminal(history):
-            return payoff(cards, history)[0]
-        p = strategy[infoset(cards[len(history) % 2], history)]
-        agg, pas = _moves(history)
-        return p * value(cards, history + (agg,)) + (1 - p) * value(cards, history + (pas,))
-
-    def walk(cards, history, reach):
-        if is_terminal(history):
-            return
-        seat = len(history) % 2
-        key = infoset(cards[seat], history)
-        agg, pas = _moves(history)
-        sign = 1.0 if seat == 0 else -1.0
-        half = sign * (value(cards, history + (agg,)) - value(cards, history + (pas,))) / 2
-        num[key] += reach[seat] * max(-clip, min(clip, half / tau))
-        den[key] += reach[seat]
-        for move, prob in ((agg, strategy[key]), (pas, 1 - strategy[key])):
-            nxt = list(reach)
-            nxt[1 - seat] *= prob
-            walk(cards, history + (move,), nxt)
-
-    for a in CARDS:
-        for b in CARDS:
-            if a != b:
-                walk(a + b, (), [1.0, 1.0])
+    for key, weight, agg, pas in visits(strategy):
+        num[key] += weight * max(-clip, min(clip, (agg - pas) / 2 / tau))
+        den[key] += weight
     return {k: num[k] / den[k] if den[k] else 0.0 for k in INFOSETS}
 
 
