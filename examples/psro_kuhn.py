@@ -35,7 +35,7 @@ from autocurricula.games import kuhn_poker
 
 from kuhn_league import parse_args as kuhn_args
 from kuhn_league import warm_base
-from psro_matrix_games import add_credit_options, credit_settings, grpo_settings
+from psro_matrix_games import add_credit_options, credit_settings, grpo_settings, run_settings
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer}
 GAMES_PER_ROUND = 128
@@ -92,7 +92,8 @@ def main(argv=None):
             with open(args.output, "a") as fh:
                 fh.write("\n".join(json.dumps(r) for r in figures.rows) + "\n")
     print(json.dumps({"final": final, "seed": args.seed, "base_seed": base_seed, "epochs": args.epochs, "rounds": args.rounds,
-                      "games_per_round": GAMES_PER_ROUND}))
+                      "games_per_round": GAMES_PER_ROUND,
+                      **run_settings(args)}))
 
 
 if __name__ == "__main__":

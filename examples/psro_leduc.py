@@ -3,6 +3,7 @@
     python examples/psro_leduc.py                 # PSRO, self-play, fictitious play; seed 0
     python examples/psro_leduc.py --trainers psro --seed 3
     python examples/psro_leduc.py --smoke
+    python examples/psro_leduc.py --trainers psro --credit pooled --restart-rounds 0 --responder-pairs --steps-per-generation 4
 
 The base is the tiny model after a format warm-up (cached): ``leduc_poker.warmup_examples``, a
 random mix of the legal words per information set, so the base must read its card, the board and
@@ -38,7 +39,7 @@ from autocurricula.eval.leduc import (invalid_per_hand, invalid_rate, played_exp
 from autocurricula.eval.played import MixtureFigures
 from autocurricula.games import leduc_poker
 
-from psro_matrix_games import add_credit_options, credit_settings, grpo_settings
+from psro_matrix_games import add_credit_options, credit_settings, grpo_settings, run_settings
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer, "fictitious": FictitiousPlayTrainer}
 GAMES_PER_ROUND = 128
@@ -113,7 +114,8 @@ def main(argv=None):
             with open(args.output, "a") as fh:
                 fh.write("\n".join(json.dumps(r) for r in figures.rows) + "\n")
     print(json.dumps({"final": final, "seed": args.seed, "base_seed": base_seed, "epochs": args.epochs,
-                      "rounds": args.rounds, "games_per_round": GAMES_PER_ROUND}))
+                      "rounds": args.rounds, "games_per_round": GAMES_PER_ROUND,
+                      **run_settings(args)}))
 
 
 if __name__ == "__main__":

@@ -78,6 +78,13 @@ def credit_settings(name: str, args) -> dict:
     return {"credit": CREDITS[args.credit](), **own}
 
 
+def run_settings(args) -> dict:
+    """What ``--credit``, ``--restart-rounds``, ``--responder-pairs`` and ``--steps-per-generation``
+    chose, for the final JSON line."""
+    return {"credit": args.credit, "restart_rounds": args.restart_rounds, "responder_pairs": args.responder_pairs,
+            "steps_per_generation": args.steps_per_generation}
+
+
 def grpo_settings(args, learning_rate: float) -> dict:
     """Every trainer's GRPO settings: the shared learning rate and ``--steps-per-generation``."""
     return {"learning_rate": learning_rate, "steps_per_generation": args.steps_per_generation}
@@ -168,7 +175,7 @@ def main(argv=None):
             with open(args.output, "a") as fh:
                 fh.write(json.dumps(row) + "\n")
     print(json.dumps({"summary": summary(rows), "epochs": args.epochs, "rounds": args.rounds,
-                      "games_per_round": GAMES_PER_ROUND, "seed": args.seed}))
+                      "games_per_round": GAMES_PER_ROUND, "seed": args.seed, **run_settings(args)}))
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ Each round:
 * ``eval_games`` games between population members go to the entries whose uncertainty weighs
   most on the mixture (new members first), so the restricted game is measured where it matters;
 * a responder whose mean relative reward against the population, over its games of the last
-  ``join_window`` rounds since it last joined (one sample per game, or per deal when ``match``
-  plays duplicate pairs), is above 0 by ``join_z`` standard errors joins the
+  ``join_window`` rounds since it last joined (one sample per game, or per deal when its games
+  are duplicate pairs: ``responder_pairs`` or a ``match`` of your own), is above 0 by ``join_z`` standard errors joins the
   population as a frozen copy. The window pools enough games for a sharp test and forgets those
   of a version too old to speak for the current one. Otherwise nothing joins: the mixture is not
   beaten. The responder's games of that last round are the new member's first entries
@@ -73,8 +73,11 @@ class PSROConfig(AutocurriculumConfig):
             raise ValueError("games_per_round must be >= 2 (a standard error needs two games) and eval_games >= 0")
         if self.restart_rounds < 0:
             raise ValueError(f"restart_rounds must be >= 0 (0 = never), got {self.restart_rounds}")
-        if self.responder_pairs and self.games_per_round % 2:
-            raise ValueError(f"responder_pairs plays games_per_round in pairs: make it even, got {self.games_per_round}")
+        if not isinstance(self.responder_pairs, bool):
+            raise ValueError(f"responder_pairs must be True or False, got {self.responder_pairs!r}")
+        if self.responder_pairs and (self.games_per_round % 2 or self.games_per_round < 4):
+            raise ValueError(f"responder_pairs plays games_per_round in pairs, and a standard error needs two: make "
+                             f"it even and >= 4, got {self.games_per_round}")
         if self.join_window < 1:
             raise ValueError(f"join_window must be >= 1 round, got {self.join_window}")
         if not self.join_z >= 0:

@@ -106,7 +106,7 @@ def main(argv=None):
     for tau, clip in zip(args.tau, args.clip):
         figures = curve(start, tau, clip, args.joins, args.per_visit)
         reached = next((i for i, e in enumerate(figures) if e <= 0.05), None)
-        print(json.dumps({"tau": tau, "clip": clip, "start": args.start, "per_visit": args.per_visit, "joins_to_0.05": reached,
+        print(json.dumps({"tau": tau, "clip": clip, "start": args.start, "per_visit": args.per_visit and tau > 0, "joins_to_0.05": reached,
                           "final": round(figures[-1], 4), "curve": [round(e, 4) for e in figures]}), flush=True)
 
 

@@ -295,10 +295,37 @@ def test_pooled_states_share_one_target_per_prompt():
     pooled, apart = targets(True), targets(False)
     assert len(pooled) == len(apart) == 4
     assert all(g == pooled[0] for g in pooled) and not all(g == apart[0] for g in apart)
-    want = move_advantages([(2 * m - 9) / 10 for m in range(10)], [0.0] * 10, 0.5, 1.5)
-    assert np.allclose(pooled[0], want, atol=0.13 / 0.5)  # ~4 standard errors of 240 returns, over tau
-    with pytest.raises(ValueError, match="pool_states"):
-        BranchCredit(advantage="moves", pool_states="yes")
+    want = np.array(move_advantages([(2 * m - 9) / 10 for m in range(10)], [0.0] * 10, 0.5, 1.5))
+    # a move's value from 240 returns has a standard error of at most 1 / sqrt(240) = 0.065: 5 of them, over tau
+    assert np.allclose(pooled[0], want, atol=5 * 0.065 / 0.5)
+    error = lambda g: np.abs(np.array(g) - want).mean()  # noqa: E731
+    assert error(pooled[0]) < np.mean([error(g) for g in apart])  # four visits' branches beat one's
+    for bad in (dict(pool_states="yes"), dict(pool_states=True, advantage="return")):
+        with pytest.raises(ValueError, match="pool_states"):
+            BranchCredit(**{"advantage": "moves", **bad})
+
+
+@pytest.mark.parametrize("replies", [False, True])
+def test_pooled_cross_entropy_targets_are_one_distribution_per_prompt(replies):
+    """The pooled recipe of the PSRO examples (``BestReplyCredit(move_loss="cross_entropy",
+    pool_states=True)``): seat 0's move turns carry one target distribution over its ten moves,
+    the same in every game, with or without the reply search."""
+    arena = Arena(DigitEngine(), seed=6)
+    records = logged(arena, dice, 3)
+    credit = BestReplyCredit(samples=20, advantage="moves", move_loss="cross_entropy", move_temperature=0.1,
+                             move_clip=3.0, pool_states=True, replies=replies)
+    credit.see_round(records, Replayer(arena, dice))
+    turns = [t for r in records for t in r.turns]
+    credit.advantages(turns)
+    seat0 = {}
+    for t in credit.extra_turns(turns):
+        if t.seat == 0:
+            seat0.setdefault(t.game_id, []).append(t.advantage)
+    groups = list(seat0.values())
+    assert len(groups) == 3 and all(g == groups[0] for g in groups)
+    assert sum(groups[0]) == pytest.approx(1.0) and min(groups[0]) > 0  # a distribution over the moves
+    # 9 wins most and 0 least, whether seat 1 replies at random or at best (the bound makes ties at the ends)
+    assert groups[0][9] == max(groups[0]) > groups[0][0] == min(groups[0])
 
 
 async def share(players, model, tokenizer=None):

@@ -176,8 +176,9 @@ def test_a_league_can_play_duplicate_pairs(tmp_path):
     assert len(games) == 12 and not any(isinstance(g, Deal) for g in games[8:])
     assert [g.key for g in games[:8]] == [f"responder-0/{i}" for i in range(4) for _ in (0, 1)]
     assert all(tuple(a) == tuple(b)[::-1] and me in a for a, b in zip(games[0:8:2], games[1:8:2]))
-    with pytest.raises(ValueError, match="even"):
-        PSROConfig(responder_pairs=True, games_per_round=9)
+    for bad in (dict(games_per_round=9), dict(games_per_round=2), dict(responder_pairs=1)):
+        with pytest.raises(ValueError, match="responder_pairs"):
+            PSROConfig(**{"responder_pairs": True, **bad})
 
 
 def test_psro_units():

@@ -22,11 +22,13 @@ of the turn's seat over the K branches. The turn's advantage is
   targets). Where the bound does not bind, the target is linear in the returns, so hidden
   information that the branches share (a dealt card) averages out over visits; where it binds,
   the state moves toward the mean of the clipped per-visit targets, which is biased toward the
-  move that wins more often rather than by more (c = inf removes the bias and the bound). The
-  sampled turn keeps an advantage only when its reply is none of the moves (``G - mean Q``, e.g.
+  move that wins more often rather than by more (c = inf removes the bias and the bound;
+  ``pool_states=True`` removes it where prompts repeat, by valuing a round's visits of one prompt
+  together before the bound). The sampled turn keeps an advantage only when its reply is none of the moves (``G - mean Q``, e.g.
   an invalid reply). The log-probs are scored at the sampling temperature.
 
-Nothing is keyed by prompt text, so it works for free-text games whose states never repeat. Cost:
+Nothing is kept by prompt text from one round to the next (``pool_states`` groups one round's
+turns), so it works for free-text games whose states never repeat. Cost:
 ``samples`` x the branched turns of a round extra games per round (x2 for "td" when moves
 alternate between learners and others), all batched in one ``Arena.run``. Turns not branched
 (``turns_per_game``, turns of sub-games, branches that all failed) get the RAE advantage.
@@ -121,8 +123,8 @@ def listed_moves(call, moves_of, tok) -> list[Generation]:
 
 def pool_values(returns: dict, keys: dict) -> dict:
     """``pool_states``: each turn's per-move branch returns (``returns[turn] = [[return, ...] per
-    move]``) replaced by those of every turn with the same key (player, prompt) and the same number
-    of moves. The prompt is all the player knows, so a pooled value averages over what it does not
+    move]``) replaced by those of every turn with the same key (player, game, prompt) and the same
+    number of moves. The prompt is all the player knows, so a pooled value averages over what it does not
     see (the opponent's dealt card) before the bounded target is taken, instead of bounding each
     visit's value, which favours the move that wins more often over the one that wins more."""
     pooled: dict = {}
@@ -160,8 +162,8 @@ class BranchCredit(Credit):
     ``turns_per_game`` learner turns branched per game (0 = every top-level turn), ``advantage``
     "return", "td" or "moves"; with "moves", ``move_temperature`` (tau) and ``move_clip`` (c, math.inf:
     no bound) shape each state's target, and ``pool_states`` pools the move values of a player's
-    turns at the same prompt in a round (:func:`pool_values`). ``alpha`` and ``per_player`` configure the RAE fallback of
-    turns not branched. :meth:`bind` takes the run's seed (which turns are branched) and the GRPO
+    turns at the same prompt in a round (:func:`pool_values`). ``alpha`` and ``per_player``
+    configure the RAE fallback of turns not branched. :meth:`bind` takes the run's seed (which turns are branched) and the GRPO
     sampling temperature (the moves are scored as the sampler sees them).
 
     The trainer logs every call of a round's games (``replays = True``) and calls :meth:`see_round`
@@ -192,6 +194,9 @@ class BranchCredit(Credit):
             raise ValueError(f"move_temperature must be a finite number > 0, got {self.move_temperature!r}")
         if not isinstance(self.pool_states, bool):
             raise ValueError(f"pool_states must be True or False, got {self.pool_states!r}")
+        if self.pool_states and self.advantage != "moves":
+            raise ValueError("pool_states pools the listed moves' values: it needs advantage='moves' (or leave "
+                             "pool_states=False)")
         if not (_is_number(self.move_clip) and self.move_clip > 0):
             raise ValueError(f"move_clip must be a number > 0 (math.inf: no bound), got {self.move_clip!r}")
         self.move_temperature, self.move_clip = float(self.move_temperature), float(self.move_clip)
@@ -313,7 +318,8 @@ class BranchCredit(Credit):
         returns = {id(turn): [[g.rewards[turn.seat] for g in bs if g.error is None]
                               for bs in branches[points[(rec.game_id, p)]]] for turn, rec, p in chosen}
         if self.pool_states:
-            returns = pool_values(returns, {id(t): (t.player, tuple(t.prompt_ids)) for t, _, _ in chosen})
+            keys = {id(t): (t.player, t.game, tuple(t.prompt_ids)) for t, _, _ in chosen}
+            returns = pool_values(returns, keys)
         respelled = 0  # legal replies the model wrote with other tokens than the listed move's
         for turn, rec, p in chosen:
             i = points[(rec.game_id, p)]
