@@ -276,21 +276,26 @@ def test_pool_values_by_hand():
     assert returns[1] == [[1.0, -1.0], [0.0]]  # the input is left as it was
 
 
+def seat0_targets(credit, seed: int, games: int) -> list[list[float]]:
+    """The advantages of seat 0's move turns in each of ``games`` dice games, after one round."""
+    arena = Arena(DigitEngine(), seed=seed)
+    records = logged(arena, dice, games)
+    credit.see_round(records, Replayer(arena, dice))
+    turns = [t for r in records for t in r.turns]
+    credit.advantages(turns)
+    out = {}
+    for t in credit.extra_turns(turns):
+        if t.seat == 0:
+            out.setdefault(t.game_id, []).append(t.advantage)
+    return list(out.values())
+
+
 def test_pooled_states_share_one_target_per_prompt():
     """Seat 0's prompt is the same in every dice game: pooled, its turns get one set of targets, from
     all their branches (so closer to the true values than one visit's); unpooled, each visit its own."""
     def targets(pool):
-        arena = Arena(DigitEngine(), seed=5)
-        records = logged(arena, dice, 4)
         credit = BranchCredit(samples=60, advantage="moves", move_temperature=0.5, move_clip=1.5, pool_states=pool)
-        credit.see_round(records, Replayer(arena, dice))
-        turns = [t for r in records for t in r.turns]
-        credit.advantages(turns)
-        out = {}
-        for t in credit.extra_turns(turns):
-            if t.seat == 0:
-                out.setdefault(t.game_id, []).append(t.advantage)
-        return list(out.values())
+        return seat0_targets(credit, 5, 4)
 
     pooled, apart = targets(True), targets(False)
     assert len(pooled) == len(apart) == 4
@@ -310,18 +315,9 @@ def test_pooled_cross_entropy_targets_are_one_distribution_per_prompt(replies):
     """The pooled recipe of the PSRO examples (``BestReplyCredit(move_loss="cross_entropy",
     pool_states=True)``): seat 0's move turns carry one target distribution over its ten moves,
     the same in every game, with or without the reply search."""
-    arena = Arena(DigitEngine(), seed=6)
-    records = logged(arena, dice, 3)
     credit = BestReplyCredit(samples=20, advantage="moves", move_loss="cross_entropy", move_temperature=0.1,
                              move_clip=3.0, pool_states=True, replies=replies)
-    credit.see_round(records, Replayer(arena, dice))
-    turns = [t for r in records for t in r.turns]
-    credit.advantages(turns)
-    seat0 = {}
-    for t in credit.extra_turns(turns):
-        if t.seat == 0:
-            seat0.setdefault(t.game_id, []).append(t.advantage)
-    groups = list(seat0.values())
+    groups = seat0_targets(credit, 6, 3)
     assert len(groups) == 3 and all(g == groups[0] for g in groups)
     assert sum(groups[0]) == pytest.approx(1.0) and min(groups[0]) > 0  # a distribution over the moves
     # 9 wins most and 0 least, whether seat 1 replies at random or at best (the bound makes ties at the ends)
