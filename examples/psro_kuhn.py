@@ -92,8 +92,7 @@ def main(argv=None):
             with open(args.output, "a") as fh:
                 fh.write("\n".join(json.dumps(r) for r in figures.rows) + "\n")
     print(json.dumps({"final": final, "seed": args.seed, "base_seed": base_seed, "epochs": args.epochs, "rounds": args.rounds,
-                      "games_per_round": GAMES_PER_ROUND,
-                      **run_settings(args)}))
+                      "games_per_round": GAMES_PER_ROUND, **run_settings(args)}))
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ Each round:
   most on the mixture (new members first), so the restricted game is measured where it matters;
 * a responder whose mean relative reward against the population, over its games of the last
   ``join_window`` rounds since it last joined (one sample per game, or per deal when its games
-  are duplicate pairs: ``responder_pairs`` or a ``match`` of your own), is above 0 by ``join_z`` standard errors joins the
-  population as a frozen copy. The window pools enough games for a sharp test and forgets those
+  are duplicate pairs: ``responder_pairs`` or a ``match`` of your own), is above 0 by ``join_z``
+  standard errors joins the population as a frozen copy. The window pools enough games for a sharp test and forgets those
   of a version too old to speak for the current one. Otherwise nothing joins: the mixture is not
   beaten. The responder's games of that last round are the new member's first entries
   (:meth:`PSROTrainer.first_estimates`), so a member that joins in the final round still counts.

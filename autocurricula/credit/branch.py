@@ -24,8 +24,8 @@ of the turn's seat over the K branches. The turn's advantage is
   the state moves toward the mean of the clipped per-visit targets, which is biased toward the
   move that wins more often rather than by more (c = inf removes the bias and the bound;
   ``pool_states=True`` removes it where prompts repeat, by valuing a round's visits of one prompt
-  together before the bound). The sampled turn keeps an advantage only when its reply is none of the moves (``G - mean Q``, e.g.
-  an invalid reply). The log-probs are scored at the sampling temperature.
+  together before the bound). The sampled turn keeps an advantage only when its reply is none of
+  the moves (``G - mean Q``, e.g. an invalid reply). The log-probs are scored at the sampling temperature.
 
 Nothing is kept by prompt text from one round to the next (``pool_states`` groups one round's
 turns), so it works for free-text games whose states never repeat. Cost:
@@ -124,9 +124,10 @@ def listed_moves(call, moves_of, tok) -> list[Generation]:
 def pool_values(returns: dict, keys: dict) -> dict:
     """``pool_states``: each turn's per-move branch returns (``returns[turn] = [[return, ...] per
     move]``) replaced by those of every turn with the same key (player, game, prompt) and the same
-    number of moves. The prompt is all the player knows, so a pooled value averages over what it does not
-    see (the opponent's dealt card) before the bounded target is taken, instead of bounding each
-    visit's value, which favours the move that wins more often over the one that wins more."""
+    number of moves. The prompt is all the player knows, so a pooled value averages over what it
+    does not see (the opponent's dealt card) before the bounded target is taken, instead of
+    bounding each visit's value, which favours the move that wins more often over the one that
+    wins more."""
     pooled: dict = {}
     for t, per_move in returns.items():
         acc = pooled.setdefault((keys[t], len(per_move)), [[] for _ in per_move])
@@ -163,8 +164,9 @@ class BranchCredit(Credit):
     "return", "td" or "moves"; with "moves", ``move_temperature`` (tau) and ``move_clip`` (c, math.inf:
     no bound) shape each state's target, and ``pool_states`` pools the move values of a player's
     turns at the same prompt in a round (:func:`pool_values`). ``alpha`` and ``per_player``
-    configure the RAE fallback of turns not branched. :meth:`bind` takes the run's seed (which turns are branched) and the GRPO
-    sampling temperature (the moves are scored as the sampler sees them).
+    configure the RAE fallback of turns not branched. :meth:`bind` takes the run's seed (which
+    turns are branched) and the GRPO sampling temperature (the moves are scored as the sampler sees
+    them).
 
     The trainer logs every call of a round's games (``replays = True``) and calls :meth:`see_round`
     with the round's records and a :class:`~autocurricula.replay.Replayer` before :meth:`assign`.
