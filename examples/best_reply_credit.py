@@ -19,6 +19,10 @@ Three options on top of the core method, each through one of its hooks:
   sequence by its length, as ``loss_type="grpo"`` does, shifts it toward shorter moves where moves
   differ in token count), and it also raises the listed moves' total probability, which the
   residuals (they sum to zero) leave free to drift toward replies that are none of the moves.
+- ``move_step`` below 1 (with the cross-entropy): the target is one step of magnetic mirror descent
+  from the current policy toward ``softmax(y)`` (``mirror_distribution``), not ``softmax(y)`` itself.
+  In mirror self-play (``SelfPlayConfig(past_share=0)``) repeated smoothed best responses cycle;
+  these steps converge toward ``softmax(Q / move_temperature)`` play in two-player zero-sum games.
 
 Importing this module registers it as ``credit="best_reply"``.
 """
@@ -29,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from autocurricula.credit import (BranchCredit, branch_value, check_replays, game_moves, listed_moves,
-                                  move_distribution, register_credit)
+                                  mirror_distribution, move_distribution, register_credit)
 
 MOVE_LOSSES = ("residual", "cross_entropy")
 
@@ -38,11 +42,13 @@ MOVE_LOSSES = ("residual", "cross_entropy")
 class BestReplyCredit(BranchCredit):
     """:class:`~autocurricula.credit.BranchCredit` with greedy or tempered continuations
     (``continuation_temperature``; None = as the game asks), a one-ply reply search (``replies``,
-    needs ``advantage="moves"``) and the cross-entropy move loss (``move_loss``)."""
+    needs ``advantage="moves"``), the cross-entropy move loss (``move_loss``) and mirror-descent
+    targets (``move_step`` < 1, with the cross-entropy)."""
 
     continuation_temperature: float | None = None
     replies: bool = False
     move_loss: str = "residual"
+    move_step: float = 1.0
     name = "best_reply"
 
     def __post_init__(self):
@@ -56,16 +62,26 @@ class BestReplyCredit(BranchCredit):
         if (self.replies or self.move_loss != "residual") and self.advantage != "moves":
             raise ValueError("replies and move_loss shape the listed moves' values and targets: they need "
                              "advantage='moves' (or leave replies=False, move_loss='residual')")
+        step = self.move_step
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 1:
+            raise ValueError(f"move_step must be a number in (0, 1] (1 = the target itself), got {step!r}")
+        if step < 1 and self.move_loss != "cross_entropy":
+            raise ValueError("move_step < 1 is a step of the cross-entropy's target: set move_loss='cross_entropy' "
+                             "(the residuals would only scale by it) or leave move_step=1")
+        self.move_step = float(step)
 
     def branch_temperature(self) -> float | None:
         return self.continuation_temperature
 
     def scores_moves(self) -> bool:
-        return self.move_loss == "residual"  # the residuals need log pi; the cross-entropy does not
+        # the residuals and a mirror step need log pi; the plain cross-entropy does not
+        return self.move_loss == "residual" or self.move_step < 1
 
     def move_targets(self, values, logprobs):
         if self.move_loss == "residual":
             return super().move_targets(values, logprobs)
+        if self.move_step < 1:
+            return mirror_distribution(values, logprobs, self.move_temperature, self.move_clip, self.move_step)
         return move_distribution(values, self.move_temperature, self.move_clip)
 
     def branch_moves(self, asked, replayer, tok):

@@ -28,6 +28,7 @@ Time on 2 idle cores: about 40 s per game and trainer (96 rounds), plus a one-ti
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -54,15 +55,28 @@ def pooled_credit():
                            move_clip=3.0, pool_states=True)
 
 
-CREDITS = {"rae": lambda: "rae", "moves": lambda: BranchCredit(advantage="moves", samples=2), "pooled": pooled_credit}
+def mirror_credit():
+    """Per-move targets valued per prompt, each round one step of magnetic mirror descent (a share
+    0.045 of the way, in log-probabilities) toward softmax(Q / 0.15), by cross-entropy. With it,
+    self-play plays only its current policy (``past_share=0``) and deploys that policy."""
+    from best_reply_credit import BestReplyCredit
+
+    return BestReplyCredit(advantage="moves", samples=2, move_loss="cross_entropy", move_temperature=0.15,
+                           move_clip=math.inf, pool_states=True, move_step=0.045)
+
+
+CREDITS = {"rae": lambda: "rae", "moves": lambda: BranchCredit(advantage="moves", samples=2), "pooled": pooled_credit,
+           "mirror": mirror_credit}
 
 
 def add_credit_options(p: argparse.ArgumentParser) -> None:
     """``--credit``, ``--restart-rounds``, ``--responder-pairs`` and ``--steps-per-generation``, shared
     with ``psro_kuhn.py`` and ``psro_leduc.py``."""
     p.add_argument("--credit", choices=sorted(CREDITS), default="rae", help="every trainer's credit: the default "
-                   "'rae', 'moves' (BranchCredit(advantage='moves', samples=2), per-move targets) or 'pooled' "
-                   "(per-move targets valued per prompt, tau 0.1, c 3, cross-entropy: pooled_credit)")
+                   "'rae', 'moves' (BranchCredit(advantage='moves', samples=2), per-move targets), 'pooled' "
+                   "(per-move targets valued per prompt, tau 0.1, c 3, cross-entropy: pooled_credit) or 'mirror' "
+                   "(mirror-descent steps toward pooled targets, tau 0.15; self-play then plays no past "
+                   "snapshot: mirror_credit)")
     p.add_argument("--restart-rounds", type=int, default=None, help="PSRO's restart_rounds (default: PSROConfig's)")
     p.add_argument("--responder-pairs", action="store_true", help="PSRO's responder_pairs: its responder's "
                    "games as duplicate pairs")
@@ -71,10 +85,13 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
 
 
 def credit_settings(name: str, args) -> dict:
-    """The trainer's config fields that ``--credit``, ``--restart-rounds`` and ``--responder-pairs`` set."""
+    """The trainer's config fields that ``--credit``, ``--restart-rounds`` and ``--responder-pairs`` set
+    (``--credit mirror`` also sets self-play's ``past_share`` to 0)."""
     own = {"restart_rounds": args.restart_rounds} if name == "psro" and args.restart_rounds is not None else {}
     if name == "psro" and args.responder_pairs:
         own["responder_pairs"] = True
+    if name == "selfplay" and args.credit == "mirror":
+        own["past_share"] = 0.0  # mirror descent steps from the policy that played: no past snapshots
     return {"credit": CREDITS[args.credit](), **own}
 
 

@@ -39,6 +39,13 @@ class SelfPlayTrainer(AutocurriculumTrainer):
         """The learner (``role="main"``, not frozen)."""
         return next(p for p in self.players if p.get("role") == "main" and not p["frozen"])
 
+    def meta_population(self) -> list[dict]:
+        """With ``past_share`` 0 no game is played against the past, so there is no meta-game to solve:
+        the policy to deploy (:meth:`deployable_mixture`) is the main player's last iterate."""
+        if self.config.past_share == 0:
+            return [self.main_player()]
+        return self.players
+
     def entry(self) -> list[dict]:
         if self.current_epoch == 0:
             return [{"role": "main"}] + [dict(o) for o in self.opponents]

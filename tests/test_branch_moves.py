@@ -18,8 +18,8 @@ import pytest
 from autocurricula import SelfPlayConfig
 from autocurricula.arena import Arena, GameRecord, Generation
 from autocurricula.config import GRPOConfig
-from autocurricula.credit import (BranchCredit, credit_from_fields, game_moves, make_credit, move_advantages,
-                                  move_distribution, pool_values)
+from autocurricula.credit import (BranchCredit, credit_from_fields, game_moves, make_credit, mirror_distribution,
+                                  move_advantages, move_distribution, pool_values)
 from autocurricula.games import kuhn_poker
 from autocurricula.replay import Replayer
 
@@ -130,6 +130,57 @@ def test_move_distribution_by_hand():
     assert move_distribution([1.0, 1.0, 1.0], 0.1) == pytest.approx([1 / 3] * 3)
     with pytest.raises(ValueError, match="temperature"):
         move_distribution([1.0], 0.0)
+
+
+def test_mirror_distribution_by_hand():
+    # values 1 / 0 over tau 0.5: y = +1 / -1; from a uniform policy a step of 0.25 goes to logits +-0.25
+    assert mirror_distribution([1.0, 0.0], [math.log(0.5)] * 2, 0.5, step=0.25) == pytest.approx(
+        [1 / (1 + math.exp(-0.5)), 1 / (1 + math.exp(0.5))])
+    # the log-probabilities need not be normalised over the moves: only their differences count
+    assert mirror_distribution([1.0, 0.0], [-7.0, -7.0], 0.5, step=0.25) == pytest.approx(
+        mirror_distribution([1.0, 0.0], [0.0, 0.0], 0.5, step=0.25))
+    values, logp = [0.3, -1.0, 2.0], [math.log(0.2), math.log(0.5), math.log(0.3)]
+    assert mirror_distribution(values, logp, 0.5, 1.0, step=1.0) == pytest.approx(move_distribution(values, 0.5, 1.0))
+    target = move_distribution(values, 0.5, 1.0)  # the fixed point: a policy at its target stays there
+    assert mirror_distribution(values, [math.log(p) for p in target], 0.5, 1.0, step=0.1) == pytest.approx(target)
+    pi = [0.2, 0.5, 0.3]  # k steps from pi: log pi_k = (1 - w)^k log pi + (1 - (1 - w)^k) y, normalised
+    for _ in range(5):
+        pi = mirror_distribution(values, [math.log(p) for p in pi], 0.5, 1.0, step=0.3)
+    want = np.exp(0.7 ** 5 * np.log([0.2, 0.5, 0.3]) + (1 - 0.7 ** 5) * np.log(target))
+    assert pi == pytest.approx(list(want / want.sum()))
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="step"):
+            mirror_distribution(values, logp, 0.5, step=bad)
+    with pytest.raises(ValueError, match="one value"):
+        mirror_distribution([1.0, 2.0], [0.0], 0.5, step=0.5)
+
+
+def _selfplay_exploitability(payoff: np.ndarray, step: float, rounds: int, tau: float) -> list[float]:
+    """Both seats of a zero-sum matrix game move by ``mirror_distribution`` on their exact move
+    values, from uniform play; the exploitability after each round."""
+    from autocurricula.eval.meta import zero_sum_nash
+
+    m, n = payoff.shape
+    x, y, out = np.full(m, 1 / m), np.full(n, 1 / n), []
+    value = zero_sum_nash(payoff)[2]
+    for _ in range(rounds):
+        x, y = (np.array(mirror_distribution(list(payoff @ y), list(np.log(x)), tau, step=step)),
+                np.array(mirror_distribution(list(-(x @ payoff)), list(np.log(y)), tau, step=step)))
+        out.append(float(((payoff @ y).max() - value + value - (x @ payoff).min()) / 2))
+    return out
+
+
+def test_mirror_steps_converge_in_self_play_where_the_target_itself_cycles():
+    """Biased rock-paper-scissors (a win with the first move pays 2; equilibrium 1/4, 1/2, 1/4;
+    uniform play is exploitable by 1/3), both seats on exact values with tau 0.15: jumping to the
+    smoothed best response every round (step 1) cycles among near-pure replies; steps of 0.045
+    (the PSRO examples' ``--credit mirror``) settle near the equilibrium."""
+    from autocurricula.games.matrix import BIASED_RPS
+
+    payoff = np.array(BIASED_RPS.payoff)
+    jump, mirror = (_selfplay_exploitability(payoff, step, 200, 0.15) for step in (1.0, 0.045))
+    assert min(jump[100:]) > 0.9
+    assert max(mirror[150:]) < 0.07
 
 
 def test_cross_entropy_moves_keep_the_mass_on_the_listed_moves(tiny_model_path):
@@ -425,6 +476,27 @@ def test_reply_search_needs_moves():
     with pytest.raises(ValueError, match="advantage='moves'"):
         BestReplyCredit(advantage="return", replies=True)
     assert BestReplyCredit(advantage="moves", replies=True).replies
+
+
+def test_mirror_step_targets_are_one_step_from_the_policy_toward_the_pooled_target():
+    """With the seat's policy uniform over the ten digits (the engine's log-probabilities are flat),
+    a step w of mirror descent gives softmax(w y), where y are the logits of the plain target on
+    the same branches (one arena seed: the same games)."""
+    def targets(step):
+        credit = BestReplyCredit(samples=20, advantage="moves", move_loss="cross_entropy", move_temperature=0.5,
+                                 move_clip=1.5, pool_states=True, move_step=step)
+        assert credit.scores_moves() == (step < 1)  # the step needs log pi; the plain target does not
+        return seat0_targets(credit, 6, 3)
+
+    plain, stepped = targets(1.0)[0], targets(0.25)[0]
+    want = np.exp(0.25 * np.log(plain))
+    assert stepped == pytest.approx(list(want / want.sum()))
+    assert max(stepped) < max(plain)  # a quarter of the way from uniform
+    for bad in (0, 1.5, True, "half"):
+        with pytest.raises(ValueError, match="move_step"):
+            BestReplyCredit(advantage="moves", move_loss="cross_entropy", move_step=bad)
+    with pytest.raises(ValueError, match="move_loss='cross_entropy'"):
+        BestReplyCredit(advantage="moves", move_step=0.5)
 
 
 def test_best_reply_options_are_refused_where_nothing_would_use_them():

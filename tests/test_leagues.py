@@ -283,3 +283,19 @@ def test_a_built_in_league_promotes_the_base_config_or_refuses_a_foreign_one(cap
     with pytest.raises(TypeError, match=r"LeagueTrainer needs a LeagueConfig .*got a SelfPlayConfig.*build a "
                                         r"LeagueConfig\(\.\.\.\)"):
         LeagueTrainer(own)
+
+
+def test_mirror_selfplay_deploys_its_last_iterate_and_fictitious_selfplay_its_meta_strategy(tmp_path):
+    from autocurricula.config import RatingConfig
+    from autocurricula.standings import Standings
+
+    class SelfPlay(ListedPlayers, SelfPlayTrainer):
+        pass
+
+    main, old = p("main", "main"), p("main-old", "main", True, snapshot_of="main")
+    for share, expected in ((0.0, {"main": 1.0}), (0.25, {"main": 0.5, "main-old": 0.5})):
+        t = SelfPlay(SelfPlayConfig(past_share=share, progress=False))
+        t.listed = [main, old]
+        t.standings = Standings(RatingConfig(), tmp_path, 0)
+        # no game between them yet: a meta-game over both would be uniform, one over the main alone is the main
+        assert t.deployable_mixture() == pytest.approx(expected)

@@ -13,8 +13,8 @@ from autocurricula._deprecation import moved
 from autocurricula.credit.assign import assign_credit
 from autocurricula.credit.base import Credit, episodes, game_moves, rewards
 from autocurricula.credit.branch import (BranchCredit, MoveScorer, branch_advantage, branch_value, check_replays,
-                                         listed_moves, move_advantages, move_distribution, pick_positions,
-                                         pool_values)
+                                         listed_moves, mirror_distribution, move_advantages, move_distribution,
+                                         pick_positions, pool_values)
 from autocurricula.credit.grpo import ConstantCredit, GRPOCredit, constant_advantages, grpo_advantages
 from autocurricula.credit.rae import RAE, RAECredit
 from autocurricula.credit.registry import (CREDIT_METHODS, LEGACY_CREDIT_FIELDS, credit_from_fields, make_credit,
@@ -24,7 +24,7 @@ from autocurricula.credit.values import QCredit, StateValues, ValueCredit
 __all__ = ["assign_credit", "branch_advantage", "branch_value", "BranchCredit", "check_replays", "constant_advantages",
            "ConstantCredit", "Credit", "credit_from_fields", "CREDIT_METHODS", "episodes", "game_moves",
            "grpo_advantages", "GRPOCredit", "LEGACY_CREDIT_FIELDS", "listed_moves", "make_credit",
-           "move_advantages", "move_distribution", "MoveScorer", "pick_positions", "pool_values", "QCredit", "RAE",
-           "RAECredit", "register_credit", "rewards", "StateValues", "ValueCredit"]
+           "mirror_distribution", "move_advantages", "move_distribution", "MoveScorer", "pick_positions", "pool_values",
+           "QCredit", "RAE", "RAECredit", "register_credit", "rewards", "StateValues", "ValueCredit"]
 
 __getattr__ = moved("autocurricula.credit", {"Turn": "autocurricula.records:Turn"})

@@ -109,6 +109,25 @@ def move_distribution(values: list[float], temperature: float, max_logit: float 
     return [x / sum(e) for x in e]
 
 
+def mirror_distribution(values: list[float], logprobs: list[float], temperature: float,
+                        max_logit: float = math.inf, step: float = 1.0) -> list[float]:
+    """One step of magnetic mirror descent (Sokota et al., arXiv 2206.05825) over a state's moves:
+    ``pi_new ∝ pi^(1 - step) * softmax(y)^step`` with ``y`` as in :func:`move_distribution` and ``pi``
+    the policy renormalised over the moves (``logprobs``). Its fixed point is ``softmax(y)``, as for
+    ``step=1`` (the target itself), but a step below 1 keeps part of the current policy, which in
+    self-play turns the cycling of repeated smoothed best responses into convergence to
+    ``softmax(Q / temperature)`` play (a quantal response equilibrium) in two-player zero-sum games."""
+    if len(values) != len(logprobs) or not values:
+        raise ValueError(f"one value and one log-probability per move, got {len(values)} and {len(logprobs)}")
+    if not 0 < step <= 1:
+        raise ValueError(f"step must be in (0, 1], got {step}")
+    y = _centred_logits(values, temperature, max_logit)
+    z = [(1 - step) * lp + step * t for lp, t in zip(logprobs, y)]
+    top = max(z)
+    e = [math.exp(t - top) for t in z]
+    return [x / sum(e) for x in e]
+
+
 def listed_moves(call, moves_of, tok) -> list[Generation]:
     """The moves ``moves_of`` lists at a logged call's prompt, as answers a replay can force: each
     move's tokens plus end-of-sequence, as a warm-up on (prompt, move) teaches."""
