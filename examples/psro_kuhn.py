@@ -5,6 +5,7 @@
     python examples/psro_kuhn.py --smoke
     python examples/psro_kuhn.py --trainers psro --credit moves --restart-rounds 0   # per-move credit
     python examples/psro_kuhn.py --trainers psro --credit pooled --restart-rounds 0 --responder-pairs --steps-per-generation 4
+    python examples/psro_kuhn.py --trainers selfplay --credit mirror --steps-per-generation 4   # mirror self-play
 
 The base is the Kuhn example's tiny model after its format warm-up (``examples/kuhn_league.py``:
 a random P(bet or call) per information set, cached). Both trainers use their defaults and the

@@ -4,6 +4,7 @@
     python examples/psro_matrix_games.py --games 4 --rounds 4 --smoke
     python examples/psro_matrix_games.py --trainers psro --credit moves --restart-rounds 0   # per-move credit
     python examples/psro_matrix_games.py --trainers psro --credit pooled --restart-rounds 0 --responder-pairs --steps-per-generation 4
+    python examples/psro_matrix_games.py --trainers selfplay --credit mirror --steps-per-generation 4
 
 Each game (``games.matrix.random_game``: 2 to 5 actions per seat, payoffs in [-1, 1]) is played
 by the tiny model with one word per seat. The base model gets a supervised warm-up on the family's

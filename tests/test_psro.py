@@ -331,10 +331,12 @@ def test_meta_opponent_composes_with_the_alphastar_league(tmp_path, tiny_model_p
 @pytest.mark.parametrize("script", ["psro_matrix_games.py", "psro_kuhn.py"])
 @pytest.mark.parametrize("credit", [[], ["--credit", "moves", "--restart-rounds", "0"],
                                     ["--credit", "pooled", "--restart-rounds", "0", "--responder-pairs",
-                                     "--steps-per-generation", "4"]])
+                                     "--steps-per-generation", "4"],
+                                    ["--credit", "mirror", "--steps-per-generation", "4"]])
 def test_psro_examples_smoke(script, credit, tmp_path):
     """Both measurement commands run end to end on a tiny budget and print their summary line, with
-    the default credit, with per-move credit and with the pooled recipe."""
+    the default credit, with per-move credit, with the pooled recipe and with mirror self-play
+    (which deploys its main player alone)."""
     import os
     import subprocess
     import sys
@@ -349,6 +351,8 @@ def test_psro_examples_smoke(script, credit, tmp_path):
     last = json.loads(out.stdout.strip().splitlines()[-1])
     key = "summary" if script == "psro_matrix_games.py" else "final"
     assert {"psro", "selfplay"} <= set(last[key])
+    if key == "final" and "mirror" in credit:
+        assert list(last[key]["selfplay"]["mixture"]) == ["main-0"]
 
 
 def test_psro_players_tell_their_seats_apart(tmp_path):
