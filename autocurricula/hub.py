@@ -242,7 +242,7 @@ def league_card(trainer) -> str:
               "interval. To deploy the league, draw one of these adapters per game by these weights: "
               f"{listed(deploy)}. They are in `mixture.json`, as `trainer.export_mixture(folder)` writes them.", "",
               "## Meta-strategy", "",
-              "The same over every player, scripted opponents included (the `Nash weight` column): it "
+              "The same over the meta-game's players, scripted opponents included (the `Nash weight` column): it "
               "says where the league's strength lies, and it may weigh a scripted policy, which is no adapter: "
               f"{listed(nash)}."]
     lines += ["", "## Payoff matrix (win rate of row vs column)", "", "| | " + " | ".join(ids) + " |",

@@ -1,7 +1,7 @@
 """Best-reply branch credit: a research variant of ``BranchCredit(advantage="moves")`` for the pure
 tic-tac-toe league (``examples/tictactoe_league.py --pure --credit branch --branch-replies ...``).
 
-Three options on top of the core method, each through one of its hooks:
+Four options on top of the core method, each through one of its hooks:
 
 - ``continuation_temperature`` samples the branches' own calls (the players', not judges') at
   another temperature; at 0 they are greedy, so in a game without chance one branch per move gives
@@ -21,8 +21,9 @@ Three options on top of the core method, each through one of its hooks:
   residuals (they sum to zero) leave free to drift toward replies that are none of the moves.
 - ``move_step`` below 1 (with the cross-entropy): the target is one step of magnetic mirror descent
   from the current policy toward ``softmax(y)`` (``mirror_distribution``), not ``softmax(y)`` itself.
-  In mirror self-play (``SelfPlayConfig(past_share=0)``) repeated smoothed best responses cycle;
-  these steps converge toward ``softmax(Q / move_temperature)`` play in two-player zero-sum games.
+  In self-play against the current policy only (``SelfPlayConfig(past_share=0)``), jumping to the
+  smoothed best response every round can cycle; small enough steps converge toward
+  ``softmax(Q / move_temperature)`` play in two-player zero-sum games.
 
 Importing this module registers it as ``credit="best_reply"``.
 """
@@ -65,9 +66,10 @@ class BestReplyCredit(BranchCredit):
         step = self.move_step
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 1:
             raise ValueError(f"move_step must be a number in (0, 1] (1 = the target itself), got {step!r}")
-        if step < 1 and self.move_loss != "cross_entropy":
-            raise ValueError("move_step < 1 is a step of the cross-entropy's target: set move_loss='cross_entropy' "
-                             "(the residuals would only scale by it) or leave move_step=1")
+        if step < 1 and (self.move_loss != "cross_entropy" or self.advantage != "moves"):
+            raise ValueError("move_step < 1 is a step of the listed moves' cross-entropy target: set "
+                             "advantage='moves' and move_loss='cross_entropy' (the residuals would only scale by it), "
+                             "or leave move_step=1")
         self.move_step = float(step)
 
     def branch_temperature(self) -> float | None:

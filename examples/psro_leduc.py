@@ -4,6 +4,7 @@
     python examples/psro_leduc.py --trainers psro --seed 3
     python examples/psro_leduc.py --smoke
     python examples/psro_leduc.py --trainers psro --credit pooled --restart-rounds 0 --responder-pairs --steps-per-generation 4
+    python examples/psro_leduc.py --trainers selfplay --credit mirror --steps-per-generation 4
 
 The base is the tiny model after a format warm-up (cached): ``leduc_poker.warmup_examples``, a
 random mix of the legal words per information set, so the base must read its card, the board and

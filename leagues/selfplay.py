@@ -43,7 +43,7 @@ class SelfPlayTrainer(AutocurriculumTrainer):
         """With ``past_share`` 0 no game is played against the past, so there is no meta-game to solve:
         the policy to deploy (:meth:`deployable_mixture`) is the main player's last iterate."""
         if self.config.past_share == 0:
-            return [self.main_player()]
+            return [p for p in self.players if p.get("role") == "main" and not p["frozen"]]
         return self.players
 
     def entry(self) -> list[dict]:

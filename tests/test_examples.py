@@ -281,7 +281,7 @@ def test_ideal_mirror_selfplay_of_the_research_script():
     assert mirror[23] > mirror[-1] and mirror[-1] < 0.035  # uniform play: 0.458
     jump = [mod.matrix_share(np.array(random_game(g).payoff), 0.15, 1.0, 96) for g in range(20)]
     shares = [mod.matrix_share(np.array(random_game(g).payoff), 0.15, 0.045, 96) for g in range(20)]
-    assert np.median(jump) > 0.1 and np.median(shares) <= 0.03 and max(shares) <= 0.08
+    assert np.median(jump) > 0.1 and np.median(shares) <= 0.03 and max(shares) <= 0.055  # 0.027 / 0.050
 
 
 def test_ideal_kuhn_psro_of_the_research_script():

@@ -111,16 +111,21 @@ def move_distribution(values: list[float], temperature: float, max_logit: float 
 
 def mirror_distribution(values: list[float], logprobs: list[float], temperature: float,
                         max_logit: float = math.inf, step: float = 1.0) -> list[float]:
-    """One step of magnetic mirror descent (Sokota et al., arXiv 2206.05825) over a state's moves:
-    ``pi_new ∝ pi^(1 - step) * softmax(y)^step`` with ``y`` as in :func:`move_distribution` and ``pi``
-    the policy renormalised over the moves (``logprobs``). Its fixed point is ``softmax(y)``, as for
-    ``step=1`` (the target itself), but a step below 1 keeps part of the current policy, which in
-    self-play turns the cycling of repeated smoothed best responses into convergence to
-    ``softmax(Q / temperature)`` play (a quantal response equilibrium) in two-player zero-sum games."""
+    """One step of magnetic mirror descent with a uniform magnet (Sokota et al., arXiv 2206.05825)
+    over a state's moves: ``pi_new ∝ pi^(1 - step) * softmax(y)^step``, with ``y`` as in
+    :func:`move_distribution` and ``pi`` the policy over the moves (``logprobs``; only their
+    differences count). Its fixed point is ``softmax(y)`` (``softmax(Q / temperature)`` when
+    nothing is clipped), the target itself at ``step=1``. In self-play, jumping to that smoothed
+    best response every round can cycle; a small enough step converges to it in two-player
+    zero-sum games (the paper's guarantee needs ``step / (1 - step) <= (temperature / L)^2`` for
+    payoffs of scale L; ``research/mirror_selfplay_ideal.py`` measures larger steps)."""
     if len(values) != len(logprobs) or not values:
         raise ValueError(f"one value and one log-probability per move, got {len(values)} and {len(logprobs)}")
     if not 0 < step <= 1:
         raise ValueError(f"step must be in (0, 1], got {step}")
+    if not all(math.isfinite(lp) for lp in logprobs):
+        raise ValueError(f"every move needs a finite log-probability under the policy, got {logprobs}: score the "
+                         "moves at a temperature > 0")
     y = _centred_logits(values, temperature, max_logit)
     z = [(1 - step) * lp + step * t for lp, t in zip(logprobs, y)]
     top = max(z)
