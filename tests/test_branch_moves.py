@@ -4,7 +4,6 @@ replay, values with known odds on a game without a model, the errors, and (slow)
 learns card-dependent Kuhn play against a fixed opponent."""
 
 import asyncio
-import functools
 import importlib.util
 import math
 import sys
@@ -18,6 +17,7 @@ import pytest
 from autocurricula import SelfPlayConfig
 from autocurricula.arena import Arena, GameRecord, Generation
 from autocurricula.config import GRPOConfig
+from autocurricula.game import as_play
 from autocurricula.credit import (BranchCredit, credit_from_fields, game_moves, make_credit, mirror_distribution,
                                   move_advantages, move_distribution, pool_values)
 from autocurricula.games import kuhn_poker
@@ -80,7 +80,30 @@ class DigitEngine:
         return [float(sum(logp[t] for t in c)) for _, c in pairs]
 
 
-async def dice(players, model, tokenizer=None):
+def listing(play, moves):
+    """The play callable of a two-player Game object whose ``play`` is ``play`` and which lists
+    ``moves(prompt)`` (``autocurricula.game.as_play``)."""
+    class Listed:
+        NUM_PLAYERS, ZERO_SUM = 2, True
+
+        async def play(self, players, model, tokenizer=None):
+            return await play(players, model, tokenizer)
+
+        def moves(self, prompt):
+            return moves(prompt)
+
+        def random_policy(self, prompt, rng=None):
+            return moves(prompt)[0]
+
+    Listed.__name__ = play.__name__
+    return as_play(Listed())
+
+
+def digits(prompt):
+    return list("0123456789")
+
+
+async def _dice(players, model, tokenizer=None):
     """Seat 0 says a digit d, seat 1 a digit e; the higher digit wins. Seat 0's value after saying d
     is (2d - 9) / 10 against a uniform seat 1."""
     d = int((await model.generate(players[0], "roll", max_tokens=1)).text)
@@ -88,7 +111,7 @@ async def dice(players, model, tokenizer=None):
     return [1.0, -1.0] if d > e else [-1.0, 1.0] if e > d else [0.0, 0.0]
 
 
-dice.moves = lambda prompt: list("0123456789")
+dice = listing(_dice, digits)
 
 
 def logged(arena, play, n, prefix="g"):
@@ -376,17 +399,17 @@ def test_pooled_cross_entropy_targets_are_one_distribution_per_prompt(replies):
     assert groups[0][9] == max(groups[0]) > groups[0][0] == min(groups[0])
 
 
-async def share(players, model, tokenizer=None):
+async def _share(players, model, tokenizer=None):
     """``dice``'s moves, but both seats get (d + e) / 18: the replier's best reply is the mover's too."""
     d = int((await model.generate(players[0], "roll", max_tokens=1)).text)
     e = int((await model.generate(players[1], f"beat {d}", max_tokens=1)).text)
     return [(d + e) / 18, (d + e) / 18]
 
 
-share.moves = dice.moves
+share = listing(_share, digits)
 
 
-async def judged(players, model, tokenizer=None):
+async def _judged(players, model, tokenizer=None):
     """``dice`` with the replier asked as a judge (trainable=False) before its move: the reply search
     must answer the move, not the judge call."""
     d = int((await model.generate(players[0], "roll", max_tokens=1)).text)
@@ -395,7 +418,7 @@ async def judged(players, model, tokenizer=None):
     return [1.0, -1.0] if d > e else [-1.0, 1.0] if e > d else [0.0, 0.0]
 
 
-judged.moves = dice.moves
+judged = listing(_judged, digits)
 
 
 @pytest.mark.parametrize("game", [dice, share, judged])
@@ -442,8 +465,7 @@ def test_greedy_memo_leaves_best_reply_targets_unchanged(tiny_model_path):
     eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2))
     try:
         arena = Arena(eng, seed=1, max_tokens=2)
-        play = functools.partial(tictactoe.play, opening_moves=(0, 1))  # X or O to move first
-        play.moves = tictactoe.moves
+        play = as_play(tictactoe.with_options(opening_moves=(0, 1)))  # X or O to move first
         seats = [{"id": "a", "adapter": None, "seat": 0}, {"id": "a", "adapter": None, "seat": 1}]
         games = [(play, seats, GameRecord(f"g{i}", seats, calls=[]), "t") for i in range(4)]
         records = asyncio.run(arena.run(games))
@@ -633,10 +655,7 @@ def test_kuhn_learner_separates_its_cards_against_a_fixed_opponent(tmp_path):
 
 def test_moves_listed_with_other_tokens_than_the_model_writes_are_named():
     # the engine answers "7"; a game listing " 7" would train replies the model never writes
-    async def spaced(players, model, tokenizer=None):
-        return await dice(players, model, tokenizer)
-
-    spaced.moves = lambda prompt: [" " + d for d in "0123456789"]
+    spaced = listing(_dice, lambda prompt: [" " + d for d in "0123456789"])
     arena = Arena(DigitEngine(), seed=4)
     records = logged(arena, spaced, 3)
     credit = BranchCredit(samples=1, advantage="moves", turns_per_game=1)
