@@ -412,8 +412,8 @@ DEPLOY_COLUMN = "deploy"  # weight in the Nash mixture over the players that hav
 META_COLUMN = "nash"  # weight in the league's meta-strategy over its meta-game's players, scripted ones included
 UNRATED = "unrated"  # the Elo cell of a player without a game: its rating is the initial one, not a measurement
 MIXTURE_NOTE = (f"{DEPLOY_COLUMN}: the meta-strategy over the players with an adapter (the mixture to deploy, "
-                f"trainer.deployable_mixture()); {META_COLUMN}: over the meta-game's players (trainer.meta_population()), "
-                "scripted ones included; both solve "
+                f"trainer.deployable_mixture()); {META_COLUMN}: over the meta-game's players "
+                "(trainer.meta_population()), scripted ones included; both solve "
                 "the relative payoffs with each entry at its lower confidence bound")
 
 

@@ -15,9 +15,9 @@ from uniform play. One JSON line per setting: Kuhn's exploitability (chips per h
 24, 48, 72 and 96, after the last and its range over the last 24 rounds (a cycle shows there), and
 the matrix games' median and worst exploitability as a share of the payoff range after the last
 round. The paper's guarantee needs a step ``w / (1 - w) <= (tau / L)^2`` for payoffs of scale L;
-larger steps may converge or cycle, which is what this measures. These are the floors and speeds a trained run can at
-best reach on the same budget of rounds (``examples/psro_kuhn.py --trainers selfplay --credit
-mirror`` plays 96 rounds).
+larger steps may converge or cycle, which is what this measures. These are the floors and speeds
+a trained run can at best reach on the same budget of rounds (``examples/psro_kuhn.py --trainers
+selfplay --credit mirror`` plays 96 rounds).
 """
 
 import argparse
@@ -50,14 +50,16 @@ def kuhn_curve(tau: float, step: float, rounds: int, start: dict[str, float] = W
     return out
 
 
-def matrix_share(payoff: np.ndarray, tau: float, step: float, rounds: int) -> float:
-    """A matrix game's exploitability as a share of its payoff range after ``rounds`` exact steps."""
+def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int) -> list[float]:
+    """A matrix game's exploitability as a share of its payoff range after each of ``rounds``
+    exact steps from uniform play."""
     m, n = payoff.shape
-    x, y = np.full(m, 1 / m), np.full(n, 1 / n)
+    x, y, out = np.full(m, 1 / m), np.full(n, 1 / n), []
     for _ in range(rounds):
         x, y = (np.array(mirror_distribution(list(payoff @ y), list(np.log(x)), tau, step=step)),
                 np.array(mirror_distribution(list(-(x @ payoff)), list(np.log(y)), tau, step=step)))
-    return float(((payoff @ y).max() - (x @ payoff).min()) / 2 / np.ptp(payoff))
+        out.append(float(((payoff @ y).max() - (x @ payoff).min()) / 2 / np.ptp(payoff)))
+    return out
 
 
 def main(argv=None):
@@ -70,7 +72,8 @@ def main(argv=None):
     for tau in args.tau:
         for step in args.step:
             kuhn = kuhn_curve(tau, step, args.rounds)
-            shares = [matrix_share(np.array(random_game(g).payoff), tau, step, args.rounds) for g in range(args.games)]
+            shares = [matrix_curve(np.array(random_game(g).payoff), tau, step, args.rounds)[-1]
+                      for g in range(args.games)]
             print(json.dumps({"tau": tau, "step": step, "rounds": args.rounds,
                               "kuhn": {str(r): round(kuhn[r - 1], 4) for r in SHOWN if r <= args.rounds}
                               | {"last": round(kuhn[-1], 4), "last_24_min_max": [round(min(kuhn[-24:]), 4),

@@ -181,32 +181,6 @@ def test_mirror_distribution_by_hand():
         mirror_distribution([1.0, 2.0], [0.0], 0.5, step=0.5)
 
 
-def _selfplay_exploitability(payoff: np.ndarray, step: float, rounds: int, tau: float) -> list[float]:
-    """Both seats of a zero-sum matrix game move by ``mirror_distribution`` on their exact move
-    values, from uniform play; the exploitability after each round."""
-    m, n = payoff.shape
-    x, y, out = np.full(m, 1 / m), np.full(n, 1 / n), []
-    for _ in range(rounds):
-        x, y = (np.array(mirror_distribution(list(payoff @ y), list(np.log(x)), tau, step=step)),
-                np.array(mirror_distribution(list(-(x @ payoff)), list(np.log(y)), tau, step=step)))
-        out.append(float(((payoff @ y).max() - (x @ payoff).min()) / 2))
-    return out
-
-
-def test_mirror_steps_converge_in_self_play_where_the_target_itself_cycles():
-    """Biased rock-paper-scissors (a win with the first move pays 2; equilibrium 1/4, 1/2, 1/4;
-    uniform play is exploitable by 1/3), both seats on exact values with tau 0.15: jumping to the
-    smoothed best response every round (step 1) cycles among near-pure replies, steps of 0.1 still
-    swing, and steps of 0.045 (the PSRO examples' ``--credit mirror``) settle near the equilibrium."""
-    from autocurricula.games.matrix import BIASED_RPS
-
-    payoff = np.array(BIASED_RPS.payoff)
-    jump, big, mirror = (_selfplay_exploitability(payoff, step, 200, 0.15) for step in (1.0, 0.1, 0.045))
-    assert min(jump[100:]) > 0.9
-    assert max(big[100:]) > 0.5  # too large a step for these payoffs: it still swings (0.17 - 0.53)
-    assert max(mirror[150:]) < 0.07
-
-
 def test_cross_entropy_moves_keep_the_mass_on_the_listed_moves(tiny_model_path):
     """The two move losses share a fixed point, but only the cross-entropy raises the probability of
     the listed moves together; the residuals sum to zero and move the differences between them."""

@@ -271,17 +271,24 @@ def test_ideal_mirror_selfplay_of_the_research_script():
     """research/mirror_selfplay_ideal.py: with exact values, self-play that jumps to the smoothed best
     response each round (step 1) cycles far from equilibrium on Kuhn and the matrix games, while
     steps of 0.045 toward it (tau 0.15, the examples' ``--credit mirror``) converge within the
-    examples' 96 rounds: the floor a trained run is measured against."""
+    examples' 96 rounds: the floor a trained run is measured against. On biased rock-paper-scissors
+    (payoffs up to 2: equilibrium 1/4, 1/2, 1/4; uniform play is exploitable by 1/12 of the range)
+    a step of 0.1 is too large and still swings, where 0.045 settles."""
     import numpy as np
-    from autocurricula.games.matrix import random_game
+    from autocurricula.games.matrix import BIASED_RPS, random_game
 
     mod = _load(ROOT / "research" / "mirror_selfplay_ideal.py", "mirror_ideal")
     assert min(mod.kuhn_curve(0.15, 1.0, 96)[24:]) > 0.2  # a cycle of four policies, 0.21 to 0.49
     mirror = mod.kuhn_curve(0.15, 0.045, 96)
     assert mirror[23] > mirror[-1] and mirror[-1] < 0.035  # uniform play: 0.458
-    jump = [mod.matrix_share(np.array(random_game(g).payoff), 0.15, 1.0, 96) for g in range(20)]
-    shares = [mod.matrix_share(np.array(random_game(g).payoff), 0.15, 0.045, 96) for g in range(20)]
+    jump = [mod.matrix_curve(np.array(random_game(g).payoff), 0.15, 1.0, 96)[-1] for g in range(20)]
+    shares = [mod.matrix_curve(np.array(random_game(g).payoff), 0.15, 0.045, 96)[-1] for g in range(20)]
     assert np.median(jump) > 0.1 and np.median(shares) <= 0.03 and max(shares) <= 0.055  # 0.027 / 0.050
+    rps = np.array(BIASED_RPS.payoff)
+    jump, big, small = (mod.matrix_curve(rps, 0.15, step, 200) for step in (1.0, 0.1, 0.045))
+    assert min(jump[100:]) > 0.2  # 0.249: near-pure replies chasing each other
+    assert max(big[100:]) > 0.075  # swings between 0.043 and 0.133; settled would be below 0.0175
+    assert max(small[150:]) < 0.0175
 
 
 def test_ideal_kuhn_psro_of_the_research_script():
