@@ -17,9 +17,9 @@ import pytest
 from autocurricula import SelfPlayConfig
 from autocurricula.arena import Arena, GameRecord, Generation
 from autocurricula.config import GRPOConfig
-from autocurricula.game import as_play
 from autocurricula.credit import (BranchCredit, credit_from_fields, game_moves, make_credit, mirror_distribution,
                                   move_advantages, move_distribution, pool_values)
+from autocurricula.game import as_play
 from autocurricula.games import kuhn_poker
 from autocurricula.replay import Replayer
 
