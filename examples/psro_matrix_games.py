@@ -59,7 +59,9 @@ def pooled_credit():
 def mirror_credit():
     """Per-move targets valued per prompt, each round one step of magnetic mirror descent (a share
     0.045 of the way, in log-probabilities) toward softmax(Q / 0.15), by cross-entropy. With it,
-    self-play plays only its current policy (``past_share=0``) and deploys that policy."""
+    self-play plays only its current policy (``past_share=0``) and deploys the average of its last
+    third of epochs' iterates (``average_last``), and every trainer learns at ``MIRROR_RATE_SHARE``
+    of the shared rate (``grpo_settings``)."""
     from best_reply_credit import BestReplyCredit
 
     return BestReplyCredit(advantage="moves", samples=2, move_loss="cross_entropy", move_temperature=0.15,
@@ -77,7 +79,8 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
                    "'rae', 'moves' (BranchCredit(advantage='moves', samples=2), per-move targets), 'pooled' "
                    "(per-move targets valued per prompt, tau 0.1, c 3, cross-entropy: pooled_credit) or 'mirror' "
                    "(mirror-descent steps toward pooled targets, tau 0.15; self-play then plays no past "
-                   "snapshot: mirror_credit)")
+                   "snapshot and deploys its last third of epochs' iterates, equally weighted; every trainer's "
+                   "learning rate is 0.3 times the shared one: mirror_credit)")
     p.add_argument("--restart-rounds", type=int, default=None, help="PSRO's restart_rounds (default: PSROConfig's)")
     p.add_argument("--responder-pairs", action="store_true", help="PSRO's responder_pairs: its responder's "
                    "games as duplicate pairs")
@@ -87,12 +90,14 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
 
 def credit_settings(name: str, args) -> dict:
     """The trainer's config fields that ``--credit``, ``--restart-rounds`` and ``--responder-pairs`` set
-    (``--credit mirror`` also sets self-play's ``past_share`` to 0)."""
+    (``--credit mirror`` also sets self-play's ``past_share`` to 0 and deploys the average of its iterates
+    after the last third of the epochs, ``average_last``)."""
     own = {"restart_rounds": args.restart_rounds} if name == "psro" and args.restart_rounds is not None else {}
     if name == "psro" and args.responder_pairs:
         own["responder_pairs"] = True
     if name == "selfplay" and args.credit == "mirror":
         own["past_share"] = 0.0  # mirror descent steps from the policy that played: no past snapshots
+        own["average_last"] = max(1, args.epochs // 3)  # deploys the average of the last third's iterates
     return {"credit": CREDITS[args.credit](), **own}
 
 
@@ -103,9 +108,14 @@ def run_settings(args) -> dict:
             "steps_per_generation": args.steps_per_generation}
 
 
+MIRROR_RATE_SHARE = 0.3  # AdamW's step, not the small mirror target, sets how far an update moves the policy
+
+
 def grpo_settings(args, learning_rate: float) -> dict:
-    """Every trainer's GRPO settings: the shared learning rate and ``--steps-per-generation``."""
-    return {"learning_rate": learning_rate, "steps_per_generation": args.steps_per_generation}
+    """Every trainer's GRPO settings: the shared learning rate (``MIRROR_RATE_SHARE`` of it with
+    ``--credit mirror``) and ``--steps-per-generation``."""
+    rate = learning_rate * (MIRROR_RATE_SHARE if args.credit == "mirror" else 1)
+    return {"learning_rate": rate, "steps_per_generation": args.steps_per_generation}
 
 
 def parse_args(argv=None):

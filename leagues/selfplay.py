@@ -17,6 +17,9 @@ class SelfPlayConfig(AutocurriculumConfig):
     past_share: float = field(default=0.2, metadata={"help": "share of games against frozen past snapshots "
                                                              "(and scripted opponents); the rest is mirror self-play"})
     snapshot_every: int = field(default=1, metadata={"help": "epochs between frozen snapshots of the main player"})
+    average_last: int = field(default=1, metadata={"help": "with past_share 0: deploy the uniform mixture of the main "
+                                                           "player's last N iterates (it and its N - 1 latest "
+                                                           "snapshots); 1 deploys the last iterate alone"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -24,6 +27,11 @@ class SelfPlayConfig(AutocurriculumConfig):
             raise ValueError("past_share must be in [0, 1]")
         if self.games_per_round <= 0 or self.snapshot_every <= 0:
             raise ValueError("games_per_round and snapshot_every must be positive")
+        if self.average_last < 1:
+            raise ValueError(f"average_last must be >= 1 (iterates to deploy), got {self.average_last}")
+        if self.average_last > 1 and self.past_share > 0:
+            raise ValueError("average_last > 1 averages the iterates of self-play with past_share=0; with "
+                             "past_share > 0 the deployed mixture is the meta-strategy: set one of them back")
 
 
 class SelfPlayTrainer(AutocurriculumTrainer):
@@ -41,9 +49,13 @@ class SelfPlayTrainer(AutocurriculumTrainer):
 
     def meta_population(self) -> list[dict]:
         """With ``past_share`` 0 no game is played against the past, so there is no meta-game to solve:
-        the policy to deploy (:meth:`deployable_mixture`) is the main player's last iterate."""
+        the players to deploy are the main player's last ``average_last`` iterates, newest first, and
+        :meth:`deployable_mixture` (a meta-game with no game played) weighs them equally: the average
+        iterate, which damps the swings of the last one."""
         if self.config.past_share == 0:
-            return [p for p in self.players if p.get("role") == "main" and not p["frozen"]]
+            main = [p for p in self.players if p.get("role") == "main" and not p["frozen"]]
+            past = [p for p in self.players if main and p["frozen"] and p.get("snapshot_of") == main[0]["id"]]
+            return main + past[::-1][:self.config.average_last - 1]
         return self.players
 
     def entry(self) -> list[dict]:

@@ -313,3 +313,18 @@ def test_ideal_kuhn_psro_of_the_research_script():
     assert mod.curve(mod.WARM_BASE, 0.25, math.inf, 6, True) == pytest.approx(mod.curve(mod.WARM_BASE, 0.25, math.inf, 6))
     # bounded per visit (the opponent's card known), the sharp target stalls where the set's reaches 0.02
     assert min(mod.curve(mod.WARM_BASE, 0.1, 3.0, 12, True)) > 0.05 > 0.02 > mod.curve(mod.WARM_BASE, 0.1, 3.0, 12)[-1]
+
+
+def test_mirror_settings_of_the_psro_examples(monkeypatch):
+    """``--credit mirror``: self-play plays no past snapshot and deploys its last third of epochs'
+    iterates, and every trainer learns at 0.3 times the shared rate; other credits keep the rate."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    mod = _load(ROOT / "examples" / "psro_matrix_games.py", "psro_matrix_settings")
+    mirror = mod.parse_args(["--credit", "mirror", "--steps-per-generation", "4"])
+    own = mod.credit_settings("selfplay", mirror)
+    assert (own["past_share"], own["average_last"], own["credit"].move_step) == (0.0, 4, 0.045)
+    assert mod.config_for("selfplay", mirror, "out").average_last == 4
+    assert mod.grpo_settings(mirror, 1e-2) == {"learning_rate": pytest.approx(3e-3), "steps_per_generation": 4}
+    assert "average_last" not in mod.credit_settings("psro", mirror)
+    assert mod.credit_settings("selfplay", mod.parse_args(["--credit", "mirror", "--epochs", "2"]))["average_last"] == 1
+    assert mod.grpo_settings(mod.parse_args(["--credit", "pooled"]), 1e-2)["learning_rate"] == 1e-2

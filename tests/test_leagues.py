@@ -299,3 +299,27 @@ def test_mirror_selfplay_deploys_its_last_iterate_and_fictitious_selfplay_its_me
         t.standings = Standings(RatingConfig(), tmp_path, 0)
         # no game between them yet: a meta-game over both would be uniform, one over the main alone is the main
         assert t.deployable_mixture() == pytest.approx(expected)
+
+
+def test_mirror_selfplay_deploys_the_average_of_its_last_iterates(tmp_path):
+    from autocurricula.config import RatingConfig
+    from autocurricula.standings import Standings
+
+    class SelfPlay(ListedPlayers, SelfPlayTrainer):
+        pass
+
+    snaps = [p(f"main-{i}", "main", True, snapshot_of="main") for i in range(5)]  # oldest first, as they joined
+    other = p("other-old", "main", True, snapshot_of="x")
+    everyone = ["main"] + [f"main-{i}" for i in (4, 3, 2, 1, 0)]  # newest first; other-old is not main's
+    for last, expected in ((1, everyone[:1]), (3, everyone[:3]), (9, everyone)):
+        t = SelfPlay(SelfPlayConfig(past_share=0.0, average_last=last, progress=False))
+        t.listed = [p("main", "main"), *snaps[:2], other, *snaps[2:]]
+        t.standings = Standings(RatingConfig(), tmp_path, 0)
+        assert [q["id"] for q in t.meta_population()] == expected
+        assert t.deployable_mixture() == pytest.approx({pid: 1 / len(expected) for pid in expected})
+        deploy = {r["id"]: r["deploy"] for r in t.leaderboard.to_dicts() if r.get("deploy")}
+        assert deploy == pytest.approx(t.deployable_mixture())
+    for bad, hint in (({"average_last": 0}, "average_last must be >= 1"),
+                      ({"average_last": 2, "past_share": 0.2}, "past_share")):
+        with pytest.raises(ValueError, match=hint):
+            SelfPlayConfig(progress=False, **bad)
