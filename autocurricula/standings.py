@@ -72,16 +72,19 @@ class Standings:
                 fh.write(json.dumps(row if r.deal is None else {**row, "deal": r.deal}) + "\n")
         self.relative.update_games(games, frozen)  # a duplicate pair is one sample
 
-    def leaderboard(self, players: list[dict], meta: list[dict] | None = None) -> Leaderboard:
+    def leaderboard(self, players: list[dict], meta: list[dict] | None = None,
+                    deploy: dict[str, float] | None = None) -> Leaderboard:
         """Elo with Bradley-Terry intervals and each player's weight in two meta-strategies of the
         relative payoffs (:meth:`meta_strategy`): over the players with an adapter (``deploy``) and
-        over every player (``nash``); ``meta`` narrows both to the players of the meta-game."""
+        over every player (``nash``); ``meta`` narrows both to the players of the meta-game, and a
+        given ``deploy`` (the trainer's ``deployable_mixture()``) replaces the first."""
         bt = None
         if self.bt_records and self.settings.bt_bootstrap:
             bt = bradley_terry_bootstrap(self.bt_records, rounds=self.settings.bt_bootstrap, seed=self.seed)
         meta = players if meta is None else meta
         nash = self.meta_strategy([p["id"] for p in meta])  # the league's meta-strategy
-        deploy = self.meta_strategy([p["id"] for p in meta if not is_scripted(p)])
+        if deploy is None:
+            deploy = self.meta_strategy([p["id"] for p in meta if not is_scripted(p)])
         return Leaderboard(leaderboard_rows(players, self.elo, bt, nash=nash, deploy=deploy))
 
     def meta_strategy(self, ids: list[str]) -> dict[str, float]:

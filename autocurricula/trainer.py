@@ -119,7 +119,7 @@ class AutocurriculumTrainer(RunState):
 
     @property
     def leaderboard(self) -> Leaderboard:
-        return self.standings.leaderboard(self.players, self.meta_population())
+        return self.standings.leaderboard(self.players, self.meta_population(), deploy=self.deployable_mixture())
 
     @property
     def match_history(self):

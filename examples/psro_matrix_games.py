@@ -90,8 +90,8 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
 
 def credit_settings(name: str, args) -> dict:
     """The trainer's config fields that ``--credit``, ``--restart-rounds`` and ``--responder-pairs`` set
-    (``--credit mirror`` also sets self-play's ``past_share`` to 0 and deploys the average of its iterates
-    after the last third of the epochs, ``average_last``)."""
+    (``--credit mirror`` also sets self-play's ``past_share`` to 0 and ``average_last`` to a third of the
+    epochs: it deploys the average of the last third of the epochs' iterates)."""
     own = {"restart_rounds": args.restart_rounds} if name == "psro" and args.restart_rounds is not None else {}
     if name == "psro" and args.responder_pairs:
         own["responder_pairs"] = True

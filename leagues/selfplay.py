@@ -19,7 +19,8 @@ class SelfPlayConfig(AutocurriculumConfig):
     snapshot_every: int = field(default=1, metadata={"help": "epochs between frozen snapshots of the main player"})
     average_last: int = field(default=1, metadata={"help": "with past_share 0: deploy the uniform mixture of the main "
                                                            "player's last N iterates (it and its N - 1 latest "
-                                                           "snapshots); 1 deploys the last iterate alone"})
+                                                           "snapshots, taken every snapshot_every epochs); 1: the "
+                                                           "last iterate alone"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -31,7 +32,8 @@ class SelfPlayConfig(AutocurriculumConfig):
             raise ValueError(f"average_last must be >= 1 (iterates to deploy), got {self.average_last}")
         if self.average_last > 1 and self.past_share > 0:
             raise ValueError("average_last > 1 averages the iterates of self-play with past_share=0; with "
-                             "past_share > 0 the deployed mixture is the meta-strategy: set one of them back")
+                             "past_share > 0 the deployed mixture is the meta-strategy: set past_share=0 or "
+                             "average_last=1")
 
 
 class SelfPlayTrainer(AutocurriculumTrainer):
@@ -49,14 +51,22 @@ class SelfPlayTrainer(AutocurriculumTrainer):
 
     def meta_population(self) -> list[dict]:
         """With ``past_share`` 0 no game is played against the past, so there is no meta-game to solve:
-        the players to deploy are the main player's last ``average_last`` iterates, newest first, and
-        :meth:`deployable_mixture` (a meta-game with no game played) weighs them equally: the average
-        iterate, which damps the swings of the last one."""
-        if self.config.past_share == 0:
-            main = [p for p in self.players if p.get("role") == "main" and not p["frozen"]]
-            past = [p for p in self.players if main and p["frozen"] and p.get("snapshot_of") == main[0]["id"]]
-            return main + past[::-1][:self.config.average_last - 1]
-        return self.players
+        the players to deploy are the main player's last ``average_last`` iterates, newest first."""
+        if self.config.past_share > 0:
+            return self.players
+        main = next((p for p in self.players if p.get("role") == "main" and not p["frozen"]), None)
+        if main is None:
+            return []
+        past = [p for p in self.players if p["frozen"] and p.get("snapshot_of") == main["id"]]
+        return [main, *past[::-1][:self.config.average_last - 1]]
+
+    def deployable_mixture(self) -> dict[str, float]:
+        """With ``past_share`` 0: the uniform mixture of :meth:`meta_population`, the average of the main
+        player's last iterates, which damps the swings of the last one; otherwise the meta-strategy."""
+        if self.config.past_share > 0:
+            return super().deployable_mixture()
+        ids = [p["id"] for p in self.meta_population()]
+        return {pid: 1 / len(ids) for pid in ids}
 
     def entry(self) -> list[dict]:
         if self.current_epoch == 0:

@@ -302,6 +302,9 @@ def test_mirror_selfplay_deploys_its_last_iterate_and_fictitious_selfplay_its_me
 
 
 def test_mirror_selfplay_deploys_the_average_of_its_last_iterates(tmp_path):
+    """``past_share=0``: the main player and its latest snapshots, newest first, equally weighted, in
+    ``deployable_mixture()`` and the leaderboard's deploy column alike, even where games among them
+    were recorded (a run resumed from ``past_share > 0``)."""
     from autocurricula.config import RatingConfig
     from autocurricula.standings import Standings
 
@@ -309,17 +312,19 @@ def test_mirror_selfplay_deploys_the_average_of_its_last_iterates(tmp_path):
         pass
 
     snaps = [p(f"main-{i}", "main", True, snapshot_of="main") for i in range(5)]  # oldest first, as they joined
-    other = p("other-old", "main", True, snapshot_of="x")
+    other, scripted = p("other-old", "main", True, snapshot_of="x"), p("random", "random", True, policy=lambda q: "1")
     everyone = ["main"] + [f"main-{i}" for i in (4, 3, 2, 1, 0)]  # newest first; other-old is not main's
     for last, expected in ((1, everyone[:1]), (3, everyone[:3]), (9, everyone)):
         t = SelfPlay(SelfPlayConfig(past_share=0.0, average_last=last, progress=False))
-        t.listed = [p("main", "main"), *snaps[:2], other, *snaps[2:]]
-        t.standings = Standings(RatingConfig(), tmp_path, 0)
+        t.listed = [scripted, p("main", "main"), *snaps[:2], other, *snaps[2:]]
+        t.standings = Standings(RatingConfig(bt_bootstrap=0), tmp_path, 0)
+        for _ in range(30):  # main beats its newest snapshot: a meta-game over them would drop main-4
+            t.standings.relative.update_match(["main", "main-4"], [1, -1])
         assert [q["id"] for q in t.meta_population()] == expected
         assert t.deployable_mixture() == pytest.approx({pid: 1 / len(expected) for pid in expected})
         deploy = {r["id"]: r["deploy"] for r in t.leaderboard.to_dicts() if r.get("deploy")}
         assert deploy == pytest.approx(t.deployable_mixture())
     for bad, hint in (({"average_last": 0}, "average_last must be >= 1"),
-                      ({"average_last": 2, "past_share": 0.2}, "past_share")):
+                      ({"average_last": 2, "past_share": 0.2}, "set past_share=0 or average_last=1")):
         with pytest.raises(ValueError, match=hint):
             SelfPlayConfig(progress=False, **bad)

@@ -336,7 +336,7 @@ def test_meta_opponent_composes_with_the_alphastar_league(tmp_path, tiny_model_p
 def test_psro_examples_smoke(script, credit, tmp_path):
     """Both measurement commands run end to end on a tiny budget and print their summary line, with
     the default credit, with per-move credit, with the pooled recipe and with mirror self-play
-    (which deploys its main player alone)."""
+    (which deploys its main player alone: one epoch, so ``average_last`` is 1)."""
     import os
     import subprocess
     import sys
