@@ -75,6 +75,9 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     parser.add_argument("--q-targets", type=float, default=1.0, help="with --credit q: also train every visited "
                         "position toward its best known move, advantage COEF x (score - V) "
                         "(QCredit.target_coef; 0 = off)")
+    parser.add_argument("--q-backup", default="mean", choices=["mean", "minimax"], help="with --credit q: a "
+                        "move's value is the mean of its results ('mean') or its worst known result, backed up "
+                        "over the positions played ('minimax'; QCredit.backup)")
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--lr-schedule", default="constant",
                         choices=["constant", "linear", "cosine", "warmup_stable_decay"],
@@ -111,7 +114,8 @@ def credit_method(args):
 
     if args.credit != "branch":
         simple = {"rae": RAECredit, "value": ValueCredit, "grpo": GRPOCredit, "constant": ConstantCredit}
-        return QCredit(target_coef=args.q_targets) if args.credit == "q" else simple[args.credit]()
+        return QCredit(target_coef=args.q_targets, backup=args.q_backup) if args.credit == "q" \
+            else simple[args.credit]()
     branch = dict(samples=args.branch_samples, turns_per_game=args.branch_turns, advantage=args.branch_advantage,
                   move_temperature=args.move_temperature, move_clip=args.move_clip)
     if args.branch_replies or args.branch_temperature is not None or args.move_loss != "residual":

@@ -423,3 +423,79 @@ def test_moved_names_answer_with_a_warning():
         assert autocurricula.branch.BranchCredit is BranchCredit
     with pytest.warns(DeprecationWarning, match="autocurricula.records.Turn"):
         assert autocurricula.credit.Turn is Turn
+
+
+def test_minimax_backup_by_hand():
+    q = StateValues(actions=True, backup="minimax")
+    # state 1: move 7 led on to state 2 (won there with move 9) in g0, and the opponent's other reply
+    # ended g1 at once, lost; move 8 ended g2 in a draw. The worst known result of 7 is the loss.
+    turns = [act(1, 7, "g0", 1), act(2, 9, "g0", 1), act(1, 7, "g1", -1), act(1, 8, "g2", 0)]
+    adv = q.advantages(turns)
+    k1, k2 = q.key(turns[0]), q.key(turns[1])
+    assert q.values[k1][0] == 0 and q.values[k2][0] == 1  # V = the best move's worst case
+    assert adv == [-0.5, 0.0, -0.5, 0.5]  # centred on the mean Q of the tried moves at each state
+    (target,) = q.greedy_targets(turns[:1], coef=2.0, min_visits=1)
+    assert target.completion_ids == [8] and target.advantage == pytest.approx(2.0 * (0 - (-0.5)))
+    assert q.greedy_targets(turns[:1], coef=2.0, min_visits=2) == []  # 8 was tried once
+    # a later round that loses at state 2 lowers 7 through the graph, without revisiting state 1
+    q.advantages([act(2, 9, "g3", -1)])
+    assert q.values[k2][0] == -1 and q.action_values[q.action_key(turns[0])][0] == -1
+    restored = StateValues(actions=True, backup="minimax")
+    restored.load_state_dict(json.loads(json.dumps(q.state_dict())))
+    more = [act(1, 8, "g4", 0), act(3, 5, "g5", 1)]
+    assert restored.advantages(copy.deepcopy(more)) == q.advantages(copy.deepcopy(more))
+    assert restored.children == q.children
+    with pytest.raises(ValueError, match="backup"):
+        StateValues(actions=True).load_state_dict(q.state_dict())  # a table backed up another way
+    with pytest.raises(ValueError, match="'mean' or 'minimax'"):
+        QCredit(backup="max")
+    with pytest.raises(ValueError, match="actions=True"):
+        StateValues(backup="minimax")
+
+
+def test_minimax_backup_finds_perfect_play_where_mean_returns_do_not():
+    """Every game from a mid-game tic-tac-toe position, fed in random rounds: the backed-up values are
+    the exact minimax values of every position and move, while the mean returns favour a move that
+    loses to one line of play."""
+    import random
+
+    from autocurricula.games.tictactoe import apply_move, legal_moves, minimax_value, minimax_values, to_move, winner
+
+    start = "......OXX"  # O to move; six free cells
+    games = []
+
+    def every_game(board, history):
+        w = winner(board)
+        if w is not None:
+            games.append((history, w))
+            return
+        for m in legal_moves(board):
+            every_game(apply_move(board, m, to_move(board)), history + [(board, to_move(board), m)])
+
+    every_game(start, [])
+    rng = random.Random(0)
+    rng.shuffle(games)
+
+    def turns_of(i, game):
+        history, w = game
+        return [Turn("p", f"g{i}", mark, [ord(c) for c in board + mark], [m], [-1.0], game="ttt",
+                     reward=0.0 if w == "draw" else (1.0 if w == mark else -1.0)) for board, mark, m in history]
+
+    tables = {b: QCredit(backup=b) for b in ("mean", "minimax")}
+    for lo in range(0, len(games), 7):  # rounds of 7 games
+        for credit in tables.values():
+            credit.assign([t for i, g in enumerate(games[lo:lo + 7], lo) for t in turns_of(i, g)])
+    table = tables["minimax"].values
+    positions = {(board, mark) for history, _ in games for board, mark, _ in history}
+    mean_misses = 0
+    for board, mark in positions:
+        turn = Turn("p", "probe", mark, [ord(c) for c in board + mark], [0], [0.0], game="ttt")
+        assert table.values[table.key(turn)][0] == minimax_value(board, mark)
+        exact = minimax_values(board, mark)
+        for m, value in exact.items():
+            assert table.action_values[table.action_key(Turn(**{**turn.to_dict(), "completion_ids": [m]}))][0] == value
+        means = tables["mean"].values
+        q = {m: means.action_values[means.action_key(Turn(**{**turn.to_dict(), "completion_ids": [m]}))][0]
+             for m in exact}
+        mean_misses += exact[max(q, key=q.get)] < max(exact.values())
+    assert mean_misses > 0  # the claim is not empty: a mean return picks a value-losing move somewhere

@@ -120,9 +120,11 @@ def test_checkpoints_are_complete_pickle_free_and_limited(tiny_model_path, tmp_p
     assert latest_checkpoint(tmp_path).name == "checkpoint-2"
 
 
-@pytest.mark.parametrize("credit", ["value", "q"])
+@pytest.mark.parametrize("credit", ["value", "q", "q-minimax"])
 def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path, credit):
-    spec = QCredit(lam=0.5, target_coef=0.5, target_min_visits=1) if credit == "q" else ValueCredit(lam=0.5)
+    backup = "minimax" if credit == "q-minimax" else "mean"
+    credit = credit[0] if credit.startswith("q") else credit
+    spec = QCredit(lam=0.5, target_coef=0.5, target_min_visits=1, backup=backup) if credit == "q" else ValueCredit(lam=0.5)
     cfg = dict(epochs=2, rounds=2, games_per_round=4, output_dir=str(tmp_path), credit=spec, **FAST)
     t = Capture(SelfPlayConfig(**cfg))
     t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(entropy_coef=0.01))
@@ -133,6 +135,7 @@ def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path, cr
     assert t.credit.values.values and t.metrics_log[-1]["credit/states"] == len(t.credit.values.values)
     state = json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())
     assert state["values"]["lam"] == 0.5 and len(state["values"]["values"]) == len(t.credit.values.values)
+    assert state["values"].get("backup", "mean") == (backup if credit == "q" else "mean")
     assert state["values"]["actions"] == (credit == "q") and bool(t.credit.values.action_values) == (credit == "q")
     if credit == "q":
         assert t.metrics_log[-1]["credit/state_moves"] == len(t.credit.values.action_values)

@@ -18,6 +18,15 @@
   turn with ``A = coef * (Q - V)`` and no sampler logprobs (``Turn.target``). Policy improvement from
   the critic, as in policy iteration: a move the sampler did not pick this round still gets pulled
   up once its ``Q`` is known.
+- q with ``backup="minimax"``: for deterministic games of perfect information where the prompt is
+  the position (board games). The running means above value a move by how it fared against the
+  opponents met, so a move that loses to one forcing line but wins against sloppy play keeps a
+  high ``Q``. Minimax backup values it by its worst known outcome instead: ``Q(s, a)`` is the
+  lowest of the results seen right after it (the game's end, or the value of the player's next
+  position, whatever the opponent replied), and ``V(s)`` the highest ``Q`` among the moves tried
+  at ``s``: exact minimax on the graph of positions played so far, refined as replies are tried.
+  Advantages are centred on the mean ``Q`` of the tried moves. With chance moves or hidden
+  information it is pessimistic, as if every draw of chance were the worst.
 """
 
 from __future__ import annotations
@@ -45,10 +54,13 @@ class StateValues:
     max_states: int = 200_000
     actions: bool = False  # also learn Q(s, a) and use A = Q - V (credit="q")
     completions: bool = True  # with actions: keep each move's completion ids, the targets' moves
+    backup: str = "mean"  # "mean": running means of the returns; "minimax": worst known outcome (docstring)
     values: OrderedDict = field(default_factory=OrderedDict)  # key -> [value, visits]
     action_values: OrderedDict = field(default_factory=OrderedDict)  # key|digest -> [Q, visits, ids, truncated]
     fallback: RAE = field(default_factory=RAE)
     _moves: dict = field(default_factory=dict, init=False, repr=False)  # state key -> {action keys}
+    # minimax: action key -> [lowest end result seen right after it (inf: none), {next own positions}]
+    children: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if not 0 <= self.lam <= 1:
@@ -57,13 +69,18 @@ class StateValues:
             raise ValueError(f"value alpha must be in [0, 1), got {self.alpha}")
         if self.max_states < 1:
             raise ValueError(f"max_states must be positive, got {self.max_states}")
+        if self.backup not in ("mean", "minimax"):
+            raise ValueError(f"backup must be 'mean' or 'minimax', got {self.backup!r}")
+        if self.backup == "minimax" and not (self.actions and self.completions):
+            raise ValueError("backup='minimax' needs the (state, move) table with its moves: "
+                             "StateValues(actions=True, completions=True), or QCredit(backup='minimax')")
         self.fallback = RAE(self.alpha, self.per_player, dict(self.fallback.baselines))
         self._index_moves()
 
     def _index_moves(self) -> None:
         self._moves = {}
         for akey, entry in self.action_values.items():
-            if len(entry) > 2 and entry[2]:
+            if len(entry) > 2 and (entry[2] or self.backup == "minimax"):
                 self._moves.setdefault(akey.rsplit("|", 1)[0], set()).add(akey)
 
     def key(self, turn: Turn) -> str:
@@ -86,6 +103,7 @@ class StateValues:
         return value
 
     def _forget_move(self, action_key: str) -> None:
+        self.children.pop(action_key, None)
         state = action_key.rsplit("|", 1)[0]
         moves = self._moves.get(state)
         if moves is not None:
@@ -98,7 +116,10 @@ class StateValues:
         return entry[0] if entry is not None else self.fallback.baselines.get(self.fallback.key(turn), 0.0)
 
     def advantages(self, turns: list[Turn]) -> list[float]:
-        """Advantages for ``turns``; then every visited state's value moves toward its return."""
+        """Advantages for ``turns``; then every visited state's value moves toward its return (with
+        ``backup="minimax"``: the played graph gains the turns' moves and is backed up along them)."""
+        if self.backup == "minimax":
+            return self._minimax_advantages(turns)
         r_all = rewards(turns)
         out = [0.0] * len(turns)
         for idx in episodes(turns):
@@ -123,10 +144,62 @@ class StateValues:
             self.fallback.advantages([turns[idx[0]]])  # role baseline: one update per episode
         return out
 
+    def _put(self, table: OrderedDict, key: str, entry: list) -> None:
+        table.pop(key, None)
+        table[key] = entry  # last: most recently updated
+        while len(table) > self.max_states:
+            dropped, _ = table.popitem(last=False)
+            if table is self.action_values:
+                self._forget_move(dropped)
+
+    def _minimax_q(self, action_key: str) -> float | None:
+        end, nxt = self.children.get(action_key, (math.inf, ()))
+        known = [self.values[k][0] for k in nxt if k in self.values]
+        if end < math.inf:
+            known.append(end)
+        return min(known) if known else None
+
+    def _minimax_state(self, state: str) -> tuple[float, float] | None:
+        """(V, baseline) of a position: the best and the mean backed-up Q of its tried moves."""
+        qs = [self.action_values[a][0] for a in self._moves.get(state, ())]
+        return (max(qs), sum(qs) / len(qs)) if qs else None
+
+    def _minimax_advantages(self, turns: list[Turn]) -> list[float]:
+        r_all = rewards(turns)
+        played = [(idx, [self.key(turns[i]) for i in idx], [self.action_key(turns[i]) for i in idx])
+                  for idx in episodes(turns)]
+        for idx, keys, akeys in played:  # first every edge of the round, so that each backup sees them all
+            for j, i in enumerate(idx):
+                edge = self.children.setdefault(akeys[j], [math.inf, set()])
+                if j + 1 < len(idx):
+                    edge[1].add(keys[j + 1])
+                else:
+                    edge[0] = min(edge[0], r_all[i])
+                _, visits, *_ = self.action_values.get(akeys[j], (0.0, 0))
+                self._put(self.action_values, akeys[j], [0.0, visits + 1, list(turns[i].completion_ids),
+                                                         bool(turns[i].truncated)])
+                self._moves.setdefault(keys[j], set()).add(akeys[j])
+        for idx, keys, akeys in played:
+            for j in range(len(idx) - 1, -1, -1):  # from the end back: the next position is already backed up
+                for a in self._moves.get(keys[j], ()):  # every tried move: its replies' values may have moved
+                    q = self._minimax_q(a)
+                    if q is not None:
+                        self.action_values[a][0] = q
+                state = self._minimax_state(keys[j])
+                if state is not None:  # None only when a full table dropped every move of it
+                    self._put(self.values, keys[j], [state[0], self.values.get(keys[j], (0.0, 0))[1] + 1])
+        out = [0.0] * len(turns)
+        for idx, keys, akeys in played:
+            for j, i in enumerate(idx):
+                move, state = self.action_values.get(akeys[j]), self._minimax_state(keys[j])
+                out[i] = move[0] - state[1] if move is not None and state is not None else 0.0
+        return out
+
     def greedy_targets(self, turns: list[Turn], coef: float, min_visits: int = 2) -> list[Turn]:
         """Call after :meth:`advantages`. For each (player, state) in ``turns``, one target turn with the
         state's best known move and ``A = coef * (Q - V) > 0`` (``Q`` shrunk toward ``V`` by one visit,
-        so a lucky single outcome does not beat a move that keeps winning). Needs ``actions=True``."""
+        so a lucky single outcome does not beat a move that keeps winning; with ``backup="minimax"``
+        the backed-up ``Q`` against the mean ``Q`` of the tried moves). Needs ``actions=True``."""
         if not (self.actions and self.completions):
             raise ValueError("greedy_targets needs the (state, move) table with its moves: "
                              "StateValues(actions=True, completions=True), QCredit(target_coef > 0)")
@@ -138,11 +211,14 @@ class StateValues:
             if coef == 0 or (t.player, state) in seen:
                 continue
             seen.add((t.player, state))
-            v = self.value(t)
+            minimax = self.backup == "minimax"
+            if minimax and self._minimax_state(state) is None:
+                continue  # a full table dropped every move of it
+            v = self._minimax_state(state)[1] if minimax else self.value(t)  # minimax: vs the tried moves' mean
             best = None
             for akey in sorted(self._moves.get(state, ())):  # sorted: ties resolve the same way every run
                 q, n, ids, truncated = self.action_values[akey]
-                score = (q * n + v) / (n + 1)
+                score = q if minimax else (q * n + v) / (n + 1)  # a backed-up Q is no running mean
                 if n >= min_visits and ids and (best is None or score > best[0]):
                     best = (score, ids, truncated)
             if best is None or best[0] <= v:
@@ -155,7 +231,10 @@ class StateValues:
 
     def state_dict(self) -> dict:
         return {"lam": self.lam, "alpha": self.alpha, "per_player": self.per_player, "max_states": self.max_states,
-                "actions": self.actions, "values": [[k, v[0], v[1]] for k, v in self.values.items()],
+                "actions": self.actions, "backup": self.backup,
+                "children": [[k, None if end == math.inf else end, sorted(nxt)]
+                             for k, (end, nxt) in self.children.items()],
+                "values": [[k, v[0], v[1]] for k, v in self.values.items()],
                 "action_values": [[k, *v] for k, v in self.action_values.items()],
                 "fallback": self.fallback.state_dict()}
 
@@ -164,6 +243,11 @@ class StateValues:
         self.per_player, self.max_states = bool(state["per_player"]), int(state["max_states"])
         self.values = OrderedDict((str(k), [float(v), int(n)]) for k, v, n in state["values"])
         self.actions = bool(state.get("actions", False))  # a table without "actions" has no action values
+        if state.get("backup", "mean") != self.backup:
+            raise ValueError(f"the checkpoint's table was backed up by {state.get('backup', 'mean')!r}, this run "
+                             f"asks for {self.backup!r}: resume with the same QCredit(backup=...)")
+        self.children = {str(k): [math.inf if end is None else float(end), set(map(str, nxt))]
+                         for k, end, nxt in state.get("children", [])}
         # [key, Q, visits, completion ids, truncated]; rows of only [key, Q, visits] keep no moves
         rows = ((k, v, n, *rest, [], False)[:5] for k, v, n, *rest in state.get("action_values", []))
         self.action_values = OrderedDict((str(k), [float(v), int(n), [int(i) for i in ids], bool(cut)])
@@ -209,10 +293,13 @@ class ValueCredit(Credit):
 class QCredit(ValueCredit):
     """``credit="q"``: :class:`ValueCredit` with action values, ``A = Q(s, a) - V(s)``; with
     ``target_coef`` > 0 each round also trains every visited position toward its best known move
-    (tried at least ``target_min_visits`` times) as extra turns with ``A = target_coef * (score - V)``."""
+    (tried at least ``target_min_visits`` times) as extra turns with ``A = target_coef * (score - V)``.
+    ``backup="minimax"`` values moves by their worst known outcome (module docstring): for
+    deterministic board games, where a learner should not lose to any line of play."""
 
     target_coef: float = 0.0
     target_min_visits: int = 2
+    backup: str = "mean"
     name = "q"
 
     def __post_init__(self):
@@ -226,9 +313,9 @@ class QCredit(ValueCredit):
         self._targets = 0
 
     def _table(self) -> StateValues:
-        # the moves' completion ids are kept only when the targets need them
+        # the moves' completion ids are kept only when the targets or the minimax backup need them
         return StateValues(self.lam, self.alpha, self.per_player, self.max_states, actions=True,
-                           completions=self.target_coef > 0)
+                           completions=self.target_coef > 0 or self.backup == "minimax", backup=self.backup)
 
     def extra_turns(self, turns: list[Turn]) -> list[Turn]:
         if not self.target_coef:
