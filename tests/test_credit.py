@@ -437,9 +437,9 @@ def test_minimax_backup_by_hand():
     (target,) = q.greedy_targets(turns[:1], coef=2.0, min_visits=1)
     assert target.completion_ids == [8] and target.advantage == pytest.approx(2.0 * (0 - (-0.5)))
     assert q.greedy_targets(turns[:1], coef=2.0, min_visits=2) == []  # 8 was tried once
-    # a later round that loses at state 2 lowers 7 through the graph, without revisiting state 1
+    # a later round that loses at state 2 lowers state 1 through the graph, without revisiting it
     q.advantages([act(2, 9, "g3", -1)])
-    assert q.values[k2][0] == -1 and q.action_values[q.action_key(turns[0])][0] == -1
+    assert q.values[k2][0] == -1 and q.values[k1][0] == 0
     restored = StateValues(actions=True, backup="minimax")
     restored.load_state_dict(json.loads(json.dumps(q.state_dict())))
     more = [act(1, 8, "g4", 0), act(3, 5, "g5", 1)]
@@ -447,6 +447,30 @@ def test_minimax_backup_by_hand():
     assert restored.children == q.children
     with pytest.raises(ValueError, match="backup"):
         StateValues(actions=True).load_state_dict(q.state_dict())  # a table backed up another way
+
+
+def test_minimax_backup_takes_two_completions_of_one_move_as_one():
+    """Completions 7 and 70 led on to the same next position (state 2), so they are one move: the
+    loss found after 70 lowers 7 too, and the target is its most played completion."""
+    q = StateValues(actions=True, backup="minimax")
+    q.advantages([act(1, 7, "g0", 1), act(2, 9, "g0", 1), act(1, 7, "g1", 1), act(3, 9, "g1", 1),
+                  act(1, 8, "g2", 0)])
+    assert q.values[q.key(act(1, 0, "", 0))][0] == 1  # 7 won after both replies seen
+    q.advantages([act(1, 70, "g3", -1), act(2, 5, "g3", -1)])  # 70, then at state 2 a loss: 70 is 7
+    seven, seventy = (q.action_key(act(1, m, "", 0)) for m in (7, 70))
+    assert q.action_values[seven][0] == q.action_values[seventy][0] == 1  # one move: they share a value
+    assert q.values[q.key(act(2, 0, "", 0))][0] == 1  # at state 2 the best move (9) still wins (5 lost)
+    q.advantages([act(2, 9, "g4", -1)])  # 9 loses there too: V(2) = -1, and 7/70 fall with it, state 1 unplayed
+    assert q.action_values[seven][0] == q.action_values[seventy][0] == -1
+    assert q.values[q.key(act(1, 0, "", 0))][0] == 0  # 8's draw is now the best move at state 1
+    (target,) = q.greedy_targets([act(1, 7, "now", 0)], coef=1.0, min_visits=1)
+    assert target.completion_ids == [8] and target.advantage == pytest.approx(0 - (-1 + 0) / 2)  # two moves
+    restored = StateValues(actions=True, backup="minimax")
+    restored.load_state_dict(json.loads(json.dumps(q.state_dict())))
+    assert restored._same[seven] == {seven, seventy}  # the grouping is rebuilt from the graph
+    cycle = StateValues(actions=True, backup="minimax")  # a position that comes back: the backup still ends
+    cycle.advantages([act(1, 7, "c", 1), act(2, 7, "c", 1), act(1, 8, "c", 1), act(2, 8, "c", 1)])
+    assert cycle.values[cycle.key(act(1, 0, "", 0))][0] == 1
     with pytest.raises(ValueError, match="'mean' or 'minimax'"):
         QCredit(backup="max")
     with pytest.raises(ValueError, match="actions=True"):

@@ -24,8 +24,10 @@
   high ``Q``. Minimax backup values it by its worst known outcome instead: ``Q(s, a)`` is the
   lowest of the results seen right after it (the game's end, or the value of the player's next
   position, whatever the opponent replied), and ``V(s)`` the highest ``Q`` among the moves tried
-  at ``s``: exact minimax on the graph of positions played so far, refined as replies are tried.
-  Advantages are centred on the mean ``Q`` of the tried moves. With chance moves or hidden
+  at ``s``: exact minimax on the graph of positions played so far, refined as replies are tried
+  and backed up through every position before one whose value moved. Completions that led on to
+  the same next position are one move ("9" and "9."). Advantages are centred on the mean ``Q`` of
+  the tried moves. With chance moves or hidden
   information it is pessimistic, as if every draw of chance were the worst.
 """
 
@@ -34,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from autocurricula.credit.base import Credit, episodes, rewards
@@ -61,6 +63,9 @@ class StateValues:
     _moves: dict = field(default_factory=dict, init=False, repr=False)  # state key -> {action keys}
     # minimax: action key -> [lowest end result seen right after it (inf: none), {next own positions}]
     children: dict = field(default_factory=dict)
+    _same: dict = field(default_factory=dict, init=False, repr=False)  # action key -> its move's set of keys
+    _via: dict = field(default_factory=dict, init=False, repr=False)  # (state, next position) -> action key
+    _parents: dict = field(default_factory=dict, init=False, repr=False)  # next position -> {states before it}
 
     def __post_init__(self):
         if not 0 <= self.lam <= 1:
@@ -78,10 +83,32 @@ class StateValues:
         self._index_moves()
 
     def _index_moves(self) -> None:
-        self._moves = {}
+        self._moves, self._same, self._via, self._parents = {}, {}, {}, {}
         for akey, entry in self.action_values.items():
             if len(entry) > 2 and (entry[2] or self.backup == "minimax"):
                 self._moves.setdefault(akey.rsplit("|", 1)[0], set()).add(akey)
+        for akey, (_, nxt) in self.children.items():
+            for child in nxt:
+                self._link(akey, child)
+
+    def _link(self, action_key: str, child: str) -> None:
+        """Minimax: ``action_key`` led on to the player's position ``child``. Two completions of one
+        position that led on to the same next position played the same move ("9" and "9."): the
+        position after the reply shows the move. They are backed up as one."""
+        group = self._same.setdefault(action_key, {action_key})
+        self._parents.setdefault(child, set()).add(action_key.rsplit("|", 1)[0])
+        other = self._via.setdefault((action_key.rsplit("|", 1)[0], child), action_key)
+        if other == action_key or other not in self.action_values:
+            self._via[(action_key.rsplit("|", 1)[0], child)] = action_key
+            return
+        merged = self._same.setdefault(other, {other})
+        if merged is group:
+            return
+        if len(merged) < len(group):
+            merged, group = group, merged
+        merged |= group
+        for a in group:
+            self._same[a] = merged
 
     def key(self, turn: Turn) -> str:
         digest = hashlib.blake2b(array("q", turn.prompt_ids).tobytes(), digest_size=12).hexdigest()
@@ -104,6 +131,7 @@ class StateValues:
 
     def _forget_move(self, action_key: str) -> None:
         self.children.pop(action_key, None)
+        self._same.pop(action_key, {action_key}).discard(action_key)
         state = action_key.rsplit("|", 1)[0]
         moves = self._moves.get(state)
         if moves is not None:
@@ -153,15 +181,25 @@ class StateValues:
                 self._forget_move(dropped)
 
     def _minimax_q(self, action_key: str) -> float | None:
-        end, nxt = self.children.get(action_key, (math.inf, ()))
-        known = [self.values[k][0] for k in nxt if k in self.values]
-        if end < math.inf:
-            known.append(end)
+        known = []
+        for a in self._same.get(action_key, (action_key,)):  # every completion of the same move
+            end, nxt = self.children.get(a, (math.inf, ()))
+            known += [self.values[k][0] for k in nxt if k in self.values] + ([end] if end < math.inf else [])
         return min(known) if known else None
+
+    def _minimax_moves(self, state: str) -> list[list[str]]:
+        """The moves tried at ``state``, each as its completions' action keys (sorted)."""
+        moves, seen = [], set()
+        for a in sorted(self._moves.get(state, ())):
+            if a not in seen:
+                group = sorted(x for x in self._same.get(a, {a}) if x in self.action_values)
+                seen.update(group)
+                moves.append(group)
+        return moves
 
     def _minimax_state(self, state: str) -> tuple[float, float] | None:
         """(V, baseline) of a position: the best and the mean backed-up Q of its tried moves."""
-        qs = [self.action_values[a][0] for a in self._moves.get(state, ())]
+        qs = [self.action_values[g[0]][0] for g in self._minimax_moves(state)]
         return (max(qs), sum(qs) / len(qs)) if qs else None
 
     def _minimax_advantages(self, turns: list[Turn]) -> list[float]:
@@ -171,23 +209,34 @@ class StateValues:
         for idx, keys, akeys in played:  # first every edge of the round, so that each backup sees them all
             for j, i in enumerate(idx):
                 edge = self.children.setdefault(akeys[j], [math.inf, set()])
-                if j + 1 < len(idx):
-                    edge[1].add(keys[j + 1])
-                else:
-                    edge[0] = min(edge[0], r_all[i])
                 _, visits, *_ = self.action_values.get(akeys[j], (0.0, 0))
                 self._put(self.action_values, akeys[j], [0.0, visits + 1, list(turns[i].completion_ids),
                                                          bool(turns[i].truncated)])
                 self._moves.setdefault(keys[j], set()).add(akeys[j])
-        for idx, keys, akeys in played:
-            for j in range(len(idx) - 1, -1, -1):  # from the end back: the next position is already backed up
-                for a in self._moves.get(keys[j], ()):  # every tried move: its replies' values may have moved
-                    q = self._minimax_q(a)
-                    if q is not None:
-                        self.action_values[a][0] = q
-                state = self._minimax_state(keys[j])
-                if state is not None:  # None only when a full table dropped every move of it
-                    self._put(self.values, keys[j], [state[0], self.values.get(keys[j], (0.0, 0))[1] + 1])
+                if j + 1 < len(idx):
+                    edge[1].add(keys[j + 1])
+                    self._link(akeys[j], keys[j + 1])
+                else:
+                    edge[0] = min(edge[0], r_all[i])
+        # back up from the games' ends, and on through every position before one whose value moved
+        work = deque(k for _, keys, _ in played for k in reversed(keys))
+        passes: dict[str, int] = {}
+        while work:
+            state = work.popleft()
+            passes[state] = passes.get(state, 0) + 1
+            if passes[state] > 3:  # only a graph with cycles comes back this often; the next round goes on
+                continue
+            for a in self._moves.get(state, ()):
+                q = self._minimax_q(a)
+                if q is not None:
+                    self.action_values[a][0] = q
+            backed = self._minimax_state(state)
+            if backed is None:  # only when a full table dropped every move of it
+                continue
+            before = self.values.get(state)
+            self._put(self.values, state, [backed[0], (before[1] if before else 0) + 1])
+            if before is None or before[0] != backed[0]:
+                work.extend(sorted(p for p in self._parents.get(state, ()) if p in self._moves))
         out = [0.0] * len(turns)
         for idx, keys, akeys in played:
             for j, i in enumerate(idx):
@@ -216,8 +265,13 @@ class StateValues:
                 continue  # a full table dropped every move of it
             v = self._minimax_state(state)[1] if minimax else self.value(t)  # minimax: vs the tried moves' mean
             best = None
-            for akey in sorted(self._moves.get(state, ())):  # sorted: ties resolve the same way every run
-                q, n, ids, truncated = self.action_values[akey]
+            # sorted: ties resolve the same way every run; minimax: a move's completions count as one,
+            # with its most played completion as the target
+            moves = self._minimax_moves(state) if minimax else [[a] for a in sorted(self._moves.get(state, ()))]
+            for group in moves:
+                rows = [self.action_values[a] for a in group]
+                q, _, ids, truncated = max(rows, key=lambda r: r[1])
+                n = sum(r[1] for r in rows)
                 score = q if minimax else (q * n + v) / (n + 1)  # a backed-up Q is no running mean
                 if n >= min_visits and ids and (best is None or score > best[0]):
                     best = (score, ids, truncated)
