@@ -468,6 +468,15 @@ def test_minimax_backup_takes_two_completions_of_one_move_as_one():
     restored = StateValues(actions=True, backup="minimax")
     restored.load_state_dict(json.loads(json.dumps(q.state_dict())))
     assert restored._same[seven] == {seven, seventy}  # the grouping is rebuilt from the graph
+    # with min_visits=2 a move seen once does not set its position's value: an opponent's one blunder
+    # after it says little about the replies not seen
+    wary = StateValues(actions=True, backup="minimax", min_visits=2)
+    wary.advantages([act(1, 7, "w0", 1), act(1, 8, "w1", -1), act(1, 8, "w2", 0)])
+    assert wary.values[wary.key(act(1, 0, "", 0))][0] == -1  # 8 counts (twice), 7 (once) does not
+    assert wary.advantages([act(1, 7, "w3", 1)]) == [1.0]  # now 7 counts: V = 1, baseline (1 - 1) / 2 = 0
+    assert wary.values[wary.key(act(1, 0, "", 0))][0] == 1
+    with pytest.raises(ValueError, match="min_visits"):
+        StateValues(actions=True, backup="minimax", min_visits=0)
     cycle = StateValues(actions=True, backup="minimax")  # a position that comes back: the backup still ends
     cycle.advantages([act(1, 7, "c", 1), act(2, 7, "c", 1), act(1, 8, "c", 1), act(2, 8, "c", 1)])
     assert cycle.values[cycle.key(act(1, 0, "", 0))][0] == 1
@@ -505,7 +514,7 @@ def test_minimax_backup_finds_perfect_play_where_mean_returns_do_not():
         return [Turn("p", f"g{i}", mark, [ord(c) for c in board + mark], [m], [-1.0], game="ttt",
                      reward=0.0 if w == "draw" else (1.0 if w == mark else -1.0)) for board, mark, m in history]
 
-    tables = {b: QCredit(backup=b) for b in ("mean", "minimax")}
+    tables = {b: QCredit(backup=b, target_min_visits=1) for b in ("mean", "minimax")}  # every reply is played
     for lo in range(0, len(games), 7):  # rounds of 7 games
         for credit in tables.values():
             credit.assign([t for i, g in enumerate(games[lo:lo + 7], lo) for t in turns_of(i, g)])

@@ -186,6 +186,8 @@ def test_league_example_smoke(tmp_path):
 
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert {"vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate", "epochs", "minutes"} <= set(summary)
+    state = json.loads((tmp_path / "run" / "checkpoint-0" / "state.json").read_text())
+    assert state["values"]["backup"] == "minimax" and state["values"]["children"]  # the default: minimax backup
 
 
 def run_example(name: str, cwd: Path) -> str:

@@ -57,6 +57,7 @@ class StateValues:
     actions: bool = False  # also learn Q(s, a) and use A = Q - V (credit="q")
     completions: bool = True  # with actions: keep each move's completion ids, the targets' moves
     backup: str = "mean"  # "mean": running means of the returns; "minimax": worst known outcome (docstring)
+    min_visits: int = 1  # minimax: a move tried fewer times does not set its position's value
     values: OrderedDict = field(default_factory=OrderedDict)  # key -> [value, visits]
     action_values: OrderedDict = field(default_factory=OrderedDict)  # key|digest -> [Q, visits, ids, truncated]
     fallback: RAE = field(default_factory=RAE)
@@ -74,6 +75,8 @@ class StateValues:
             raise ValueError(f"value alpha must be in [0, 1), got {self.alpha}")
         if self.max_states < 1:
             raise ValueError(f"max_states must be positive, got {self.max_states}")
+        if isinstance(self.min_visits, bool) or not isinstance(self.min_visits, int) or self.min_visits < 1:
+            raise ValueError(f"min_visits must be an integer >= 1, got {self.min_visits!r}")
         if self.backup not in ("mean", "minimax"):
             raise ValueError(f"backup must be 'mean' or 'minimax', got {self.backup!r}")
         if self.backup == "minimax" and not (self.actions and self.completions):
@@ -198,9 +201,15 @@ class StateValues:
         return moves
 
     def _minimax_state(self, state: str) -> tuple[float, float] | None:
-        """(V, baseline) of a position: the best and the mean backed-up Q of its tried moves."""
-        qs = [self.action_values[g[0]][0] for g in self._minimax_moves(state)]
-        return (max(qs), sum(qs) / len(qs)) if qs else None
+        """(V, baseline) of a position: the best backed-up Q among its moves tried ``min_visits`` times
+        (a reply seen once says little about the replies not seen; with none, the mean), and the
+        mean Q of all its tried moves."""
+        rows = [(self.action_values[g[0]][0], sum(self.action_values[a][1] for a in g))
+                for g in self._minimax_moves(state)]
+        if not rows:
+            return None
+        mean = sum(q for q, _ in rows) / len(rows)
+        return max((q for q, n in rows if n >= self.min_visits), default=mean), mean
 
     def _minimax_advantages(self, turns: list[Turn]) -> list[float]:
         r_all = rewards(turns)
@@ -349,7 +358,8 @@ class QCredit(ValueCredit):
     ``target_coef`` > 0 each round also trains every visited position toward its best known move
     (tried at least ``target_min_visits`` times) as extra turns with ``A = target_coef * (score - V)``.
     ``backup="minimax"`` values moves by their worst known outcome (module docstring): for
-    deterministic board games, where a learner should not lose to any line of play."""
+    deterministic board games, where a learner should not lose to any line of play. A position's
+    value then comes from its moves tried at least ``target_min_visits`` times."""
 
     target_coef: float = 0.0
     target_min_visits: int = 2
@@ -369,7 +379,8 @@ class QCredit(ValueCredit):
     def _table(self) -> StateValues:
         # the moves' completion ids are kept only when the targets or the minimax backup need them
         return StateValues(self.lam, self.alpha, self.per_player, self.max_states, actions=True,
-                           completions=self.target_coef > 0 or self.backup == "minimax", backup=self.backup)
+                           completions=self.target_coef > 0 or self.backup == "minimax", backup=self.backup,
+                           min_visits=self.target_min_visits)
 
     def extra_turns(self, turns: list[Turn]) -> list[Turn]:
         if not self.target_coef:
