@@ -7,8 +7,11 @@ league (main agent, main exploiter, league exploiter, plus scripted random and m
 the pool), prints the leaderboard, and after every epoch evaluates the best player's greedy policy
 against uniform random and perfect play. The last line is one JSON object with the figures.
 
-Defaults (docs/results.md has their figures): credit "q" with q targets, half of the main agent's games against the
-scripted players (anchor_share) and the rest by AlphaStar's rules, 32 games per exploiter.
+Defaults (docs/results.md has their figures): credit "q" with q targets and the minimax backup (a move is
+valued by its worst known outcome over the positions played, ``QCredit(backup="minimax")``), 12 epochs
+of 30 rounds with 4 optimizer steps a round and the rate decayed to 0 over the last quarter, half of the
+main agent's games against the scripted players (anchor_share) and the rest by AlphaStar's rules, 32
+games per exploiter.
 
     python examples/tictactoe_league.py --pure --credit branch   # a pure league, no lookup table
 
@@ -46,6 +49,8 @@ def league_flags(parser):
     parser.add_argument("--pure", action="store_true", help="a pure league: the scripted random and minimax "
                         "players stay out of the pool (scripted_in_pool=False, anchor_share=0); every game is "
                         "self-play, PFSP over snapshots or against exploiters")
+    # this example's defaults on top of the shared command line (docs/results.md)
+    parser.set_defaults(q_backup="minimax", steps_per_generation=4, epochs=12, lr_schedule="warmup_stable_decay")
 
 
 args = parse_args(__doc__, "--games-per-learner", 256, "runs/tictactoe-league", extra=league_flags)

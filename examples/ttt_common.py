@@ -83,7 +83,7 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
                         choices=["constant", "linear", "cosine", "warmup_stable_decay"],
                         help="GRPOConfig.lr_scheduler_type over the run's epochs x rounds")
     parser.add_argument("--lr-decay-ratio", type=float, default=None, help="with --lr-schedule warmup_stable_decay: "
-                        "the last share of the rounds over which the rate falls to 0 (constant before)")
+                        "the last share of the rounds over which the rate falls to 0 (constant before; default 0.25)")
     parser.add_argument("--warmup-steps", type=int, default=400, help="supervised warm-up steps on random legal moves")
     parser.add_argument("--eval-games", type=int, default=2000, help="evaluation games per opponent and epoch")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the base model")
@@ -104,6 +104,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
         parser.error(f"--openings takes lo-hi, e.g. 0-4, got {args.openings!r}")
     if args.credit != "q":
         args.q_targets = 0.0  # the targets come from the (position, move) table of credit q
+    if args.lr_schedule == "warmup_stable_decay" and args.lr_decay_ratio is None:
+        args.lr_decay_ratio = 0.25
     return args
 
 

@@ -433,9 +433,10 @@ def test_minimax_backup_by_hand():
     adv = q.advantages(turns)
     k1, k2 = q.key(turns[0]), q.key(turns[1])
     assert q.values[k1][0] == 0 and q.values[k2][0] == 1  # V = the best move's worst case
-    assert adv == [-0.5, 0.0, -0.5, 0.5]  # centred on the mean Q of the tried moves at each state
+    # centred on the mean Q of the tried moves weighted by their plays: (2 * -1 + 0) / 3 at state 1
+    assert adv == pytest.approx([-1 / 3, 0.0, -1 / 3, 2 / 3])
     (target,) = q.greedy_targets(turns[:1], coef=2.0, min_visits=1)
-    assert target.completion_ids == [8] and target.advantage == pytest.approx(2.0 * (0 - (-0.5)))
+    assert target.completion_ids == [8] and target.advantage == pytest.approx(2.0 * (0 - (-2 / 3)))
     assert q.greedy_targets(turns[:1], coef=2.0, min_visits=2) == []  # 8 was tried once
     # a later round that loses at state 2 lowers state 1 through the graph, without revisiting it
     q.advantages([act(2, 9, "g3", -1)])
@@ -464,7 +465,8 @@ def test_minimax_backup_takes_two_completions_of_one_move_as_one():
     assert q.action_values[seven][0] == q.action_values[seventy][0] == -1
     assert q.values[q.key(act(1, 0, "", 0))][0] == 0  # 8's draw is now the best move at state 1
     (target,) = q.greedy_targets([act(1, 7, "now", 0)], coef=1.0, min_visits=1)
-    assert target.completion_ids == [8] and target.advantage == pytest.approx(0 - (-1 + 0) / 2)  # two moves
+    # two moves: 7/70 played 3 times (Q -1), 8 once (Q 0)
+    assert target.completion_ids == [8] and target.advantage == pytest.approx(0 - (3 * -1 + 0) / 4)
     restored = StateValues(actions=True, backup="minimax")
     restored.load_state_dict(json.loads(json.dumps(q.state_dict())))
     assert restored._same[seven] == {seven, seventy}  # the grouping is rebuilt from the graph

@@ -27,8 +27,8 @@
   at ``s``: exact minimax on the graph of positions played so far, refined as replies are tried
   and backed up through every position before one whose value moved. Completions that led on to
   the same next position are one move ("9" and "9."). Advantages are centred on the mean ``Q`` of
-  the tried moves. With chance moves or hidden
-  information it is pessimistic, as if every draw of chance were the worst.
+  the tried moves, weighted by how often each was played. With chance moves or hidden information
+  it is pessimistic, as if every draw of chance were the worst.
 """
 
 from __future__ import annotations
@@ -202,13 +202,14 @@ class StateValues:
 
     def _minimax_state(self, state: str) -> tuple[float, float] | None:
         """(V, baseline) of a position: the best backed-up Q among its moves tried ``min_visits`` times
-        (a reply seen once says little about the replies not seen; with none, the mean), and the
-        mean Q of all its tried moves."""
+        (a reply seen once says little about the replies not seen; with none, the baseline), and the
+        mean Q of its tried moves weighted by how often each was played: what the players' own
+        choices have been worth there, so a move rarely played and bad does not lift the others."""
         rows = [(self.action_values[g[0]][0], sum(self.action_values[a][1] for a in g))
                 for g in self._minimax_moves(state)]
         if not rows:
             return None
-        mean = sum(q for q, _ in rows) / len(rows)
+        mean = sum(q * n for q, n in rows) / sum(n for _, n in rows)
         return max((q for q, n in rows if n >= self.min_visits), default=mean), mean
 
     def _minimax_advantages(self, turns: list[Turn]) -> list[float]:
