@@ -479,6 +479,13 @@ def test_minimax_backup_takes_two_completions_of_one_move_as_one():
     assert wary.values[wary.key(act(1, 0, "", 0))][0] == 1
     with pytest.raises(ValueError, match="min_visits"):
         StateValues(actions=True, backup="minimax", min_visits=0)
+    small = StateValues(actions=True, backup="minimax", max_states=3)  # the graph's indexes stay bounded
+    for i in range(40):
+        small.advantages([act(i, 7, f"s{i}", 1), act(i + 1, 7, f"s{i}", 1), act(i, 70, f"t{i}", 1),
+                          act(i + 1, 8, f"t{i}", 0)])
+    assert len(small.action_values) == 3 and len(small.values) <= 3
+    assert len(small.children) <= 3 and len(small._same) <= 3 and len(small._via) <= 3
+    assert sum(len(p) for p in small._parents.values()) <= 3
     cycle = StateValues(actions=True, backup="minimax")  # a position that comes back: the backup still ends
     cycle.advantages([act(1, 7, "c", 1), act(2, 7, "c", 1), act(1, 8, "c", 1), act(2, 8, "c", 1)])
     assert cycle.values[cycle.key(act(1, 0, "", 0))][0] == 1

@@ -133,9 +133,21 @@ class StateValues:
         return value
 
     def _forget_move(self, action_key: str) -> None:
-        self.children.pop(action_key, None)
-        self._same.pop(action_key, {action_key}).discard(action_key)
         state = action_key.rsplit("|", 1)[0]
+        _, nxt = self.children.pop(action_key, (None, ()))
+        group = self._same.pop(action_key, {action_key})
+        group.discard(action_key)
+        for child in nxt:  # the graph's indexes shrink with the table
+            still = [a for a in sorted(group) if child in self.children.get(a, (None, ()))[1]]
+            if self._via.get((state, child)) == action_key:
+                if still:
+                    self._via[(state, child)] = still[0]
+                else:
+                    del self._via[(state, child)]
+            if not still and child in self._parents:
+                self._parents[child].discard(state)
+                if not self._parents[child]:
+                    del self._parents[child]
         moves = self._moves.get(state)
         if moves is not None:
             moves.discard(action_key)
