@@ -438,7 +438,7 @@ def test_minimax_backup_by_hand():
     (target,) = q.greedy_targets(turns[:1], coef=2.0, min_visits=1)
     assert target.completion_ids == [8] and target.advantage == pytest.approx(2.0 * (0 - (-2 / 3)))
     assert q.greedy_targets(turns[:1], coef=2.0, min_visits=2) == []  # 8 was tried once
-    # a later round that loses at state 2 lowers state 1 through the graph, without revisiting it
+    # a later round that loses at state 2 lowers it (state 1 still draws with move 8)
     q.advantages([act(2, 9, "g3", -1)])
     assert q.values[k2][0] == -1 and q.values[k1][0] == 0
     restored = StateValues(actions=True, backup="minimax")
@@ -491,6 +491,18 @@ def test_minimax_backup_takes_two_completions_of_one_move_as_one():
     assert cycle.values[cycle.key(act(1, 0, "", 0))][0] == 1
     with pytest.raises(ValueError, match="'mean' or 'minimax'"):
         QCredit(backup="max")
+    with pytest.raises(ValueError, match="lam"):
+        QCredit(backup="minimax", lam=0.5)
+
+
+def test_minimax_backup_waits_for_the_next_position_of_a_common_one():
+    """A position played in many games of a round is backed up again once the next position of its
+    newest move has a value: the move that won is worth a win, not a placeholder."""
+    q = StateValues(actions=True, backup="minimax")
+    adv = q.advantages([act(1, 7, "g0", 1), act(1, 7, "g1", 1), act(1, 7, "g2", 1), act(1, 8, "g3", 1),
+                        act(2, 9, "g3", 1)])
+    assert q.action_values[q.action_key(act(1, 8, "", 0))][0] == 1 and q.values[q.key(act(1, 0, "", 0))][0] == 1
+    assert adv == [0.0, 0.0, 0.0, 0.0, 0.0]  # every move won: no move is better than the others
     with pytest.raises(ValueError, match="actions=True"):
         StateValues(backup="minimax")
 

@@ -79,6 +79,9 @@ class StateValues:
             raise ValueError(f"min_visits must be an integer >= 1, got {self.min_visits!r}")
         if self.backup not in ("mean", "minimax"):
             raise ValueError(f"backup must be 'mean' or 'minimax', got {self.backup!r}")
+        if self.backup == "minimax" and self.lam != 1:
+            raise ValueError(f"lam (the lambda of the lambda-return) has no meaning with backup='minimax', got "
+                             f"{self.lam}: leave it at 1")
         if self.backup == "minimax" and not (self.actions and self.completions):
             raise ValueError("backup='minimax' needs the (state, move) table with its moves: "
                              "StateValues(actions=True, completions=True), or QCredit(backup='minimax')")
@@ -187,6 +190,8 @@ class StateValues:
             self.fallback.advantages([turns[idx[0]]])  # role baseline: one update per episode
         return out
 
+    MAX_PASSES = 64  # minimax: backups of one position in one round (bounds a graph with cycles)
+
     def _put(self, table: OrderedDict, key: str, entry: list) -> None:
         table.pop(key, None)
         table[key] = entry  # last: most recently updated
@@ -231,8 +236,8 @@ class StateValues:
         for idx, keys, akeys in played:  # first every edge of the round, so that each backup sees them all
             for j, i in enumerate(idx):
                 edge = self.children.setdefault(akeys[j], [math.inf, set()])
-                _, visits, *_ = self.action_values.get(akeys[j], (0.0, 0))
-                self._put(self.action_values, akeys[j], [0.0, visits + 1, list(turns[i].completion_ids),
+                q, visits, *_ = self.action_values.get(akeys[j], (0.0, 0))  # q: backed up below
+                self._put(self.action_values, akeys[j], [q, visits + 1, list(turns[i].completion_ids),
                                                          bool(turns[i].truncated)])
                 self._moves.setdefault(keys[j], set()).add(akeys[j])
                 if j + 1 < len(idx):
@@ -240,13 +245,16 @@ class StateValues:
                     self._link(akeys[j], keys[j + 1])
                 else:
                     edge[0] = min(edge[0], r_all[i])
-        # back up from the games' ends, and on through every position before one whose value moved
-        work = deque(k for _, keys, _ in played for k in reversed(keys))
-        passes: dict[str, int] = {}
+        # back up from the games' ends (the latest turns first), and on through every position before
+        # one whose value moved; each position waits in the queue once at a time
+        order = sorted({(len(idx) - j, k) for idx, keys, _ in played for j, k in enumerate(keys)})
+        work = deque(dict.fromkeys(k for _, k in order))
+        queued, passes, fresh = set(work), {}, {k for _, keys, _ in played for k in keys}
         while work:
             state = work.popleft()
+            queued.discard(state)
             passes[state] = passes.get(state, 0) + 1
-            if passes[state] > 3:  # only a graph with cycles comes back this often; the next round goes on
+            if passes[state] > self.MAX_PASSES:  # only a graph with cycles comes back this often
                 continue
             for a in self._moves.get(state, ()):
                 q = self._minimax_q(a)
@@ -256,9 +264,14 @@ class StateValues:
             if backed is None:  # only when a full table dropped every move of it
                 continue
             before = self.values.get(state)
-            self._put(self.values, state, [backed[0], (before[1] if before else 0) + 1])
+            visits = (before[1] if before else 0) + (state in fresh)
+            fresh.discard(state)
+            self._put(self.values, state, [backed[0], visits])
             if before is None or before[0] != backed[0]:
-                work.extend(sorted(p for p in self._parents.get(state, ()) if p in self._moves))
+                for parent in sorted(self._parents.get(state, ())):
+                    if parent in self._moves and parent not in queued:
+                        work.append(parent)
+                        queued.add(parent)
         out = [0.0] * len(turns)
         for idx, keys, akeys in played:
             for j, i in enumerate(idx):
