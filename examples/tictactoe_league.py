@@ -27,7 +27,8 @@ on 2 cores) values every free cell after the opponent's best reply, with greedy 
         --epochs 16 --rounds 20 --lr-schedule warmup_stable_decay --lr-decay-ratio 0.25
 
 The final JSON line holds ``loses_to_best_response_as_x/o``, ``credit`` and the per-epoch ``curve``;
-``--resume`` continues a run from its latest checkpoint.
+``--resume`` continues a run from its latest checkpoint (the rate's decay spans the
+``--epochs`` given: a run extended past its end climbs back to the full rate first).
 """
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)

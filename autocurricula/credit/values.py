@@ -26,7 +26,8 @@
   position, whatever the opponent replied), and ``V(s)`` the highest ``Q`` among the moves tried
   at ``s``: exact minimax on the graph of positions played so far, refined as replies are tried
   and backed up through every position before one whose value moved. Completions that led on to
-  the same next position are one move ("9" and "9."). Advantages are centred on the mean ``Q`` of
+  the same next position are one move ("9" and "9."), which holds where a position shows every
+  move made (games that place pieces), not where moves transpose (Nim). Advantages are centred on the mean ``Q`` of
   the tried moves, weighted by how often each was played. With chance moves or hidden information
   it is pessimistic, as if every draw of chance were the worst.
 """
