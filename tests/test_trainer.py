@@ -124,7 +124,8 @@ def test_checkpoints_are_complete_pickle_free_and_limited(tiny_model_path, tmp_p
 def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path, credit):
     backup = "minimax" if credit == "q-minimax" else "mean"
     credit = credit[0] if credit.startswith("q") else credit
-    spec = QCredit(lam=0.5, target_coef=0.5, target_min_visits=1, backup=backup) if credit == "q" else ValueCredit(lam=0.5)
+    lam = 1.0 if backup == "minimax" else 0.5  # minimax has no lambda-return
+    spec = QCredit(lam=lam, target_coef=0.5, target_min_visits=1, backup=backup) if credit == "q" else ValueCredit(lam=0.5)
     cfg = dict(epochs=2, rounds=2, games_per_round=4, output_dir=str(tmp_path), credit=spec, **FAST)
     t = Capture(SelfPlayConfig(**cfg))
     t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(entropy_coef=0.01))
@@ -134,7 +135,8 @@ def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path, cr
     assert turns and all(x.advantage is not None for x in turns)
     assert t.credit.values.values and t.metrics_log[-1]["credit/states"] == len(t.credit.values.values)
     state = json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())
-    assert state["values"]["lam"] == 0.5 and len(state["values"]["values"]) == len(t.credit.values.values)
+    assert state["values"]["lam"] == (1.0 if backup == "minimax" else 0.5)
+    assert len(state["values"]["values"]) == len(t.credit.values.values)
     assert state["values"].get("backup", "mean") == (backup if credit == "q" else "mean")
     assert state["values"]["actions"] == (credit == "q") and bool(t.credit.values.action_values) == (credit == "q")
     if credit == "q":
