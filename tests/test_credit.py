@@ -495,6 +495,26 @@ def test_minimax_backup_takes_two_completions_of_one_move_as_one():
         QCredit(backup="minimax", lam=0.5)
 
 
+def test_minimax_backup_regroups_a_move_after_an_eviction_as_a_resume_would():
+    """7 and 700 were one move only through 70, which shared a next position with each. Once the
+    full table drops 70 they are two moves, live as after a resume: a loss after 700 leaves 7."""
+    q = StateValues(actions=True, backup="minimax", max_states=5)
+    q.advantages([act(1, 7, "a", 1), act(2, 9, "a", 1), act(1, 70, "b", 1), act(2, 9, "b", 1),
+                  act(1, 70, "c", 1), act(3, 9, "c", 1), act(1, 700, "d", 1), act(3, 9, "d", 1)])
+    seven, seventy, seven_hundred = (q.action_key(act(1, m, "", 0)) for m in (7, 70, 700))
+    assert q._same[seven] == {seven, seventy, seven_hundred}
+    q.advantages([act(1, 7, "e", 1), act(2, 9, "e", 1), act(1, 700, "f", 1), act(3, 9, "f", 1)])
+    q.advantages([act(5, 1, "g", 1)])  # a new position: the full table drops 70, the oldest
+    assert seventy not in q.action_values
+    assert q._same[seven] == {seven} and q._same[seven_hundred] == {seven_hundred}
+    restored = StateValues(actions=True, backup="minimax", max_states=5)
+    restored.load_state_dict(json.loads(json.dumps(q.state_dict())))
+    assert {a: g for a, g in restored._same.items()} == q._same and restored._via == q._via
+    more = [act(1, 700, "h", -1), act(3, 9, "h", -1)]  # 9 loses at position 3: 700 falls, 7 keeps its win
+    assert restored.advantages(copy.deepcopy(more)) == q.advantages(copy.deepcopy(more))
+    assert q.action_values[seven_hundred][0] == -1 and q.action_values[seven][0] == 1
+
+
 def test_minimax_backup_waits_for_the_next_position_of_a_common_one():
     """A position played in many games of a round is backed up again once the next position of its
     newest move has a value: the move that won is worth a win, not a placeholder."""

@@ -141,6 +141,7 @@ class StateValues:
         _, nxt = self.children.pop(action_key, (None, ()))
         group = self._same.pop(action_key, {action_key})
         group.discard(action_key)
+        self._regroup(group)
         for child in nxt:  # the graph's indexes shrink with the table
             still = [a for a in sorted(group) if child in self.children.get(a, (None, ()))[1]]
             if self._via.get((state, child)) == action_key:
@@ -157,6 +158,28 @@ class StateValues:
             moves.discard(action_key)
             if not moves:
                 del self._moves[state]
+
+    def _regroup(self, members: set) -> None:
+        """After an eviction: what is left of a move's completions stays one move only where they are
+        still linked by shared next positions, as a fresh index of the table (a resume) finds them."""
+        root = {a: a for a in members}
+
+        def find(a: str) -> str:
+            while root[a] != a:
+                root[a] = root[root[a]]
+                a = root[a]
+            return a
+
+        first: dict = {}
+        for a in sorted(members):
+            for child in self.children.get(a, (None, ()))[1]:
+                root[find(a)] = find(first.setdefault(child, a))
+        parts: dict = {}
+        for a in members:
+            parts.setdefault(find(a), set()).add(a)
+        for part in parts.values():
+            for a in part:
+                self._same[a] = part
 
     def value(self, turn: Turn) -> float:
         entry = self.values.get(self.key(turn))
