@@ -509,7 +509,7 @@ def test_minimax_backup_regroups_a_move_after_an_eviction_as_a_resume_would():
     assert q._same[seven] == {seven} and q._same[seven_hundred] == {seven_hundred}
     restored = StateValues(actions=True, backup="minimax", max_states=5)
     restored.load_state_dict(json.loads(json.dumps(q.state_dict())))
-    assert {a: g for a, g in restored._same.items()} == q._same and restored._via == q._via
+    assert restored._same == q._same and restored._parents == q._parents
     more = [act(1, 700, "h", -1), act(3, 9, "h", -1)]  # 9 loses at position 3: 700 falls, 7 keeps its win
     assert restored.advantages(copy.deepcopy(more)) == q.advantages(copy.deepcopy(more))
     assert q.action_values[seven_hundred][0] == -1 and q.action_values[seven][0] == 1
