@@ -130,8 +130,8 @@ class AutocurriculumConfig(metaclass=_AcceptsMovedNames):
                                  "grpo_config.temperature, which the update uses too)", 64)
     credit: Any = help_field("how game outcomes become per-turn advantages: a Credit object with its own settings "
                              "(autocurricula.credit: RAECredit, GRPOCredit, ValueCredit, QCredit, BranchCredit, "
-                             "ConstantCredit) or the name of one with its defaults ('rae', 'grpo', 'value', 'q', "
-                             "'branch', 'constant', or a name given to register_credit)", "rae")
+                             "MirrorCredit, ConstantCredit) or the name of one with its defaults ('rae', 'grpo', "
+                             "'value', 'q', 'branch', 'mirror', 'constant', or a name given to register_credit)", "rae")
     game_name: str | None = help_field("name of the game in turns and cards (default: play's module name)", None)
     max_staleness: int = help_field("rollouts overlapping updates: 0 = the serial loop (play a round, update, play "
                                     "the next); k >= 1 = round r+1 is played while round r's update runs, by the "

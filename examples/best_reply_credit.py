@@ -1,7 +1,7 @@
 """Best-reply branch credit: a research variant of ``BranchCredit(advantage="moves")`` for the pure
 tic-tac-toe league (``examples/tictactoe_league.py --pure --credit branch --branch-replies ...``).
 
-Four options on top of the core method, each through one of its hooks:
+Three options on top of the core method, each through one of its hooks:
 
 - ``continuation_temperature`` samples the branches' own calls (the players', not judges') at
   another temperature; at 0 they are greedy, so in a game without chance one branch per move gives
@@ -19,11 +19,8 @@ Four options on top of the core method, each through one of its hooks:
   sequence by its length, as ``loss_type="grpo"`` does, shifts it toward shorter moves where moves
   differ in token count), and it also raises the listed moves' total probability, which the
   residuals (they sum to zero) leave free to drift toward replies that are none of the moves.
-- ``move_step`` below 1 (with the cross-entropy): the target is one step of magnetic mirror descent
-  from the current policy toward ``softmax(y)`` (``mirror_distribution``), not ``softmax(y)`` itself.
-  In self-play against the current policy only (``SelfPlayConfig(past_share=0)``), jumping to the
-  smoothed best response every round can cycle; small enough steps converge toward
-  ``softmax(Q / move_temperature)`` play in two-player zero-sum games.
+
+Mirror-descent steps toward the cross-entropy target are the core ``MirrorCredit`` (``credit="mirror"``).
 
 Importing this module registers it as ``credit="best_reply"``.
 """
@@ -34,7 +31,7 @@ import math
 from dataclasses import dataclass
 
 from autocurricula.credit import (BranchCredit, branch_value, check_replays, game_moves, listed_moves,
-                                  mirror_distribution, move_distribution, register_credit)
+                                  move_distribution, register_credit)
 
 MOVE_LOSSES = ("residual", "cross_entropy")
 
@@ -43,13 +40,11 @@ MOVE_LOSSES = ("residual", "cross_entropy")
 class BestReplyCredit(BranchCredit):
     """:class:`~autocurricula.credit.BranchCredit` with greedy or tempered continuations
     (``continuation_temperature``; None = as the game asks), a one-ply reply search (``replies``,
-    needs ``advantage="moves"``), the cross-entropy move loss (``move_loss``) and mirror-descent
-    targets (``move_step`` < 1, with the cross-entropy)."""
+    needs ``advantage="moves"``) and the cross-entropy move loss (``move_loss``)."""
 
     continuation_temperature: float | None = None
     replies: bool = False
     move_loss: str = "residual"
-    move_step: float = 1.0
     name = "best_reply"
 
     def __post_init__(self):
@@ -63,27 +58,16 @@ class BestReplyCredit(BranchCredit):
         if (self.replies or self.move_loss != "residual") and self.advantage != "moves":
             raise ValueError("replies and move_loss shape the listed moves' values and targets: they need "
                              "advantage='moves' (or leave replies=False, move_loss='residual')")
-        step = self.move_step
-        if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 1:
-            raise ValueError(f"move_step must be a number in (0, 1] (1 = the target itself), got {step!r}")
-        if step < 1 and (self.move_loss != "cross_entropy" or self.advantage != "moves"):
-            raise ValueError("move_step < 1 is a step of the listed moves' cross-entropy target: set "
-                             "advantage='moves' and move_loss='cross_entropy' (the residuals would only scale by it), "
-                             "or leave move_step=1")
-        self.move_step = float(step)
 
     def branch_temperature(self) -> float | None:
         return self.continuation_temperature
 
     def scores_moves(self) -> bool:
-        # the residuals and a mirror step need log pi; the plain cross-entropy does not
-        return self.move_loss == "residual" or self.move_step < 1
+        return self.move_loss == "residual"  # the residuals need log pi; the cross-entropy target does not
 
     def move_targets(self, values, logprobs):
         if self.move_loss == "residual":
             return super().move_targets(values, logprobs)
-        if self.move_step < 1:
-            return mirror_distribution(values, logprobs, self.move_temperature, self.move_clip, self.move_step)
         return move_distribution(values, self.move_temperature, self.move_clip)
 
     def branch_moves(self, asked, replayer, tok):

@@ -29,7 +29,6 @@ Time on 2 idle cores: about 40 s per game and trainer (96 rounds), plus a one-ti
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -37,7 +36,7 @@ import time
 from pathlib import Path
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
-from autocurricula.credit import BranchCredit
+from autocurricula.credit import BranchCredit, MirrorCredit
 from autocurricula import FictitiousPlayTrainer, PSROTrainer, SelfPlayTrainer
 from autocurricula.eval.matrix import figures, read_policy
 from autocurricula.games.matrix import random_game
@@ -45,6 +44,7 @@ from tqdm.auto import tqdm
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer, "fictitious": FictitiousPlayTrainer}
 GAMES_PER_ROUND = 128
+LEARNING_RATE = 1e-2  # every trainer's on every game: the tiny model's rate (GRPOConfig's 1e-4 is for real models)
 
 
 def pooled_credit():
@@ -62,10 +62,7 @@ def mirror_credit():
     self-play plays only its current policy (``past_share=0``) and deploys the average of its last
     third of epochs' iterates (``average_last``), and every trainer learns at ``MIRROR_RATE_SHARE``
     of the shared rate (``grpo_settings``)."""
-    from best_reply_credit import BestReplyCredit
-
-    return BestReplyCredit(advantage="moves", samples=2, move_loss="cross_entropy", move_temperature=0.15,
-                           move_clip=math.inf, pool_states=True, move_step=0.045)
+    return MirrorCredit()  # its defaults: samples=2, move_temperature=0.15, no bound, pooled, step=0.045
 
 
 CREDITS = {"rae": lambda: "rae", "moves": lambda: BranchCredit(advantage="moves", samples=2), "pooled": pooled_credit,
@@ -129,7 +126,7 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--warmup-steps", type=int, default=150)
-    p.add_argument("--learning-rate", type=float, default=1e-2, help="every trainer's, on every game (the tiny "
+    p.add_argument("--learning-rate", type=float, default=LEARNING_RATE, help="every trainer's, on every game (the tiny "
                    "model's rate, as in the other examples; GRPOConfig's 1e-4 default is for real models)")
     p.add_argument("--seed", type=int, default=0)
     add_credit_options(p)

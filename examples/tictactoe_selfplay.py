@@ -15,14 +15,19 @@ args = parse_args(__doc__, "--games-per-round", 320, "runs/tictactoe-selfplay") 
 
 engine, figures = start(args)
 
-config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round, past_share=0.5,
+mirror = args.credit == "mirror"
+if mirror:  # the poker and matrix examples' mirror self-play: no past snapshots, the last third's iterates deployed
+    from psro_matrix_games import LEARNING_RATE, grpo_settings
+own = {"past_share": 0.0, "average_last": max(1, args.epochs // 3)} if mirror else {"past_share": 0.5}
+config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round, **own,
                         output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2,
                         game_name="tictactoe",
                         credit=credit_method(args), arena={"max_concurrent_games": 128},
                         ratings={"bt_bootstrap": 50}, progress=True)
-trainer = SelfPlayTrainer(config, opponents=scripted_players())
+trainer = SelfPlayTrainer(config, opponents=None if mirror else scripted_players())
 evaluator = Evaluator(args.eval_games)
-lora, grpo = update_settings(args)
+# mirror: the poker and matrix examples' update settings (default LoRA and GRPO, their rate and steps)
+lora, grpo = (None, grpo_settings(args, LEARNING_RATE)) if mirror else update_settings(args)
 trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
               resume_from_checkpoint=args.resume)
 finish(trainer, evaluator, engine, figures, args.credit)

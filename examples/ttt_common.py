@@ -51,11 +51,12 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     parser.add_argument("--layers", type=int, default=2, help="tiny model depth (the package default is 4)")
     parser.add_argument("--heads", type=int, default=HEADS, help="attention heads (head size = hidden / heads); 32 "
                         "learns the board several times faster per step than 4 (research/README.md)")
-    parser.add_argument("--credit", default="q", choices=["rae", "value", "q", "branch", "grpo", "constant"],
+    parser.add_argument("--credit", default="q", choices=["rae", "value", "q", "branch", "grpo", "constant", "mirror"],
                         help="credit assignment. Tabular (keyed by the exact prompt, for small board games): "
                         "'value' = per-move credit from a per-position value table, 'q' = from a (position, "
                         "move) table as well. No table: 'branch' = per-move credit from branch rollouts "
-                        "(VinePPO-style), 'rae' = one baseline per role")
+                        "(VinePPO-style), 'rae' = one baseline per role, 'mirror' = the mirror self-play "
+                        "configuration of the poker and matrix examples (examples/psro_matrix_games.py: mirror_credit)")
     parser.add_argument("--branch-samples", type=int, default=4, help="with --credit branch: branch games per "
                         "branched position (V(s) = their mean return)")
     parser.add_argument("--branch-turns", type=int, default=0, help="with --credit branch: learner turns branched "
@@ -114,6 +115,10 @@ def credit_method(args):
     when ``--branch-replies``, ``--branch-temperature`` or ``--move-loss cross_entropy`` asks for it)."""
     from autocurricula.credit import BranchCredit, ConstantCredit, GRPOCredit, QCredit, RAECredit, ValueCredit
 
+    if args.credit == "mirror":
+        from psro_matrix_games import mirror_credit
+
+        return mirror_credit()
     if args.credit != "branch":
         simple = {"rae": RAECredit, "value": ValueCredit, "grpo": GRPOCredit, "constant": ConstantCredit}
         return QCredit(target_coef=args.q_targets, backup=args.q_backup) if args.credit == "q" \

@@ -17,8 +17,8 @@ import pytest
 from autocurricula import SelfPlayConfig
 from autocurricula.arena import Arena, GameRecord, Generation
 from autocurricula.config import GRPOConfig
-from autocurricula.credit import (BranchCredit, credit_from_fields, game_moves, make_credit, mirror_distribution,
-                                  move_advantages, move_distribution, pool_values)
+from autocurricula.credit import (BranchCredit, MirrorCredit, credit_from_fields, game_moves, make_credit,
+                                  mirror_distribution, move_advantages, move_distribution, pool_values)
 from autocurricula.game import as_play
 from autocurricula.games import kuhn_poker
 from autocurricula.replay import Replayer
@@ -475,27 +475,26 @@ def test_reply_search_needs_moves():
     assert BestReplyCredit(advantage="moves", replies=True).replies
 
 
-def test_mirror_step_targets_are_one_step_from_the_policy_toward_the_pooled_target():
+def test_mirror_credit_targets_are_one_step_from_the_policy_toward_the_pooled_target():
     """The policy favours the digit 9 by one nat (the engine's scored log-probabilities; the games
     themselves are drawn alike): a step w of mirror descent gives ∝ pi^(1 - w) * plain^w, where
-    plain is the target without the step on the same branches (one arena seed: the same games)."""
-    def targets(step, engine=None):
-        credit = BestReplyCredit(samples=20, advantage="moves", move_loss="cross_entropy", move_temperature=0.5,
-                                 move_clip=1.5, pool_states=True, move_step=step)
-        assert credit.scores_moves() == (step < 1)  # the step needs log pi; the plain target does not
-        return seat0_targets(credit, 6, 3, engine)
-
-    plain = targets(1.0)[0]
-    stepped = targets(0.25, DigitEngine(bias={"9": 1.0}))[0]
+    plain is the cross-entropy target softmax(y) on the same branches (one arena seed: the same games)."""
+    plain = seat0_targets(BestReplyCredit(samples=20, advantage="moves", move_loss="cross_entropy",
+                                          move_temperature=0.5, move_clip=1.5, pool_states=True), 6, 3)[0]
+    mirror = MirrorCredit(samples=20, move_temperature=0.5, move_clip=1.5, step=0.25)
+    assert mirror.pool_states and mirror.scores_moves()  # the step needs log pi
+    stepped = seat0_targets(mirror, 6, 3, DigitEngine(bias={"9": 1.0}))[0]
     logpi = np.array([0.0] * 9 + [1.0])
     want = np.exp(0.75 * logpi + 0.25 * np.log(plain))
     assert stepped == pytest.approx(list(want / want.sum()))
+    assert seat0_targets(MirrorCredit(samples=20, move_temperature=0.5, move_clip=1.5, step=1.0), 6, 3,
+                         DigitEngine(bias={"9": 1.0}))[0] == pytest.approx(plain)  # step 1: the target itself
     for bad in (0, 1.5, True, "half"):
-        with pytest.raises(ValueError, match="move_step"):
-            BestReplyCredit(advantage="moves", move_loss="cross_entropy", move_step=bad)
-    for bad in (dict(advantage="moves"), dict(move_loss="cross_entropy"), {}):
-        with pytest.raises(ValueError, match="advantage='moves'"):
-            BestReplyCredit(move_step=0.5, **bad)
+        with pytest.raises(ValueError, match="step"):
+            MirrorCredit(step=bad)
+    with pytest.raises(ValueError, match="advantage must be 'moves'"):
+        MirrorCredit(advantage="return")
+    assert type(make_credit("mirror", GRPOConfig(), 0)) is MirrorCredit
 
 
 def test_best_reply_options_are_refused_where_nothing_would_use_them():

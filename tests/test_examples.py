@@ -324,7 +324,7 @@ def test_mirror_settings_of_the_psro_examples(monkeypatch):
     mod = _load(ROOT / "examples" / "psro_matrix_games.py", "psro_matrix_settings")
     mirror = mod.parse_args(["--credit", "mirror", "--steps-per-generation", "4"])
     own = mod.credit_settings("selfplay", mirror)
-    assert (own["past_share"], own["average_last"], own["credit"].move_step) == (0.0, 4, 0.045)
+    assert (own["past_share"], own["average_last"], own["credit"].step) == (0.0, 4, 0.045)
     assert mod.config_for("selfplay", mirror, "out").average_last == 4
     assert mod.grpo_settings(mirror, 1e-2) == {"learning_rate": pytest.approx(3e-3), "steps_per_generation": 4}
     assert "average_last" not in mod.credit_settings("psro", mirror)

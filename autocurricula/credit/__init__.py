@@ -4,7 +4,8 @@ constructor is its config, validated there:
 - :class:`GRPOCredit` group-normalised rewards, :class:`ConstantCredit` ``A = R`` (:mod:`.grpo`);
 - :class:`RAECredit` SPIRAL's role baselines (:mod:`.rae`);
 - :class:`ValueCredit` / :class:`QCredit` a tabular critic over prompts (:mod:`.values`);
-- :class:`BranchCredit` values from branch rollouts of replayed games (:mod:`.branch`).
+- :class:`BranchCredit` values from branch rollouts of replayed games (:mod:`.branch`);
+- :class:`MirrorCredit` mirror-descent steps toward those values' per-move targets (:mod:`.mirror`).
 
 The trainer's ``credit`` option takes one of those objects or a registered name; :func:`make_credit`
 builds and binds it, :func:`register_credit` names a method of your own."""
@@ -16,6 +17,7 @@ from autocurricula.credit.branch import (BranchCredit, MoveScorer, branch_advant
                                          listed_moves, mirror_distribution, move_advantages, move_distribution,
                                          pick_positions, pool_values)
 from autocurricula.credit.grpo import ConstantCredit, GRPOCredit, constant_advantages, grpo_advantages
+from autocurricula.credit.mirror import MirrorCredit
 from autocurricula.credit.rae import RAE, RAECredit
 from autocurricula.credit.registry import (CREDIT_METHODS, LEGACY_CREDIT_FIELDS, credit_from_fields, make_credit,
                                            register_credit)
@@ -24,7 +26,7 @@ from autocurricula.credit.values import QCredit, StateValues, ValueCredit
 __all__ = ["assign_credit", "branch_advantage", "branch_value", "BranchCredit", "check_replays", "constant_advantages",
            "ConstantCredit", "Credit", "credit_from_fields", "CREDIT_METHODS", "episodes", "game_moves",
            "grpo_advantages", "GRPOCredit", "LEGACY_CREDIT_FIELDS", "listed_moves", "make_credit",
-           "mirror_distribution", "move_advantages", "move_distribution", "MoveScorer", "pick_positions", "pool_values",
-           "QCredit", "RAE", "RAECredit", "register_credit", "rewards", "StateValues", "ValueCredit"]
+           "mirror_distribution", "MirrorCredit", "move_advantages", "move_distribution", "MoveScorer", "pick_positions",
+           "pool_values", "QCredit", "RAE", "RAECredit", "register_credit", "rewards", "StateValues", "ValueCredit"]
 
 __getattr__ = moved("autocurricula.credit", {"Turn": "autocurricula.records:Turn"})

@@ -13,11 +13,13 @@ from typing import Callable
 from autocurricula.credit.base import Credit
 from autocurricula.credit.branch import BranchCredit
 from autocurricula.credit.grpo import ConstantCredit, GRPOCredit
+from autocurricula.credit.mirror import MirrorCredit
 from autocurricula.credit.rae import RAECredit
 from autocurricula.credit.values import QCredit, ValueCredit
 
 BUILTIN_CREDIT: dict[str, type[Credit]] = {"rae": RAECredit, "value": ValueCredit, "q": QCredit,
-                                           "grpo": GRPOCredit, "constant": ConstantCredit, "branch": BranchCredit}
+                                           "grpo": GRPOCredit, "constant": ConstantCredit, "branch": BranchCredit,
+                                           "mirror": MirrorCredit}
 CREDIT_METHODS: dict[str, Callable] = dict(BUILTIN_CREDIT)  # name -> factory() -> Credit
 
 # flat config field -> the keyword of every built-in method that takes it
