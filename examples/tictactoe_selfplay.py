@@ -5,6 +5,15 @@
 Same tiny base, warm-up, game, update settings and evaluation as examples/tictactoe_league.py;
 one main player plays itself and its past snapshots (and the scripted random and minimax players,
 which count as past opponents). Its games per round match the league's three learners' (256 + 2 x 32).
+
+    python examples/tictactoe_selfplay.py --credit mirror --steps-per-generation 4 \
+        --games-per-round 128 --epochs 12 --rounds 8
+
+is instead the mirror self-play configuration of the poker and matrix-game examples, unchanged:
+``credit="mirror"`` (``MirrorCredit``'s defaults), no past snapshots and no scripted players
+(``past_share=0``), the average of the last third of the epochs' iterates deployed, the default
+LoRA and GRPO settings at 0.3 times their 1e-2 rate, and their budget of 12 x 8 rounds of 128 games
+(docs/results.md, "Mirror-descent self-play"). The per-epoch evaluation is the same.
 """
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)

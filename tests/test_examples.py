@@ -63,7 +63,9 @@ def test_fictitious_gan_example_runs():
                                                  ["--credit", "value", "--main-exploiters", "0", "--anchor-share", "0.5",
                                                   "--exploiter-games", "4"]),
                                                 ("tictactoe_selfplay.py", "--games-per-round",
-                                                 ["--credit", "q", "--openings", "0-3"])])
+                                                 ["--credit", "q", "--openings", "0-3"]),
+                                                ("tictactoe_selfplay.py", "--games-per-round",
+                                                 ["--credit", "mirror", "--openings", "0-2"])])
 def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
     import json
     import os
@@ -78,6 +80,7 @@ def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
     assert {"vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate", "win_now_rate",
             "block_rate", "epochs", "minutes", "warm_base"} <= set(summary)
     assert summary["epochs"] == 1 and (tmp_path / "run" / "checkpoint-0" / "COMPLETE").exists()
+    assert summary["credit"] == extra[1]
     config = json.loads((tmp_path / "cache" / "tiny-h32-l1-a8-ttt-warm50" / "config.json").read_text())
     assert config["num_attention_heads"] == 8  # --heads reaches the model
 
