@@ -14,7 +14,8 @@ response equilibrium). Kuhn starts from the warm base's played strategy (seed 0)
 from uniform play. One JSON line per setting: Kuhn's exploitability (chips per hand) after rounds
 24, 48, 72 and 96, after the last and its range over the last 24 rounds (a cycle shows there), and
 the matrix games' median and worst exploitability as a share of the payoff range after the last
-round. The paper's guarantee needs a step ``w / (1 - w) <= (tau / L)^2`` for payoffs of scale L;
+round; with ``--tictactoe``, tic-tac-toe from uniform legal play with every position stepped each
+round (``tictactoe_summary``). The paper's guarantee needs a step ``w / (1 - w) <= (tau / L)^2`` for payoffs of scale L;
 larger steps may converge or cycle, which is what this measures. These are the floors and speeds
 a trained run can at best reach on the same budget of rounds (``examples/psro_kuhn.py --trainers
 selfplay --credit mirror`` plays 96 rounds).
@@ -62,12 +63,74 @@ def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int) -> li
     return out
 
 
+def tictactoe_curve(tau: float, step: float, rounds: int) -> list[dict]:
+    """Tic-tac-toe from uniform legal play, every reachable position stepped each round with the
+    exact values of its moves under the current policy (both seats one policy). After each round:
+    whether the policy's greedy moves lose to the exact best response as X / O, and the sampled
+    policy's expected result against the best response (+1 win, -1 loss) as X / O."""
+    from autocurricula.eval.tictactoe import best_response
+    from autocurricula.games.tictactoe import apply_move, legal_moves, reachable_positions, winner
+
+    positions = dict(reachable_positions())  # board -> mark to move
+    policy = {b: np.full(len(legal_moves(b)), 1 / len(legal_moves(b))) for b in positions}
+
+    def result(board: str, mark: str) -> float:  # for ``mark``, both seats playing ``policy``
+        w = winner(board)
+        return 0.0 if w == "draw" else 1.0 if w == mark else -1.0
+
+    out = []
+    for _ in range(rounds):
+        value: dict[str, float] = {}  # board -> expected result for the player to move
+
+        def v(board: str) -> float:
+            if board not in value:
+                if winner(board) is not None:  # the last mover won or drew: the player to move lost or drew
+                    value[board] = -abs(result(board, "X"))
+                else:
+                    mark = positions[board]
+                    value[board] = float(policy[board] @ [-v(apply_move(board, m, mark)) for m in legal_moves(board)])
+            return value[board]
+
+        v("." * 9)
+        q = {b: [-v(apply_move(b, m, mark)) for m in legal_moves(b)] for b, mark in positions.items()}
+        policy = {b: np.array(mirror_distribution(q[b], list(np.log(policy[b])), tau, step=step)) for b in positions}
+        greedy = {(b, mark): legal_moves(b)[int(np.argmax(policy[b]))] for b, mark in positions.items()}
+        out.append({"loses_as_x": best_response(greedy, "X").value < 0,
+                    "loses_as_o": best_response(greedy, "O").value < 0,
+                    "sampled_vs_best_response_as_x": _sampled_worst(policy, positions, "X"),
+                    "sampled_vs_best_response_as_o": _sampled_worst(policy, positions, "O")})
+    return out
+
+
+def _sampled_worst(policy: dict, positions: dict, mark: str) -> float:
+    """The expected result for ``mark`` of sampling ``policy`` against its exact best response."""
+    from autocurricula.games.tictactoe import apply_move, legal_moves, winner
+
+    memo: dict[str, float] = {}
+
+    def w(board: str) -> float:
+        if board not in memo:
+            end = winner(board)
+            if end is not None:
+                memo[board] = 0.0 if end == "draw" else 1.0 if end == mark else -1.0
+            else:
+                mover = positions[board]
+                after = [w(apply_move(board, m, mover)) for m in legal_moves(board)]
+                memo[board] = float(policy[board] @ after) if mover == mark else min(after)
+        return memo[board]
+
+    return w("." * 9)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tau", type=float, nargs="+", default=[0.15])
     parser.add_argument("--step", type=float, nargs="+", default=[1.0, 0.1, 0.045])
     parser.add_argument("--rounds", type=int, default=96)
     parser.add_argument("--games", type=int, default=20, help="matrix games random-0 ... random-(N-1)")
+    parser.add_argument("--tictactoe", action="store_true", help="also tic-tac-toe from uniform legal play (about "
+                        "30 s a setting): the round from which the greedy policy stays unbeaten as X and O, and "
+                        "the sampled policy's result against its best response after the last round")
     args = parser.parse_args(argv)
     for tau in args.tau:
         for step in args.step:
@@ -79,7 +142,20 @@ def main(argv=None):
                               | {"last": round(kuhn[-1], 4), "last_24_min_max": [round(min(kuhn[-24:]), 4),
                                                                                   round(max(kuhn[-24:]), 4)]},
                               "matrix": {"median": round(float(np.median(shares)), 4),
-                                         "worst": round(max(shares), 4)}}), flush=True)
+                                         "worst": round(max(shares), 4)},
+                              **({"tictactoe": tictactoe_summary(tau, step, args.rounds)} if args.tictactoe else {})}),
+                  flush=True)
+
+
+def tictactoe_summary(tau: float, step: float, rounds: int) -> dict:
+    """``tictactoe_curve`` in brief: the first round from which the greedy policy never loses to the
+    best response again (None: it still does), and the last round's sampled results."""
+    curve = tictactoe_curve(tau, step, rounds)
+    losing = [i for i, r in enumerate(curve) if r["loses_as_x"] or r["loses_as_o"]]
+    unbeaten_from = (losing[-1] + 2 if losing else 1) if not losing or losing[-1] < rounds - 1 else None
+    return {"greedy_unbeaten_from_round": unbeaten_from,
+            "sampled_vs_best_response_as_x": round(curve[-1]["sampled_vs_best_response_as_x"], 4),
+            "sampled_vs_best_response_as_o": round(curve[-1]["sampled_vs_best_response_as_o"], 4)}
 
 
 if __name__ == "__main__":
