@@ -299,7 +299,7 @@ def test_ideal_mirror_selfplay_of_the_research_script():
 def test_ideal_mirror_selfplay_on_tictactoe():
     """research/mirror_selfplay_ideal.py on tic-tac-toe: with exact values at every reachable position,
     steps of 0.045 from uniform legal play make the greedy policy unbeaten by the exact best response
-    as X and O from round 4 (uniform play loses as O), and the sampled policy's loss against
+    as X and O from round 4 (after round 1 it still loses as O), and the sampled policy's loss against
     its best response shrinks round by round (measured: -0.90 / -0.99 after round 1, -0.21 / -0.69
     after round 16)."""
     mod = _load(ROOT / "research" / "mirror_selfplay_ideal.py", "mirror_ideal")
