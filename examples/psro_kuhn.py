@@ -36,11 +36,10 @@ from autocurricula.games import kuhn_poker
 
 from kuhn_league import parse_args as kuhn_args
 from kuhn_league import warm_base
-from psro_matrix_games import add_credit_options, credit_settings, grpo_settings, run_settings
+from psro_matrix_games import LEARNING_RATE, add_credit_options, credit_settings, grpo_settings, run_settings
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer}
 GAMES_PER_ROUND = 128
-LEARNING_RATE = 1e-2  # the matrix games' rate (examples/psro_matrix_games.py)
 
 
 def played_figures(name: str, seed: int) -> MixtureFigures:

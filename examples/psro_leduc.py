@@ -40,11 +40,10 @@ from autocurricula.eval.leduc import (invalid_per_hand, invalid_rate, played_exp
 from autocurricula.eval.played import MixtureFigures
 from autocurricula.games import leduc_poker
 
-from psro_matrix_games import add_credit_options, credit_settings, grpo_settings, run_settings
+from psro_matrix_games import LEARNING_RATE, add_credit_options, credit_settings, grpo_settings, run_settings
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer, "fictitious": FictitiousPlayTrainer}
 GAMES_PER_ROUND = 128
-LEARNING_RATE = 1e-2  # the matrix games' and Kuhn's rate (examples/psro_matrix_games.py)
 
 
 def played_figures(name: str, seed: int, threshold: float) -> MixtureFigures:
