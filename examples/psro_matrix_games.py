@@ -126,8 +126,8 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--warmup-steps", type=int, default=150)
-    p.add_argument("--learning-rate", type=float, default=LEARNING_RATE, help="every trainer's, on every game (the tiny "
-                   "model's rate, as in the other examples; GRPOConfig's 1e-4 default is for real models)")
+    p.add_argument("--learning-rate", type=float, default=LEARNING_RATE, help="every trainer's, on every game (the "
+                   "tiny model's rate, as in the other examples; GRPOConfig's 1e-4 default is for real models)")
     p.add_argument("--seed", type=int, default=0)
     add_credit_options(p)
     p.add_argument("--output", default=None, help="append the JSON lines to this file")
