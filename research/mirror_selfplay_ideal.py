@@ -14,8 +14,10 @@ response equilibrium). Kuhn starts from the warm base's played strategy (seed 0)
 from uniform play. One JSON line per setting: Kuhn's exploitability (chips per hand) after rounds
 24, 48, 72 and 96, after the last and its range over the last 24 rounds (a cycle shows there), and
 the matrix games' median and worst exploitability as a share of the payoff range after the last
-round; with ``--tictactoe``, tic-tac-toe from uniform legal play with every position stepped each
-round (``tictactoe_summary``). The paper's guarantee needs a step ``w / (1 - w) <= (tau / L)^2`` for payoffs of scale L;
+round; with ``--tictactoe``, tic-tac-toe from uniform legal play (``tictactoe_summary``): every
+position stepped each round with exact values, only the positions of 128 sampled games a round
+with exact values, and those with the values of 2 sampled playouts per move and visit (what
+``MirrorCredit`` sees in the example's training games, with no model in the way). The paper's guarantee needs a step ``w / (1 - w) <= (tau / L)^2`` for payoffs of scale L;
 larger steps may converge or cycle, which is what this measures. These are the floors and speeds
 a trained run can at best reach on the same budget of rounds (``examples/psro_kuhn.py --trainers
 selfplay --credit mirror`` plays 96 rounds).
@@ -24,6 +26,7 @@ selfplay --credit mirror`` plays 96 rounds).
 import argparse
 import json
 import math
+import random
 import sys
 from pathlib import Path
 
@@ -63,16 +66,41 @@ def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int) -> li
     return out
 
 
-def tictactoe_curve(tau: float, step: float, rounds: int) -> list[dict]:
-    """Tic-tac-toe from uniform legal play, every reachable position stepped each round with the
-    exact values of its moves under the current policy (both seats one policy). After each round:
+def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = None, samples: int | None = None,
+                    seed: int = 0) -> list[dict]:
+    """Tic-tac-toe from uniform legal play (both seats one policy). Each round steps every reachable
+    position (``games=None``) or only those the learner meets in ``games`` self-play games after 0 to
+    4 random opening moves (as the example's training games), with the exact values of its moves
+    under the current policy (``samples=None``) or the mean result of ``samples`` sampled playouts
+    per move and visit (pooled over a round's visits, as ``MirrorCredit`` does). After each round:
     whether the policy's greedy moves lose to the exact best response as X / O, and the sampled
     policy's expected result against the best response (+1 win, -1 loss) as X / O."""
     from autocurricula.eval.tictactoe import best_response
-    from autocurricula.games.tictactoe import apply_move, legal_moves, reachable_positions, winner
+    from autocurricula.games.tictactoe import apply_move, legal_moves, random_opening, reachable_positions, winner
 
     positions = dict(reachable_positions())  # board -> mark to move
     policy = {b: np.full(len(legal_moves(b)), 1 / len(legal_moves(b))) for b in positions}
+    rng, openings = np.random.default_rng(seed), random.Random(seed)
+
+    def sample(board: str) -> tuple[list[str], float]:
+        """The non-terminal boards of one sampled game from ``board``, and its result for the player
+        to move at ``board``."""
+        seen, first = [], board
+        while winner(board) is None:
+            seen.append(board)
+            moves = legal_moves(board)
+            board = apply_move(board, moves[int(rng.choice(len(moves), p=policy[board]))], positions[board])
+        end = winner(board)
+        return seen, 0.0 if end == "draw" else 1.0 if end == positions[first] else -1.0
+
+    def sampled_values(visits: dict[str, int]) -> dict[str, list[float]]:
+        out = {}
+        for board, n in visits.items():
+            mark = positions[board]
+            out[board] = [float(np.mean([-sample(apply_move(board, m, mark))[1] if winner(apply_move(board, m, mark))
+                                         is None else (0.0 if winner(apply_move(board, m, mark)) == "draw" else 1.0)
+                                         for _ in range(n * samples)])) for m in legal_moves(board)]
+        return out
 
     def result(board: str, mark: str) -> float:  # for ``mark``, both seats playing ``policy``
         w = winner(board)
@@ -91,9 +119,19 @@ def tictactoe_curve(tau: float, step: float, rounds: int) -> list[dict]:
                     value[board] = float(policy[board] @ [-v(apply_move(board, m, mark)) for m in legal_moves(board)])
             return value[board]
 
-        v("." * 9)
-        q = {b: [-v(apply_move(b, m, mark)) for m in legal_moves(b)] for b, mark in positions.items()}
-        policy = {b: np.array(mirror_distribution(q[b], list(np.log(policy[b])), tau, step=step)) for b in positions}
+        if games is None:
+            visits = dict.fromkeys(positions, 1)
+        else:
+            visits = {}
+            for _ in range(games):
+                for board in sample(random_opening(openings.randint(0, 4), openings))[0]:
+                    visits[board] = visits.get(board, 0) + 1
+        if samples is None:
+            v("." * 9)
+            q = {b: [-v(apply_move(b, m, positions[b])) for m in legal_moves(b)] for b in visits}
+        else:
+            q = sampled_values(visits)
+        policy.update({b: np.array(mirror_distribution(q[b], list(np.log(policy[b])), tau, step=step)) for b in visits})
         greedy = {(b, mark): legal_moves(b)[int(np.argmax(policy[b]))] for b, mark in positions.items()}
         out.append({"loses_as_x": best_response(greedy, "X").value < 0,
                     "loses_as_o": best_response(greedy, "O").value < 0,
@@ -128,9 +166,10 @@ def main(argv=None):
     parser.add_argument("--step", type=float, nargs="+", default=[1.0, 0.1, 0.045])
     parser.add_argument("--rounds", type=int, default=96)
     parser.add_argument("--games", type=int, default=20, help="matrix games random-0 ... random-(N-1)")
-    parser.add_argument("--tictactoe", action="store_true", help="also tic-tac-toe from uniform legal play (about "
-                        "30 s a setting): the round from which the greedy policy stays unbeaten as X and O, and "
-                        "the sampled policy's result against its best response after the last round")
+    parser.add_argument("--tictactoe", action="store_true", help="also tic-tac-toe from uniform legal play, in the "
+                        "three TICTACTOE_VARIANTS (about 3 minutes a setting): the round from which the greedy "
+                        "policy stays unbeaten as X and O, and the sampled policy's result against its best "
+                        "response after the last round")
     args = parser.parse_args(argv)
     for tau in args.tau:
         for step in args.step:
@@ -143,14 +182,21 @@ def main(argv=None):
                                                                                   round(max(kuhn[-24:]), 4)]},
                               "matrix": {"median": round(float(np.median(shares)), 4),
                                          "worst": round(max(shares), 4)},
-                              **({"tictactoe": tictactoe_summary(tau, step, args.rounds)} if args.tictactoe else {})}),
+                              **({"tictactoe": {name: tictactoe_summary(tau, step, args.rounds, games, samples)
+                                                for name, (games, samples) in TICTACTOE_VARIANTS.items()}}
+                                 if args.tictactoe else {})}),
                   flush=True)
 
 
-def tictactoe_summary(tau: float, step: float, rounds: int) -> dict:
+TICTACTOE_VARIANTS = {"every_position_exact": (None, None), "128_games_exact": (128, None),
+                      "128_games_2_samples": (128, 2)}  # tictactoe_curve's (games, samples)
+
+
+def tictactoe_summary(tau: float, step: float, rounds: int, games: int | None = None,
+                      samples: int | None = None) -> dict:
     """``tictactoe_curve`` in brief: the first round from which the greedy policy never loses to the
     best response again (None: it still does), and the last round's sampled results."""
-    curve = tictactoe_curve(tau, step, rounds)
+    curve = tictactoe_curve(tau, step, rounds, games, samples)
     losing = [i for i, r in enumerate(curve) if r["loses_as_x"] or r["loses_as_o"]]
     unbeaten_from = (losing[-1] + 2 if losing else 1) if not losing or losing[-1] < rounds - 1 else None
     return {"greedy_unbeaten_from_round": unbeaten_from,
