@@ -36,9 +36,14 @@ def base_figures(engine, games: int = 2000) -> dict:
     return {k: round(v, 3) for k, v in figures.items()}
 
 
-def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, extra=None):
+MIRROR_FIXED = ("learning_rate", "lr_schedule", "lr_decay_ratio", "beta", "num_iterations")  # set by --credit mirror
+
+
+def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, extra=None, argv=None,
+               mirror: bool = False):
     """Command line shared by both examples (same defaults = same budget); ``extra(parser)`` adds
-    an example's own flags."""
+    an example's own flags; ``mirror``: whether ``--credit mirror`` (a self-play configuration) is
+    allowed. ``argv``: the arguments (default: the command line's)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc)
@@ -55,8 +60,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
                         help="credit assignment. Tabular (keyed by the exact prompt, for small board games): "
                         "'value' = per-move credit from a per-position value table, 'q' = from a (position, "
                         "move) table as well. No table: 'branch' = per-move credit from branch rollouts "
-                        "(VinePPO-style), 'rae' = one baseline per role, 'mirror' = the mirror self-play "
-                        "configuration of the poker and matrix examples (examples/psro_matrix_games.py: mirror_credit)")
+                        "(VinePPO-style), 'rae' = one baseline per role; 'mirror' (tictactoe_selfplay.py only) = "
+                        "the mirror self-play configuration of the poker and matrix examples")
     parser.add_argument("--branch-samples", type=int, default=4, help="with --credit branch: branch games per "
                         "branched position (V(s) = their mean return)")
     parser.add_argument("--branch-turns", type=int, default=0, help="with --credit branch: learner turns branched "
@@ -97,7 +102,15 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
                         "(drawn per game), e.g. 0-4: positions a league alone rarely reaches")
     if extra is not None:
         extra(parser)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.credit == "mirror":
+        if not mirror:
+            parser.error("--credit mirror is a self-play configuration (no past or scripted players): run "
+                         "examples/tictactoe_selfplay.py --credit mirror")
+        fixed = [f"--{d.replace('_', '-')}" for d in MIRROR_FIXED if getattr(args, d) != parser.get_default(d)]
+        if fixed:
+            parser.error(f"{', '.join(fixed)}: --credit mirror sets the update (0.3 x 1e-2, constant, no KL, one "
+                         "pass, as in the poker and matrix examples); leave them out, or pick another --credit")
     try:
         args.openings = tuple(int(x) for x in args.openings.split("-"))
         assert len(args.openings) == 2
@@ -116,9 +129,9 @@ def credit_method(args):
     from autocurricula.credit import BranchCredit, ConstantCredit, GRPOCredit, QCredit, RAECredit, ValueCredit
 
     if args.credit == "mirror":
-        from psro_matrix_games import mirror_credit
+        from autocurricula.credit import MirrorCredit
 
-        return mirror_credit()
+        return MirrorCredit()  # the poker and matrix examples' --credit mirror
     if args.credit != "branch":
         simple = {"rae": RAECredit, "value": ValueCredit, "grpo": GRPOCredit, "constant": ConstantCredit}
         return QCredit(target_coef=args.q_targets, backup=args.q_backup) if args.credit == "q" \

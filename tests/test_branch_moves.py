@@ -492,9 +492,13 @@ def test_mirror_credit_targets_are_one_step_from_the_policy_toward_the_pooled_ta
     for bad in (0, 1.5, True, "half"):
         with pytest.raises(ValueError, match="step"):
             MirrorCredit(step=bad)
-    with pytest.raises(ValueError, match="advantage must be 'moves'"):
-        MirrorCredit(advantage="return")
+    with pytest.raises(TypeError, match="advantage"):
+        MirrorCredit(advantage="return")  # always the listed moves
     assert type(make_credit("mirror", GRPOConfig(), 0)) is MirrorCredit
+    # the flat fields at "branch"'s defaults are mirror's settings, not ignored
+    flat = credit_from_fields("mirror", {"branch_samples": 4, "branch_move_temperature": 0.25, "branch_move_clip": 2.0})
+    assert (flat.samples, flat.move_temperature, flat.move_clip, flat.step) == (4, 0.25, 2.0, 0.045)
+    assert credit_from_fields("mirror", {"branch_samples": 2}) == MirrorCredit()
 
 
 def test_best_reply_options_are_refused_where_nothing_would_use_them():

@@ -63,7 +63,7 @@ def test_fictitious_gan_example_runs():
                                                  ["--credit", "value", "--main-exploiters", "0", "--anchor-share", "0.5",
                                                   "--exploiter-games", "4"]),
                                                 ("tictactoe_selfplay.py", "--games-per-round",
-                                                 ["--credit", "q", "--openings", "0-3"]),
+                                                 ["--credit", "q", "--openings", "0-3", "--num-iterations", "2"]),
                                                 ("tictactoe_selfplay.py", "--games-per-round",
                                                  ["--credit", "mirror", "--openings", "0-2"])])
 def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
@@ -72,7 +72,7 @@ def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
 
     args = [sys.executable, str(ROOT / "examples" / script), "--epochs", "1", "--rounds", "1", games, "8",
             "--hidden", "32", "--layers", "1", "--heads", "8", "--warmup-steps", "50", "--eval-games", "100", *extra,
-            "--num-iterations", "2", "--output-dir", str(tmp_path / "run")]
+            "--output-dir", str(tmp_path / "run")]
     out = subprocess.run(args, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-3000:]
@@ -80,7 +80,6 @@ def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
     assert {"vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate", "win_now_rate",
             "block_rate", "epochs", "minutes", "warm_base"} <= set(summary)
     assert summary["epochs"] == 1 and (tmp_path / "run" / "checkpoint-0" / "COMPLETE").exists()
-    assert summary["credit"] == extra[1]
     config = json.loads((tmp_path / "cache" / "tiny-h32-l1-a8-ttt-warm50" / "config.json").read_text())
     assert config["num_attention_heads"] == 8  # --heads reaches the model
 
@@ -294,6 +293,32 @@ def test_ideal_mirror_selfplay_of_the_research_script():
     assert min(jump[100:]) > 0.2  # 0.249: near-pure replies chasing each other
     assert max(big[100:]) > 0.075  # swings between 0.043 and 0.133; settled would be below 0.0175
     assert max(small[150:]) < 0.0175
+
+
+def test_mirror_settings_of_the_tictactoe_selfplay_example(monkeypatch, capsys):
+    """``tictactoe_selfplay.py --credit mirror`` is the PSRO examples' mirror configuration: the same
+    credit, no past or scripted players, the last third's iterates deployed, their rate and LoRA; the
+    league example and the update flags it fixes are refused by name."""
+    from autocurricula.credit import MirrorCredit
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    ttt = _load(ROOT / "examples" / "ttt_common.py", "ttt_common")
+    selfplay = _load(ROOT / "examples" / "tictactoe_selfplay.py", "ttt_selfplay")
+    psro = _load(ROOT / "examples" / "psro_matrix_games.py", "psro_matrix")
+    argv = ["--credit", "mirror", "--steps-per-generation", "4", "--epochs", "12"]
+    args = ttt.parse_args("", "--games-per-round", 320, "out", argv=argv, mirror=True)
+    own, opponents, lora, grpo = selfplay.settings(args)
+    want = psro.parse_args(["--credit", "mirror", "--steps-per-generation", "4"])
+    assert own == {k: v for k, v in psro.credit_settings("selfplay", want).items() if k != "credit"}
+    assert (opponents, lora) == (None, None) and grpo == psro.grpo_settings(want, psro.LEARNING_RATE)
+    assert ttt.credit_method(args) == psro.credit_settings("selfplay", want)["credit"] == MirrorCredit()
+    plain_own, plain_opponents, _, _ = selfplay.settings(ttt.parse_args("", "--games-per-round", 320, "out", argv=[]))
+    assert plain_own == {"past_share": 0.5} and len(plain_opponents) == 2
+    for refused, names in ((["--credit", "mirror"], "tictactoe_selfplay.py"),
+                           (["--credit", "mirror", "--learning-rate", "1e-3"], "--learning-rate")):
+        with pytest.raises(SystemExit):
+            ttt.parse_args("", "--games-per-round", 320, "out", argv=refused, mirror=len(refused) > 2)
+        assert names in capsys.readouterr().err
 
 
 def test_ideal_mirror_selfplay_on_tictactoe():

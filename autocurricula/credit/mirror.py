@@ -6,15 +6,14 @@ round are pooled, and each move turn's advantage is its probability under the ta
 ``pi_new ∝ pi^(1 - step) * softmax(Q / move_temperature)^step`` (:func:`mirror_distribution`), so
 the update is the cross-entropy toward it. With self-play against the current policy only
 (``SelfPlayConfig(past_share=0)``), small steps converge toward ``softmax(Q / tau)`` play in
-two-player zero-sum games, where jumping to that target every round can cycle. Its defaults are the
-configuration measured in docs/results.md ("Mirror-descent self-play") on matrix games, Kuhn and
-Leduc poker and tic-tac-toe.
+two-player zero-sum games, where jumping to that target every round can cycle. Its defaults are
+those of the mirror self-play figures in docs/results.md ("Mirror-descent self-play").
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autocurricula.credit.branch import BranchCredit, mirror_distribution
 
@@ -24,9 +23,9 @@ class MirrorCredit(BranchCredit):
     """``credit="mirror"``: :class:`BranchCredit` per-move values (``samples`` branch games per move,
     ``pool_states``) turned into cross-entropy targets one mirror-descent ``step`` from the policy
     toward ``softmax(Q / move_temperature)`` (``move_clip`` bounds the centred logits; math.inf: no
-    bound). Needs a game that lists its moves (``play.moves``)."""
+    bound). Needs a game that lists its moves (``play.moves``); ``advantage`` is always "moves"."""
 
-    advantage: str = "moves"
+    advantage: str = field(default="moves", init=False)  # the listed moves' targets: nothing else
     samples: int = 2
     move_temperature: float = 0.15
     move_clip: float = math.inf
@@ -35,9 +34,6 @@ class MirrorCredit(BranchCredit):
     name = "mirror"
 
     def __post_init__(self):
-        if self.advantage != "moves":
-            raise ValueError(f"MirrorCredit steps toward the listed moves' targets: advantage must be 'moves', got "
-                             f"{self.advantage!r} (for per-turn branch values use BranchCredit)")
         step = self.step
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 1:
             raise ValueError(f"step must be a number in (0, 1] (1 = the target itself, no mirror step), got {step!r}")

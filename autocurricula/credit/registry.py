@@ -93,13 +93,16 @@ def make_credit(spec: str | Credit, grpo_config, seed: int, *, config=None) -> C
 
 def _takers(field: str) -> list[str]:
     keyword = _FIELD_KEYWORDS[field]
-    return [n for n, cls in BUILTIN_CREDIT.items() if keyword in {f.name for f in dataclasses.fields(cls)}]
+    return [n for n, cls in BUILTIN_CREDIT.items() if keyword in {f.name for f in dataclasses.fields(cls) if f.init}]
 
 
-def _default(field: str):
+def _default(field: str, name: str | None = None):
+    """The default of ``field``: ``name``'s own where that method takes it (``"mirror"`` has other
+    branch defaults than ``"branch"``), else the first built-in method's that does."""
     if field in _RESEARCH_FIELDS:
         return _RESEARCH_FIELDS[field][1]
-    cls = BUILTIN_CREDIT[_takers(field)[0]]
+    takers = _takers(field)
+    cls = BUILTIN_CREDIT[name if name in takers else takers[0]]
     return next(f.default for f in dataclasses.fields(cls) if f.name == _FIELD_KEYWORDS[field])
 
 
@@ -112,7 +115,7 @@ def credit_from_fields(name: str, fields: dict) -> Credit | str:
     unknown = sorted(set(fields) - set(LEGACY_CREDIT_FIELDS))
     if unknown:
         raise ValueError(f"unknown credit fields {unknown}; the flat credit fields are {list(LEGACY_CREDIT_FIELDS)}")
-    given = {f: v for f, v in fields.items() if not _same(v, _default(f))}
+    given = {f: v for f, v in fields.items() if not _same(v, _default(f, name))}
     research = [f for f in given if f in _RESEARCH_FIELDS]
     if research:
         keywords = ", ".join(f"{_RESEARCH_FIELDS[f][0]}={given[f]!r}" for f in research)
