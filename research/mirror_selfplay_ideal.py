@@ -1,8 +1,10 @@
 """Self-play by mirror-descent move targets with exact values and no model: what a learner that
-fits every round's target exactly would reach on Kuhn poker and on the random matrix games.
+fits every round's target exactly would reach on Kuhn poker and on the random matrix games (and,
+with ``--tictactoe``, on tic-tac-toe, also with sampled positions and values).
 
     python research/mirror_selfplay_ideal.py                          # tau 0.15, steps 1, 0.1 and 0.045
     python research/mirror_selfplay_ideal.py --tau 0.1 0.15 0.2 --step 0.02 0.045 0.1 --rounds 200
+    python research/mirror_selfplay_ideal.py --step 0.045 --tictactoe --seed 1
 
 Each round both seats of one policy move, at every information set (Kuhn) or seat (matrix), to
 ``mirror_distribution(Q, log pi, tau, step=w)``: ``pi_new ∝ pi^(1 - w) softmax(Q / tau)^w``, with
@@ -17,8 +19,9 @@ the matrix games' median and worst exploitability as a share of the payoff range
 round; with ``--tictactoe``, tic-tac-toe from uniform legal play (``tictactoe_summary``): every
 position stepped each round with exact values, only the positions of 128 sampled games a round
 with exact values, and those with the values of 2 sampled playouts per move and visit (what
-``MirrorCredit`` sees in the example's training games, with no model in the way). The paper's guarantee needs a step ``w / (1 - w) <= (tau / L)^2`` for payoffs of scale L;
-larger steps may converge or cycle, which is what this measures. These are the floors and speeds
+``MirrorCredit`` sees in the example's training games, with no model in the way). The paper's
+guarantee needs a step ``w / (1 - w) <= (tau / L)^2`` for payoffs of scale L; larger steps may
+converge or cycle, which is what this measures. These are the floors and speeds
 a trained run can at best reach on the same budget of rounds (``examples/psro_kuhn.py --trainers
 selfplay --credit mirror`` plays 96 rounds).
 """
@@ -93,14 +96,17 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
         end = winner(board)
         return seen, 0.0 if end == "draw" else 1.0 if end == positions[first] else -1.0
 
+    def playout(after: str) -> float:
+        """One sampled result, for the player who just moved, of the game from ``after``."""
+        end = winner(after)
+        if end is not None:
+            return 0.0 if end == "draw" else 1.0  # only the mover can have completed a line
+        return -sample(after)[1]
+
     def sampled_values(visits: dict[str, int]) -> dict[str, list[float]]:
-        out = {}
-        for board, n in visits.items():
-            mark = positions[board]
-            out[board] = [float(np.mean([-sample(apply_move(board, m, mark))[1] if winner(apply_move(board, m, mark))
-                                         is None else (0.0 if winner(apply_move(board, m, mark)) == "draw" else 1.0)
-                                         for _ in range(n * samples)])) for m in legal_moves(board)]
-        return out
+        """Each move's mean over ``samples`` playouts per visit of the round (pooled per position)."""
+        return {board: [float(np.mean([playout(apply_move(board, m, positions[board])) for _ in range(n * samples)]))
+                        for m in legal_moves(board)] for board, n in visits.items()}
 
     def result(board: str, mark: str) -> float:  # for ``mark``, both seats playing ``policy``
         w = winner(board)
@@ -160,6 +166,22 @@ def _sampled_worst(policy: dict, positions: dict, mark: str) -> float:
     return w("." * 9)
 
 
+TICTACTOE_VARIANTS = {"every_position_exact": (None, None), "128_games_exact": (128, None),
+                      "128_games_2_samples": (128, 2)}  # tictactoe_curve's (games, samples)
+
+
+def tictactoe_summary(tau: float, step: float, rounds: int, games: int | None = None,
+                      samples: int | None = None, seed: int = 0) -> dict:
+    """``tictactoe_curve`` in brief: the first round from which the greedy policy never loses to the
+    best response again (None: it still does), and the last round's sampled results."""
+    curve = tictactoe_curve(tau, step, rounds, games, samples, seed)
+    losing = [i for i, r in enumerate(curve) if r["loses_as_x"] or r["loses_as_o"]]
+    unbeaten_from = (losing[-1] + 2 if losing else 1) if not losing or losing[-1] < rounds - 1 else None
+    return {"greedy_unbeaten_from_round": unbeaten_from,
+            "sampled_vs_best_response_as_x": round(curve[-1]["sampled_vs_best_response_as_x"], 4),
+            "sampled_vs_best_response_as_o": round(curve[-1]["sampled_vs_best_response_as_o"], 4)}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tau", type=float, nargs="+", default=[0.15])
@@ -170,6 +192,7 @@ def main(argv=None):
                         "three TICTACTOE_VARIANTS (about 3 minutes a setting): the round from which the greedy "
                         "policy stays unbeaten as X and O, and the sampled policy's result against its best "
                         "response after the last round")
+    parser.add_argument("--seed", type=int, default=0, help="with --tictactoe: the sampled games' and playouts' seed")
     args = parser.parse_args(argv)
     for tau in args.tau:
         for step in args.step:
@@ -182,26 +205,11 @@ def main(argv=None):
                                                                                   round(max(kuhn[-24:]), 4)]},
                               "matrix": {"median": round(float(np.median(shares)), 4),
                                          "worst": round(max(shares), 4)},
-                              **({"tictactoe": {name: tictactoe_summary(tau, step, args.rounds, games, samples)
+                              **({"tictactoe": {name: tictactoe_summary(tau, step, args.rounds, games, samples,
+                                                                        args.seed)
                                                 for name, (games, samples) in TICTACTOE_VARIANTS.items()}}
                                  if args.tictactoe else {})}),
                   flush=True)
-
-
-TICTACTOE_VARIANTS = {"every_position_exact": (None, None), "128_games_exact": (128, None),
-                      "128_games_2_samples": (128, 2)}  # tictactoe_curve's (games, samples)
-
-
-def tictactoe_summary(tau: float, step: float, rounds: int, games: int | None = None,
-                      samples: int | None = None) -> dict:
-    """``tictactoe_curve`` in brief: the first round from which the greedy policy never loses to the
-    best response again (None: it still does), and the last round's sampled results."""
-    curve = tictactoe_curve(tau, step, rounds, games, samples)
-    losing = [i for i, r in enumerate(curve) if r["loses_as_x"] or r["loses_as_o"]]
-    unbeaten_from = (losing[-1] + 2 if losing else 1) if not losing or losing[-1] < rounds - 1 else None
-    return {"greedy_unbeaten_from_round": unbeaten_from,
-            "sampled_vs_best_response_as_x": round(curve[-1]["sampled_vs_best_response_as_x"], 4),
-            "sampled_vs_best_response_as_o": round(curve[-1]["sampled_vs_best_response_as_o"], 4)}
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ __all__ = ["assign_credit", "branch_advantage", "branch_value", "BranchCredit", 
            "ConstantCredit", "Credit", "credit_from_fields", "CREDIT_METHODS", "episodes", "game_moves",
            "grpo_advantages", "GRPOCredit", "LEGACY_CREDIT_FIELDS", "listed_moves", "make_credit",
            "mirror_distribution", "MirrorCredit", "move_advantages", "move_distribution", "MoveScorer",
-           "pick_positions", "pool_values", "QCredit", "RAE", "RAECredit", "register_credit", "rewards", "StateValues", "ValueCredit"]
+           "pick_positions", "pool_values", "QCredit", "RAE", "RAECredit", "register_credit", "rewards", "StateValues",
+           "ValueCredit"]
 
 __getattr__ = moved("autocurricula.credit", {"Turn": "autocurricula.records:Turn"})

@@ -33,8 +33,9 @@ turns), so it works for free-text games whose states never repeat. Cost:
 alternate between learners and others), all batched in one ``Arena.run``. Turns not branched
 (``turns_per_game``, turns of sub-games, branches that all failed) get the RAE advantage.
 
-Subclasses shape the branches through four hooks (a one-ply reply search and greedy
-continuations live in ``examples/best_reply_credit.py``): :meth:`BranchCredit.branch_temperature`,
+Subclasses shape the branches through four hooks (:class:`~autocurricula.credit.MirrorCredit`
+steps toward the moves' targets; a one-ply reply search and greedy continuations live in
+``examples/best_reply_credit.py``): :meth:`BranchCredit.branch_temperature`,
 :meth:`BranchCredit.branch_moves`, :meth:`BranchCredit.scores_moves` and
 :meth:`BranchCredit.move_targets`. The maths are the pure functions below.
 """
