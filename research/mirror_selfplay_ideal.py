@@ -70,29 +70,45 @@ def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int) -> li
 
 
 def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = None, samples: int | None = None,
-                    seed: int = 0) -> list[dict]:
+                    seed: int = 0, minimax: bool = False, greedy_playouts: bool = False,
+                    explore: float = 0.0) -> list[dict]:
     """Tic-tac-toe from uniform legal play (both seats one policy). Each round steps every reachable
     position (``games=None``) or only those the learner meets in ``games`` self-play games after 0 to
     4 random opening moves (as the example's training games), with the exact values of its moves
     under the current policy (``samples=None``) or the mean result of ``samples`` sampled playouts
-    per move and visit (pooled over a round's visits, as ``MirrorCredit`` does). After each round:
+    per move and visit (pooled over a round's visits, as ``MirrorCredit`` does). Three changes to
+    the sampled values, each alone: ``minimax`` values a move by its worst known outcome over every
+    game and playout so far (``QCredit(backup="minimax")``'s table, fed by the playouts too);
+    ``greedy_playouts`` plays the policy's most likely moves after the move (no sampling noise);
+    ``explore`` draws that share of the training games' moves uniformly (more positions met, the
+    values still the policy's). After each round:
     whether the policy's greedy moves lose to the exact best response as X / O, and the sampled
     policy's expected result against the best response (+1 win, -1 loss) as X / O."""
     from autocurricula.eval.tictactoe import best_response
     from autocurricula.games.tictactoe import apply_move, legal_moves, random_opening, reachable_positions, winner
 
+    if (minimax or greedy_playouts) and samples is None:
+        raise ValueError("minimax and greedy_playouts change sampled values: give samples too")
+    if not 0 <= explore < 1:
+        raise ValueError(f"explore is the share of uniformly drawn moves, in [0, 1): got {explore}")
     positions = dict(reachable_positions())  # board -> mark to move
     policy = {b: np.full(len(legal_moves(b)), 1 / len(legal_moves(b))) for b in positions}
     rng, openings = np.random.default_rng(seed), random.Random(seed)
 
-    def sample(board: str) -> tuple[list[str], float]:
-        """The non-terminal boards of one sampled game from ``board``, and its result for the player
-        to move at ``board``."""
+    graph: dict[str, set] = {}  # board -> the boards played after it, in any game or playout so far
+
+    def sample(board: str, greedy: bool = False, explore: float = 0.0) -> tuple[list[str], float]:
+        """The non-terminal boards of one sampled game from ``board`` (``greedy``: the policy's most
+        likely moves), and its result for the player to move at ``board``."""
         seen, first = [], board
         while winner(board) is None:
             seen.append(board)
             moves = legal_moves(board)
-            board = apply_move(board, moves[int(rng.choice(len(moves), p=policy[board]))], positions[board])
+            p = (1 - explore) * policy[board] + explore / len(moves)
+            pick = int(np.argmax(policy[board])) if greedy else int(rng.choice(len(moves), p=p))
+            after = apply_move(board, moves[pick], positions[board])
+            graph.setdefault(board, set()).add(after)
+            board = after
         end = winner(board)
         return seen, 0.0 if end == "draw" else 1.0 if end == positions[first] else -1.0
 
@@ -101,12 +117,19 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
         end = winner(after)
         if end is not None:
             return 0.0 if end == "draw" else 1.0  # only the mover can have completed a line
-        return -sample(after)[1]
+        return -sample(after, greedy_playouts)[1]
 
     def sampled_values(visits: dict[str, int]) -> dict[str, list[float]]:
         """Each move's mean over ``samples`` playouts per visit of the round (pooled per position)."""
-        return {board: [float(np.mean([playout(apply_move(board, m, positions[board])) for _ in range(n * samples)]))
-                        for m in legal_moves(board)] for board, n in visits.items()}
+        out = {board: [float(np.mean([playout(apply_move(board, m, positions[board])) for _ in range(n * samples)]))
+                       for m in legal_moves(board)] for board, n in visits.items()}
+        if not minimax:
+            return out
+        for board in visits:
+            graph.setdefault(board, set()).update(apply_move(board, m, positions[board]) for m in legal_moves(board))
+        known: dict[str, float] = {}
+        return {board: [worst_known(apply_move(board, m, positions[board]), graph, known) for m in legal_moves(board)]
+                for board in visits}
 
     def result(board: str, mark: str) -> float:  # for ``mark``, both seats playing ``policy``
         w = winner(board)
@@ -130,7 +153,7 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
         else:
             visits = {}
             for _ in range(games):
-                for board in sample(random_opening(openings.randint(0, 4), openings))[0]:
+                for board in sample(random_opening(openings.randint(0, 4), openings), explore=explore)[0]:
                     visits[board] = visits.get(board, 0) + 1
         if samples is None:
             v("." * 9)
@@ -144,6 +167,20 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
                     "sampled_vs_best_response_as_x": _sampled_worst(policy, positions, "X"),
                     "sampled_vs_best_response_as_o": _sampled_worst(policy, positions, "O")})
     return out
+
+
+def worst_known(after: str, graph: dict[str, set], memo: dict[str, float] | None = None) -> float:
+    """The worst known result of a tic-tac-toe board for the player who just moved (+1 win, 0 draw,
+    -1 loss): minimax over the boards played after it (``graph``: board -> next boards seen), the
+    opponent taking its best known reply. With every reply in the graph, the exact minimax value."""
+    from autocurricula.games.tictactoe import winner
+
+    memo = {} if memo is None else memo
+    if after not in memo:
+        end = winner(after)
+        memo[after] = (0.0 if end == "draw" else 1.0) if end is not None else \
+            -max(worst_known(c, graph, memo) for c in graph[after])
+    return memo[after]
 
 
 def _sampled_worst(policy: dict, positions: dict, mark: str) -> float:
@@ -166,15 +203,19 @@ def _sampled_worst(policy: dict, positions: dict, mark: str) -> float:
     return w("." * 9)
 
 
-TICTACTOE_VARIANTS = {"every_position_exact": (None, None), "128_games_exact": (128, None),
-                      "128_games_2_samples": (128, 2)}  # tictactoe_curve's (games, samples)
+TICTACTOE_VARIANTS = {  # tictactoe_curve's options; the first three are --tictactoe's default
+    "every_position_exact": {}, "128_games_exact": {"games": 128}, "128_games_2_samples": {"games": 128, "samples": 2},
+    "128_games_2_samples_minimax_table": {"games": 128, "samples": 2, "minimax": True},
+    "128_games_greedy_playouts": {"games": 128, "samples": 1, "greedy_playouts": True},
+    "128_games_exact_explore_0.25": {"games": 128, "explore": 0.25},
+    "128_games_2_samples_explore_0.25": {"games": 128, "samples": 2, "explore": 0.25}}
 
 
-def tictactoe_summary(tau: float, step: float, rounds: int, games: int | None = None,
-                      samples: int | None = None, seed: int = 0) -> dict:
-    """``tictactoe_curve`` in brief: the first round from which the greedy policy never loses to the
-    best response again (None: it still does), and the last round's sampled results."""
-    curve = tictactoe_curve(tau, step, rounds, games, samples, seed)
+def tictactoe_summary(tau: float, step: float, rounds: int, **options) -> dict:
+    """``tictactoe_curve(tau, step, rounds, **options)`` in brief: the first round from which the
+    greedy policy never loses to the best response again (None: it still does), and the last
+    round's sampled results."""
+    curve = tictactoe_curve(tau, step, rounds, **options)
     losing = [i for i, r in enumerate(curve) if r["loses_as_x"] or r["loses_as_o"]]
     unbeaten_from = (losing[-1] + 2 if losing else 1) if not losing or losing[-1] < rounds - 1 else None
     return {"greedy_unbeaten_from_round": unbeaten_from,
@@ -188,10 +229,12 @@ def main(argv=None):
     parser.add_argument("--step", type=float, nargs="+", default=[1.0, 0.1, 0.045])
     parser.add_argument("--rounds", type=int, default=96)
     parser.add_argument("--games", type=int, default=20, help="matrix games random-0 ... random-(N-1)")
-    parser.add_argument("--tictactoe", action="store_true", help="also tic-tac-toe from uniform legal play, in the "
-                        "three TICTACTOE_VARIANTS (about 3 minutes a setting): the round from which the greedy "
-                        "policy stays unbeaten as X and O, and the sampled policy's result against its best "
-                        "response after the last round")
+    parser.add_argument("--tictactoe", action="store_true", help="also tic-tac-toe from uniform legal play, in "
+                        "the --variants (about 1 - 4 minutes each): the round from which the greedy policy stays "
+                        "unbeaten as X and O, and the sampled policy's result against its best response after "
+                        "the last round")
+    parser.add_argument("--variants", nargs="+", choices=list(TICTACTOE_VARIANTS),
+                        default=list(TICTACTOE_VARIANTS)[:3], help="with --tictactoe: TICTACTOE_VARIANTS to run")
     parser.add_argument("--seed", type=int, default=0, help="with --tictactoe: the sampled games' and playouts' seed")
     args = parser.parse_args(argv)
     for tau in args.tau:
@@ -205,9 +248,9 @@ def main(argv=None):
                                                                                   round(max(kuhn[-24:]), 4)]},
                               "matrix": {"median": round(float(np.median(shares)), 4),
                                          "worst": round(max(shares), 4)},
-                              **({"tictactoe": {name: tictactoe_summary(tau, step, args.rounds, games, samples,
-                                                                        args.seed)
-                                                for name, (games, samples) in TICTACTOE_VARIANTS.items()}}
+                              **({"tictactoe": {name: tictactoe_summary(tau, step, args.rounds, seed=args.seed,
+                                                                        **TICTACTOE_VARIANTS[name])
+                                                for name in args.variants}}
                                  if args.tictactoe else {})}),
                   flush=True)
 

@@ -338,6 +338,46 @@ def test_ideal_mirror_selfplay_on_tictactoe():
     assert sampled["loses_as_x"] or sampled["loses_as_o"]
 
 
+def test_worst_known_values_of_the_tictactoe_diagnosis():
+    """research/mirror_selfplay_ideal.py's minimax table: with every reply of a subtree in the graph
+    it is the exact minimax value (negamax here, independently); with only the opponent's weaker
+    reply known it is that reply's outcome, higher than the truth."""
+    from autocurricula.games.tictactoe import apply_move, legal_moves, winner
+
+    mod = _load(ROOT / "research" / "mirror_selfplay_ideal.py", "mirror_ideal")
+
+    def mark(board):
+        return "X" if board.count("X") == board.count("O") else "O"
+
+    def negamax(after):  # for the player who just moved
+        end = winner(after)
+        if end is not None:
+            return 0.0 if end == "draw" else 1.0
+        return -max(negamax(apply_move(after, m, mark(after))) for m in legal_moves(after))
+
+    def full(board, graph):
+        if winner(board) is None:
+            graph[board] = {apply_move(board, m, mark(board)) for m in legal_moves(board)}
+            for child in graph[board]:
+                full(child, graph)
+        return graph
+
+    for after in ("XO.X.O...", "X...O....", "XX..O....", "X.O.X...O"):  # X or O just moved
+        assert mod.worst_known(after, full(after, {})) == negamax(after)
+    # X moved to XX..O....: O must block at 3 (then a draw). Knowing only O's weak reply at 9, after
+    # which X wins at 3, the table says X's move wins
+    after, weak = "XX..O....", "XX..O...O"
+    graph = {after: {weak}, weak: {apply_move(weak, 3, "X")}}
+    assert mod.worst_known(after, graph) == 1.0 and negamax(after) < 1.0
+    with pytest.raises(ValueError, match="give samples"):
+        mod.tictactoe_curve(0.15, 0.045, 1, games=4, minimax=True)
+    with pytest.raises(ValueError, match="explore"):
+        mod.tictactoe_curve(0.15, 0.045, 1, games=4, explore=1.0)
+    # explore=0 is the plain sampled run, draw for draw
+    assert mod.tictactoe_curve(0.15, 0.045, 2, games=16, samples=1, explore=0.0) == \
+        mod.tictactoe_curve(0.15, 0.045, 2, games=16, samples=1)
+
+
 def test_ideal_kuhn_psro_of_the_research_script():
     """research/kuhn_psro_ideal.py: its exact response earns what the exact best response does, in
     each seat, and PSRO with exact responses reaches the equilibrium from uniform play."""
