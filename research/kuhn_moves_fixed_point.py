@@ -25,10 +25,13 @@ def _moves(history):
     return ("bet" if "bet" in legal else "call"), ("check" if "check" in legal else "fold")
 
 
-def visits(strategy: dict[str, float]) -> list[tuple[str, float, float, float]]:
+def visits(strategy: dict[str, float], reach_strategy: dict[str, float] | None = None
+           ) -> list[tuple[str, float, float, float]]:
     """Every decision of every deal under ``strategy`` for both seats: ``(information set, weight,
     value of the aggressive move, value of the passive move)``, the values the acting player's given
-    both cards, the weight the other seat's and chance's reach of the node."""
+    both cards, the weight the other seat's and chance's reach of the node (the other seat playing
+    ``reach_strategy``, default ``strategy``: games played otherwise than the values assume)."""
+    reach_strategy = strategy if reach_strategy is None else reach_strategy
     out = []
 
     def value(cards, history):  # player 1's expected chips from here
@@ -46,7 +49,7 @@ def visits(strategy: dict[str, float]) -> list[tuple[str, float, float, float]]:
         sign = 1.0 if seat == 0 else -1.0
         agg, pas = _moves(history)
         out.append((key, reach[seat], sign * value(cards, history + (agg,)), sign * value(cards, history + (pas,))))
-        for move, prob in ((agg, strategy[key]), (pas, 1 - strategy[key])):
+        for move, prob in ((agg, reach_strategy[key]), (pas, 1 - reach_strategy[key])):
             nxt = list(reach)
             nxt[1 - seat] *= prob
             walk(cards, history + (move,), nxt)
@@ -58,12 +61,14 @@ def visits(strategy: dict[str, float]) -> list[tuple[str, float, float, float]]:
     return out
 
 
-def move_values(strategy: dict[str, float]) -> dict[str, tuple[float, float]]:
+def move_values(strategy: dict[str, float], reach_strategy: dict[str, float] | None = None
+                ) -> dict[str, tuple[float, float]]:
     """Per information set, the acting player's value of (aggressive, passive) moves under
-    ``strategy`` for both seats, averaged over deals weighted by the other card's reach."""
+    ``strategy`` for both seats, averaged over deals weighted by the other card's reach (under
+    ``reach_strategy``, default ``strategy``)."""
     num = {k: [0.0, 0.0] for k in INFOSETS}
     den = dict.fromkeys(INFOSETS, 0.0)
-    for key, weight, agg, pas in visits(strategy):
+    for key, weight, agg, pas in visits(strategy, reach_strategy):
         num[key][0] += weight * agg
         num[key][1] += weight * pas
         den[key] += weight

@@ -46,11 +46,15 @@ from kuhn_psro_ideal import WARM_BASE  # noqa: E402
 SHOWN = (24, 48, 72, 96)
 
 
-def kuhn_curve(tau: float, step: float, rounds: int, start: dict[str, float] = WARM_BASE) -> list[float]:
-    """Kuhn's exploitability after each round of exact mirror steps (P(bet or call) per set)."""
+def kuhn_curve(tau: float, step: float, rounds: int, start: dict[str, float] = WARM_BASE,
+               explore: float = 0.0) -> list[float]:
+    """Kuhn's exploitability after each round of exact mirror steps (P(bet or call) per set).
+    ``explore``: the share of the games' moves drawn uniformly, which weights the deals that reach a
+    set (the values stay the policy's), as pooled values of exploring games would be."""
     policy, out = dict(start), []
     for _ in range(rounds):
-        values = move_values(policy)  # (aggressive, passive) per set, under the current policy
+        reach = {k: (1 - explore) * p + explore / 2 for k, p in policy.items()}
+        values = move_values(policy, reach)  # (aggressive, passive) per set, under the current policy
         policy = {k: mirror_distribution(list(values[k]), [math.log(policy[k]), math.log(1 - policy[k])],
                                          tau, step=step)[0] for k in INFOSETS}
         out.append(exploitability(policy, backend="python"))
@@ -236,10 +240,12 @@ def main(argv=None):
     parser.add_argument("--variants", nargs="+", choices=list(TICTACTOE_VARIANTS),
                         default=list(TICTACTOE_VARIANTS)[:3], help="with --tictactoe: TICTACTOE_VARIANTS to run")
     parser.add_argument("--seed", type=int, default=0, help="with --tictactoe: the sampled games' and playouts' seed")
+    parser.add_argument("--kuhn-explore", type=float, default=0.0, help="Kuhn's deals weighted as if this share "
+                        "of the games' moves were drawn uniformly (kuhn_curve's explore)")
     args = parser.parse_args(argv)
     for tau in args.tau:
         for step in args.step:
-            kuhn = kuhn_curve(tau, step, args.rounds)
+            kuhn = kuhn_curve(tau, step, args.rounds, explore=args.kuhn_explore)
             shares = [matrix_curve(np.array(random_game(g).payoff), tau, step, args.rounds)[-1]
                       for g in range(args.games)]
             print(json.dumps({"tau": tau, "step": step, "rounds": args.rounds,

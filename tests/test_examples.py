@@ -285,6 +285,10 @@ def test_ideal_mirror_selfplay_of_the_research_script():
     assert min(mod.kuhn_curve(0.15, 1.0, 96)[24:]) > 0.2  # a cycle of four policies, 0.21 to 0.49
     mirror = mod.kuhn_curve(0.15, 0.045, 96)
     assert mirror[23] > mirror[-1] and mirror[-1] < 0.035  # uniform play: 0.458
+    # deals weighted by games whose moves are a quarter uniform: the pooled values are no longer
+    # the policy's, and the same steps end above the goal (0.055)
+    assert mod.kuhn_curve(0.15, 0.045, 96, explore=0.0) == mirror
+    assert mod.kuhn_curve(0.15, 0.045, 96, explore=0.25)[-1] > 0.05
     jump = [mod.matrix_curve(np.array(random_game(g).payoff), 0.15, 1.0, 96)[-1] for g in range(20)]
     shares = [mod.matrix_curve(np.array(random_game(g).payoff), 0.15, 0.045, 96)[-1] for g in range(20)]
     assert np.median(jump) > 0.1 and np.median(shares) <= 0.03 and max(shares) <= 0.055  # 0.027 / 0.050
