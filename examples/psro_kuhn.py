@@ -36,10 +36,10 @@ from autocurricula.games import kuhn_poker
 
 from kuhn_league import parse_args as kuhn_args
 from kuhn_league import warm_base
-from psro_matrix_games import LEARNING_RATE, add_credit_options, credit_settings, grpo_settings, run_settings
+from psro_matrix_games import (LEARNING_RATE, add_credit_options, check_credit_options, credit_settings, grpo_settings,
+                               run_settings)
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer}
-GAMES_PER_ROUND = 128
 
 
 def played_figures(name: str, seed: int) -> MixtureFigures:
@@ -66,7 +66,7 @@ def parse_args(argv=None):
                    "for several --seed runs saves its warm-up")
     p.add_argument("--output", default=None, help="append the JSON lines to this file")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check the machinery")
-    return p.parse_args(argv)
+    return check_credit_options(p, p.parse_args(argv))
 
 
 def main(argv=None):
@@ -79,7 +79,7 @@ def main(argv=None):
     final = {}
     for name in args.trainers.split(","):
         cls = TRAINERS[name]
-        own = {"games_per_round": GAMES_PER_ROUND} if name == "selfplay" else {}
+        own = {"games_per_round": args.games_per_round} if name == "selfplay" else {}
         figures = played_figures(name, args.seed)
         with tempfile.TemporaryDirectory() as out:
             config = cls.config_class(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out,
@@ -92,7 +92,7 @@ def main(argv=None):
             with open(args.output, "a") as fh:
                 fh.write("\n".join(json.dumps(r) for r in figures.rows) + "\n")
     print(json.dumps({"final": final, "seed": args.seed, "base_seed": base_seed, "epochs": args.epochs, "rounds": args.rounds,
-                      "games_per_round": GAMES_PER_ROUND, **run_settings(args)}))
+                      **run_settings(args)}))
 
 
 if __name__ == "__main__":

@@ -40,10 +40,10 @@ from autocurricula.eval.leduc import (invalid_per_hand, invalid_rate, played_exp
 from autocurricula.eval.played import MixtureFigures
 from autocurricula.games import leduc_poker
 
-from psro_matrix_games import LEARNING_RATE, add_credit_options, credit_settings, grpo_settings, run_settings
+from psro_matrix_games import (LEARNING_RATE, add_credit_options, check_credit_options, credit_settings, grpo_settings,
+                               run_settings)
 
 TRAINERS = {"psro": PSROTrainer, "selfplay": SelfPlayTrainer, "fictitious": FictitiousPlayTrainer}
-GAMES_PER_ROUND = 128
 
 
 def played_figures(name: str, seed: int, threshold: float) -> MixtureFigures:
@@ -76,7 +76,7 @@ def parse_args(argv=None):
     add_credit_options(p)
     p.add_argument("--output", default=None, help="append the JSON lines to this file")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check the machinery")
-    args = p.parse_args(argv)
+    args = check_credit_options(p, p.parse_args(argv))
     if args.smoke:
         args.epochs, args.rounds, args.hidden, args.layers, args.heads = 1, 2, 32, 1, 8
         args.warmup_steps, args.threshold = 60, 1e-2
@@ -101,7 +101,7 @@ def main(argv=None):
     final = {}
     for name in args.trainers.split(","):
         cls = TRAINERS[name]
-        own = {} if name == "psro" else {"games_per_round": GAMES_PER_ROUND}
+        own = {} if name == "psro" else {"games_per_round": args.games_per_round}
         figures = played_figures(name, args.seed, args.threshold)
         with tempfile.TemporaryDirectory() as out:
             config = cls.config_class(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out,
@@ -114,8 +114,7 @@ def main(argv=None):
             with open(args.output, "a") as fh:
                 fh.write("\n".join(json.dumps(r) for r in figures.rows) + "\n")
     print(json.dumps({"final": final, "seed": args.seed, "base_seed": base_seed, "epochs": args.epochs,
-                      "rounds": args.rounds, "games_per_round": GAMES_PER_ROUND,
-                      **run_settings(args)}))
+                      "rounds": args.rounds, **run_settings(args)}))
 
 
 if __name__ == "__main__":

@@ -47,31 +47,34 @@ GAMES_PER_ROUND = 128
 LEARNING_RATE = 1e-2  # every trainer's on every game: the tiny model's rate (GRPOConfig's 1e-4 is for real models)
 
 
-def pooled_credit():
+def pooled_credit(samples: int | None = None):
     """Per-move targets valued per prompt (``pool_states``), sharp (tau 0.1, c 3), trained by
-    cross-entropy so that the listed moves keep their mass (``examples/best_reply_credit.py``)."""
+    cross-entropy so that the listed moves keep their mass (``examples/best_reply_credit.py``);
+    ``samples`` branch games per move (default 2)."""
     from best_reply_credit import BestReplyCredit
 
-    return BestReplyCredit(advantage="moves", samples=2, move_loss="cross_entropy", move_temperature=0.1,
+    return BestReplyCredit(advantage="moves", samples=samples or 2, move_loss="cross_entropy", move_temperature=0.1,
                            move_clip=3.0, pool_states=True)
 
 
-def mirror_credit():
+def mirror_credit(samples: int | None = None):
     """Per-move targets valued per prompt, each round one step of magnetic mirror descent (a share
     0.045 of the way, in log-probabilities) toward softmax(Q / 0.15), by cross-entropy. With it,
     self-play plays only its current policy (``past_share=0``) and deploys the average of its last
     third of epochs' iterates (``average_last``), and every trainer learns at ``MIRROR_RATE_SHARE``
-    of the shared rate (``grpo_settings``)."""
-    return MirrorCredit()  # its defaults: samples=2, move_temperature=0.15, no bound, pooled, step=0.045
+    of the shared rate (``grpo_settings``). ``samples``: branch games per move (default
+    MirrorCredit's)."""
+    # its defaults: samples=2, move_temperature=0.15, no bound, pooled, step=0.045
+    return MirrorCredit() if samples is None else MirrorCredit(samples=samples)
 
 
-CREDITS = {"rae": lambda: "rae", "moves": lambda: BranchCredit(advantage="moves", samples=2), "pooled": pooled_credit,
-           "mirror": mirror_credit}
+CREDITS = {"rae": lambda samples: "rae", "moves": lambda samples: BranchCredit(advantage="moves", samples=samples or 2),
+           "pooled": pooled_credit, "mirror": mirror_credit}  # each takes --branch-samples (None: its own)
 
 
 def add_credit_options(p: argparse.ArgumentParser) -> None:
-    """``--credit``, ``--restart-rounds``, ``--responder-pairs`` and ``--steps-per-generation``, shared
-    with ``psro_kuhn.py`` and ``psro_leduc.py``."""
+    """``--credit``, ``--restart-rounds``, ``--responder-pairs``, ``--steps-per-generation``,
+    ``--branch-samples`` and ``--games-per-round``, shared with ``psro_kuhn.py`` and ``psro_leduc.py``."""
     p.add_argument("--credit", choices=sorted(CREDITS), default="rae", help="every trainer's credit: the default "
                    "'rae', 'moves' (BranchCredit(advantage='moves', samples=2), per-move targets), 'pooled' "
                    "(per-move targets valued per prompt, tau 0.1, c 3, cross-entropy: pooled_credit) or 'mirror' "
@@ -83,6 +86,20 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
                    "games as duplicate pairs")
     p.add_argument("--steps-per-generation", type=int, default=1, help="every trainer's optimizer steps per round "
                    "(GRPOConfig.steps_per_generation)")
+    p.add_argument("--branch-samples", type=int, default=None, help="with --credit moves, pooled or mirror: branch "
+                   "games per listed move and visit (default: the credit's own, 2)")
+    p.add_argument("--games-per-round", type=int, default=GAMES_PER_ROUND, help="self-play's and fictitious play's "
+                   "games a round (PSRO's responders have their own)")
+
+
+def check_credit_options(p: argparse.ArgumentParser, args) -> argparse.Namespace:
+    """Refuses what ``add_credit_options`` cannot combine, naming the fix; returns ``args``."""
+    if args.branch_samples is not None and args.credit == "rae":
+        p.error("--branch-samples sets the branch games of --credit moves, pooled or mirror: pick one of them, "
+                "or leave it out")
+    if args.branch_samples is not None and args.branch_samples < 1 or args.games_per_round < 1:
+        p.error("--branch-samples and --games-per-round must be at least 1")
+    return args
 
 
 def credit_settings(name: str, args) -> dict:
@@ -95,14 +112,15 @@ def credit_settings(name: str, args) -> dict:
     if name == "selfplay" and args.credit == "mirror":
         own["past_share"] = 0.0  # mirror descent steps from the policy that played: no past snapshots
         own["average_last"] = max(1, args.epochs // 3)  # deploys the average of the last third's iterates
-    return {"credit": CREDITS[args.credit](), **own}
+    return {"credit": CREDITS[args.credit](args.branch_samples), **own}
 
 
 def run_settings(args) -> dict:
     """What ``--credit``, ``--restart-rounds``, ``--responder-pairs`` and ``--steps-per-generation``
     chose, for the final JSON line."""
     return {"credit": args.credit, "restart_rounds": args.restart_rounds, "responder_pairs": args.responder_pairs,
-            "steps_per_generation": args.steps_per_generation}
+            "steps_per_generation": args.steps_per_generation, "branch_samples": args.branch_samples,
+            "games_per_round": args.games_per_round}
 
 
 MIRROR_RATE_SHARE = 0.3  # AdamW's step, not the small mirror target, sets how far an update moves the policy
@@ -132,7 +150,7 @@ def parse_args(argv=None):
     add_credit_options(p)
     p.add_argument("--output", default=None, help="append the JSON lines to this file")
     p.add_argument("--smoke", action="store_true", help="a tiny budget, to check that it runs")
-    args = p.parse_args(argv)
+    args = check_credit_options(p, p.parse_args(argv))
     if args.smoke:
         args.epochs, args.rounds, args.hidden, args.layers, args.warmup_steps = 1, 2, 32, 1, 20
     return args
@@ -151,8 +169,7 @@ def warm_base(args) -> Path:
 
 def config_for(name: str, args, out: str):
     cls = TRAINERS[name].config_class
-    own = {"psro": {}, "selfplay": {"games_per_round": GAMES_PER_ROUND},
-           "fictitious": {"games_per_round": GAMES_PER_ROUND}}[name]
+    own = {} if name == "psro" else {"games_per_round": args.games_per_round}
     return cls(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, progress=False,
                save_strategy="no", **credit_settings(name, args), **own)
 
@@ -200,7 +217,7 @@ def main(argv=None):
             with open(args.output, "a") as fh:
                 fh.write(json.dumps(row) + "\n")
     print(json.dumps({"summary": summary(rows), "epochs": args.epochs, "rounds": args.rounds,
-                      "games_per_round": GAMES_PER_ROUND, "seed": args.seed, **run_settings(args)}))
+                      "seed": args.seed, **run_settings(args)}))
 
 
 if __name__ == "__main__":

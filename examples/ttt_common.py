@@ -62,8 +62,9 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
                         "move) table as well. No table: 'branch' = per-move credit from branch rollouts "
                         "(VinePPO-style), 'rae' = one baseline per role; 'mirror' (tictactoe_selfplay.py only) = "
                         "the mirror self-play configuration of the poker and matrix examples")
-    parser.add_argument("--branch-samples", type=int, default=4, help="with --credit branch: branch games per "
-                        "branched position (V(s) = their mean return)")
+    parser.add_argument("--branch-samples", type=int, default=None, help="with --credit branch: branch games per "
+                        "branched position (V(s) = their mean return; default 4); with --credit mirror: per listed "
+                        "move and visit (default MirrorCredit's, 2)")
     parser.add_argument("--branch-turns", type=int, default=0, help="with --credit branch: learner turns branched "
                         "per game (0 = all)")
     parser.add_argument("--branch-advantage", default="return", choices=["return", "td", "moves"],
@@ -131,12 +132,14 @@ def credit_method(args):
     if args.credit == "mirror":
         from autocurricula.credit import MirrorCredit
 
-        return MirrorCredit()  # the poker and matrix examples' --credit mirror
+        # the poker and matrix examples' --credit mirror (and its --branch-samples)
+        return MirrorCredit() if args.branch_samples is None else MirrorCredit(samples=args.branch_samples)
     if args.credit != "branch":
         simple = {"rae": RAECredit, "value": ValueCredit, "grpo": GRPOCredit, "constant": ConstantCredit}
         return QCredit(target_coef=args.q_targets, backup=args.q_backup) if args.credit == "q" \
             else simple[args.credit]()
-    branch = dict(samples=args.branch_samples, turns_per_game=args.branch_turns, advantage=args.branch_advantage,
+    branch = dict(samples=4 if args.branch_samples is None else args.branch_samples, turns_per_game=args.branch_turns,
+                  advantage=args.branch_advantage,
                   move_temperature=args.move_temperature, move_clip=args.move_clip)
     if args.branch_replies or args.branch_temperature is not None or args.move_loss != "residual":
         from best_reply_credit import BestReplyCredit

@@ -212,7 +212,9 @@ TICTACTOE_VARIANTS = {  # tictactoe_curve's options; the first three are --ticta
     "128_games_2_samples_minimax_table": {"games": 128, "samples": 2, "minimax": True},
     "128_games_greedy_playouts": {"games": 128, "samples": 1, "greedy_playouts": True},
     "128_games_exact_explore_0.25": {"games": 128, "explore": 0.25},
-    "128_games_2_samples_explore_0.25": {"games": 128, "samples": 2, "explore": 0.25}}
+    "128_games_2_samples_explore_0.25": {"games": 128, "samples": 2, "explore": 0.25},
+    "128_games_8_samples": {"games": 128, "samples": 8},
+    "32_games_8_samples": {"games": 32, "samples": 8}, "256_games_1_sample": {"games": 256, "samples": 1}}
 
 
 def tictactoe_summary(tau: float, step: float, rounds: int, **options) -> dict:
@@ -237,8 +239,9 @@ def main(argv=None):
                         "the --variants (about 1 - 4 minutes each): the round from which the greedy policy stays "
                         "unbeaten as X and O, and the sampled policy's result against its best response after "
                         "the last round")
-    parser.add_argument("--variants", nargs="+", choices=list(TICTACTOE_VARIANTS),
-                        default=list(TICTACTOE_VARIANTS)[:3], help="with --tictactoe: TICTACTOE_VARIANTS to run")
+    parser.add_argument("--variants", nargs="+", choices=list(TICTACTOE_VARIANTS), metavar="NAME",
+                        default=list(TICTACTOE_VARIANTS)[:3], help="with --tictactoe: any of "
+                        f"{', '.join(TICTACTOE_VARIANTS)} (default: the first three)")
     parser.add_argument("--seed", type=int, default=0, help="with --tictactoe: the sampled games' and playouts' seed")
     parser.add_argument("--kuhn-explore", type=float, default=0.0, help="Kuhn's deals weighted as if this share "
                         "of the games' moves were drawn uniformly (kuhn_curve's explore)")

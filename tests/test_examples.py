@@ -316,6 +316,10 @@ def test_mirror_settings_of_the_tictactoe_selfplay_example(monkeypatch, capsys):
     assert own == {k: v for k, v in psro.credit_settings("selfplay", want).items() if k != "credit"}
     assert (opponents, lora) == (None, None) and grpo == psro.grpo_settings(want, psro.LEARNING_RATE)
     assert ttt.credit_method(args) == psro.credit_settings("selfplay", want)["credit"] == MirrorCredit()
+    one = ttt.parse_args("", "--games-per-round", 320, "out", argv=argv + ["--branch-samples", "1"], mirror=True)
+    assert ttt.credit_method(one) == MirrorCredit(samples=1)
+    branch = ttt.parse_args("", "--games-per-round", 320, "out", argv=["--credit", "branch"])
+    assert ttt.credit_method(branch).samples == 4  # --credit branch keeps the example's own default
     plain_own, plain_opponents, _, _ = selfplay.settings(ttt.parse_args("", "--games-per-round", 320, "out", argv=[]))
     assert plain_own == {"past_share": 0.5} and len(plain_opponents) == 2
     for refused, names in ((["--credit", "mirror"], "tictactoe_selfplay.py"),
@@ -406,9 +410,11 @@ def test_ideal_kuhn_psro_of_the_research_script():
     assert min(mod.curve(mod.WARM_BASE, 0.1, 3.0, 12, True)) > 0.05 > 0.02 > mod.curve(mod.WARM_BASE, 0.1, 3.0, 12)[-1]
 
 
-def test_mirror_settings_of_the_psro_examples(monkeypatch):
+def test_mirror_settings_of_the_psro_examples(monkeypatch, capsys):
     """``--credit mirror``: self-play plays no past snapshot and deploys its last third of epochs'
     iterates, and every trainer learns at 0.3 times the shared rate; other credits keep the rate."""
+    from autocurricula.credit import MirrorCredit
+
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     mod = _load(ROOT / "examples" / "psro_matrix_games.py", "psro_matrix_settings")
     mirror = mod.parse_args(["--credit", "mirror", "--steps-per-generation", "4"])
@@ -419,3 +425,15 @@ def test_mirror_settings_of_the_psro_examples(monkeypatch):
     assert "average_last" not in mod.credit_settings("psro", mirror)
     assert mod.credit_settings("selfplay", mod.parse_args(["--credit", "mirror", "--epochs", "2"]))["average_last"] == 1
     assert mod.grpo_settings(mod.parse_args(["--credit", "pooled"]), 1e-2)["learning_rate"] == 1e-2
+    # --branch-samples and --games-per-round reach the credit and the trainers' configs
+    wide = mod.parse_args(["--credit", "mirror", "--branch-samples", "1", "--games-per-round", "256"])
+    assert mod.credit_settings("selfplay", wide)["credit"] == MirrorCredit(samples=1)
+    assert mod.config_for("selfplay", wide, "out").games_per_round == 256
+    assert mod.config_for("fictitious", wide, "out").games_per_round == 256
+    assert mod.credit_settings("selfplay", mirror)["credit"] == MirrorCredit()
+    assert mod.credit_settings("psro", mod.parse_args(["--credit", "moves", "--branch-samples", "3"]))["credit"].samples == 3
+    for argv, message in ((["--branch-samples", "1"], "pick one of them"),
+                          (["--credit", "mirror", "--branch-samples", "0"], "at least 1")):
+        with pytest.raises(SystemExit):
+            mod.parse_args(argv)
+        assert message in capsys.readouterr().err
