@@ -11,7 +11,8 @@ The base is the Kuhn example's tiny model after its format warm-up (``examples/k
 a random P(bet or call) per information set, cached). Both trainers use their defaults and the
 learning rate that ``examples/psro_matrix_games.py`` uses on every matrix game: nothing here is
 tuned to Kuhn poker. Both play 128 games a round: PSRO's responder 64 against the meta-strategy
-and 64 evaluation games in its population; self-play 128 against itself and its past.
+and 64 evaluation games in its population; self-play 128 against itself and its past
+(``--games-per-round`` sets self-play's).
 
 After every epoch, each player of ``trainer.deployable_mixture()`` is read *as played*
 (``autocurricula.eval.kuhn.read_played``: the tree of its replies at each information set, parsed

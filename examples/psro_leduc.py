@@ -12,7 +12,7 @@ the history, but learns no strategy. Every trainer uses its defaults and the lea
 ``examples/psro_matrix_games.py`` and ``examples/psro_kuhn.py`` use: nothing here is tuned to
 Leduc. Each plays 128 games a round: PSRO's responder 64 against the meta-strategy and 64
 evaluation games in its population; self-play 128 against itself and its past; fictitious play
-128 against its past.
+128 against its past (``--games-per-round`` sets self-play's and fictitious play's).
 
 After every epoch, each player of ``trainer.deployable_mixture()`` is read *as played*
 (``autocurricula.eval.leduc.read_played``: the tree of its replies at each of the 288 information

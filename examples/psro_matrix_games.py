@@ -10,7 +10,8 @@ Each game (``games.matrix.random_game``: 2 to 5 actions per seat, payoffs in [-1
 by the tiny model with one word per seat. The base model gets a supervised warm-up on the family's
 prompts with uniform legal words (the format, no strategy; cached), and every trainer starts from
 it with its *default* settings: nothing is tuned per game. Each trainer plays the same number of
-games per round (128) for the same rounds:
+games per round (128; ``--games-per-round`` changes self-play's and fictitious play's only) for the
+same rounds:
 
 * ``PSROTrainer``: one responder (64 games against the meta-strategy) and 64 evaluation games
   between population members;
@@ -97,8 +98,11 @@ def check_credit_options(p: argparse.ArgumentParser, args) -> argparse.Namespace
     if args.branch_samples is not None and args.credit == "rae":
         p.error("--branch-samples sets the branch games of --credit moves, pooled or mirror: pick one of them, "
                 "or leave it out")
-    if args.branch_samples is not None and args.branch_samples < 1 or args.games_per_round < 1:
+    if (args.branch_samples is not None and args.branch_samples < 1) or args.games_per_round < 1:
         p.error("--branch-samples and --games-per-round must be at least 1")
+    if args.games_per_round != GAMES_PER_ROUND and not {"selfplay", "fictitious"} & set(args.trainers.split(",")):
+        p.error("--games-per-round sets self-play's and fictitious play's games (PSRO's responders have their "
+                "own): add --trainers selfplay or fictitious, or leave it out")
     return args
 
 
@@ -116,11 +120,13 @@ def credit_settings(name: str, args) -> dict:
 
 
 def run_settings(args) -> dict:
-    """What ``--credit``, ``--restart-rounds``, ``--responder-pairs`` and ``--steps-per-generation``
-    chose, for the final JSON line."""
+    """What ``add_credit_options``'s flags chose, for the final JSON line (``branch_samples``: the
+    credit's branch games per move, None for "rae"; ``games_per_round``: self-play's and fictitious
+    play's)."""
+    credit = CREDITS[args.credit](args.branch_samples)
     return {"credit": args.credit, "restart_rounds": args.restart_rounds, "responder_pairs": args.responder_pairs,
-            "steps_per_generation": args.steps_per_generation, "branch_samples": args.branch_samples,
-            "games_per_round": args.games_per_round}
+            "steps_per_generation": args.steps_per_generation,
+            "branch_samples": None if isinstance(credit, str) else credit.samples, "games_per_round": args.games_per_round}
 
 
 MIRROR_RATE_SHARE = 0.3  # AdamW's step, not the small mirror target, sets how far an update moves the policy

@@ -104,6 +104,9 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     if extra is not None:
         extra(parser)
     args = parser.parse_args(argv)
+    if args.branch_samples is not None and (args.credit not in ("branch", "mirror") or args.branch_samples < 1):
+        parser.error("--branch-samples (at least 1) sets the branch games of --credit branch or mirror: pick one "
+                     "of them, or leave it out")
     if args.credit == "mirror":
         if not mirror:
             parser.error("--credit mirror is a self-play configuration (no past or scripted players): run "

@@ -5,6 +5,8 @@ with ``--tictactoe``, on tic-tac-toe, also with sampled positions and values).
     python research/mirror_selfplay_ideal.py                          # tau 0.15, steps 1, 0.1 and 0.045
     python research/mirror_selfplay_ideal.py --tau 0.1 0.15 0.2 --step 0.02 0.045 0.1 --rounds 200
     python research/mirror_selfplay_ideal.py --step 0.045 --tictactoe --seed 1
+    python research/mirror_selfplay_ideal.py --step 0.045 --tictactoe --variants 256_games_1_sample --games 2
+    python research/mirror_selfplay_ideal.py --step 0.045 --kuhn-explore 0.25
 
 Each round both seats of one policy move, at every information set (Kuhn) or seat (matrix), to
 ``mirror_distribution(Q, log pi, tau, step=w)``: ``pi_new ∝ pi^(1 - w) softmax(Q / tau)^w``, with
@@ -19,7 +21,9 @@ the matrix games' median and worst exploitability as a share of the payoff range
 round; with ``--tictactoe``, tic-tac-toe from uniform legal play (``tictactoe_summary``): every
 position stepped each round with exact values, only the positions of 128 sampled games a round
 with exact values, and those with the values of 2 sampled playouts per move and visit (what
-``MirrorCredit`` sees in the example's training games, with no model in the way). The paper's
+``MirrorCredit`` sees in the example's training games, with no model in the way), or the
+``--variants`` named in ``TICTACTOE_VARIANTS``. ``--kuhn-explore E`` weights Kuhn's deals as if a
+share E of the games' moves were uniform (the values stay the policy's). The paper's
 guarantee needs a step ``w / (1 - w) <= (tau / L)^2`` for payoffs of scale L; larger steps may
 converge or cycle, which is what this measures. These are the floors and speeds
 a trained run can at best reach on the same budget of rounds (``examples/psro_kuhn.py --trainers
@@ -51,6 +55,8 @@ def kuhn_curve(tau: float, step: float, rounds: int, start: dict[str, float] = W
     """Kuhn's exploitability after each round of exact mirror steps (P(bet or call) per set).
     ``explore``: the share of the games' moves drawn uniformly, which weights the deals that reach a
     set (the values stay the policy's), as pooled values of exploring games would be."""
+    if not 0 <= explore < 1:
+        raise ValueError(f"explore is the share of uniformly drawn moves, in [0, 1): got {explore}")
     policy, out = dict(start), []
     for _ in range(rounds):
         reach = {k: (1 - explore) * p + explore / 2 for k, p in policy.items()}
@@ -80,12 +86,12 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
     position (``games=None``) or only those the learner meets in ``games`` self-play games after 0 to
     4 random opening moves (as the example's training games), with the exact values of its moves
     under the current policy (``samples=None``) or the mean result of ``samples`` sampled playouts
-    per move and visit (pooled over a round's visits, as ``MirrorCredit`` does). Three changes to
-    the sampled values, each alone: ``minimax`` values a move by its worst known outcome over every
-    game and playout so far (``QCredit(backup="minimax")``'s table, fed by the playouts too);
-    ``greedy_playouts`` plays the policy's most likely moves after the move (no sampling noise);
-    ``explore`` draws that share of the training games' moves uniformly (more positions met, the
-    values still the policy's). After each round:
+    per move and visit (pooled over a round's visits, as ``MirrorCredit`` does). With sampled values,
+    one of: ``minimax`` values a move by its worst known outcome over every game and playout so far
+    (``QCredit(backup="minimax")``'s table, fed by the playouts too); ``greedy_playouts`` plays the
+    policy's most likely moves after the move (no sampling noise; ties go to the first free cell).
+    With ``games``: ``explore`` draws that share of the training games' moves uniformly (more
+    positions met, the values still the policy's). After each round:
     whether the policy's greedy moves lose to the exact best response as X / O, and the sampled
     policy's expected result against the best response (+1 win, -1 loss) as X / O."""
     from autocurricula.eval.tictactoe import best_response
@@ -93,8 +99,12 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
 
     if (minimax or greedy_playouts) and samples is None:
         raise ValueError("minimax and greedy_playouts change sampled values: give samples too")
+    if minimax and greedy_playouts:
+        raise ValueError("minimax and greedy_playouts are two diagnoses: pick one")
     if not 0 <= explore < 1:
         raise ValueError(f"explore is the share of uniformly drawn moves, in [0, 1): got {explore}")
+    if explore and games is None:
+        raise ValueError("explore draws the training games' moves: give games too")
     positions = dict(reachable_positions())  # board -> mark to move
     policy = {b: np.full(len(legal_moves(b)), 1 / len(legal_moves(b))) for b in positions}
     rng, openings = np.random.default_rng(seed), random.Random(seed)
@@ -129,6 +139,7 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
                        for m in legal_moves(board)] for board, n in visits.items()}
         if not minimax:
             return out
+        # minimax: the playouts above only fill the graph; every valued move gets its next board
         for board in visits:
             graph.setdefault(board, set()).update(apply_move(board, m, positions[board]) for m in legal_moves(board))
         known: dict[str, float] = {}
@@ -176,7 +187,8 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
 def worst_known(after: str, graph: dict[str, set], memo: dict[str, float] | None = None) -> float:
     """The worst known result of a tic-tac-toe board for the player who just moved (+1 win, 0 draw,
     -1 loss): minimax over the boards played after it (``graph``: board -> next boards seen), the
-    opponent taking its best known reply. With every reply in the graph, the exact minimax value."""
+    opponent taking its best known reply. Every unfinished board reached must have an entry. With
+    every reply in the graph, the exact minimax value."""
     from autocurricula.games.tictactoe import winner
 
     memo = {} if memo is None else memo
@@ -240,18 +252,21 @@ def main(argv=None):
                         "unbeaten as X and O, and the sampled policy's result against its best response after "
                         "the last round")
     parser.add_argument("--variants", nargs="+", choices=list(TICTACTOE_VARIANTS), metavar="NAME",
-                        default=list(TICTACTOE_VARIANTS)[:3], help="with --tictactoe: any of "
+                        default=None, help="with --tictactoe: any of "
                         f"{', '.join(TICTACTOE_VARIANTS)} (default: the first three)")
     parser.add_argument("--seed", type=int, default=0, help="with --tictactoe: the sampled games' and playouts' seed")
     parser.add_argument("--kuhn-explore", type=float, default=0.0, help="Kuhn's deals weighted as if this share "
                         "of the games' moves were drawn uniformly (kuhn_curve's explore)")
     args = parser.parse_args(argv)
+    if args.variants is not None and not args.tictactoe:
+        parser.error("--variants runs tic-tac-toe settings: add --tictactoe")
+    variants = args.variants or list(TICTACTOE_VARIANTS)[:3]
     for tau in args.tau:
         for step in args.step:
             kuhn = kuhn_curve(tau, step, args.rounds, explore=args.kuhn_explore)
             shares = [matrix_curve(np.array(random_game(g).payoff), tau, step, args.rounds)[-1]
                       for g in range(args.games)]
-            print(json.dumps({"tau": tau, "step": step, "rounds": args.rounds,
+            print(json.dumps({"tau": tau, "step": step, "rounds": args.rounds, "kuhn_explore": args.kuhn_explore,
                               "kuhn": {str(r): round(kuhn[r - 1], 4) for r in SHOWN if r <= args.rounds}
                               | {"last": round(kuhn[-1], 4), "last_24_min_max": [round(min(kuhn[-24:]), 4),
                                                                                   round(max(kuhn[-24:]), 4)]},
@@ -259,7 +274,7 @@ def main(argv=None):
                                          "worst": round(max(shares), 4)},
                               **({"tictactoe": {name: tictactoe_summary(tau, step, args.rounds, seed=args.seed,
                                                                         **TICTACTOE_VARIANTS[name])
-                                                for name in args.variants}}
+                                                for name in variants}}
                                  if args.tictactoe else {})}),
                   flush=True)
 

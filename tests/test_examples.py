@@ -287,7 +287,13 @@ def test_ideal_mirror_selfplay_of_the_research_script():
     assert mirror[23] > mirror[-1] and mirror[-1] < 0.035  # uniform play: 0.458
     # deals weighted by games whose moves are a quarter uniform: the pooled values are no longer
     # the policy's, and the same steps end above the goal (0.055)
-    assert mod.kuhn_curve(0.15, 0.045, 96, explore=0.0) == mirror
+    assert round(mirror[-1], 4) == 0.0307  # unchanged by the explore option's code (0 by default)
+    fixed_point = _load(ROOT / "research" / "kuhn_moves_fixed_point.py", "kuhn_fixed_point")
+    uniform = dict.fromkeys(fixed_point.INFOSETS, 0.5)
+    kings_bet = {**uniform, "K:": 0.9, "J:": 0.1}  # deals reached by a first seat that bets its kings
+    plain, weighted = fixed_point.move_values(uniform), fixed_point.move_values(uniform, kings_bet)
+    assert all(plain[k] == weighted[k] for k in ("J:", "Q:", "K:"))  # the first move: no one has acted
+    assert weighted["Q:bet"][0] < plain["Q:bet"][0] == 0.0  # calling a bet with a queen: more kings behind it
     assert mod.kuhn_curve(0.15, 0.045, 96, explore=0.25)[-1] > 0.05
     jump = [mod.matrix_curve(np.array(random_game(g).payoff), 0.15, 1.0, 96)[-1] for g in range(20)]
     shares = [mod.matrix_curve(np.array(random_game(g).payoff), 0.15, 0.045, 96)[-1] for g in range(20)]
@@ -323,9 +329,11 @@ def test_mirror_settings_of_the_tictactoe_selfplay_example(monkeypatch, capsys):
     plain_own, plain_opponents, _, _ = selfplay.settings(ttt.parse_args("", "--games-per-round", 320, "out", argv=[]))
     assert plain_own == {"past_share": 0.5} and len(plain_opponents) == 2
     for refused, names in ((["--credit", "mirror"], "tictactoe_selfplay.py"),
-                           (["--credit", "mirror", "--learning-rate", "1e-3"], "--learning-rate")):
+                           (["--credit", "mirror", "--learning-rate", "1e-3"], "--learning-rate"),
+                           (["--branch-samples", "2"], "--credit branch or mirror"),  # credit q has no branches
+                           (["--credit", "mirror", "--branch-samples", "0"], "at least 1")):
         with pytest.raises(SystemExit):
-            ttt.parse_args("", "--games-per-round", 320, "out", argv=refused, mirror=len(refused) > 2)
+            ttt.parse_args("", "--games-per-round", 320, "out", argv=refused, mirror=refused != ["--credit", "mirror"])
         assert names in capsys.readouterr().err
 
 
@@ -381,9 +389,13 @@ def test_worst_known_values_of_the_tictactoe_diagnosis():
         mod.tictactoe_curve(0.15, 0.045, 1, games=4, minimax=True)
     with pytest.raises(ValueError, match="explore"):
         mod.tictactoe_curve(0.15, 0.045, 1, games=4, explore=1.0)
-    # explore=0 is the plain sampled run, draw for draw
-    assert mod.tictactoe_curve(0.15, 0.045, 2, games=16, samples=1, explore=0.0) == \
-        mod.tictactoe_curve(0.15, 0.045, 2, games=16, samples=1)
+    with pytest.raises(ValueError, match="give games"):
+        mod.tictactoe_curve(0.15, 0.045, 1, explore=0.1)
+    with pytest.raises(ValueError, match="pick one"):
+        mod.tictactoe_curve(0.15, 0.045, 1, games=4, samples=1, minimax=True, greedy_playouts=True)
+    for options in mod.TICTACTOE_VARIANTS.values():  # every diagnosis runs (2 rounds of 8 games)
+        curve = mod.tictactoe_curve(0.15, 0.045, 2, **{**options, "games": options.get("games") and 8})
+        assert len(curve) == 2 and all(r["loses_as_o"] for r in curve)  # uniform play still loses
 
 
 def test_ideal_kuhn_psro_of_the_research_script():
@@ -431,9 +443,15 @@ def test_mirror_settings_of_the_psro_examples(monkeypatch, capsys):
     assert mod.config_for("selfplay", wide, "out").games_per_round == 256
     assert mod.config_for("fictitious", wide, "out").games_per_round == 256
     assert mod.credit_settings("selfplay", mirror)["credit"] == MirrorCredit()
-    assert mod.credit_settings("psro", mod.parse_args(["--credit", "moves", "--branch-samples", "3"]))["credit"].samples == 3
+    moves = mod.parse_args(["--credit", "moves", "--branch-samples", "3"])
+    assert mod.credit_settings("psro", moves)["credit"].samples == 3 and mod.run_settings(moves)["branch_samples"] == 3
+    pooled = mod.parse_args(["--credit", "pooled", "--branch-samples", "3"])
+    assert mod.credit_settings("psro", pooled)["credit"].samples == 3
+    assert mod.run_settings(mirror)["branch_samples"] == 2 and mod.run_settings(mod.parse_args([]))["branch_samples"] is None
     for argv, message in ((["--branch-samples", "1"], "pick one of them"),
-                          (["--credit", "mirror", "--branch-samples", "0"], "at least 1")):
+                          (["--credit", "mirror", "--branch-samples", "0"], "at least 1"),
+                          (["--games-per-round", "0"], "at least 1"),
+                          (["--trainers", "psro", "--games-per-round", "64"], "add --trainers selfplay")):
         with pytest.raises(SystemExit):
             mod.parse_args(argv)
         assert message in capsys.readouterr().err
