@@ -75,7 +75,8 @@ CREDITS = {"rae": lambda samples: "rae", "moves": lambda samples: BranchCredit(a
 
 def add_credit_options(p: argparse.ArgumentParser) -> None:
     """``--credit``, ``--restart-rounds``, ``--responder-pairs``, ``--steps-per-generation``,
-    ``--branch-samples`` and ``--games-per-round``, shared with ``psro_kuhn.py`` and ``psro_leduc.py``."""
+    ``--num-iterations``, ``--branch-samples`` and ``--games-per-round``, shared with ``psro_kuhn.py``
+    and ``psro_leduc.py``."""
     p.add_argument("--credit", choices=sorted(CREDITS), default="rae", help="every trainer's credit: the default "
                    "'rae', 'moves' (BranchCredit(advantage='moves', samples=2), per-move targets), 'pooled' "
                    "(per-move targets valued per prompt, tau 0.1, c 3, cross-entropy: pooled_credit) or 'mirror' "
@@ -87,6 +88,8 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
                    "games as duplicate pairs")
     p.add_argument("--steps-per-generation", type=int, default=1, help="every trainer's optimizer steps per round "
                    "(GRPOConfig.steps_per_generation)")
+    p.add_argument("--num-iterations", type=int, default=1, help="every trainer's passes over each round's turns "
+                   "(GRPOConfig.num_iterations)")
     p.add_argument("--branch-samples", type=int, default=None, help="with --credit moves, pooled or mirror: branch "
                    "games per listed move and visit (default: the credit's own, 2)")
     p.add_argument("--games-per-round", type=int, default=GAMES_PER_ROUND, help="self-play's and fictitious play's "
@@ -98,8 +101,9 @@ def check_credit_options(p: argparse.ArgumentParser, args) -> argparse.Namespace
     if args.branch_samples is not None and args.credit == "rae":
         p.error("--branch-samples sets the branch games of --credit moves, pooled or mirror: pick one of them, "
                 "or leave it out")
-    if (args.branch_samples is not None and args.branch_samples < 1) or args.games_per_round < 1:
-        p.error("--branch-samples and --games-per-round must be at least 1")
+    if (args.branch_samples is not None and args.branch_samples < 1) or min(args.games_per_round,
+                                                                            args.num_iterations) < 1:
+        p.error("--branch-samples, --games-per-round and --num-iterations must be at least 1")
     if args.games_per_round != GAMES_PER_ROUND and not {"selfplay", "fictitious"} & set(args.trainers.split(",")):
         p.error("--games-per-round sets self-play's and fictitious play's games (PSRO's responders have their "
                 "own): add --trainers selfplay or fictitious, or leave it out")
@@ -125,7 +129,7 @@ def run_settings(args) -> dict:
     play's)."""
     credit = CREDITS[args.credit](args.branch_samples)
     return {"credit": args.credit, "restart_rounds": args.restart_rounds, "responder_pairs": args.responder_pairs,
-            "steps_per_generation": args.steps_per_generation,
+            "steps_per_generation": args.steps_per_generation, "num_iterations": args.num_iterations,
             "branch_samples": None if isinstance(credit, str) else credit.samples, "games_per_round": args.games_per_round}
 
 
@@ -134,9 +138,10 @@ MIRROR_RATE_SHARE = 0.3  # AdamW's step, not the small mirror target, sets how f
 
 def grpo_settings(args, learning_rate: float) -> dict:
     """Every trainer's GRPO settings: the shared learning rate (``MIRROR_RATE_SHARE`` of it with
-    ``--credit mirror``) and ``--steps-per-generation``."""
+    ``--credit mirror``), ``--steps-per-generation`` and ``--num-iterations``."""
     rate = learning_rate * (MIRROR_RATE_SHARE if args.credit == "mirror" else 1)
-    return {"learning_rate": rate, "steps_per_generation": args.steps_per_generation}
+    return {"learning_rate": rate, "steps_per_generation": args.steps_per_generation,
+            "num_iterations": args.num_iterations}
 
 
 def parse_args(argv=None):

@@ -36,7 +36,7 @@ def base_figures(engine, games: int = 2000) -> dict:
     return {k: round(v, 3) for k, v in figures.items()}
 
 
-MIRROR_FIXED = ("learning_rate", "lr_schedule", "lr_decay_ratio", "beta", "num_iterations")  # set by --credit mirror
+MIRROR_FIXED = ("learning_rate", "lr_schedule", "lr_decay_ratio", "beta")  # set by --credit mirror
 
 
 def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, extra=None, argv=None,
@@ -113,8 +113,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
                          "examples/tictactoe_selfplay.py --credit mirror")
         fixed = [f"--{d.replace('_', '-')}" for d in MIRROR_FIXED if getattr(args, d) != parser.get_default(d)]
         if fixed:
-            parser.error(f"{', '.join(fixed)}: --credit mirror sets the update (0.3 x 1e-2, constant, no KL, one "
-                         "pass, as in the poker and matrix examples); leave them out, or pick another --credit")
+            parser.error(f"{', '.join(fixed)}: --credit mirror sets the update (0.3 x 1e-2, constant, no KL, as in "
+                         "the poker and matrix examples); leave them out, or pick another --credit")
     try:
         args.openings = tuple(int(x) for x in args.openings.split("-"))
         assert len(args.openings) == 2

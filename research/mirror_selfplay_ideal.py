@@ -6,6 +6,7 @@ with ``--tictactoe``, on tic-tac-toe, also with sampled positions and values).
     python research/mirror_selfplay_ideal.py --tau 0.1 0.15 0.2 --step 0.02 0.045 0.1 --rounds 200
     python research/mirror_selfplay_ideal.py --step 0.045 --tictactoe --seed 1
     python research/mirror_selfplay_ideal.py --step 0.045 --tictactoe --variants 256_games_1_sample --games 2
+    python research/mirror_selfplay_ideal.py --step 0.045 --tictactoe --from-warm-base --games 2
     python research/mirror_selfplay_ideal.py --step 0.045 --kuhn-explore 0.25
 
 Each round both seats of one policy move, at every information set (Kuhn) or seat (matrix), to
@@ -22,7 +23,10 @@ round; with ``--tictactoe``, tic-tac-toe from uniform legal play (``tictactoe_su
 position stepped each round with exact values, only the positions of 128 sampled games a round
 with exact values, and those with the values of 2 sampled playouts per move and visit (what
 ``MirrorCredit`` sees in the example's training games, with no model in the way), or the
-``--variants`` named in ``TICTACTOE_VARIANTS``. ``--kuhn-explore E`` weights Kuhn's deals as if a
+``--variants`` named in ``TICTACTOE_VARIANTS``; ``--from-warm-base`` starts them from the policy the
+examples' warm base of ``--seed`` plays (read off the model), as the trained runs start, and each
+variant also reports its value-losing share after every 8th round, the trained examples' epoch and
+figure. ``--kuhn-explore E`` weights Kuhn's deals as if a
 share E of the games' moves were uniform (the values stay the policy's). The paper's
 guarantee needs a step ``w / (1 - w) <= (tau / L)^2`` for payoffs of scale L; larger steps may
 converge or cycle, which is what this measures. These are the floors and speeds
@@ -81,8 +85,9 @@ def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int) -> li
 
 def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = None, samples: int | None = None,
                     seed: int = 0, minimax: bool = False, greedy_playouts: bool = False,
-                    explore: float = 0.0) -> list[dict]:
-    """Tic-tac-toe from uniform legal play (both seats one policy). Each round steps every reachable
+                    explore: float = 0.0, start: dict[str, np.ndarray] | None = None) -> list[dict]:
+    """Tic-tac-toe from uniform legal play, or ``start`` (board -> probabilities of its legal moves, in
+    ``legal_moves`` order, e.g. ``model_policy``'s), both seats one policy. Each round steps every reachable
     position (``games=None``) or only those the learner meets in ``games`` self-play games after 0 to
     4 random opening moves (as the example's training games), with the exact values of its moves
     under the current policy (``samples=None``) or the mean result of ``samples`` sampled playouts
@@ -92,7 +97,8 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
     policy's most likely moves after the move (no sampling noise; ties go to the first free cell).
     With ``games``: ``explore`` draws that share of the training games' moves uniformly (more
     positions met, the values still the policy's). After each round:
-    whether the policy's greedy moves lose to the exact best response as X / O, and the sampled
+    whether the policy's greedy moves lose to the exact best response as X / O, their value-losing
+    share (``eval.tictactoe``'s, both seats pooled, as the trained examples report it), and the sampled
     policy's expected result against the best response (+1 win, -1 loss) as X / O."""
     from autocurricula.eval.tictactoe import best_response
     from autocurricula.games.tictactoe import apply_move, legal_moves, random_opening, reachable_positions, winner
@@ -106,7 +112,8 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
     if explore and games is None:
         raise ValueError("explore draws the training games' moves: give games too")
     positions = dict(reachable_positions())  # board -> mark to move
-    policy = {b: np.full(len(legal_moves(b)), 1 / len(legal_moves(b))) for b in positions}
+    policy = {b: np.full(len(legal_moves(b)), 1 / len(legal_moves(b))) if start is None
+              else np.asarray(start[b], float) / np.sum(start[b]) for b in positions}
     rng, openings = np.random.default_rng(seed), random.Random(seed)
 
     graph: dict[str, set] = {}  # board -> the boards played after it, in any game or playout so far
@@ -177,11 +184,39 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
             q = sampled_values(visits)
         policy.update({b: np.array(mirror_distribution(q[b], list(np.log(policy[b])), tau, step=step)) for b in visits})
         greedy = {(b, mark): legal_moves(b)[int(np.argmax(policy[b]))] for b, mark in positions.items()}
-        out.append({"loses_as_x": best_response(greedy, "X").value < 0,
-                    "loses_as_o": best_response(greedy, "O").value < 0,
+        sides = [best_response(greedy, mark) for mark in ("X", "O")]
+        out.append({"loses_as_x": sides[0].value < 0, "loses_as_o": sides[1].value < 0,
+                    "value_losing_share": sum(len(s.value_losing) for s in sides) / sum(s.positions for s in sides),
                     "sampled_vs_best_response_as_x": _sampled_worst(policy, positions, "X"),
                     "sampled_vs_best_response_as_o": _sampled_worst(policy, positions, "O")})
     return out
+
+
+def model_policy(base: str, player: str | None = None, temperature: float = 1.0,
+                 boards: list[str] | None = None) -> dict[str, np.ndarray]:
+    """A model's policy at every reachable tic-tac-toe position (or only ``boards``): its
+    probabilities of the legal moves (``legal_moves`` order), scored as branch credit scores them
+    (the move's tokens and end of sequence, at ``temperature``) and renormalised over them."""
+    from autocurricula.engine import Engine
+    from autocurricula.games.tictactoe import legal_moves, reachable_positions, render_prompt
+
+    engine = Engine(base, name=base)
+    try:
+        tok, read, pairs = engine.tokenizer, [], []
+        for board, mark in reachable_positions():
+            if boards is not None and board not in boards:
+                continue
+            prompt = engine.encode(render_prompt(board, mark))
+            read.append((board, len(legal_moves(board))))
+            pairs += [(prompt, list(tok.encode(str(m), add_special_tokens=False)) + [tok.eos_token_id])
+                      for m in legal_moves(board)]
+        logps, out, i = engine.completion_logprobs(pairs, player, temperature), {}, 0
+        for board, n in read:
+            lp = np.array(logps[i:i + n])
+            out[board], i = np.exp(lp - lp.max()) / np.exp(lp - lp.max()).sum(), i + n
+        return out
+    finally:
+        engine.close()
 
 
 def worst_known(after: str, graph: dict[str, set], memo: dict[str, float] | None = None) -> float:
@@ -231,12 +266,14 @@ TICTACTOE_VARIANTS = {  # tictactoe_curve's options; the first three are --ticta
 
 def tictactoe_summary(tau: float, step: float, rounds: int, **options) -> dict:
     """``tictactoe_curve(tau, step, rounds, **options)`` in brief: the first round from which the
-    greedy policy never loses to the best response again (None: it still does), and the last
-    round's sampled results."""
+    greedy policy never loses to the best response again (None: it still does), the value-losing
+    share after every 8th round (an epoch of the examples' 8 rounds), and the last round's sampled
+    results."""
     curve = tictactoe_curve(tau, step, rounds, **options)
     losing = [i for i, r in enumerate(curve) if r["loses_as_x"] or r["loses_as_o"]]
     unbeaten_from = (losing[-1] + 2 if losing else 1) if not losing or losing[-1] < rounds - 1 else None
     return {"greedy_unbeaten_from_round": unbeaten_from,
+            "value_losing_share_every_8_rounds": [round(r["value_losing_share"], 3) for r in curve[7::8]],
             "sampled_vs_best_response_as_x": round(curve[-1]["sampled_vs_best_response_as_x"], 4),
             "sampled_vs_best_response_as_o": round(curve[-1]["sampled_vs_best_response_as_o"], 4)}
 
@@ -255,12 +292,22 @@ def main(argv=None):
                         default=None, help="with --tictactoe: any of "
                         f"{', '.join(TICTACTOE_VARIANTS)} (default: the first three)")
     parser.add_argument("--seed", type=int, default=0, help="with --tictactoe: the sampled games' and playouts' seed")
+    parser.add_argument("--from-warm-base", action="store_true", help="with --tictactoe: start from the policy of "
+                        "the tic-tac-toe examples' warm base of --seed (built and cached if missing), not uniform play")
     parser.add_argument("--kuhn-explore", type=float, default=0.0, help="Kuhn's deals weighted as if this share "
                         "of the games' moves were drawn uniformly (kuhn_curve's explore)")
     args = parser.parse_args(argv)
     if args.variants is not None and not args.tictactoe:
         parser.error("--variants runs tic-tac-toe settings: add --tictactoe")
+    if args.from_warm_base and not args.tictactoe:
+        parser.error("--from-warm-base starts tic-tac-toe from a model's policy: add --tictactoe")
     variants = args.variants or list(TICTACTOE_VARIANTS)[:3]
+    start = None
+    if args.from_warm_base:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+        from ttt_common import warm_base
+
+        start = model_policy(str(warm_base(seed=args.seed)))
     for tau in args.tau:
         for step in args.step:
             kuhn = kuhn_curve(tau, step, args.rounds, explore=args.kuhn_explore)
@@ -273,7 +320,7 @@ def main(argv=None):
                               "matrix": {"median": round(float(np.median(shares)), 4),
                                          "worst": round(max(shares), 4)},
                               **({"tictactoe": {name: tictactoe_summary(tau, step, args.rounds, seed=args.seed,
-                                                                        **TICTACTOE_VARIANTS[name])
+                                                                        start=start, **TICTACTOE_VARIANTS[name])
                                                 for name in variants}}
                                  if args.tictactoe else {})}),
                   flush=True)

@@ -324,6 +324,10 @@ def test_mirror_settings_of_the_tictactoe_selfplay_example(monkeypatch, capsys):
     assert ttt.credit_method(args) == psro.credit_settings("selfplay", want)["credit"] == MirrorCredit()
     one = ttt.parse_args("", "--games-per-round", 320, "out", argv=argv + ["--branch-samples", "1"], mirror=True)
     assert ttt.credit_method(one) == MirrorCredit(samples=1)
+    two = ttt.parse_args("", "--games-per-round", 320, "out", argv=argv + ["--num-iterations", "2"], mirror=True)
+    assert selfplay.settings(two)[3] == psro.grpo_settings(psro.parse_args(
+        ["--credit", "mirror", "--steps-per-generation", "4", "--num-iterations", "2"]), psro.LEARNING_RATE)
+    assert selfplay.settings(two)[3]["num_iterations"] == 2
     branch = ttt.parse_args("", "--games-per-round", 320, "out", argv=["--credit", "branch"])
     assert ttt.credit_method(branch).samples == 4  # --credit branch keeps the example's own default
     plain_own, plain_opponents, _, _ = selfplay.settings(ttt.parse_args("", "--games-per-round", 320, "out", argv=[]))
@@ -348,10 +352,56 @@ def test_ideal_mirror_selfplay_on_tictactoe():
     assert curve[0]["loses_as_o"] and not any(r["loses_as_x"] or r["loses_as_o"] for r in curve[3:])
     worst = [r["sampled_vs_best_response_as_o"] for r in curve]
     assert worst[0] < -0.95 and -0.8 < worst[-1] < -0.6 and all(b >= a for a, b in zip(worst, worst[1:]))
-    assert mod.tictactoe_summary(0.15, 0.045, 8)["greedy_unbeaten_from_round"] == 4
+    # value-losing positions (measured: 0.038 after round 1) are gone exactly when it is unbeaten
+    assert curve[0]["value_losing_share"] > 0.02
+    assert all((r["value_losing_share"] > 0) == (r["loses_as_x"] or r["loses_as_o"]) for r in curve)
+    summary = mod.tictactoe_summary(0.15, 0.045, 8)
+    assert summary["greedy_unbeaten_from_round"] == 4 and summary["value_losing_share_every_8_rounds"] == [0.0]
     # only the positions of 128 sampled games a round: after 8 rounds greedy play still loses
+    # (measured: 0.156 of its positions value-losing)
     sampled = mod.tictactoe_curve(0.15, 0.045, 8, games=128)[-1]
-    assert sampled["loses_as_x"] or sampled["loses_as_o"]
+    assert (sampled["loses_as_x"] or sampled["loses_as_o"]) and sampled["value_losing_share"] > 0.1
+
+
+def test_model_policy_of_the_tictactoe_diagnosis(tiny_model_path):
+    """research/mirror_selfplay_ideal.py's ``model_policy`` (the warm start of ``--from-warm-base``):
+    each legal move's probability, renormalised over the legal moves, is what the model's full
+    logits give its tokens and end of sequence, in ``legal_moves`` order."""
+    import numpy as np
+
+    from autocurricula.engine import Engine
+    from autocurricula.games.tictactoe import legal_moves, render_prompt
+
+    mod = _load(ROOT / "research" / "mirror_selfplay_ideal.py", "mirror_ideal")
+    boards = {".........": "X", "X...O....": "X", "XO.XO....": "X", "XOX.O.X..": "O"}
+    read = mod.model_policy(str(tiny_model_path), boards=list(boards))
+    assert set(read) == set(boards)
+    engine = Engine(str(tiny_model_path), name="base")
+    try:
+        tok = engine.tokenizer
+        for board, mark in boards.items():
+            prompt, logps = engine.encode(render_prompt(board, mark)), []
+            for m in legal_moves(board):
+                ids = list(tok.encode(str(m), add_special_tokens=False)) + [tok.eos_token_id]
+                logits = engine.logits(prompt + ids[:-1]).astype(np.float64)
+                rows = logits[len(prompt) - 1:]
+                rows = rows - rows.max(axis=1, keepdims=True)
+                lp = rows - np.log(np.exp(rows).sum(axis=1, keepdims=True))
+                logps.append(sum(lp[i, t] for i, t in enumerate(ids)))
+            want = np.exp(np.array(logps) - max(logps))
+            np.testing.assert_allclose(read[board], want / want.sum(), rtol=1e-4, atol=1e-6)
+    finally:
+        engine.close()
+    # a start that plays the optimal moves (0.9 of the mass) is unbeaten after a round; uniform is not
+    from autocurricula.games.tictactoe import optimal_moves, reachable_positions
+
+    start = {b: np.array([9.0 if m in optimal_moves(b, mk) else 1.0 for m in legal_moves(b)])
+             for b, mk in reachable_positions()}
+    good = mod.tictactoe_curve(0.15, 0.045, 1, games=8, samples=1, start=start)[0]
+    assert not (good["loses_as_x"] or good["loses_as_o"]) and good["value_losing_share"] == 0.0
+    assert mod.tictactoe_curve(0.15, 0.045, 1, games=8, samples=1)[0]["loses_as_o"]
+    with pytest.raises(SystemExit):
+        mod.main(["--from-warm-base"])
 
 
 def test_worst_known_values_of_the_tictactoe_diagnosis():
@@ -433,7 +483,10 @@ def test_mirror_settings_of_the_psro_examples(monkeypatch, capsys):
     own = mod.credit_settings("selfplay", mirror)
     assert (own["past_share"], own["average_last"], own["credit"].step) == (0.0, 4, 0.045)
     assert mod.config_for("selfplay", mirror, "out").average_last == 4
-    assert mod.grpo_settings(mirror, 1e-2) == {"learning_rate": pytest.approx(3e-3), "steps_per_generation": 4}
+    assert mod.grpo_settings(mirror, 1e-2) == {"learning_rate": pytest.approx(3e-3), "steps_per_generation": 4,
+                                               "num_iterations": 1}
+    passes = mod.parse_args(["--credit", "mirror", "--num-iterations", "2"])
+    assert mod.grpo_settings(passes, 1e-2)["num_iterations"] == mod.run_settings(passes)["num_iterations"] == 2
     assert "average_last" not in mod.credit_settings("psro", mirror)
     assert mod.credit_settings("selfplay", mod.parse_args(["--credit", "mirror", "--epochs", "2"]))["average_last"] == 1
     assert mod.grpo_settings(mod.parse_args(["--credit", "pooled"]), 1e-2)["learning_rate"] == 1e-2
@@ -451,6 +504,7 @@ def test_mirror_settings_of_the_psro_examples(monkeypatch, capsys):
     for argv, message in ((["--branch-samples", "1"], "pick one of them"),
                           (["--credit", "mirror", "--branch-samples", "0"], "at least 1"),
                           (["--games-per-round", "0"], "at least 1"),
+                          (["--num-iterations", "0"], "at least 1"),
                           (["--trainers", "psro", "--games-per-round", "64"], "add --trainers selfplay")):
         with pytest.raises(SystemExit):
             mod.parse_args(argv)
