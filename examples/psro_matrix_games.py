@@ -86,8 +86,8 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restart-rounds", type=int, default=None, help="PSRO's restart_rounds (default: PSROConfig's)")
     p.add_argument("--responder-pairs", action="store_true", help="PSRO's responder_pairs: its responder's "
                    "games as duplicate pairs")
-    p.add_argument("--steps-per-generation", type=int, default=1, help="every trainer's optimizer steps per round "
-                   "(GRPOConfig.steps_per_generation)")
+    p.add_argument("--steps-per-generation", type=int, default=1, help="every trainer's optimizer steps per pass "
+                   "over the round's turns (GRPOConfig.steps_per_generation)")
     p.add_argument("--num-iterations", type=int, default=1, help="every trainer's passes over each round's turns "
                    "(GRPOConfig.num_iterations)")
     p.add_argument("--branch-samples", type=int, default=None, help="with --credit moves, pooled or mirror: branch "

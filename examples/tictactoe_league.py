@@ -75,4 +75,4 @@ evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
 trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
               resume_from_checkpoint=args.resume)
-finish(trainer, evaluator, engine, figures, args.credit)
+finish(trainer, evaluator, engine, figures, args)

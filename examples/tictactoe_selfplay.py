@@ -47,7 +47,7 @@ def main(argv=None):
     evaluator = Evaluator(args.eval_games)
     trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
                   resume_from_checkpoint=args.resume)
-    finish(trainer, evaluator, engine, figures, args.credit)
+    finish(trainer, evaluator, engine, figures, args)
 
 
 if __name__ == "__main__":

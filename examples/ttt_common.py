@@ -104,6 +104,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     if extra is not None:
         extra(parser)
     args = parser.parse_args(argv)
+    if min(args.num_iterations, args.steps_per_generation) < 1:
+        parser.error("--num-iterations and --steps-per-generation must be at least 1")
     if args.branch_samples is not None and (args.credit not in ("branch", "mirror") or args.branch_samples < 1):
         parser.error("--branch-samples (at least 1) sets the branch games of --credit branch or mirror: pick one "
                      "of them, or leave it out")
@@ -212,13 +214,17 @@ def update_settings(args):
                        num_iterations=args.num_iterations, steps_per_generation=args.steps_per_generation))
 
 
-def finish(trainer, evaluator, engine, figures, credit_name: str) -> None:
+def finish(trainer, evaluator, engine, figures, args) -> None:
     """Prints the leaderboard, then the final JSON line: the last epoch's figures (with the exact best
-    response's verdict as X and as O), the credit method's name and the per-epoch curve."""
+    response's verdict as X and as O), the run's credit and update settings and the per-epoch curve."""
     print(trainer.leaderboard)
     engine.close()
     summary = evaluator.summary(trainer, figures)
-    summary["credit"] = credit_name
+    from autocurricula.credit import BranchCredit
+
+    credit = credit_method(args)
+    summary.update(credit=args.credit, branch_samples=credit.samples if isinstance(credit, BranchCredit) else None,
+                   num_iterations=args.num_iterations, steps_per_generation=args.steps_per_generation)
     summary["curve"] = [{k: row[k] for k in ("epoch", "minutes", "optimal_move_rate", "loses_to_best_response_as_x",
                                              "loses_to_best_response_as_o", "value_losing_share")}
                         for row in evaluator.rows]

@@ -24,9 +24,9 @@ position stepped each round with exact values, only the positions of 128 sampled
 with exact values, and those with the values of 2 sampled playouts per move and visit (what
 ``MirrorCredit`` sees in the example's training games, with no model in the way), or the
 ``--variants`` named in ``TICTACTOE_VARIANTS``; ``--from-warm-base`` starts them from the policy the
-examples' warm base of ``--seed`` plays (read off the model), as the trained runs start, and each
-variant also reports its value-losing share after every 8th round, the trained examples' epoch and
-figure. ``--kuhn-explore E`` weights Kuhn's deals as if a
+examples' warm base of ``--seed`` plays (read off the model), as the trained runs start. Each
+variant also reports its value-losing share after every 8th round (the trained examples' epoch and
+figure). ``--kuhn-explore E`` weights Kuhn's deals as if a
 share E of the games' moves were uniform (the values stay the policy's). The paper's
 guarantee needs a step ``w / (1 - w) <= (tau / L)^2`` for payoffs of scale L; larger steps may
 converge or cycle, which is what this measures. These are the floors and speeds
@@ -284,9 +284,10 @@ def main(argv=None):
     parser.add_argument("--step", type=float, nargs="+", default=[1.0, 0.1, 0.045])
     parser.add_argument("--rounds", type=int, default=96)
     parser.add_argument("--games", type=int, default=20, help="matrix games random-0 ... random-(N-1)")
-    parser.add_argument("--tictactoe", action="store_true", help="also tic-tac-toe from uniform legal play, in "
-                        "the --variants (about 1 - 4 minutes each): the round from which the greedy policy stays "
-                        "unbeaten as X and O, and the sampled policy's result against its best response after "
+    parser.add_argument("--tictactoe", action="store_true", help="also tic-tac-toe from uniform legal play (or "
+                        "the warm base's policy: --from-warm-base), in the --variants (about 1 - 4 minutes each): "
+                        "the round from which the greedy policy stays unbeaten as X and O, its value-losing share "
+                        "after every 8th round, and the sampled policy's result against its best response after "
                         "the last round")
     parser.add_argument("--variants", nargs="+", choices=list(TICTACTOE_VARIANTS), metavar="NAME",
                         default=None, help="with --tictactoe: any of "

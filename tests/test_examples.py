@@ -65,7 +65,8 @@ def test_fictitious_gan_example_runs():
                                                 ("tictactoe_selfplay.py", "--games-per-round",
                                                  ["--credit", "q", "--openings", "0-3", "--num-iterations", "2"]),
                                                 ("tictactoe_selfplay.py", "--games-per-round",
-                                                 ["--credit", "mirror", "--openings", "0-2"])])
+                                                 ["--credit", "mirror", "--openings", "0-2", "--branch-samples", "1",
+                                                  "--num-iterations", "2"])])
 def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
     import json
     import os
@@ -80,6 +81,10 @@ def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
     assert {"vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate", "win_now_rate",
             "block_rate", "epochs", "minutes", "warm_base"} <= set(summary)
     assert summary["epochs"] == 1 and (tmp_path / "run" / "checkpoint-0" / "COMPLETE").exists()
+    # the settings the run used, so that runs can be told apart from their output
+    passes = int(extra[extra.index("--num-iterations") + 1]) if "--num-iterations" in extra else 1
+    assert (summary["credit"], summary["num_iterations"]) == (extra[1], passes)
+    assert summary["branch_samples"] == {"mirror": 1, "value": None, "q": None}[extra[1]]
     config = json.loads((tmp_path / "cache" / "tiny-h32-l1-a8-ttt-warm50" / "config.json").read_text())
     assert config["num_attention_heads"] == 8  # --heads reaches the model
 
@@ -352,7 +357,8 @@ def test_ideal_mirror_selfplay_on_tictactoe():
     assert curve[0]["loses_as_o"] and not any(r["loses_as_x"] or r["loses_as_o"] for r in curve[3:])
     worst = [r["sampled_vs_best_response_as_o"] for r in curve]
     assert worst[0] < -0.95 and -0.8 < worst[-1] < -0.6 and all(b >= a for a, b in zip(worst, worst[1:]))
-    # value-losing positions (measured: 0.038 after round 1) are gone exactly when it is unbeaten
+    # on this curve, value-losing positions (measured: 0.038 after round 1) are gone exactly when it
+    # is unbeaten
     assert curve[0]["value_losing_share"] > 0.02
     assert all((r["value_losing_share"] > 0) == (r["loses_as_x"] or r["loses_as_o"]) for r in curve)
     summary = mod.tictactoe_summary(0.15, 0.045, 8)
@@ -363,7 +369,7 @@ def test_ideal_mirror_selfplay_on_tictactoe():
     assert (sampled["loses_as_x"] or sampled["loses_as_o"]) and sampled["value_losing_share"] > 0.1
 
 
-def test_model_policy_of_the_tictactoe_diagnosis(tiny_model_path):
+def test_model_policy_of_the_tictactoe_diagnosis(tiny_model_path, capsys, monkeypatch):
     """research/mirror_selfplay_ideal.py's ``model_policy`` (the warm start of ``--from-warm-base``):
     each legal move's probability, renormalised over the legal moves, is what the model's full
     logits give its tokens and end of sequence, in ``legal_moves`` order."""
@@ -402,6 +408,18 @@ def test_model_policy_of_the_tictactoe_diagnosis(tiny_model_path):
     assert mod.tictactoe_curve(0.15, 0.045, 1, games=8, samples=1)[0]["loses_as_o"]
     with pytest.raises(SystemExit):
         mod.main(["--from-warm-base"])
+    assert "add --tictactoe" in capsys.readouterr().err
+    # --from-warm-base reads the seed's warm base and starts every variant from it
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    import ttt_common
+
+    seen = []
+    monkeypatch.setattr(ttt_common, "warm_base", lambda seed: f"warm-{seed}")
+    monkeypatch.setattr(mod, "model_policy", lambda base: {"read": base})
+    monkeypatch.setattr(mod, "tictactoe_summary", lambda *a, **options: seen.append(options) or {})
+    mod.main(["--tictactoe", "--from-warm-base", "--seed", "2", "--games", "1", "--step", "0.045", "--rounds", "1",
+              "--variants", "256_games_1_sample", "128_games_exact"])
+    assert [o["start"] for o in seen] == [{"read": "warm-2"}] * 2 and [o["seed"] for o in seen] == [2, 2]
 
 
 def test_worst_known_values_of_the_tictactoe_diagnosis():
