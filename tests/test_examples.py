@@ -340,7 +340,8 @@ def test_mirror_settings_of_the_tictactoe_selfplay_example(monkeypatch, capsys):
     for refused, names in ((["--credit", "mirror"], "tictactoe_selfplay.py"),
                            (["--credit", "mirror", "--learning-rate", "1e-3"], "--learning-rate"),
                            (["--branch-samples", "2"], "--credit branch or mirror"),  # credit q has no branches
-                           (["--credit", "mirror", "--branch-samples", "0"], "at least 1")):
+                           (["--credit", "mirror", "--branch-samples", "0"], "at least 1"),
+                           (["--credit", "mirror", "--num-iterations", "0"], "--num-iterations and")):
         with pytest.raises(SystemExit):
             ttt.parse_args("", "--games-per-round", 320, "out", argv=refused, mirror=refused != ["--credit", "mirror"])
         assert names in capsys.readouterr().err
