@@ -202,9 +202,9 @@ def model_policy(base: str, player: str | None = None, temperature: float = 1.0,
 
     engine = Engine(base, name=base)
     try:
-        tok, read, pairs = engine.tokenizer, [], []
+        tok, read, pairs, wanted = engine.tokenizer, [], [], None if boards is None else set(boards)
         for board, mark in reachable_positions():
-            if boards is not None and board not in boards:
+            if wanted is not None and board not in wanted:
                 continue
             prompt = engine.encode(render_prompt(board, mark))
             read.append((board, len(legal_moves(board))))
@@ -212,8 +212,8 @@ def model_policy(base: str, player: str | None = None, temperature: float = 1.0,
                       for m in legal_moves(board)]
         logps, out, i = engine.completion_logprobs(pairs, player, temperature), {}, 0
         for board, n in read:
-            lp = np.array(logps[i:i + n])
-            out[board], i = np.exp(lp - lp.max()) / np.exp(lp - lp.max()).sum(), i + n
+            p = np.exp(np.array(logps[i:i + n]) - max(logps[i:i + n]))
+            out[board], i = p / p.sum(), i + n
         return out
     finally:
         engine.close()
@@ -278,6 +278,13 @@ def tictactoe_summary(tau: float, step: float, rounds: int, **options) -> dict:
             "sampled_vs_best_response_as_o": round(curve[-1]["sampled_vs_best_response_as_o"], 4)}
 
 
+def tictactoe_variant(name: str, tau: float, step: float, rounds: int, seed: int, start) -> dict:
+    """``tictactoe_summary`` of one ``TICTACTOE_VARIANTS`` entry, saying on stderr what runs (minutes)."""
+    print(f"tic-tac-toe {name}, tau {tau}, step {step}: {rounds} rounds, about 1 - 3 s each ...",
+          file=sys.stderr, flush=True)
+    return tictactoe_summary(tau, step, rounds, seed=seed, start=start, **TICTACTOE_VARIANTS[name])
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tau", type=float, nargs="+", default=[0.15])
@@ -308,7 +315,9 @@ def main(argv=None):
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
         from ttt_common import warm_base
 
-        start = model_policy(str(warm_base(seed=args.seed)))
+        base = warm_base(seed=args.seed, progress=True)
+        print(f"reading {base.name}'s policy at the 4,520 positions (about a minute) ...", file=sys.stderr, flush=True)
+        start = model_policy(str(base))
     for tau in args.tau:
         for step in args.step:
             kuhn = kuhn_curve(tau, step, args.rounds, explore=args.kuhn_explore)
@@ -320,8 +329,7 @@ def main(argv=None):
                                                                                   round(max(kuhn[-24:]), 4)]},
                               "matrix": {"median": round(float(np.median(shares)), 4),
                                          "worst": round(max(shares), 4)},
-                              **({"tictactoe": {name: tictactoe_summary(tau, step, args.rounds, seed=args.seed,
-                                                                        start=start, **TICTACTOE_VARIANTS[name])
+                              **({"tictactoe": {name: tictactoe_variant(name, tau, step, args.rounds, args.seed, start)
                                                 for name in variants}}
                                  if args.tictactoe else {})}),
                   flush=True)

@@ -415,7 +415,7 @@ def test_model_policy_of_the_tictactoe_diagnosis(tiny_model_path, capsys, monkey
     import ttt_common
 
     seen = []
-    monkeypatch.setattr(ttt_common, "warm_base", lambda seed: f"warm-{seed}")
+    monkeypatch.setattr(ttt_common, "warm_base", lambda seed, progress: Path(f"warm-{seed}"))
     monkeypatch.setattr(mod, "model_policy", lambda base: {"read": base})
     monkeypatch.setattr(mod, "tictactoe_summary", lambda *a, **options: seen.append(options) or {})
     mod.main(["--tictactoe", "--from-warm-base", "--seed", "2", "--games", "1", "--step", "0.045", "--rounds", "1",
