@@ -528,3 +528,46 @@ def test_mirror_settings_of_the_psro_examples(monkeypatch, capsys):
         with pytest.raises(SystemExit):
             mod.parse_args(argv)
         assert message in capsys.readouterr().err
+
+
+def test_mirror_fit_figures_of_the_research_script(tiny_model_path):
+    """research/mirror_fit.py: a state's reach is the share of the mirror target's step (in centred
+    log-probabilities) that the update took, and one round at an almost-zero rate reaches nothing of
+    its targets while the configuration's rate moves them; both variants see the same games and so
+    the same targets."""
+    import argparse
+
+    import numpy as np
+
+    mod = _load(ROOT / "research" / "mirror_fit.py", "mirror_fit")
+    before = np.log([0.5, 0.3, 0.2])
+    target = [0.6, 0.3, 0.1]
+    reach, miss, kl0, kl1 = mod.state_figures(target, before, np.log(target))
+    assert reach == pytest.approx(1.0) and miss == pytest.approx(0.0, abs=1e-9) and kl1 == pytest.approx(0.0, abs=1e-12)
+    assert kl0 > 0
+    half = before + 0.5 * (np.log(target) - before)
+    assert mod.state_figures(target, before, half)[0] == pytest.approx(0.5)
+    assert mod.state_figures(target, before, before)[:2] == (0.0, 0.0)
+    d = np.log(target) - before
+    d -= d.mean()
+    side = np.cross(d, np.ones(3))  # centred and orthogonal to the target's direction
+    reach, miss, _, _ = mod.state_figures(target, before, before + side)
+    assert reach == pytest.approx(0.0, abs=1e-9) and miss > 0.1
+    assert mod.parse_variants("1x1, 8x0.5") == [(1, 1.0), (8, 0.5)]
+    for bad in ("8", "0x1", "1x0"):
+        with pytest.raises(SystemExit):
+            mod.parse_variants(bad)
+    from autocurricula.games.matrix import random_game
+
+    args = argparse.Namespace(games_per_round=16, branch_samples=1, seed=0)
+    rows = {}
+    for passes, rate in ((1, 1e-7), (4, 1.0)):
+        states, _ = mod.one_round(tiny_model_path, random_game(0), {}, args, passes, rate)
+        rows[passes] = states
+        figures = mod.summary([(v[0], *mod.state_figures(list(v[1].values()), v[2], v[3])) for v in states.values()])
+        assert figures["states"] == 2  # one prompt per seat
+        if passes == 1:  # before = the base (a LoRA starts at zero), after = the player's adapter
+            assert abs(figures["reach_median"]) < 1e-3 and abs(figures["kl_closed"]) < 1e-3
+        else:  # an unwarmed model mostly learns to write the listed words: the figures only move
+            assert abs(figures["kl_closed"]) > 0.05
+    assert rows[1].keys() == rows[4].keys() and all(rows[1][k][1] == pytest.approx(rows[4][k][1]) for k in rows[1])

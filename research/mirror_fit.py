@@ -1,0 +1,195 @@
+"""How far one round's update moves the policy toward that round's mirror-descent targets, per game.
+
+    python research/mirror_fit.py --game tictactoe --variants 1x1,8x1,1x3
+    python research/mirror_fit.py --game kuhn --variants 1x1,8x1,1x3
+    python research/mirror_fit.py --game matrix --variants 1x1,8x1,1x3
+
+One round of the mirror self-play configuration (``SelfPlayTrainer`` with ``credit="mirror"``,
+``past_share=0``, four optimizer steps, 0.3 x 1e-2; as ``examples/psro_kuhn.py --trainers selfplay
+--credit mirror --steps-per-generation 4``) from the game's warm base, once per variant
+``PASSESxRATE`` (``GRPOConfig.num_iterations`` and a multiple of the configuration's rate). Every
+variant plays the same games (same seed, same base), so it gets the same targets; the script checks
+that. For each state with move targets (a prompt, with its listed moves), in log-probabilities
+over the listed moves, centred:
+
+* ``d_target = log a - log p_before``, where ``a`` is the credit's target (one mirror step);
+* ``d_update = log p_after - log p_before``, what the round's update did;
+* the state's **reach** ``<d_update, d_target> / <d_target, d_target>``: 1 = the update lands on
+  the target (as the exact learner of ``research/mirror_selfplay_ideal.py`` does), 0.1 = a tenth
+  of the step, above 1 = past it; and its **miss** ``|d_update - reach d_target| / |d_target|``,
+  the part of the update off the target's direction.
+
+It prints, per variant, the median reach over states, the reach averaged with each state's visits
+as weights, the median by visit count (1, 2 - 4, 5 and more), the median miss, and the share of
+the distance KL(a || p) closed over all states. The policy before the round is the base model's:
+a player's LoRA starts at zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import numpy as np  # noqa: E402
+
+import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
+from autocurricula import SelfPlayConfig, SelfPlayTrainer  # noqa: E402
+from autocurricula.credit import MirrorCredit  # noqa: E402
+
+CONFIG_RATE = 3e-3  # the mirror configuration's rate: MIRROR_RATE_SHARE x LEARNING_RATE of the examples
+
+
+RECORDED: list = []  # the trainer deep-copies its credit: the copy records here
+
+
+class RecordingMirror(MirrorCredit):
+    """``MirrorCredit`` that keeps the target turns it hands to the update (in ``RECORDED``)."""
+
+    def extra_turns(self, turns):
+        out = super().extra_turns(turns)
+        RECORDED.extend(out)
+        return out
+
+
+def parse_variants(text: str) -> list[tuple[int, float]]:
+    """``"1x1,8x1,1x3"`` -> [(1, 1.0), (8, 1.0), (1, 3.0)]: passes x multiple of the configuration's rate."""
+    out = []
+    for part in text.split(","):
+        passes, _, rate = part.strip().partition("x")
+        try:
+            out.append((int(passes), float(rate)))
+        except ValueError:
+            raise SystemExit(f"--variants: {part!r} is not PASSESxRATE (e.g. 8x1 = eight passes at the "
+                             "configuration's rate)") from None
+        if out[-1][0] < 1 or not out[-1][1] > 0:
+            raise SystemExit(f"--variants: {part!r}: passes must be at least 1 and the rate multiple above 0")
+    return out
+
+
+def state_figures(targets: list[float], before: list[float], after: list[float]) -> tuple[float, float, float, float]:
+    """One state's (reach, miss, KL(a || p_before), KL(a || p_after)) from its target probabilities
+    and the listed moves' log-probabilities before and after the update (renormalised over them)."""
+    a = np.asarray(targets, np.float64)
+    a = a / a.sum()
+    lb = np.asarray(before, np.float64)
+    la = np.asarray(after, np.float64)
+    lb, la = lb - np.logaddexp.reduce(lb), la - np.logaddexp.reduce(la)
+    d_t = np.log(np.maximum(a, 1e-300)) - lb
+    d_u = la - lb
+    d_t, d_u = d_t - d_t.mean(), d_u - d_u.mean()
+    norm = float(d_t @ d_t)
+    reach = float(d_u @ d_t) / norm if norm > 0 else math.nan
+    miss = float(np.linalg.norm(d_u - reach * d_t)) / math.sqrt(norm) if norm > 0 else math.nan
+    kl = lambda lp: float(np.sum(np.where(a > 0, a * (np.log(np.maximum(a, 1e-300)) - lp), 0.0)))  # noqa: E731
+    return reach, miss, kl(lb), kl(la)
+
+
+def summary(states: list[tuple[int, float, float, float, float]]) -> dict:
+    """Figures over states given as (visits, reach, miss, kl_before, kl_after)."""
+    live = [s for s in states if not math.isnan(s[1])]
+    med = lambda xs: round(statistics.median(xs), 4) if xs else None  # noqa: E731
+    buckets = {"1": [s[1] for s in live if s[0] == 1], "2-4": [s[1] for s in live if 2 <= s[0] <= 4],
+               "5+": [s[1] for s in live if s[0] >= 5]}
+    weight = sum(s[0] for s in live)
+    return {"states": len(live), "reach_median": med([s[1] for s in live]),
+            "reach_visit_weighted": round(sum(s[0] * s[1] for s in live) / weight, 4) if weight else None,
+            "reach_median_by_visits": {k: med(v) for k, v in buckets.items()},
+            "states_by_visits": {k: len(v) for k, v in buckets.items()},
+            "miss_median": med([s[2] for s in live]),
+            "kl_closed": round(1 - sum(s[4] for s in live) / max(1e-12, sum(s[3] for s in live)), 4)}
+
+
+def setup(args):
+    """(base path, play, trainer extras) of ``--game``: the examples' warm bases and games."""
+    if args.game == "tictactoe":
+        from ttt_common import OpeningGame, warm_base
+
+        return warm_base(seed=args.seed, progress=True), OpeningGame((0, 4)), {"max_tokens": 2}
+    if args.game == "kuhn":
+        from kuhn_league import parse_args as kuhn_args
+        from kuhn_league import warm_base
+
+        from autocurricula.games import kuhn_poker
+
+        return warm_base(kuhn_args(["--seed", str(args.seed)])), kuhn_poker, {}
+    from psro_matrix_games import parse_args as matrix_args
+    from psro_matrix_games import warm_base
+
+    from autocurricula.games.matrix import random_game
+
+    return warm_base(matrix_args(["--seed", str(args.seed)])), random_game(args.matrix_game), {}
+
+
+def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) -> tuple[dict, float]:
+    """Trains one round of one variant; returns ({(player, prompt): (visits, {move: target}, before,
+    after)}, seconds)."""
+    credit = RecordingMirror(samples=args.branch_samples)
+    RECORDED.clear()
+    with tempfile.TemporaryDirectory() as out:
+        config = SelfPlayConfig(epochs=1, rounds=1, games_per_round=args.games_per_round, past_share=0.0,
+                                seed=args.seed, output_dir=out, save_strategy="no", progress=False, credit=credit,
+                                **extras)
+        trainer = SelfPlayTrainer(config)
+        t0 = time.perf_counter()
+        trainer.train(str(base), play, grpo_config={"learning_rate": CONFIG_RATE * rate, "steps_per_generation": 4,
+                                                    "num_iterations": passes})
+        seconds = time.perf_counter() - t0
+        moves: dict[tuple, dict[tuple, float]] = {}
+        count: Counter = Counter()
+        for t in RECORDED:
+            key = (t.player, tuple(t.prompt_ids))
+            moves.setdefault(key, {})[tuple(t.completion_ids)] = float(t.advantage)
+            count[key] += 1
+        temperature = trainer.grpo.temperature
+        result = {}
+        for player in sorted({k[0] for k in moves}):
+            keys = [k for k in moves if k[0] == player]
+            pairs = [(list(k[1]), list(m)) for k in keys for m in moves[k]]
+            before = trainer.engine.completion_logprobs(pairs, None, temperature)  # LoRA starts at zero
+            after = trainer.engine.completion_logprobs(pairs, player, temperature)
+            i = 0
+            for k in keys:
+                n = len(moves[k])
+                result[k] = (count[k] // n, moves[k], before[i:i + n], after[i:i + n])
+                i += n
+        trainer.engine.close()
+    return result, seconds
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--game", choices=["tictactoe", "kuhn", "matrix"], required=True)
+    p.add_argument("--variants", default="1x1,8x1,1x3", help="PASSESxRATE,...: passes over the round's turns "
+                   "and a multiple of the configuration's rate (3e-3)")
+    p.add_argument("--games-per-round", type=int, default=128)
+    p.add_argument("--branch-samples", type=int, default=2)
+    p.add_argument("--matrix-game", type=int, default=0, help="with --game matrix: random_game(N)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    variants = parse_variants(args.variants)
+    base, play, extras = setup(args)
+    reference = None
+    for passes, rate in variants:
+        print(f"{args.game}: one round with {passes} pass(es) at {rate} x {CONFIG_RATE} ...", file=sys.stderr, flush=True)
+        states, seconds = one_round(base, play, extras, args, passes, rate)
+        targets = {k: v[1] for k, v in states.items()}
+        same = reference is None or (targets.keys() == reference.keys() and all(
+            targets[k].keys() == reference[k].keys() and all(abs(targets[k][m] - reference[k][m]) < 1e-6
+                                                             for m in targets[k]) for k in targets))
+        reference = reference or targets
+        rows = [(v[0], *state_figures(list(v[1].values()), v[2], v[3])) for v in states.values()]
+        print(json.dumps({"game": args.game, "seed": args.seed, "passes": passes, "rate": CONFIG_RATE * rate,
+                          "same_targets_as_first": same, "seconds": round(seconds, 1), **summary(rows)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
