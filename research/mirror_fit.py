@@ -5,10 +5,11 @@
     python research/mirror_fit.py --game matrix --variants 1x1,8x1,1x3
 
 One round of the mirror self-play configuration (``SelfPlayTrainer`` with ``credit="mirror"``,
-``past_share=0``, four optimizer steps, 0.3 x 1e-2; as ``examples/psro_kuhn.py --trainers selfplay
---credit mirror --steps-per-generation 4``) from the game's warm base, once per variant
-``PASSESxRATE`` (``GRPOConfig.num_iterations`` and a multiple of the configuration's rate). Every
-variant plays the same games (same seed, same base), so it gets the same targets; the script checks
+``past_share=0``, four optimizer steps a pass, 0.3 x 1e-2; as ``examples/psro_kuhn.py --trainers
+selfplay --credit mirror --steps-per-generation 4``) from the game's warm base, once per variant
+``PASSESxRATE`` (``GRPOConfig.num_iterations`` and a multiple of the configuration's rate;
+``--steps-per-generation`` and ``--once-per-state`` change every variant of a run). Every variant
+plays the same games (same seed, same base), so it gets the same targets; the script checks
 that. For each state with move targets (a prompt, with its listed moves), in log-probabilities
 over the listed moves, centred:
 
@@ -49,14 +50,24 @@ CONFIG_RATE = 3e-3  # the mirror configuration's rate: MIRROR_RATE_SHARE x LEARN
 
 
 RECORDED: list = []  # the trainer deep-copies its credit: the copy records here
+ONCE_PER_STATE: list = [False]  # --once-per-state
 
 
 class RecordingMirror(MirrorCredit):
-    """``MirrorCredit`` that keeps the target turns it hands to the update (in ``RECORDED``)."""
+    """``MirrorCredit`` that keeps the target turns it hands to the update (in ``RECORDED``); with
+    ``--once-per-state`` it hands on one set of targets per state and round, whatever its visits."""
 
     def extra_turns(self, turns):
         out = super().extra_turns(turns)
         RECORDED.extend(out)
+        if ONCE_PER_STATE[0]:
+            seen, kept = set(), []
+            for t in out:
+                key = (t.player, tuple(t.prompt_ids), tuple(t.completion_ids))
+                if key not in seen:
+                    seen.add(key)
+                    kept.append(t)
+            out = kept
         return out
 
 
@@ -113,20 +124,20 @@ def setup(args):
     if args.game == "tictactoe":
         from ttt_common import OpeningGame, warm_base
 
-        return warm_base(seed=args.seed, progress=True), OpeningGame((0, 4)), {"max_tokens": 2}
+        return warm_base(seed=args.base_seed, progress=True), OpeningGame((0, 4)), {"max_tokens": 2}
     if args.game == "kuhn":
         from kuhn_league import parse_args as kuhn_args
         from kuhn_league import warm_base
 
         from autocurricula.games import kuhn_poker
 
-        return warm_base(kuhn_args(["--seed", str(args.seed)])), kuhn_poker, {}
+        return warm_base(kuhn_args(["--seed", str(args.base_seed)])), kuhn_poker, {}
     from psro_matrix_games import parse_args as matrix_args
     from psro_matrix_games import warm_base
 
     from autocurricula.games.matrix import random_game
 
-    return warm_base(matrix_args(["--seed", str(args.seed)])), random_game(args.matrix_game), {}
+    return warm_base(matrix_args(["--seed", str(args.base_seed)])), random_game(args.matrix_game), {}
 
 
 def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) -> tuple[dict, float]:
@@ -140,8 +151,9 @@ def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) ->
                                 **extras)
         trainer = SelfPlayTrainer(config)
         t0 = time.perf_counter()
-        trainer.train(str(base), play, grpo_config={"learning_rate": CONFIG_RATE * rate, "steps_per_generation": 4,
-                                                    "num_iterations": passes})
+        grpo = {"learning_rate": CONFIG_RATE * rate, "steps_per_generation": args.steps_per_generation,
+                "num_iterations": passes}
+        trainer.train(str(base), play, grpo_config=grpo)
         seconds = time.perf_counter() - t0
         moves: dict[tuple, dict[tuple, float]] = {}
         count: Counter = Counter()
@@ -171,10 +183,19 @@ def main(argv=None):
     p.add_argument("--variants", default="1x1,8x1,1x3", help="PASSESxRATE,...: passes over the round's turns "
                    "and a multiple of the configuration's rate (3e-3)")
     p.add_argument("--games-per-round", type=int, default=128)
+    p.add_argument("--steps-per-generation", type=int, default=4, help="optimizer steps per pass (the "
+                   "configuration's 4)")
     p.add_argument("--branch-samples", type=int, default=2)
     p.add_argument("--matrix-game", type=int, default=0, help="with --game matrix: random_game(N)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--base-seed", type=int, default=None, help="the warm base's seed (default: --seed), as in "
+                   "the examples (the Kuhn figures use --base-seed 0)")
+    p.add_argument("--once-per-state", action="store_true", help="train on one set of targets per state and "
+                   "round (each state weighted once, as the exact learner steps every visited state once), "
+                   "not one per visit")
     args = p.parse_args(argv)
+    ONCE_PER_STATE[0] = args.once_per_state
+    args.base_seed = args.seed if args.base_seed is None else args.base_seed
     variants = parse_variants(args.variants)
     base, play, extras = setup(args)
     reference = None
@@ -187,7 +208,9 @@ def main(argv=None):
                                                              for m in targets[k]) for k in targets))
         reference = reference or targets
         rows = [(v[0], *state_figures(list(v[1].values()), v[2], v[3])) for v in states.values()]
-        print(json.dumps({"game": args.game, "seed": args.seed, "passes": passes, "rate": CONFIG_RATE * rate,
+        print(json.dumps({"game": args.game, "seed": args.seed, "base_seed": args.base_seed, "passes": passes, "rate": CONFIG_RATE * rate,
+                          "steps_per_generation": args.steps_per_generation,
+                          "once_per_state": args.once_per_state,
                           "same_targets_as_first": same, "seconds": round(seconds, 1), **summary(rows)}), flush=True)
 
 
