@@ -116,7 +116,7 @@ def summary(states: list[tuple[int, float, float, float, float]]) -> dict:
             "reach_median_by_visits": {k: med(v) for k, v in buckets.items()},
             "states_by_visits": {k: len(v) for k, v in buckets.items()},
             "miss_median": med([s[2] for s in live]),
-            "kl_closed": round(1 - sum(s[4] for s in live) / max(1e-12, sum(s[3] for s in live)), 4)}
+            "kl_closed": round(1 - sum(s[4] for s in live) / max(1e-12, sum(s[3] for s in live)), 4) if live else None}
 
 
 def setup(args):
@@ -206,9 +206,12 @@ def main(argv=None):
         same = reference is None or (targets.keys() == reference.keys() and all(
             targets[k].keys() == reference[k].keys() and all(abs(targets[k][m] - reference[k][m]) < 1e-6
                                                              for m in targets[k]) for k in targets))
-        reference = reference or targets
+        if reference is None:
+            reference = targets
         rows = [(v[0], *state_figures(list(v[1].values()), v[2], v[3])) for v in states.values()]
-        print(json.dumps({"game": args.game, "seed": args.seed, "base_seed": args.base_seed, "passes": passes, "rate": CONFIG_RATE * rate,
+        print(json.dumps({"game": args.game, "seed": args.seed, "base_seed": args.base_seed,
+                          "matrix_game": args.matrix_game if args.game == "matrix" else None,
+                          "games_per_round": args.games_per_round, "branch_samples": args.branch_samples, "passes": passes, "rate": CONFIG_RATE * rate,
                           "steps_per_generation": args.steps_per_generation,
                           "once_per_state": args.once_per_state,
                           "same_targets_as_first": same, "seconds": round(seconds, 1), **summary(rows)}), flush=True)

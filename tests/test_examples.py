@@ -533,8 +533,9 @@ def test_mirror_settings_of_the_psro_examples(monkeypatch, capsys):
 def test_mirror_fit_figures_of_the_research_script(tiny_model_path):
     """research/mirror_fit.py: a state's reach is the share of the mirror target's step (in centred
     log-probabilities) that the update took, and one round at an almost-zero rate reaches nothing of
-    its targets while the configuration's rate moves them; both variants see the same games and so
-    the same targets."""
+    its targets while the configuration's rate moves them; both variants get the same targets (on this
+    unwarmed model mostly the pull toward the base policy; on warm bases the script reports
+    same_targets_as_first)."""
     import argparse
 
     import numpy as np
