@@ -46,21 +46,23 @@ import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
 from autocurricula import SelfPlayConfig, SelfPlayTrainer  # noqa: E402
 from autocurricula.credit import MirrorCredit  # noqa: E402
 
-CONFIG_RATE = 3e-3  # the mirror configuration's rate: MIRROR_RATE_SHARE x LEARNING_RATE of the examples
+from psro_matrix_games import LEARNING_RATE, MIRROR_RATE_SHARE  # noqa: E402
 
-
-RECORDED: list = []  # the trainer deep-copies its credit: the copy records here
-ONCE_PER_STATE: list = [False]  # --once-per-state
+CONFIG_RATE = LEARNING_RATE * MIRROR_RATE_SHARE  # the mirror configuration's rate (3e-3)
 
 
 class RecordingMirror(MirrorCredit):
-    """``MirrorCredit`` that keeps the target turns it hands to the update (in ``RECORDED``); with
-    ``--once-per-state`` it hands on one set of targets per state and round, whatever its visits."""
+    """``MirrorCredit`` that keeps the target turns it hands to the update (``recorded``); with
+    ``once_per_state`` it hands on one set of targets per state and round, whatever its visits."""
+
+    def __init__(self, *, once_per_state: bool = False, **options):
+        super().__init__(**options)
+        self.once_per_state, self.recorded = once_per_state, []
 
     def extra_turns(self, turns):
         out = super().extra_turns(turns)
-        RECORDED.extend(out)
-        if ONCE_PER_STATE[0]:
+        self.recorded.extend(out)
+        if self.once_per_state:
             seen, kept = set(), []
             for t in out:
                 key = (t.player, tuple(t.prompt_ids), tuple(t.completion_ids))
@@ -143,8 +145,7 @@ def setup(args):
 def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) -> tuple[dict, float]:
     """Trains one round of one variant; returns ({(player, prompt): (visits, {move: target}, before,
     after)}, seconds)."""
-    credit = RecordingMirror(samples=args.branch_samples)
-    RECORDED.clear()
+    credit = RecordingMirror(samples=args.branch_samples, once_per_state=args.once_per_state)
     with tempfile.TemporaryDirectory() as out:
         config = SelfPlayConfig(epochs=1, rounds=1, games_per_round=args.games_per_round, past_share=0.0,
                                 seed=args.seed, output_dir=out, save_strategy="no", progress=False, credit=credit,
@@ -157,7 +158,7 @@ def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) ->
         seconds = time.perf_counter() - t0
         moves: dict[tuple, dict[tuple, float]] = {}
         count: Counter = Counter()
-        for t in RECORDED:
+        for t in trainer.credit.recorded:  # the trainer's own (deep) copy of the credit
             key = (t.player, tuple(t.prompt_ids))
             moves.setdefault(key, {})[tuple(t.completion_ids)] = float(t.advantage)
             count[key] += 1
@@ -194,13 +195,14 @@ def main(argv=None):
                    "round (each state weighted once, as the exact learner steps every visited state once), "
                    "not one per visit")
     args = p.parse_args(argv)
-    ONCE_PER_STATE[0] = args.once_per_state
     args.base_seed = args.seed if args.base_seed is None else args.base_seed
     variants = parse_variants(args.variants)
     base, play, extras = setup(args)
-    reference = None
-    for passes, rate in variants:
-        print(f"{args.game}: one round with {passes} pass(es) at {rate} x {CONFIG_RATE} ...", file=sys.stderr, flush=True)
+    reference, t0 = None, time.perf_counter()
+    for i, (passes, rate) in enumerate(variants):
+        left = "" if i == 0 else f", about {(time.perf_counter() - t0) / i * (len(variants) - i) / 60:.0f} min left"
+        print(f"{args.game}: variant {i + 1}/{len(variants)}, one round with {passes} pass(es) at {rate} x "
+              f"{CONFIG_RATE:g}{left} ...", file=sys.stderr, flush=True)
         states, seconds = one_round(base, play, extras, args, passes, rate)
         targets = {k: v[1] for k, v in states.items()}
         same = reference is None or (targets.keys() == reference.keys() and all(

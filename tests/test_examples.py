@@ -560,7 +560,8 @@ def test_mirror_fit_figures_of_the_research_script(tiny_model_path):
             mod.parse_variants(bad)
     from autocurricula.games.matrix import random_game
 
-    args = argparse.Namespace(games_per_round=16, branch_samples=1, steps_per_generation=4, seed=0)
+    args = argparse.Namespace(games_per_round=16, branch_samples=1, steps_per_generation=4, seed=0,
+                              once_per_state=False)
     rows = {}
     for passes, rate in ((1, 1e-7), (4, 1.0)):
         states, _ = mod.one_round(tiny_model_path, random_game(0), {}, args, passes, rate)
