@@ -39,12 +39,14 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
 import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
 from autocurricula import SelfPlayConfig, SelfPlayTrainer  # noqa: E402
 from autocurricula.credit import MirrorCredit  # noqa: E402
+from autocurricula.engine import LoraSpec  # noqa: E402
 
 from psro_matrix_games import LEARNING_RATE, MIRROR_RATE_SHARE  # noqa: E402
 
@@ -88,6 +90,18 @@ def parse_variants(text: str) -> list[tuple[int, float]]:
     return out
 
 
+def direction(targets, before) -> np.ndarray:
+    """The centred step ``log a - log p_before`` from a state's log-probabilities to its targets."""
+    lb = np.asarray(before, np.float64)
+    d = np.log(np.maximum(np.asarray(targets, np.float64) / np.sum(targets), 1e-300)) - (lb - np.logaddexp.reduce(lb))
+    return d - d.mean()
+
+
+def cosine(x: np.ndarray, y: np.ndarray) -> float:
+    nx, ny = float(np.linalg.norm(x)), float(np.linalg.norm(y))
+    return float(x @ y) / (nx * ny) if nx > 0 and ny > 0 else math.nan
+
+
 def state_figures(targets: list[float], before: list[float], after: list[float]) -> tuple[float, float, float, float]:
     """One state's (reach, miss, KL(a || p_before), KL(a || p_after)) from its target probabilities
     and the listed moves' log-probabilities before and after the update (renormalised over them)."""
@@ -96,9 +110,8 @@ def state_figures(targets: list[float], before: list[float], after: list[float])
     lb = np.asarray(before, np.float64)
     la = np.asarray(after, np.float64)
     lb, la = lb - np.logaddexp.reduce(lb), la - np.logaddexp.reduce(la)
-    d_t = np.log(np.maximum(a, 1e-300)) - lb
-    d_u = la - lb
-    d_t, d_u = d_t - d_t.mean(), d_u - d_u.mean()
+    d_t, d_u = direction(a, lb), la - lb
+    d_u = d_u - d_u.mean()
     norm = float(d_t @ d_t)
     reach = float(d_u @ d_t) / norm if norm > 0 else math.nan
     miss = float(np.linalg.norm(d_u - reach * d_t)) / math.sqrt(norm) if norm > 0 else math.nan
@@ -142,6 +155,17 @@ def setup(args):
     return warm_base(matrix_args(["--seed", str(args.base_seed)])), random_game(args.matrix_game), {}
 
 
+def lora_spec(text: str) -> LoraSpec:
+    """``--lora``: ``qv`` (the configuration's adapter: ``LoraSpec()``, rank 8 on q and v) or
+    ``all:R`` (rank R on every linear, alpha 2R, as the tic-tac-toe league example's rank 8)."""
+    if text == "qv":
+        return LoraSpec()
+    kind, _, rank = text.partition(":")
+    if kind != "all" or not rank.isdigit() or int(rank) <= 0:
+        raise SystemExit(f"--lora {text!r}: use 'qv' or 'all:R' with a positive rank R, e.g. all:8")
+    return LoraSpec(r=int(rank), lora_alpha=2.0 * int(rank), target_modules="all-linear")
+
+
 def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) -> tuple[dict, float]:
     """Trains one round of one variant; returns ({(player, prompt): (visits, {move: target}, before,
     after)}, seconds)."""
@@ -154,7 +178,7 @@ def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) ->
         t0 = time.perf_counter()
         grpo = {"learning_rate": CONFIG_RATE * rate, "steps_per_generation": args.steps_per_generation,
                 "num_iterations": passes}
-        trainer.train(str(base), play, grpo_config=grpo)
+        trainer.train(str(base), play, grpo_config=grpo, lora_config=lora_spec(args.lora))
         seconds = time.perf_counter() - t0
         moves: dict[tuple, dict[tuple, float]] = {}
         count: Counter = Counter()
@@ -174,8 +198,50 @@ def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) ->
                 n = len(moves[k])
                 result[k] = (count[k] // n, moves[k], before[i:i + n], after[i:i + n])
                 i += n
+        exact = exact_figures(trainer, result) if args.exact else None
         trainer.engine.close()
-    return result, seconds
+    return result, seconds, exact
+
+
+def exact_figures(trainer, states: dict) -> dict:
+    """``--exact`` (tic-tac-toe): the same round measured against the exact mirror targets, one step
+    from the base policy toward ``softmax(Q / tau)`` with ``Q`` the moves' exact values under the
+    base policy in self-play (what the sampled branch games estimate), at the round's visited
+    states and at every other reachable position; and the cosine between each visited state's
+    sampled and exact target steps (1: the sampled values point where the exact ones do)."""
+    from mirror_selfplay_ideal import engine_policy, exact_move_values
+
+    from autocurricula.credit import mirror_distribution
+    from autocurricula.games.tictactoe import legal_moves, reachable_positions
+
+    credit, engine, temperature = trainer.credit, trainer.engine, trainer.grpo.temperature
+    (player,) = {k[0] for k in states}  # self-play with past_share=0: one learner
+    base, prompts = engine_policy(engine, None, temperature)
+    after, _ = engine_policy(engine, player, temperature)
+    positions = dict(reachable_positions())
+    q = exact_move_values(base, positions, positions)
+    tok = engine.tokenizer
+    visited = {prompts[k[1]]: v for k, v in states.items()}  # board -> (visits, {move ids: target}, ...)
+    rows = {"visited": [], "unvisited": []}
+    cosines = []
+    for board in positions:
+        lb, la = np.log(base[board]), np.log(after[board])
+        exact = mirror_distribution(q[board], list(lb), credit.move_temperature, credit.move_clip, credit.step)
+        figures = state_figures(exact, list(lb), list(la))
+        if board in visited:
+            visits, targets = visited[board][0], visited[board][1]
+            ids = [tuple(tok.encode(str(m), add_special_tokens=False)) + (tok.eos_token_id,)
+                   for m in legal_moves(board)]
+            sampled = [targets[i] for i in ids]  # the credit lists every legal move
+            cosines.append(cosine(direction(sampled, lb), direction(exact, lb)))
+            rows["visited"].append((visits, *figures))
+        else:
+            rows["unvisited"].append((0, *figures))
+    keep = ("states", "reach_median", "miss_median", "kl_closed")
+    out = {name: {k: summary(r)[k] for k in keep} for name, r in rows.items()}
+    live = [c for c in cosines if not math.isnan(c)]
+    out["sampled_exact_cosine_median"] = round(statistics.median(live), 4) if live else None
+    return out
 
 
 def main(argv=None):
@@ -194,7 +260,15 @@ def main(argv=None):
     p.add_argument("--once-per-state", action="store_true", help="train on one set of targets per state and "
                    "round (each state weighted once, as the exact learner steps every visited state once), "
                    "not one per visit")
+    p.add_argument("--lora", default="qv", help="the players' adapter: 'qv' (the configuration's: rank 8 on "
+                   "q_proj and v_proj) or 'all:R' (rank R on every linear)")
+    p.add_argument("--exact", action="store_true", help="with --game tictactoe: also measure the round "
+                   "against the exact targets (exact values under the base policy) at the visited states and at "
+                   "every other position, and how well the sampled targets point at them (about 2 min more)")
     args = p.parse_args(argv)
+    if args.exact and args.game != "tictactoe":
+        p.error("--exact needs --game tictactoe (the exact values come from enumerating its positions)")
+    lora_spec(args.lora)  # refuse a bad value before the warm base is built
     args.base_seed = args.seed if args.base_seed is None else args.base_seed
     variants = parse_variants(args.variants)
     base, play, extras = setup(args)
@@ -203,7 +277,7 @@ def main(argv=None):
         left = "" if i == 0 else f", about {(time.perf_counter() - t0) / i * (len(variants) - i) / 60:.0f} min left"
         print(f"{args.game}: variant {i + 1}/{len(variants)}, one round with {passes} pass(es) at {rate} x "
               f"{CONFIG_RATE:g}{left} ...", file=sys.stderr, flush=True)
-        states, seconds = one_round(base, play, extras, args, passes, rate)
+        states, seconds, exact = one_round(base, play, extras, args, passes, rate)
         targets = {k: v[1] for k, v in states.items()}
         same = reference is None or (targets.keys() == reference.keys() and all(
             targets[k].keys() == reference[k].keys() and all(abs(targets[k][m] - reference[k][m]) < 1e-6
@@ -215,8 +289,9 @@ def main(argv=None):
                           "matrix_game": args.matrix_game if args.game == "matrix" else None,
                           "games_per_round": args.games_per_round, "branch_samples": args.branch_samples, "passes": passes, "rate": CONFIG_RATE * rate,
                           "steps_per_generation": args.steps_per_generation,
-                          "once_per_state": args.once_per_state,
-                          "same_targets_as_first": same, "seconds": round(seconds, 1), **summary(rows)}), flush=True)
+                          "once_per_state": args.once_per_state, "lora": args.lora,
+                          "same_targets_as_first": same, "seconds": round(seconds, 1), **summary(rows),
+                          **({"exact": exact} if exact is not None else {})}), flush=True)
 
 
 if __name__ == "__main__":

@@ -153,23 +153,8 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
         return {board: [worst_known(apply_move(board, m, positions[board]), graph, known) for m in legal_moves(board)]
                 for board in visits}
 
-    def result(board: str, mark: str) -> float:  # for ``mark``, both seats playing ``policy``
-        w = winner(board)
-        return 0.0 if w == "draw" else 1.0 if w == mark else -1.0
-
     out = []
     for _ in range(rounds):
-        value: dict[str, float] = {}  # board -> expected result for the player to move
-
-        def v(board: str) -> float:
-            if board not in value:
-                if winner(board) is not None:  # the last mover won or drew: the player to move lost or drew
-                    value[board] = -abs(result(board, "X"))
-                else:
-                    mark = positions[board]
-                    value[board] = float(policy[board] @ [-v(apply_move(board, m, mark)) for m in legal_moves(board)])
-            return value[board]
-
         if games is None:
             visits = dict.fromkeys(positions, 1)
         else:
@@ -178,8 +163,7 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
                 for board in sample(random_opening(openings.randint(0, 4), openings), explore=explore)[0]:
                     visits[board] = visits.get(board, 0) + 1
         if samples is None:
-            v("." * 9)
-            q = {b: [-v(apply_move(b, m, positions[b])) for m in legal_moves(b)] for b in visits}
+            q = exact_move_values(policy, positions, visits)
         else:
             q = sampled_values(visits)
         policy.update({b: np.array(mirror_distribution(q[b], list(np.log(policy[b])), tau, step=step)) for b in visits})
@@ -192,29 +176,60 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
     return out
 
 
+def exact_move_values(policy: dict[str, np.ndarray], positions: dict[str, str],
+                      boards) -> dict[str, list[float]]:
+    """The exact value of every legal move (``legal_moves`` order) at each of ``boards``, for the
+    player to move, when both seats play ``policy`` afterwards (+1 win, 0 draw, -1 loss)."""
+    from autocurricula.games.tictactoe import apply_move, legal_moves, winner
+
+    value: dict[str, float] = {}  # board -> expected result for the player to move
+
+    def v(board: str) -> float:
+        if board not in value:
+            end = winner(board)
+            if end is not None:  # the last mover won or drew: the player to move lost or drew
+                value[board] = 0.0 if end == "draw" else -1.0
+            else:
+                mark = positions[board]
+                value[board] = float(policy[board] @ [-v(apply_move(board, m, mark)) for m in legal_moves(board)])
+        return value[board]
+
+    v("." * 9)
+    return {b: [-v(apply_move(b, m, positions[b])) for m in legal_moves(b)] for b in boards}
+
+
+def engine_policy(engine, player: str | None = None, temperature: float = 1.0,
+                  boards: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[tuple, str]]:
+    """``model_policy`` read through an open engine, and each position's prompt (token ids) -> board."""
+    from autocurricula.games.tictactoe import legal_moves, reachable_positions, render_prompt
+
+    tok, read, pairs, prompts = engine.tokenizer, [], [], {}
+    wanted = None if boards is None else set(boards)
+    for board, mark in reachable_positions():
+        if wanted is not None and board not in wanted:
+            continue
+        prompt = engine.encode(render_prompt(board, mark))
+        prompts[tuple(prompt)] = board
+        read.append((board, len(legal_moves(board))))
+        pairs += [(prompt, list(tok.encode(str(m), add_special_tokens=False)) + [tok.eos_token_id])
+                  for m in legal_moves(board)]
+    logps, out, i = engine.completion_logprobs(pairs, player, temperature), {}, 0
+    for board, n in read:
+        p = np.exp(np.array(logps[i:i + n]) - max(logps[i:i + n]))
+        out[board], i = p / p.sum(), i + n
+    return out, prompts
+
+
 def model_policy(base: str, player: str | None = None, temperature: float = 1.0,
                  boards: list[str] | None = None) -> dict[str, np.ndarray]:
     """A model's policy at every reachable tic-tac-toe position (or only ``boards``): its
     probabilities of the legal moves (``legal_moves`` order), scored as branch credit scores them
     (the move's tokens and end of sequence, at ``temperature``) and renormalised over them."""
     from autocurricula.engine import Engine
-    from autocurricula.games.tictactoe import legal_moves, reachable_positions, render_prompt
 
     engine = Engine(base, name=base)
     try:
-        tok, read, pairs, wanted = engine.tokenizer, [], [], None if boards is None else set(boards)
-        for board, mark in reachable_positions():
-            if wanted is not None and board not in wanted:
-                continue
-            prompt = engine.encode(render_prompt(board, mark))
-            read.append((board, len(legal_moves(board))))
-            pairs += [(prompt, list(tok.encode(str(m), add_special_tokens=False)) + [tok.eos_token_id])
-                      for m in legal_moves(board)]
-        logps, out, i = engine.completion_logprobs(pairs, player, temperature), {}, 0
-        for board, n in read:
-            p = np.exp(np.array(logps[i:i + n]) - max(logps[i:i + n]))
-            out[board], i = p / p.sum(), i + n
-        return out
+        return engine_policy(engine, player, temperature, boards)[0]
     finally:
         engine.close()
 

@@ -560,11 +560,18 @@ def test_mirror_fit_figures_of_the_research_script(tiny_model_path):
             mod.parse_variants(bad)
     from autocurricula.games.matrix import random_game
 
+    assert mod.lora_spec("qv").target_modules == ["q_proj", "v_proj"]
+    wide = mod.lora_spec("all:16")
+    assert (wide.r, wide.lora_alpha, wide.target_modules) == (16, 32.0, "all-linear")
+    for bad in ("all", "all:0", "qk:8"):
+        with pytest.raises(SystemExit):
+            mod.lora_spec(bad)
+    assert mod.cosine(mod.direction(target, before), d) == pytest.approx(1.0)
     args = argparse.Namespace(games_per_round=16, branch_samples=1, steps_per_generation=4, seed=0,
-                              once_per_state=False)
+                              once_per_state=False, lora="qv", exact=False)
     rows = {}
     for passes, rate in ((1, 1e-7), (4, 1.0)):
-        states, _ = mod.one_round(tiny_model_path, random_game(0), {}, args, passes, rate)
+        states, _, _ = mod.one_round(tiny_model_path, random_game(0), {}, args, passes, rate)
         rows[passes] = states
         figures = mod.summary([(v[0], *mod.state_figures(list(v[1].values()), v[2], v[3])) for v in states.values()])
         assert figures["states"] == 2  # one prompt per seat
@@ -573,3 +580,42 @@ def test_mirror_fit_figures_of_the_research_script(tiny_model_path):
         else:  # an unwarmed model mostly learns to write the listed words: the figures only move
             assert abs(figures["kl_closed"]) > 0.05
     assert rows[1].keys() == rows[4].keys() and all(rows[1][k][1] == pytest.approx(rows[4][k][1]) for k in rows[1])
+
+
+def test_exact_move_values_of_tictactoe():
+    """research/mirror_selfplay_ideal.py's exact move values under a policy (uniform play: X's first
+    moves average 0.585 - 0.288, the known win and loss rates of random tic-tac-toe; a winning move
+    is worth 1)."""
+    import numpy as np
+
+    from autocurricula.games.tictactoe import legal_moves, reachable_positions
+
+    ideal = _load(ROOT / "research" / "mirror_selfplay_ideal.py", "mirror_selfplay_ideal")
+    positions = dict(reachable_positions())
+    uniform = {b: np.full(len(legal_moves(b)), 1 / len(legal_moves(b))) for b in positions}
+    q = ideal.exact_move_values(uniform, positions, ["." * 9, "XX.OO...."])
+    assert np.mean(q["." * 9]) == pytest.approx(0.5849 - 0.2881, abs=2e-4)
+    moves = legal_moves("XX.OO....")
+    assert q["XX.OO...."][moves.index(3)] == 1.0  # X completes the top row
+    assert all(v < 1.0 for m, v in zip(moves, q["XX.OO...."]) if m != 3)
+
+
+@pytest.mark.slow
+def test_mirror_fit_exact_figures_of_a_round(tiny_model_path):
+    """``--exact`` on a round at an almost-zero rate: it reaches none of the exact targets, at the
+    visited positions or elsewhere, and every position with a choice is measured (2 minutes: the
+    model scores all 4,520 positions twice)."""
+    import argparse
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from ttt_common import OpeningGame
+
+    mod = _load(ROOT / "research" / "mirror_fit.py", "mirror_fit")
+    args = argparse.Namespace(games_per_round=2, branch_samples=1, steps_per_generation=1, seed=0,
+                              once_per_state=False, lora="qv", exact=True)
+    states, _, exact = mod.one_round(tiny_model_path, OpeningGame((0, 4)), {"max_tokens": 2}, args, 1, 1e-7)
+    assert exact["visited"]["states"] == len([v for v in states.values() if len(v[1]) > 1])
+    assert exact["visited"]["states"] + exact["unvisited"]["states"] > 4000  # every position with a choice
+    for part in ("visited", "unvisited"):
+        assert abs(exact[part]["reach_median"]) < 1e-3 and abs(exact[part]["kl_closed"]) < 1e-3
+    assert -1.0 <= exact["sampled_exact_cosine_median"] <= 1.0
