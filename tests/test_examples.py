@@ -95,6 +95,7 @@ def _load(path: Path, name: str):
 
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 
@@ -619,3 +620,23 @@ def test_mirror_fit_exact_figures_of_a_round(tiny_model_path):
     for part in ("visited", "unvisited"):
         assert abs(exact[part]["reach_median"]) < 1e-3 and abs(exact[part]["kl_closed"]) < 1e-3
     assert -1.0 <= exact["sampled_exact_cosine_median"] <= 1.0
+
+
+def test_mirror_replay_keeps_the_last_rounds_targets():
+    """research/mirror_replay.py: the update takes this round's move targets and those of the
+    keep_rounds - 1 rounds before it, only for the players that played this round."""
+    from autocurricula.records import Turn
+
+    mod = _load(ROOT / "research" / "mirror_replay.py", "mirror_replay")
+    credit = mod.ReplayMirror(keep_rounds=2)
+    rounds = [[Turn(player="a", game_id=str(r), role="p", prompt_ids=[r], completion_ids=[1], logprobs=[0.0])] for r in range(3)]
+    seen = []
+    for r, targets in enumerate(rounds):
+        credit._targets = list(targets)  # what the round's branch games produced
+        seen.append([t.prompt_ids[0] for t in credit.extra_turns(targets)])
+    assert seen == [[0], [0, 1], [1, 2]]
+    credit._targets = []
+    assert credit.extra_turns([Turn(player="b", game_id="9", role="p", prompt_ids=[9], completion_ids=[1], logprobs=[0.0])]) == []
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="keep_rounds"):
+            mod.ReplayMirror(keep_rounds=bad)
