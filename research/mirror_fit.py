@@ -24,6 +24,12 @@ It prints, per variant, the median reach over states, the reach averaged with ea
 as weights, the median by visit count (1, 2 - 4, 5 and more), the median miss, and the share of
 the distance KL(a || p) closed over all states. The policy before the round is the base model's:
 a player's LoRA starts at zero.
+
+``--exact`` (tic-tac-toe) also measures the round against the exact targets: one mirror step from
+the base policy with the moves' exact values under it (self-play, every position enumerated), at
+the visited states and at every other position with a choice, and the cosine between each visited
+state's sampled and exact steps. ``--lora all:R`` trains a rank-R adapter on every linear in place
+of the configuration's rank 8 on q and v.
 """
 
 from __future__ import annotations
