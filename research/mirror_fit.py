@@ -28,7 +28,7 @@ a player's LoRA starts at zero.
 ``--exact`` (tic-tac-toe) also measures the round against the exact targets: one mirror step from
 the base policy with the moves' exact values under it (self-play, every position enumerated), at
 the visited states and at every other position with a choice, and the cosine between each visited
-state's sampled and exact steps. ``--lora all:R`` trains a rank-R adapter on every linear in place
+state's sampled and exact values (``exact_rows``). ``--lora all:R`` trains a rank-R adapter on every linear in place
 of the configuration's rank 8 on q and v.
 """
 
@@ -172,9 +172,9 @@ def lora_spec(text: str) -> LoraSpec:
     return LoraSpec(r=int(rank), lora_alpha=2.0 * int(rank), target_modules="all-linear")
 
 
-def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) -> tuple[dict, float]:
+def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) -> tuple[dict, float, dict | None]:
     """Trains one round of one variant; returns ({(player, prompt): (visits, {move: target}, before,
-    after)}, seconds)."""
+    after)}, seconds, :func:`exact_figures` with ``args.exact``, else None)."""
     credit = RecordingMirror(samples=args.branch_samples, once_per_state=args.once_per_state)
     with tempfile.TemporaryDirectory() as out:
         config = SelfPlayConfig(epochs=1, rounds=1, games_per_round=args.games_per_round, past_share=0.0,
@@ -210,43 +210,75 @@ def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) ->
 
 
 def exact_figures(trainer, states: dict) -> dict:
-    """``--exact`` (tic-tac-toe): the same round measured against the exact mirror targets, one step
-    from the base policy toward ``softmax(Q / tau)`` with ``Q`` the moves' exact values under the
-    base policy in self-play (what the sampled branch games estimate), at the round's visited
-    states and at every other reachable position; and the cosine between each visited state's
-    sampled and exact target steps (1: the sampled values point where the exact ones do)."""
+    """``--exact`` (tic-tac-toe): :func:`exact_rows` of the round, with the base policy and the
+    player's read off the model at every reachable position and the moves' exact values under the
+    base policy in self-play (what the sampled branch games estimate, up to the base's replies that
+    are no legal move: the policy here is renormalised over the legal moves)."""
     from mirror_selfplay_ideal import engine_policy, exact_move_values
 
-    from autocurricula.credit import mirror_distribution
     from autocurricula.games.tictactoe import legal_moves, reachable_positions
 
-    credit, engine, temperature = trainer.credit, trainer.engine, trainer.grpo.temperature
+    engine, temperature, tok = trainer.engine, trainer.grpo.temperature, trainer.engine.tokenizer
     (player,) = {k[0] for k in states}  # self-play with past_share=0: one learner
     base, prompts = engine_policy(engine, None, temperature)
     after, _ = engine_policy(engine, player, temperature)
     positions = dict(reachable_positions())
-    q = exact_move_values(base, positions, positions)
-    tok = engine.tokenizer
-    visited = {prompts[k[1]]: v for k, v in states.items()}  # board -> (visits, {move ids: target}, ...)
-    rows = {"visited": [], "unvisited": []}
-    cosines = []
-    for board in positions:
-        lb, la = np.log(base[board]), np.log(after[board])
-        exact = mirror_distribution(q[board], list(lb), credit.move_temperature, credit.move_clip, credit.step)
-        figures = state_figures(exact, list(lb), list(la))
-        if board in visited:
-            visits, targets = visited[board][0], visited[board][1]
-            ids = [tuple(tok.encode(str(m), add_special_tokens=False)) + (tok.eos_token_id,)
-                   for m in legal_moves(board)]
-            sampled = [targets[i] for i in ids]  # the credit lists every legal move
-            cosines.append(cosine(direction(sampled, lb), direction(exact, lb)))
-            rows["visited"].append((visits, *figures))
-        else:
-            rows["unvisited"].append((0, *figures))
+    visited = {prompts[prompt]: (visits, in_move_order(targets, legal_moves(prompts[prompt]), tok))
+               for (_, prompt), (visits, targets, *_) in states.items()}
+    return exact_rows(base, after, exact_move_values(base, positions, positions), visited, trainer.credit)
+
+
+def in_move_order(targets: dict, moves: list, tok) -> list[float]:
+    """A state's targets (completion ids -> probability) in ``moves``' order: each move is listed as
+    its tokens and end of sequence, as ``listed_moves`` forces it (the credit lists every legal move)."""
+    return [targets[tuple(tok.encode(str(m), add_special_tokens=False)) + (tok.eos_token_id,)] for m in moves]
+
+
+def exact_rows(base: dict, after: dict, q: dict, visited: dict, credit) -> dict:
+    """The round against the exact targets ``mirror_distribution(q, log base)`` (the credit's
+    ``move_temperature``, ``move_clip`` and ``step``), over the ``visited`` boards (board -> (visits,
+    sampled targets in ``legal_moves`` order)) and every other board of ``base`` with a choice:
+    median reach, miss, KL closed, the median **alignment** cos(update's step, exact step) (free of
+    the steps' lengths, which reach divides by) and the exact step's median length; at the visited
+    boards also the alignment with the sampled step, that step's median length, and the median
+    cosine between the sampled and the exact centred logits ``y`` (``softmax(y)`` is the target's
+    fixed point, ``Q / tau`` when nothing is clipped: 1 = the sampled values rank and space the moves as
+    the exact ones do; the policy's own share of the step is taken out of both)."""
+    from autocurricula.credit import mirror_distribution
+
+    w = credit.step
+    rows: dict[str, list] = {"visited": [], "unvisited": []}
+    extra: dict[str, list] = {"alignment": [], "step": [], "sampled_alignment": [], "sampled_step": [],
+                              "value_cosine": [], "unvisited_alignment": [], "unvisited_step": []}
+    for board, p in base.items():
+        if len(p) < 2:
+            continue
+        lb, la = np.log(p), np.log(after[board])
+        exact = mirror_distribution(q[board], list(lb), credit.move_temperature, credit.move_clip, w)
+        d_e, d_u = direction(exact, lb), la - lb - np.mean(la - lb)
+        part = "visited" if board in visited else "unvisited"
+        rows[part].append((visited[board][0] if part == "visited" else 0, *state_figures(exact, list(lb), list(la))))
+        prefix = "" if part == "visited" else "unvisited_"
+        extra[prefix + "alignment"].append(cosine(d_u, d_e))
+        extra[prefix + "step"].append(float(np.linalg.norm(d_e)))
+        if part == "visited":
+            sampled = visited[board][1]
+            d_s = direction(sampled, lb)
+            extra["sampled_alignment"].append(cosine(d_u, d_s))
+            extra["sampled_step"].append(float(np.linalg.norm(d_s)))
+            logits = lambda a: (np.log(np.maximum(np.asarray(a, np.float64), 1e-300)) - (1 - w) * lb) / w  # noqa: E731
+            y_s, y_e = logits(sampled), logits(exact)
+            extra["value_cosine"].append(cosine(y_s - y_s.mean(), y_e - y_e.mean()))
+    med = lambda xs: round(statistics.median([x for x in xs if not math.isnan(x)]), 4) \
+        if any(not math.isnan(x) for x in xs) else None  # noqa: E731
     keep = ("states", "reach_median", "miss_median", "kl_closed")
     out = {name: {k: summary(r)[k] for k in keep} for name, r in rows.items()}
-    live = [c for c in cosines if not math.isnan(c)]
-    out["sampled_exact_cosine_median"] = round(statistics.median(live), 4) if live else None
+    out["visited"].update(alignment_median=med(extra["alignment"]), exact_step_median=med(extra["step"]),
+                          sampled_alignment_median=med(extra["sampled_alignment"]),
+                          sampled_step_median=med(extra["sampled_step"]),
+                          value_cosine_median=med(extra["value_cosine"]))
+    out["unvisited"].update(alignment_median=med(extra["unvisited_alignment"]),
+                            exact_step_median=med(extra["unvisited_step"]))
     return out
 
 

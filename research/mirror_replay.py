@@ -21,6 +21,7 @@ configuration's curves in docs/results.md. The replay is not saved in checkpoint
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -35,10 +36,14 @@ from autocurricula.credit import MirrorCredit  # noqa: E402
 @dataclass
 class ReplayMirror(MirrorCredit):
     """``MirrorCredit`` whose extra turns are this round's move targets and those of the
-    ``keep_rounds - 1`` rounds before it (1: ``MirrorCredit`` itself)."""
+    ``keep_rounds - 1`` rounds before it (1: ``MirrorCredit`` itself). The GRPO loss weighs every
+    turn alike, so this round's targets get about ``1 / keep_rounds`` of the update, which costs about
+    ``keep_rounds`` times as much; an older target is a step from its own round's policy, so it also
+    pulls back toward that policy."""
 
     keep_rounds: int = 4
     _kept: list = field(default_factory=list, init=False, repr=False)
+    name = "mirror-replay"
 
     def __post_init__(self):
         if isinstance(self.keep_rounds, bool) or not isinstance(self.keep_rounds, int) or self.keep_rounds < 1:
@@ -70,11 +75,10 @@ def tictactoe(args) -> None:
     evaluator = Evaluator(ttt.eval_games)
     trainer.train(engine, game(ttt), lora_config=lora, grpo_config=grpo, callbacks=[evaluator])
     finish(trainer, evaluator, engine, figures, ttt)
+    print(json.dumps({"keep_rounds": args.keep_rounds, "seed": args.seed}))
 
 
 def kuhn(args) -> None:
-    import json
-
     from kuhn_league import parse_args as kuhn_args
     from kuhn_league import warm_base
     from psro_kuhn import parse_args as psro_args

@@ -95,8 +95,15 @@ def _load(path: Path, name: str):
 
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    before = sys.modules.get(name)
     sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if before is None:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = before
     return module
 
 
@@ -601,11 +608,55 @@ def test_exact_move_values_of_tictactoe():
     assert all(v < 1.0 for m, v in zip(moves, q["XX.OO...."]) if m != 3)
 
 
+def test_mirror_fit_exact_rows():
+    """research/mirror_fit.py --exact's figures: a policy that lands on the exact targets at the
+    visited boards reaches 1 there (aligned, all of KL closed) and 0 elsewhere; sampled targets equal
+    to the exact ones have value cosine 1, and otherwise the cosine of the centred values (with the
+    policy's share of the step taken out); targets are read in the moves' order, whatever the dict's."""
+    import numpy as np
+
+    from autocurricula.credit import MirrorCredit, mirror_distribution
+
+    mod = _load(ROOT / "research" / "mirror_fit.py", "mirror_fit")
+    credit, rng = MirrorCredit(), np.random.default_rng(0)
+    base = {f"b{i}": rng.dirichlet(np.ones(n)) for i, n in enumerate((2, 3, 4, 5, 3, 4, 1))}
+    q = {b: list(rng.uniform(-1, 1, len(p))) for b, p in base.items()}
+    exact = {b: mirror_distribution(q[b], list(np.log(p)), credit.move_temperature, credit.move_clip, credit.step)
+             for b, p in base.items()}
+    visited = {b: (1, exact[b]) for b in ("b0", "b1", "b2")}
+    after = {b: np.asarray(exact[b]) if b in visited else p for b, p in base.items()}
+    out = mod.exact_rows(base, after, q, visited, credit)
+    assert out["visited"]["states"] == 3 and out["unvisited"]["states"] == 3  # one-move boards are skipped
+    v, u = out["visited"], out["unvisited"]
+    assert v["reach_median"] == pytest.approx(1) and v["kl_closed"] == pytest.approx(1)
+    assert v["alignment_median"] == pytest.approx(1) and v["sampled_alignment_median"] == pytest.approx(1)
+    assert v["value_cosine_median"] == pytest.approx(1) and v["sampled_step_median"] == pytest.approx(v["exact_step_median"])
+    assert u["reach_median"] == pytest.approx(0, abs=1e-9) and u["kl_closed"] == pytest.approx(0, abs=1e-9)
+    other = list(rng.uniform(-1, 1, 5))
+    sampled = mirror_distribution(other, list(np.log(base["b3"])), credit.move_temperature, credit.move_clip, credit.step)
+    one = mod.exact_rows({"b3": base["b3"]}, {"b3": base["b3"]}, q, {"b3": (1, sampled)}, credit)
+    centred = lambda x: np.asarray(x) - np.mean(x)  # noqa: E731
+    assert one["visited"]["value_cosine_median"] == pytest.approx(mod.cosine(centred(other), centred(q["b3"])), abs=1e-4)  # medians are rounded
+    d = np.array([1.0, -2.0, 1.0])
+    assert mod.cosine(d, -d) == pytest.approx(-1) and mod.cosine(d, np.array([1.0, 0.0, -1.0])) == pytest.approx(0)
+    assert math.isnan(mod.cosine(d, np.zeros(3)))
+
+    class Tok:  # a move's tokens: its digit's code; end of sequence 0
+        eos_token_id = 0
+
+        def encode(self, text, add_special_tokens=False):
+            return [ord(c) for c in text]
+
+    targets = {(ord("7"), 0): 0.2, (ord("3"), 0): 0.5, (ord("9"), 0): 0.3}
+    assert mod.in_move_order(targets, [3, 7, 9], Tok()) == [0.5, 0.2, 0.3]
+
+
 @pytest.mark.slow
 def test_mirror_fit_exact_figures_of_a_round(tiny_model_path):
-    """``--exact`` on a round at an almost-zero rate: it reaches none of the exact targets, at the
-    visited positions or elsewhere, and every position with a choice is measured (2 minutes: the
-    model scores all 4,520 positions twice)."""
+    """``--exact`` end to end on the tiny model: every position with a choice is measured, a round at
+    an almost-zero rate reaches none of the exact targets, and one at the configuration's rate moves
+    them (the player is read through its adapter); 4 minutes, the model scores all 4,520 positions
+    twice a round."""
     import argparse
 
     sys.path.insert(0, str(ROOT / "examples"))
@@ -614,12 +665,12 @@ def test_mirror_fit_exact_figures_of_a_round(tiny_model_path):
     mod = _load(ROOT / "research" / "mirror_fit.py", "mirror_fit")
     args = argparse.Namespace(games_per_round=2, branch_samples=1, steps_per_generation=1, seed=0,
                               once_per_state=False, lora="qv", exact=True)
-    states, _, exact = mod.one_round(tiny_model_path, OpeningGame((0, 4)), {"max_tokens": 2}, args, 1, 1e-7)
-    assert exact["visited"]["states"] == len([v for v in states.values() if len(v[1]) > 1])
-    assert exact["visited"]["states"] + exact["unvisited"]["states"] > 4000  # every position with a choice
-    for part in ("visited", "unvisited"):
-        assert abs(exact[part]["reach_median"]) < 1e-3 and abs(exact[part]["kl_closed"]) < 1e-3
-    assert -1.0 <= exact["sampled_exact_cosine_median"] <= 1.0
+    for rate in (1e-7, 1.0):
+        states, _, exact = mod.one_round(tiny_model_path, OpeningGame((0, 4)), {"max_tokens": 2}, args, 1, rate)
+        assert exact["visited"]["states"] == len([v for v in states.values() if len(v[1]) > 1])
+        assert exact["visited"]["states"] + exact["unvisited"]["states"] == 4298  # every position with a choice
+        moved = max(abs(exact[part]["kl_closed"]) for part in ("visited", "unvisited"))
+        assert (moved < 1e-3) if rate < 1e-3 else (moved > 1e-3)
 
 
 def test_mirror_replay_keeps_the_last_rounds_targets():
