@@ -28,7 +28,8 @@ a player's LoRA starts at zero.
 ``--exact`` (tic-tac-toe) also measures the round against the exact targets: one mirror step from
 the base policy with the moves' exact values under it (self-play, every position enumerated), at
 the visited states and at every other position with a choice, and the cosine between each visited
-state's sampled and exact values (``exact_rows``). ``--lora all:R`` trains a rank-R adapter on every linear in place
+state's sampled and exact values (``exact_rows``); ``--train-on exact`` trains the round on the
+exact targets at the same turns. ``--lora all:R`` trains a rank-R adapter on every linear in place
 of the configuration's rank 8 on q and v.
 """
 
@@ -42,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -61,15 +63,19 @@ CONFIG_RATE = LEARNING_RATE * MIRROR_RATE_SHARE  # the mirror configuration's ra
 
 class RecordingMirror(MirrorCredit):
     """``MirrorCredit`` that keeps the target turns it hands to the update (``recorded``); with
-    ``once_per_state`` it hands on one set of targets per state and round, whatever its visits."""
+    ``once_per_state`` it hands on one set of targets per state and round, whatever its visits;
+    with ``train_on`` ((prompt ids, move ids) -> probability) the update trains on those targets
+    at the same turns in place of the sampled ones."""
 
-    def __init__(self, *, once_per_state: bool = False, **options):
+    def __init__(self, *, once_per_state: bool = False, train_on: dict | None = None, **options):
         super().__init__(**options)
-        self.once_per_state, self.recorded = once_per_state, []
+        self.once_per_state, self.recorded, self.train_on = once_per_state, [], train_on
 
     def extra_turns(self, turns):
         out = super().extra_turns(turns)
-        self.recorded.extend(out)
+        self.recorded.extend(out)  # the sampled targets, whatever the update trains on
+        if self.train_on is not None:  # --train-on exact: the same turns, the exact targets
+            out = [replace(t, advantage=self.train_on[(tuple(t.prompt_ids), tuple(t.completion_ids))]) for t in out]
         if self.once_per_state:
             seen, kept = set(), []
             for t in out:
@@ -175,7 +181,8 @@ def lora_spec(text: str) -> LoraSpec:
 def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) -> tuple[dict, float, dict | None]:
     """Trains one round of one variant; returns ({(player, prompt): (visits, {move: target}, before,
     after)}, seconds, :func:`exact_figures` with ``args.exact``, else None)."""
-    credit = RecordingMirror(samples=args.branch_samples, once_per_state=args.once_per_state)
+    credit = RecordingMirror(samples=args.branch_samples, once_per_state=args.once_per_state,
+                             train_on=exact_targets(base) if args.train_on == "exact" else None)
     with tempfile.TemporaryDirectory() as out:
         config = SelfPlayConfig(epochs=1, rounds=1, games_per_round=args.games_per_round, past_share=0.0,
                                 seed=args.seed, output_dir=out, save_strategy="no", progress=False, credit=credit,
@@ -207,6 +214,33 @@ def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) ->
         exact = exact_figures(trainer, result) if args.exact else None
         trainer.engine.close()
     return result, seconds, exact
+
+
+def exact_targets(base: Path) -> dict:
+    """``--train-on exact``: the configuration's targets with exact values at every tic-tac-toe
+    position, one mirror step from the base policy (at the rate's temperature 1), keyed by (prompt
+    ids, the move's ids with end of sequence) as the credit's target turns are."""
+    from mirror_selfplay_ideal import engine_policy, exact_move_values
+
+    from autocurricula.credit import mirror_distribution
+    from autocurricula.engine import Engine
+    from autocurricula.games.tictactoe import legal_moves, reachable_positions
+
+    engine, credit = Engine(str(base), name=str(base)), MirrorCredit()
+    try:
+        policy, prompts = engine_policy(engine, None, 1.0)
+        tok = engine.tokenizer
+        positions = dict(reachable_positions())
+        q = exact_move_values(policy, positions, positions)
+        out = {}
+        for prompt, board in prompts.items():
+            a = mirror_distribution(q[board], list(np.log(policy[board])), credit.move_temperature, credit.move_clip,
+                                    credit.step)
+            for m, p in zip(legal_moves(board), a):
+                out[(prompt, tuple(tok.encode(str(m), add_special_tokens=False)) + (tok.eos_token_id,))] = p
+        return out
+    finally:
+        engine.close()
 
 
 def exact_figures(trainer, states: dict) -> dict:
@@ -303,9 +337,13 @@ def main(argv=None):
     p.add_argument("--exact", action="store_true", help="with --game tictactoe: also measure the round "
                    "against the exact targets (exact values under the base policy) at the visited states and at "
                    "every other position, and how well the sampled targets point at them (about 2 min more)")
+    p.add_argument("--train-on", choices=["sampled", "exact"], default="sampled", help="with --game tictactoe: "
+                   "'exact' trains the round on the exact targets at the same turns in place of the sampled ones "
+                   "(the figures stay measured against both)")
     args = p.parse_args(argv)
-    if args.exact and args.game != "tictactoe":
-        p.error("--exact needs --game tictactoe (the exact values come from enumerating its positions)")
+    if (args.exact or args.train_on == "exact") and args.game != "tictactoe":
+        p.error("--exact and --train-on exact need --game tictactoe (the exact values come from enumerating its "
+                "positions)")
     lora_spec(args.lora)  # refuse a bad value before the warm base is built
     args.base_seed = args.seed if args.base_seed is None else args.base_seed
     variants = parse_variants(args.variants)
@@ -325,9 +363,10 @@ def main(argv=None):
         rows = [(v[0], *state_figures(list(v[1].values()), v[2], v[3])) for v in states.values()]
         print(json.dumps({"game": args.game, "seed": args.seed, "base_seed": args.base_seed,
                           "matrix_game": args.matrix_game if args.game == "matrix" else None,
-                          "games_per_round": args.games_per_round, "branch_samples": args.branch_samples, "passes": passes, "rate": CONFIG_RATE * rate,
+                          "games_per_round": args.games_per_round, "branch_samples": args.branch_samples,
+                          "passes": passes, "rate": CONFIG_RATE * rate,
                           "steps_per_generation": args.steps_per_generation,
-                          "once_per_state": args.once_per_state, "lora": args.lora,
+                          "once_per_state": args.once_per_state, "lora": args.lora, "train_on": args.train_on,
                           "same_targets_as_first": same, "seconds": round(seconds, 1), **summary(rows),
                           **({"exact": exact} if exact is not None else {})}), flush=True)
 

@@ -576,7 +576,7 @@ def test_mirror_fit_figures_of_the_research_script(tiny_model_path):
             mod.lora_spec(bad)
     assert mod.cosine(mod.direction(target, before), d) == pytest.approx(1.0)
     args = argparse.Namespace(games_per_round=16, branch_samples=1, steps_per_generation=4, seed=0,
-                              once_per_state=False, lora="qv", exact=False)
+                              once_per_state=False, lora="qv", exact=False, train_on="sampled")
     rows = {}
     for passes, rate in ((1, 1e-7), (4, 1.0)):
         states, _, _ = mod.one_round(tiny_model_path, random_game(0), {}, args, passes, rate)
@@ -632,6 +632,24 @@ def test_mirror_fit_exact_rows():
     assert v["alignment_median"] == pytest.approx(1) and v["sampled_alignment_median"] == pytest.approx(1)
     assert v["value_cosine_median"] == pytest.approx(1) and v["sampled_step_median"] == pytest.approx(v["exact_step_median"])
     assert u["reach_median"] == pytest.approx(0, abs=1e-9) and u["kl_closed"] == pytest.approx(0, abs=1e-9)
+    # one visited board, moved part way to the exact target plus a part off it, with other sampled targets
+    lb = np.log(base["b2"])
+    d_e = mod.direction(exact["b2"], lb)
+    side = np.array([1.0, -1.0, 1.0, -1.0]) - np.dot([1.0, -1.0, 1.0, -1.0], d_e) / np.dot(d_e, d_e) * d_e
+    moved = np.exp(lb + 0.5 * d_e + 0.3 * side)
+    noisy = mirror_distribution(list(rng.uniform(-1, 1, 4)), list(lb), credit.move_temperature, credit.move_clip,
+                                credit.step)
+    part = mod.exact_rows({"b2": base["b2"], "b4": base["b4"], "b5": base["b5"]},
+                          {"b2": moved, "b4": base["b4"], "b5": base["b5"]}, q, {"b2": (1, noisy)}, credit)["visited"]
+    d_u, d_s = np.log(moved) - lb - np.mean(np.log(moved) - lb), mod.direction(noisy, lb)
+    assert part["reach_median"] == pytest.approx(0.5, abs=1e-4)
+    assert part["alignment_median"] == pytest.approx(mod.cosine(d_u, d_e), abs=1e-4)
+    assert part["alignment_median"] < 0.99  # the cosine, not the reach
+    assert part["sampled_alignment_median"] == pytest.approx(mod.cosine(d_u, d_s), abs=1e-4)
+    assert part["exact_step_median"] == pytest.approx(np.linalg.norm(d_e), abs=1e-4)
+    assert part["sampled_step_median"] == pytest.approx(np.linalg.norm(d_s), abs=1e-4)
+    norms = [np.linalg.norm(mod.direction(exact[b], np.log(base[b]))) for b in ("b3", "b4", "b5")]
+    assert u["exact_step_median"] == pytest.approx(float(np.median(norms)), abs=1e-4)  # b6 (one move) skipped
     other = list(rng.uniform(-1, 1, 5))
     sampled = mirror_distribution(other, list(np.log(base["b3"])), credit.move_temperature, credit.move_clip, credit.step)
     one = mod.exact_rows({"b3": base["b3"]}, {"b3": base["b3"]}, q, {"b3": (1, sampled)}, credit)
@@ -650,6 +668,15 @@ def test_mirror_fit_exact_rows():
     targets = {(ord("7"), 0): 0.2, (ord("3"), 0): 0.5, (ord("9"), 0): 0.3}
     assert mod.in_move_order(targets, [3, 7, 9], Tok()) == [0.5, 0.2, 0.3]
 
+    from autocurricula.records import Turn  # --train-on exact: the update gets the given targets
+
+    turns = [Turn(player="a", game_id="g", role="X", prompt_ids=[5], completion_ids=[m, 0], logprobs=[0.0, 0.0],
+                  advantage=0.5) for m in (1, 2)]
+    credit = mod.RecordingMirror(train_on={((5,), (1, 0)): 0.9, ((5,), (2, 0)): 0.1})
+    credit._targets = list(turns)  # what the round's branch games produced
+    assert [t.advantage for t in credit.extra_turns(turns)] == [0.9, 0.1]
+    assert [t.advantage for t in credit.recorded] == [0.5, 0.5]  # the figures keep the sampled targets
+
 
 @pytest.mark.slow
 def test_mirror_fit_exact_figures_of_a_round(tiny_model_path):
@@ -664,7 +691,7 @@ def test_mirror_fit_exact_figures_of_a_round(tiny_model_path):
 
     mod = _load(ROOT / "research" / "mirror_fit.py", "mirror_fit")
     args = argparse.Namespace(games_per_round=2, branch_samples=1, steps_per_generation=1, seed=0,
-                              once_per_state=False, lora="qv", exact=True)
+                              once_per_state=False, lora="qv", exact=True, train_on="sampled")
     for rate in (1e-7, 1.0):
         states, _, exact = mod.one_round(tiny_model_path, OpeningGame((0, 4)), {"max_tokens": 2}, args, 1, rate)
         assert exact["visited"]["states"] == len([v for v in states.values() if len(v[1]) > 1])
