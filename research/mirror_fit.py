@@ -102,6 +102,18 @@ def parse_variants(text: str) -> list[tuple[int, float]]:
     return out
 
 
+def move_ids(move, tok) -> tuple:
+    """A listed move's completion ids: its tokens and end of sequence, as ``listed_moves`` forces it."""
+    return tuple(tok.encode(str(move), add_special_tokens=False)) + (tok.eos_token_id,)
+
+
+def exact_target(values: list[float], log_policy, credit) -> list[float]:
+    """The credit's target at one state from exact move values: one mirror step from ``log_policy``."""
+    from autocurricula.credit import mirror_distribution
+
+    return mirror_distribution(values, list(log_policy), credit.move_temperature, credit.move_clip, credit.step)
+
+
 def direction(targets, before) -> np.ndarray:
     """The centred step ``log a - log p_before`` from a state's log-probabilities to its targets."""
     lb = np.asarray(before, np.float64)
@@ -222,23 +234,18 @@ def exact_targets(base: Path) -> dict:
     ids, the move's ids with end of sequence) as the credit's target turns are."""
     from mirror_selfplay_ideal import engine_policy, exact_move_values
 
-    from autocurricula.credit import mirror_distribution
     from autocurricula.engine import Engine
     from autocurricula.games.tictactoe import legal_moves, reachable_positions
 
+    print("--train-on exact: scoring the base at all 4,520 positions for the exact targets (about a minute) ...",
+          file=sys.stderr, flush=True)
     engine, credit = Engine(str(base), name=str(base)), MirrorCredit()
     try:
         policy, prompts = engine_policy(engine, None, 1.0)
-        tok = engine.tokenizer
         positions = dict(reachable_positions())
         q = exact_move_values(policy, positions, positions)
-        out = {}
-        for prompt, board in prompts.items():
-            a = mirror_distribution(q[board], list(np.log(policy[board])), credit.move_temperature, credit.move_clip,
-                                    credit.step)
-            for m, p in zip(legal_moves(board), a):
-                out[(prompt, tuple(tok.encode(str(m), add_special_tokens=False)) + (tok.eos_token_id,))] = p
-        return out
+        return {(prompt, move_ids(m, engine.tokenizer)): p for prompt, board in prompts.items()
+                for m, p in zip(legal_moves(board), exact_target(q[board], np.log(policy[board]), credit))}
     finally:
         engine.close()
 
@@ -254,6 +261,8 @@ def exact_figures(trainer, states: dict) -> dict:
 
     engine, temperature, tok = trainer.engine, trainer.grpo.temperature, trainer.engine.tokenizer
     (player,) = {k[0] for k in states}  # self-play with past_share=0: one learner
+    print("--exact: scoring the base and the player at all 4,520 positions (about 2 minutes) ...", file=sys.stderr,
+          flush=True)
     base, prompts = engine_policy(engine, None, temperature)
     after, _ = engine_policy(engine, player, temperature)
     positions = dict(reachable_positions())
@@ -265,7 +274,7 @@ def exact_figures(trainer, states: dict) -> dict:
 def in_move_order(targets: dict, moves: list, tok) -> list[float]:
     """A state's targets (completion ids -> probability) in ``moves``' order: each move is listed as
     its tokens and end of sequence, as ``listed_moves`` forces it (the credit lists every legal move)."""
-    return [targets[tuple(tok.encode(str(m), add_special_tokens=False)) + (tok.eos_token_id,)] for m in moves]
+    return [targets[move_ids(m, tok)] for m in moves]
 
 
 def exact_rows(base: dict, after: dict, q: dict, visited: dict, credit) -> dict:
@@ -278,8 +287,6 @@ def exact_rows(base: dict, after: dict, q: dict, visited: dict, credit) -> dict:
     cosine between the sampled and the exact centred logits ``y`` (``softmax(y)`` is the target's
     fixed point, ``Q / tau`` when nothing is clipped: 1 = the sampled values rank and space the moves as
     the exact ones do; the policy's own share of the step is taken out of both)."""
-    from autocurricula.credit import mirror_distribution
-
     w = credit.step
     rows: dict[str, list] = {"visited": [], "unvisited": []}
     extra: dict[str, list] = {"alignment": [], "step": [], "sampled_alignment": [], "sampled_step": [],
@@ -288,7 +295,7 @@ def exact_rows(base: dict, after: dict, q: dict, visited: dict, credit) -> dict:
         if len(p) < 2:
             continue
         lb, la = np.log(p), np.log(after[board])
-        exact = mirror_distribution(q[board], list(lb), credit.move_temperature, credit.move_clip, w)
+        exact = exact_target(q[board], lb, credit)
         d_e, d_u = direction(exact, lb), la - lb - np.mean(la - lb)
         part = "visited" if board in visited else "unvisited"
         rows[part].append((visited[board][0] if part == "visited" else 0, *state_figures(exact, list(lb), list(la))))

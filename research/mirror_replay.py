@@ -10,8 +10,8 @@ The mirror self-play configuration (``examples/tictactoe_selfplay.py --credit mi
 round's update also takes the move targets of the previous ``--keep-rounds - 1`` rounds
 (``ReplayMirror``), as they were computed then. ``research/mirror_fit.py --exact`` finds that on
 tic-tac-toe one round's update, from its few hundred states (most visited once), leaves the other
-positions farther from their own targets by summed KL; a replay trains on several rounds' states at once, and
-a state met in several rounds on consistent targets. The targets are one mirror step from the
+positions farther from their own targets by summed KL; a replay trains on several rounds' states
+at once, and a state met in several rounds on consistent targets. The targets are one mirror step from the
 policy of their round, so older ones are staler; at tic-tac-toe's small per-round moves they stay
 close. Each epoch prints the example's figures (tic-tac-toe: the main player's greedy moves
 against the exact best response; Kuhn: chips per hand as played), to set beside the
