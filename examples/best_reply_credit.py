@@ -65,9 +65,9 @@ class BestReplyCredit(BranchCredit):
     def scores_moves(self) -> bool:
         return self.move_loss == "residual"  # the residuals need log pi; the cross-entropy target does not
 
-    def move_targets(self, values, logprobs):
+    def move_targets(self, values, logprobs, missed=1):
         if self.move_loss == "residual":
-            return super().move_targets(values, logprobs)
+            return super().move_targets(values, logprobs, missed)
         return move_distribution(values, self.move_temperature, self.move_clip)
 
     def branch_moves(self, asked, replayer, tok):

@@ -58,15 +58,15 @@ def pooled_credit(samples: int | None = None):
                            move_clip=3.0, pool_states=True)
 
 
-def mirror_credit(samples: int | None = None):
+def mirror_credit(samples: int | None = None, catch_up: bool = False):
     """Per-move targets valued per prompt, each round one step of magnetic mirror descent (a share
     0.045 of the way, in log-probabilities) toward softmax(Q / 0.15), by cross-entropy. With it,
     self-play plays only its current policy (``past_share=0``) and deploys the average of its last
     third of epochs' iterates (``average_last``), and every trainer learns at ``MIRROR_RATE_SHARE``
     of the shared rate (``grpo_settings``). ``samples``: branch games per move (default
-    MirrorCredit's)."""
-    # its defaults: samples=2, move_temperature=0.15, no bound, pooled, step=0.045
-    return MirrorCredit() if samples is None else MirrorCredit(samples=samples)
+    MirrorCredit's); ``catch_up``: MirrorCredit's, a position met again after k rounds takes k steps."""
+    # its defaults: samples=2, move_temperature=0.15, no bound, pooled, step=0.045, no catch-up
+    return MirrorCredit(catch_up=catch_up, **({} if samples is None else {"samples": samples}))
 
 
 CREDITS = {"rae": lambda samples: "rae", "moves": lambda samples: BranchCredit(advantage="moves", samples=samples or 2),
@@ -94,10 +94,14 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
                    "games per listed move and visit (default: the credit's own, 2)")
     p.add_argument("--games-per-round", type=int, default=GAMES_PER_ROUND, help="self-play's and fictitious play's "
                    "games a round (PSRO's responders have their own)")
+    p.add_argument("--catch-up", action="store_true", help="with --credit mirror: a position met again after k rounds "
+                   "takes the k mirror steps at once (MirrorCredit(catch_up=True))")
 
 
 def check_credit_options(p: argparse.ArgumentParser, args) -> argparse.Namespace:
     """Refuses what ``add_credit_options`` cannot combine, naming the fix; returns ``args``."""
+    if args.catch_up and args.credit != "mirror":
+        p.error("--catch-up changes --credit mirror's steps: add --credit mirror, or leave it out")
     if args.branch_samples is not None and args.credit == "rae":
         p.error("--branch-samples sets the branch games of --credit moves, pooled or mirror: pick one of them, "
                 "or leave it out")
@@ -120,7 +124,9 @@ def credit_settings(name: str, args) -> dict:
     if name == "selfplay" and args.credit == "mirror":
         own["past_share"] = 0.0  # mirror descent steps from the policy that played: no past snapshots
         own["average_last"] = max(1, args.epochs // 3)  # deploys the average of the last third's iterates
-    return {"credit": CREDITS[args.credit](args.branch_samples), **own}
+    credit = mirror_credit(args.branch_samples, args.catch_up) if args.credit == "mirror" \
+        else CREDITS[args.credit](args.branch_samples)
+    return {"credit": credit, **own}
 
 
 def run_settings(args) -> dict:
@@ -130,6 +136,7 @@ def run_settings(args) -> dict:
     credit = CREDITS[args.credit](args.branch_samples)
     return {"credit": args.credit, "restart_rounds": args.restart_rounds, "responder_pairs": args.responder_pairs,
             "steps_per_generation": args.steps_per_generation, "num_iterations": args.num_iterations,
+            "catch_up": args.catch_up,
             "branch_samples": None if isinstance(credit, str) else credit.samples, "games_per_round": args.games_per_round}
 
 

@@ -65,6 +65,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     parser.add_argument("--branch-samples", type=int, default=None, help="with --credit branch: branch games per "
                         "branched position (V(s) = their mean return; default 4); with --credit mirror: per listed "
                         "move and visit (default MirrorCredit's, 2)")
+    parser.add_argument("--catch-up", action="store_true", help="with --credit mirror: a position met again after "
+                        "k rounds takes the k mirror steps at once (MirrorCredit(catch_up=True))")
     parser.add_argument("--branch-turns", type=int, default=0, help="with --credit branch: learner turns branched "
                         "per game (0 = all)")
     parser.add_argument("--branch-advantage", default="return", choices=["return", "td", "moves"],
@@ -109,6 +111,8 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     if args.branch_samples is not None and (args.credit not in ("branch", "mirror") or args.branch_samples < 1):
         parser.error("--branch-samples (at least 1) sets the branch games of --credit branch or mirror: pick one "
                      "of them, or leave it out")
+    if args.catch_up and args.credit != "mirror":
+        parser.error("--catch-up changes --credit mirror's steps: add --credit mirror, or leave it out")
     if args.credit == "mirror":
         if not mirror:
             parser.error("--credit mirror is a self-play configuration (no past or scripted players): run "
@@ -138,7 +142,8 @@ def credit_method(args):
         from autocurricula.credit import MirrorCredit
 
         # the poker and matrix examples' --credit mirror (and its --branch-samples)
-        return MirrorCredit() if args.branch_samples is None else MirrorCredit(samples=args.branch_samples)
+        return MirrorCredit(catch_up=args.catch_up,
+                            **({} if args.branch_samples is None else {"samples": args.branch_samples}))
     if args.credit != "branch":
         simple = {"rae": RAECredit, "value": ValueCredit, "grpo": GRPOCredit, "constant": ConstantCredit}
         return QCredit(target_coef=args.q_targets, backup=args.q_backup) if args.credit == "q" \

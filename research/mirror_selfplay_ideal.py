@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
-from autocurricula.credit import mirror_distribution  # noqa: E402
+from autocurricula.credit import catch_up_step, mirror_distribution  # noqa: E402
 from autocurricula.eval.kuhn import INFOSETS, exploitability  # noqa: E402
 from autocurricula.games.matrix import random_game  # noqa: E402
 from kuhn_moves_fixed_point import move_values  # noqa: E402
@@ -85,7 +85,8 @@ def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int) -> li
 
 def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = None, samples: int | None = None,
                     seed: int = 0, minimax: bool = False, greedy_playouts: bool = False,
-                    explore: float = 0.0, start: dict[str, np.ndarray] | None = None) -> list[dict]:
+                    explore: float = 0.0, start: dict[str, np.ndarray] | None = None,
+                    catch_up: bool = False) -> list[dict]:
     """Tic-tac-toe from uniform legal play, or ``start`` (board -> probabilities of its legal moves, in
     ``legal_moves`` order, e.g. ``model_policy``'s), both seats one policy. Each round steps every reachable
     position (``games=None``) or only those the learner meets in ``games`` self-play games after 0 to
@@ -96,7 +97,9 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
     (``QCredit(backup="minimax")``'s table, fed by the playouts too); ``greedy_playouts`` plays the
     policy's most likely moves after the move (no sampling noise; ties go to the first free cell).
     With ``games``: ``explore`` draws that share of the training games' moves uniformly (more
-    positions met, the values still the policy's). After each round:
+    positions met, the values still the policy's); ``catch_up`` steps a position met again after k
+    rounds (k = rounds so far on its first visit) by ``catch_up_step(step, k)``: k steps at once,
+    this round's and the k - 1 it missed (``MirrorCredit(catch_up=True)``). After each round:
     whether the policy's greedy moves lose to the exact best response as X / O, their value-losing
     share (``eval.tictactoe``'s, both seats pooled, as the trained examples report it), and the sampled
     policy's expected result against the best response (+1 win, -1 loss) as X / O."""
@@ -153,8 +156,8 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
         return {board: [worst_known(apply_move(board, m, positions[board]), graph, known) for m in legal_moves(board)]
                 for board in visits}
 
-    out = []
-    for _ in range(rounds):
+    out, last = [], {}  # catch_up: board -> the round it was last stepped
+    for t in range(rounds):
         if games is None:
             visits = dict.fromkeys(positions, 1)
         else:
@@ -166,7 +169,10 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
             q = exact_move_values(policy, positions, visits)
         else:
             q = sampled_values(visits)
-        policy.update({b: np.array(mirror_distribution(q[b], list(np.log(policy[b])), tau, step=step)) for b in visits})
+        policy.update({b: np.array(mirror_distribution(q[b], list(np.log(policy[b])), tau,
+                                                       step=catch_up_step(step, t - last.get(b, -1)) if catch_up
+                                                       else step)) for b in visits})
+        last.update(dict.fromkeys(visits, t))
         greedy = {(b, mark): legal_moves(b)[int(np.argmax(policy[b]))] for b, mark in positions.items()}
         sides = [best_response(greedy, mark) for mark in ("X", "O")]
         out.append({"loses_as_x": sides[0].value < 0, "loses_as_o": sides[1].value < 0,
@@ -276,7 +282,9 @@ TICTACTOE_VARIANTS = {  # tictactoe_curve's options; the first three are --ticta
     "128_games_exact_explore_0.25": {"games": 128, "explore": 0.25},
     "128_games_2_samples_explore_0.25": {"games": 128, "samples": 2, "explore": 0.25},
     "128_games_8_samples": {"games": 128, "samples": 8},
-    "32_games_8_samples": {"games": 32, "samples": 8}, "256_games_1_sample": {"games": 256, "samples": 1}}
+    "32_games_8_samples": {"games": 32, "samples": 8}, "256_games_1_sample": {"games": 256, "samples": 1},
+    "128_games_exact_catch_up": {"games": 128, "catch_up": True},
+    "128_games_2_samples_catch_up": {"games": 128, "samples": 2, "catch_up": True}}
 
 
 def tictactoe_summary(tau: float, step: float, rounds: int, **options) -> dict:

@@ -5,6 +5,7 @@ learns card-dependent Kuhn play against a fixed opponent."""
 
 import asyncio
 import importlib.util
+import json
 import math
 import sys
 import types
@@ -17,8 +18,8 @@ import pytest
 from autocurricula import SelfPlayConfig
 from autocurricula.arena import Arena, GameRecord, Generation
 from autocurricula.config import GRPOConfig
-from autocurricula.credit import (BranchCredit, MirrorCredit, credit_from_fields, game_moves, make_credit,
-                                  mirror_distribution, move_advantages, move_distribution, pool_values)
+from autocurricula.credit import (BranchCredit, MirrorCredit, catch_up_step, credit_from_fields, game_moves,
+                                  make_credit, mirror_distribution, move_advantages, move_distribution, pool_values)
 from autocurricula.game import as_play
 from autocurricula.games import kuhn_poker
 from autocurricula.replay import Replayer
@@ -499,6 +500,81 @@ def test_mirror_credit_targets_are_one_step_from_the_policy_toward_the_pooled_ta
     flat = credit_from_fields("mirror", {"branch_samples": 4, "branch_move_temperature": 0.25, "branch_move_clip": 2.0})
     assert (flat.samples, flat.move_temperature, flat.move_clip, flat.step) == (4, 0.25, 2.0, 0.045)
     assert credit_from_fields("mirror", {"branch_samples": 2}) == MirrorCredit()
+
+
+def test_catch_up_step_is_the_missed_steps_at_once():
+    """k mirror steps toward one target compose to one step of 1 - (1 - w)^k; one missed round is w itself."""
+    values, logpi = [0.3, -0.2, 0.9], list(np.log([0.5, 0.3, 0.2]))
+    for k in (1, 2, 7):
+        pi = logpi
+        for _ in range(k):
+            pi = list(np.log(mirror_distribution(values, pi, 0.15, step=0.045)))
+        assert mirror_distribution(values, logpi, 0.15, step=catch_up_step(0.045, k)) == pytest.approx(np.exp(pi))
+    assert catch_up_step(0.045, 1) == 0.045
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="missed"):
+            catch_up_step(0.045, bad)
+
+
+def test_mirror_catch_up_steps_a_state_by_the_rounds_it_missed():
+    """Dice, two rounds of three games: seat 1's prompt ("beat d") is met in some rounds only. In
+    round 2 a prompt also met in round 1 takes the step w, one met first in round 2 the two steps
+    it missed (the targets of catch_up=False at catch_up_step(w, 2), on the same games); seat 0's
+    prompt, met every round, takes w. A checkpointed credit continues alike."""
+    def targets(credit, played):
+        arena, records = played
+        credit.see_round(records, Replayer(arena, dice))
+        turns = [t for r in records for t in r.turns]
+        credit.advantages(turns)
+        out = {}
+        for t in credit.extra_turns(turns):
+            out.setdefault((t.seat, tuple(t.prompt_ids)), []).append(t.advantage)
+        return out
+
+    rounds = []
+    for seed in (11, 12):
+        arena = Arena(DigitEngine(bias={"7": 1.0}), seed=seed)
+        rounds.append((arena, logged(arena, dice, 3, prefix=f"r{seed}-")))
+    credit = MirrorCredit(samples=4, step=0.25, catch_up=True)
+    first = targets(credit, rounds[0])
+    state = json.loads(json.dumps(credit.state_dict()))
+    second = targets(credit, rounds[1])
+    assert credit.metrics()["credit/met_states"] == len({k for k in second})
+    plain = {k: targets(MirrorCredit(samples=4, step=catch_up_step(0.25, k)), rounds[1])
+             for k in (1, 2)}
+    seen_before = {key for key in first}
+    new = [key for key in second if key not in seen_before]
+    old = [key for key in second if key in seen_before]
+    assert new and old and any(seat == 0 for seat, _ in old)  # both kinds of state occur
+    for key in old:
+        assert second[key] == pytest.approx(plain[1][key])
+    for key in new:
+        assert second[key] == pytest.approx(plain[2][key]) and second[key] != pytest.approx(plain[1][key])
+    assert credit.metrics()["credit/caught_up_states"] == len({k for k in new})
+    resumed = MirrorCredit(samples=4, step=0.25, catch_up=True)
+    resumed.load_state_dict(state)
+    assert targets(resumed, rounds[1]) == second
+    for bad in ("yes", 1):
+        with pytest.raises(ValueError, match="catch_up"):
+            MirrorCredit(catch_up=bad)
+
+
+def test_mirror_rounds_missed_counts_each_players_rounds():
+    """A state met in rounds 1 and 3 of its player missed one: k = 2; a player that starts later counts
+    its own rounds; a state dropped from the bounded table counts from the latest round dropped; the
+    table survives a JSON checkpoint with its order; off, nothing is counted."""
+    a, b, c = ("p", "g", (1,)), ("p", "g", (2,)), ("p", "g", (3,))
+    credit = MirrorCredit(catch_up=True, max_states=3)
+    assert credit.rounds_missed([a, b]) == {a: 1, b: 1}
+    assert credit.rounds_missed([a]) == {a: 1}
+    assert credit.rounds_missed([b, ("q", "g", (1,))]) == {b: 2, ("q", "g", (1,)): 1}  # q's first round
+    saved = json.loads(json.dumps(credit.state_dict()))
+    assert credit.rounds_missed([c]) == {c: 4}  # first met in p's 4th round; the table drops a (last met in 2)
+    assert credit.rounds_missed([a]) == {a: 3}  # counted from round 2, the latest dropped
+    resumed = MirrorCredit(catch_up=True, max_states=3)
+    resumed.load_state_dict(saved)
+    assert resumed.rounds_missed([c]) == {c: 4} and resumed.rounds_missed([a]) == {a: 3}
+    assert MirrorCredit().rounds_missed([a, b]) == {}
 
 
 def test_best_reply_options_are_refused_where_nothing_would_use_them():

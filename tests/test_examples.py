@@ -337,6 +337,16 @@ def test_mirror_settings_of_the_tictactoe_selfplay_example(monkeypatch, capsys):
     assert ttt.credit_method(args) == psro.credit_settings("selfplay", want)["credit"] == MirrorCredit()
     one = ttt.parse_args("", "--games-per-round", 320, "out", argv=argv + ["--branch-samples", "1"], mirror=True)
     assert ttt.credit_method(one) == MirrorCredit(samples=1)
+    caught = ttt.parse_args("", "--games-per-round", 320, "out", argv=argv + ["--catch-up"], mirror=True)
+    assert ttt.credit_method(caught) == MirrorCredit(catch_up=True) != MirrorCredit()
+    assert ttt.credit_method(caught) == psro.credit_settings("selfplay", psro.parse_args(
+        ["--credit", "mirror", "--steps-per-generation", "4", "--catch-up"]))["credit"]
+    with pytest.raises(SystemExit):
+        ttt.parse_args("", "--games-per-round", 320, "out", argv=["--credit", "branch", "--catch-up"])
+    assert "--catch-up changes --credit mirror" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        psro.parse_args(["--catch-up"])
+    assert "--catch-up changes --credit mirror" in capsys.readouterr().err
     two = ttt.parse_args("", "--games-per-round", 320, "out", argv=argv + ["--num-iterations", "2"], mirror=True)
     assert selfplay.settings(two)[3] == psro.grpo_settings(psro.parse_args(
         ["--credit", "mirror", "--steps-per-generation", "4", "--num-iterations", "2"]), psro.LEARNING_RATE)

@@ -17,15 +17,15 @@ from autocurricula.credit.branch import (BranchCredit, MoveScorer, branch_advant
                                          listed_moves, mirror_distribution, move_advantages, move_distribution,
                                          pick_positions, pool_values)
 from autocurricula.credit.grpo import ConstantCredit, GRPOCredit, constant_advantages, grpo_advantages
-from autocurricula.credit.mirror import MirrorCredit
+from autocurricula.credit.mirror import MirrorCredit, catch_up_step
 from autocurricula.credit.rae import RAE, RAECredit
 from autocurricula.credit.registry import (CREDIT_METHODS, LEGACY_CREDIT_FIELDS, credit_from_fields, make_credit,
                                            register_credit)
 from autocurricula.credit.values import QCredit, StateValues, ValueCredit
 
-__all__ = ["assign_credit", "branch_advantage", "branch_value", "BranchCredit", "check_replays", "constant_advantages",
-           "ConstantCredit", "Credit", "credit_from_fields", "CREDIT_METHODS", "episodes", "game_moves",
-           "grpo_advantages", "GRPOCredit", "LEGACY_CREDIT_FIELDS", "listed_moves", "make_credit",
+__all__ = ["assign_credit", "branch_advantage", "branch_value", "BranchCredit", "catch_up_step", "check_replays",
+           "constant_advantages", "ConstantCredit", "Credit", "credit_from_fields", "CREDIT_METHODS", "episodes",
+           "game_moves", "grpo_advantages", "GRPOCredit", "LEGACY_CREDIT_FIELDS", "listed_moves", "make_credit",
            "mirror_distribution", "MirrorCredit", "move_advantages", "move_distribution", "MoveScorer",
            "pick_positions", "pool_values", "QCredit", "RAE", "RAECredit", "register_credit", "rewards", "StateValues",
            "ValueCredit"]

@@ -33,11 +33,11 @@ turns), so it works for free-text games whose states never repeat. Cost:
 alternate between learners and others), all batched in one ``Arena.run``. Turns not branched
 (``turns_per_game``, turns of sub-games, branches that all failed) get the RAE advantage.
 
-Subclasses shape the branches through four hooks (:class:`~autocurricula.credit.MirrorCredit`
+Subclasses shape the branches through five hooks (:class:`~autocurricula.credit.MirrorCredit`
 steps toward the moves' targets; a one-ply reply search and greedy continuations live in
 ``examples/best_reply_credit.py``): :meth:`BranchCredit.branch_temperature`,
-:meth:`BranchCredit.branch_moves`, :meth:`BranchCredit.scores_moves` and
-:meth:`BranchCredit.move_targets`. The maths are the pure functions below.
+:meth:`BranchCredit.branch_moves`, :meth:`BranchCredit.scores_moves`,
+:meth:`BranchCredit.move_targets` and :meth:`BranchCredit.rounds_missed`. The maths are the pure functions below.
 """
 
 from __future__ import annotations
@@ -257,9 +257,16 @@ class BranchCredit(Credit):
         """Whether :meth:`move_targets` needs the moves' log-probabilities under the learner's adapter."""
         return True
 
-    def move_targets(self, values: list[float], logprobs: list[float] | None) -> list[float]:
-        """The advantages of a state's move turns from the moves' values (and log-probabilities)."""
+    def move_targets(self, values: list[float], logprobs: list[float] | None, missed: int = 1) -> list[float]:
+        """The advantages of a state's move turns from the moves' values (and log-probabilities);
+        ``missed``: the rounds since the state last had targets (:meth:`rounds_missed`)."""
         return move_advantages(values, logprobs, self.move_temperature, self.move_clip)
+
+    def rounds_missed(self, states: list[tuple]) -> dict:
+        """For each state ``(player, game, prompt ids)`` with targets this round, the rounds since it last
+        had targets (1: the previous round); states left out count 1. Called once per round. Branch
+        credit keeps no history: ``{}``."""
+        return {}
 
     # ------------------------------------------------------------------ the protocol
     def check_game(self, play) -> None:
@@ -348,13 +355,15 @@ class BranchCredit(Credit):
             keys = {id(t): (t.player, t.game, tuple(t.prompt_ids)) for t, _, _ in chosen}
             returns = pool_values(returns, keys)
         respelled = 0  # legal replies the model wrote with other tokens than the listed move's
-        for turn, rec, p in chosen:
-            i = points[(rec.game_id, p)]
-            q = [branch_value(r) for r in returns[id(turn)]]
-            if not q or any(v is None for v in q):
-                continue  # a move with no finished branch: the turn keeps its fallback advantage
+        values = {id(t): [branch_value(r) for r in returns[id(t)]] for t, _, _ in chosen}
+        # a turn with a move with no finished branch keeps its fallback advantage
+        valued = [c for c in chosen if values[id(c[0])] and all(v is not None for v in values[id(c[0])])]
+        state = {id(t): (t.player, t.game, tuple(t.prompt_ids)) for t, _, _ in valued}
+        missed = self.rounds_missed(list(dict.fromkeys(state.values())))
+        for turn, rec, p in valued:
+            i, q = points[(rec.game_id, p)], values[id(turn)]
             logps = [scored[(id(turn), j)] for j in range(len(answers[i]))] if scores else None
-            adv = self.move_targets(q, logps)
+            adv = self.move_targets(q, logps, missed.get(state[id(turn)], 1))
             mean = sum(q) / len(q)
             reply = tok.decode(list(turn.completion_ids), skip_special_tokens=True).strip()
             sampled = [t for t in turn.completion_ids if t != tok.eos_token_id]

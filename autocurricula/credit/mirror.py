@@ -8,14 +8,33 @@ the update is the cross-entropy toward it. With self-play against the current po
 (``SelfPlayConfig(past_share=0)``), small steps converge toward ``softmax(Q / tau)`` play in
 two-player zero-sum games, where jumping to that target every round can cycle. Its defaults are
 those of the mirror self-play figures in docs/results.md ("Mirror-descent self-play").
+
+A state met every round (Kuhn poker's twelve information sets, a matrix game's prompt per seat)
+takes one step a round. With ``catch_up=True``, a state met again after k of its player's rounds
+(rounds in which the player had move targets), or first met in the player's k-th round, takes k
+steps at once, this round's and the k - 1 it missed (:func:`catch_up_step`): on a board game whose
+positions are most of them met only every few rounds, a position's targets then follow the rounds
+played rather than its visits. Off by default: where prompts rarely repeat, every late first visit
+would take nearly the whole way to ``softmax(Q / tau)``, the jump that can cycle.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+from array import array
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from autocurricula.credit.branch import BranchCredit, mirror_distribution
+
+
+def catch_up_step(step: float, missed: int) -> float:
+    """The one mirror step equal to ``missed`` steps of size ``step`` toward the same target:
+    ``pi^((1 - step)^k) * target^(1 - (1 - step)^k)`` with k = ``missed``."""
+    if isinstance(missed, bool) or not isinstance(missed, int) or missed < 1:
+        raise ValueError(f"missed counts rounds, an integer >= 1, got {missed!r}")
+    return step if missed == 1 else 1 - (1 - step) ** missed  # exactly step when nothing was missed
 
 
 @dataclass
@@ -23,7 +42,10 @@ class MirrorCredit(BranchCredit):
     """``credit="mirror"``: :class:`BranchCredit` per-move values (``samples`` branch games per move,
     ``pool_states``) turned into cross-entropy targets one mirror-descent ``step`` from the policy
     toward ``softmax(Q / move_temperature)`` (``move_clip`` bounds the centred logits; math.inf: no
-    bound). Needs a game that lists its moves (``play.moves``); ``advantage`` is always "moves"."""
+    bound). Needs a game that lists its moves (``play.moves``); ``advantage`` is always "moves".
+    ``catch_up``: a state met again after k of its player's rounds takes ``catch_up_step(step, k)``
+    (the module docstring); the last round of each of at most ``max_states`` states is checkpointed
+    as ``"mirror"`` (a state dropped from it counts as last met in the latest round dropped)."""
 
     advantage: str = field(default="moves", init=False)  # the listed moves' targets: nothing else
     samples: int = 2
@@ -31,14 +53,59 @@ class MirrorCredit(BranchCredit):
     move_clip: float = math.inf
     pool_states: bool = True
     step: float = 0.045
+    catch_up: bool = False
+    max_states: int = 200_000
     name = "mirror"
 
     def __post_init__(self):
         step = self.step
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 1:
             raise ValueError(f"step must be a number in (0, 1] (1 = the target itself, no mirror step), got {step!r}")
+        if not isinstance(self.catch_up, bool):
+            raise ValueError(f"catch_up must be True or False, got {self.catch_up!r}")
+        if isinstance(self.max_states, bool) or not isinstance(self.max_states, int) or self.max_states < 1:
+            raise ValueError(f"max_states must be an integer >= 1, got {self.max_states!r}")
         super().__post_init__()
         self.step = float(step)
+        self._rounds: dict[str, int] = {}  # player -> rounds in which it had targets
+        self._last: OrderedDict[tuple, int] = OrderedDict()  # (player, game, digest) -> its player's last round
+        self._floor: dict[str, int] = {}  # player -> latest round of a state dropped from _last
+        self._caught: dict = {}  # this round's metrics
 
-    def move_targets(self, values: list[float], logprobs: list[float] | None) -> list[float]:
-        return mirror_distribution(values, logprobs, self.move_temperature, self.move_clip, self.step)
+    def rounds_missed(self, states: list[tuple]) -> dict:
+        if not self.catch_up:
+            return {}
+        for player in dict.fromkeys(player for player, _, _ in states):
+            self._rounds[player] = self._rounds.get(player, 0) + 1
+        out = {}
+        for state in states:
+            player, game, prompt = state
+            key = (player, game, hashlib.blake2b(array("q", prompt).tobytes(), digest_size=12).hexdigest())
+            now = self._rounds[player]
+            out[state] = now - self._last.pop(key, self._floor.get(player, 0))
+            self._last[key] = now  # re-inserted last: the least recently met states are dropped first
+            while len(self._last) > self.max_states:
+                (dropped, _, _), last = self._last.popitem(last=False)
+                self._floor[dropped] = max(self._floor.get(dropped, 0), last)
+        caught = sum(k > 1 for k in out.values())
+        self._caught = {"credit/caught_up_states": caught, "credit/met_states": len(out)}
+        return out
+
+    def move_targets(self, values: list[float], logprobs: list[float] | None, missed: int = 1) -> list[float]:
+        step = catch_up_step(self.step, missed) if self.catch_up else self.step
+        return mirror_distribution(values, logprobs, self.move_temperature, self.move_clip, step)
+
+    def metrics(self) -> dict:
+        return {**super().metrics(), **self._caught}
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "mirror": {"rounds": dict(self._rounds), "floor": dict(self._floor),
+                                                   "last": [[*key, r] for key, r in self._last.items()]}}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if state.get("mirror"):
+            saved = state["mirror"]
+            self._rounds = {str(k): int(v) for k, v in saved["rounds"].items()}
+            self._floor = {str(k): int(v) for k, v in saved["floor"].items()}
+            self._last = OrderedDict(((str(p), str(g), str(d)), int(r)) for p, g, d, r in saved["last"])
