@@ -333,12 +333,12 @@ def test_meta_opponent_composes_with_the_alphastar_league(tmp_path, tiny_model_p
                                     ["--credit", "pooled", "--restart-rounds", "0", "--responder-pairs",
                                      "--steps-per-generation", "4"],
                                     ["--credit", "mirror", "--steps-per-generation", "4", "--branch-samples", "1",
-                                     "--games-per-round", "64"]])
+                                     "--games-per-round", "64", "--catch-up"]])
 def test_psro_examples_smoke(script, credit, tmp_path):
     """Both measurement commands run end to end on a tiny budget and print their summary line, with
     the default credit, with per-move credit, with the pooled recipe and with mirror self-play
-    (which deploys its main player alone: one epoch, so ``average_last`` is 1; with the branch games
-    and games a round set by flag)."""
+    (which deploys its main player alone: one epoch, so ``average_last`` is 1; with the branch games,
+    games a round and catch-up set by flag)."""
     import os
     import subprocess
     import sys
@@ -356,7 +356,7 @@ def test_psro_examples_smoke(script, credit, tmp_path):
     if key == "final" and "mirror" in credit:
         assert list(last[key]["selfplay"]["mixture"]) == ["main-0"]
     if "mirror" in credit:
-        assert (last["branch_samples"], last["games_per_round"]) == (1, 64)
+        assert (last["branch_samples"], last["games_per_round"], last["catch_up"]) == (1, 64, True)
 
 
 def test_psro_players_tell_their_seats_apart(tmp_path):
