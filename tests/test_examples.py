@@ -728,3 +728,39 @@ def test_mirror_replay_keeps_the_last_rounds_targets():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="keep_rounds"):
             mod.ReplayMirror(keep_rounds=bad)
+
+
+def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
+    """research/league_config_elsewhere.py: the tic-tac-toe league example's update and credit (q
+    targets, 4 steps a round, 2e-3 decayed over the last quarter, LoRA r8 on all linears), with the
+    mean backup and each exploiter at an eighth of the main agent's games."""
+    import argparse
+
+    mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere")
+    args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128)
+    trainer, keywords = mod.league(args, str(tmp_path))
+    config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
+    assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
+    assert (config.games_per_learner, config.exploiter_games, config.main_exploiters, config.league_exploiters) \
+        == (128, 16, 1, 1)
+    assert (config.credit.name, config.credit.target_coef, config.credit.backup) == ("q", 1.0, "mean")
+    assert (grpo.learning_rate, grpo.lr_scheduler_type, grpo.lr_decay_ratio, grpo.steps_per_generation, grpo.beta) \
+        == (2e-3, "warmup_stable_decay", 0.25, 4, 0.0)
+    assert (lora.r, lora.target_modules) == (8, "all-linear")
+
+
+@pytest.mark.slow
+def test_league_config_elsewhere_smoke(tmp_path):
+    """The research script runs end to end on a tiny budget (one matrix game) and prints its summary
+    line. Kuhn poker's path differs only in its game and its examples' reader (psro_kuhn's smoke test)."""
+    import json
+    import os
+
+    out = subprocess.run([sys.executable, str(ROOT / "research" / "league_config_elsewhere.py"), "--game", "matrix",
+                          "--smoke"], capture_output=True, text=True, timeout=280, cwd=ROOT,
+                         env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (last["game"], last["epochs"], last["rounds"], last["summary"]["median"]) == ("matrix", 1, 2,
+                                                                                         last["summary"]["worst"])
+    assert 0 <= last["summary"]["worst"] <= 1

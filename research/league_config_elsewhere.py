@@ -1,0 +1,115 @@
+"""The tic-tac-toe league's configuration on Kuhn poker and on the random matrix games: does the
+default example's recipe carry to games it was not tuned on?
+
+    python research/league_config_elsewhere.py --game kuhn --seed 0            # about 11 minutes
+    python research/league_config_elsewhere.py --game matrix --seed 0 --games 5  # about 2.5 minutes a game
+
+The settings are ``examples/tictactoe_league.py``'s (its ``set_defaults`` and ``ttt_common``'s
+update): credit ``QCredit(target_coef=1.0)``, 4 optimizer steps a round, rate 2e-3 with the last
+quarter of the rounds decayed to 0, β 0, LoRA r = 8 on all linears, one main exploiter and one
+league exploiter, AlphaStar's shares. Two things differ, both forced by the games: the backup is
+``"mean"`` (the minimax backup assumes no chance and no hidden cards) and there are no scripted
+players, so no anchor games. The budget is the families' own (``examples/psro_kuhn.py``,
+``examples/psro_matrix_games.py``): 12 epochs × 8 rounds, 128 main-agent games a round, and the
+example's one-eighth of that for each exploiter (16). Each family's cached warm base (base seed 0
+for Kuhn, ``--seed`` for the matrix games). The deployed policy is ``trainer.deployable_mixture()``,
+scored as played, as in those examples: Kuhn after every epoch (chips per hand), each matrix game
+after its last round (share of the payoff range). JSON lines; the last is a summary.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
+from autocurricula import LeagueConfig, LeagueTrainer  # noqa: E402
+from autocurricula.credit import QCredit  # noqa: E402
+from ttt_common import parse_args as ttt_args  # noqa: E402
+from ttt_common import update_settings  # noqa: E402
+
+# tictactoe_league.py's defaults (its set_defaults), the backup aside: mean, for chance and hidden cards
+TTT_LEAGUE_FLAGS = ["--credit", "q", "--q-backup", "mean", "--steps-per-generation", "4",
+                    "--lr-schedule", "warmup_stable_decay"]
+
+
+def league(args, out: str) -> tuple[LeagueTrainer, dict]:
+    """The trainer and its ``train`` keywords (``lora_config``, ``grpo_config``)."""
+    ttt = ttt_args(__doc__, "--games-per-learner", 256, out, argv=TTT_LEAGUE_FLAGS)
+    lora, grpo = update_settings(ttt)
+    config = LeagueConfig(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, save_strategy="no",
+                          progress=False, main_exploiters=1, league_exploiters=1, games_per_learner=args.games_per_round,
+                          exploiter_games=max(1, args.games_per_round // 8),
+                          credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup))
+    return LeagueTrainer(config), {"lora_config": lora, "grpo_config": grpo}
+
+
+def kuhn(args) -> dict:
+    from autocurricula.games import kuhn_poker
+    from kuhn_league import parse_args as kuhn_args
+    from kuhn_league import warm_base
+    from psro_kuhn import played_figures
+
+    base = warm_base(kuhn_args(["--seed", "0"] + (["--smoke"] if args.smoke else [])))
+    figures = played_figures("league_q", args.seed)  # prints a JSON line per epoch
+    with tempfile.TemporaryDirectory() as out:
+        trainer, keywords = league(args, out)
+        trainer.train(str(base), kuhn_poker, callbacks=[figures], **keywords)
+        trainer.engine.close()
+    return {"final": figures.rows[-1]}
+
+
+def matrix(args) -> dict:
+    import psro_matrix_games
+    from autocurricula.eval.matrix import figures, read_policy
+    from autocurricula.games.matrix import random_game
+
+    smoke = ["--smoke"] if args.smoke else []
+    base = psro_matrix_games.warm_base(psro_matrix_games.parse_args(["--seed", str(args.seed), *smoke]))
+    rows = []
+    for g in range(args.first_game, args.first_game + args.games):
+        game = random_game(g)
+        with tempfile.TemporaryDirectory() as out:
+            trainer, keywords = league(args, out)
+            t0 = time.perf_counter()
+            trainer.train(str(base), game, **keywords)
+            weights = trainer.deployable_mixture()
+            policies = {pid: read_policy(trainer.engine, pid, game, temperature=trainer.grpo.temperature)
+                        for pid in weights}
+            row = {"game": game.name, "shape": list(game.shape), "seed": args.seed,
+                   **{k: round(v, 4) for k, v in figures(game, policies, weights).items()},
+                   "players": len(trainer.players), "mixture": {k: round(v, 3) for k, v in weights.items()},
+                   "seconds": round(time.perf_counter() - t0, 1)}
+            trainer.engine.close()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    share = [r["exploitability_share"] for r in rows]
+    return {"median": statistics.median(share), "worst": max(share),
+            "invalid_rate_max": max(r["invalid_rate"] for r in rows)}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--game", choices=["kuhn", "matrix"], required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--rounds", type=int, default=8, help="rounds per epoch")
+    p.add_argument("--games-per-round", type=int, default=128, help="the main agent's (each exploiter: an eighth)")
+    p.add_argument("--games", type=int, default=20, help="with --game matrix: random-F ... random-(F+N-1)")
+    p.add_argument("--first-game", type=int, default=0)
+    p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check that it runs")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.epochs, args.rounds, args.games_per_round, args.games = 1, 2, 8, 1
+    summary = kuhn(args) if args.game == "kuhn" else matrix(args)
+    print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
+                      "rounds": args.rounds, "games_per_round": args.games_per_round}))
+
+
+if __name__ == "__main__":
+    main()
