@@ -43,8 +43,8 @@ def league(args, out: str) -> tuple[LeagueTrainer, dict]:
     ttt = ttt_args(__doc__, "--games-per-learner", 256, out, argv=TTT_LEAGUE_FLAGS)
     lora, grpo = update_settings(ttt)
     config = LeagueConfig(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, save_strategy="no",
-                          progress=False, main_exploiters=1, league_exploiters=1, games_per_learner=args.games_per_round,
-                          exploiter_games=max(1, args.games_per_round // 8),
+                          progress=False, main_exploiters=1, league_exploiters=1,
+                          games_per_learner=args.games_per_round, exploiter_games=max(1, args.games_per_round // 8),
                           credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup))
     return LeagueTrainer(config), {"lora_config": lora, "grpo_config": grpo}
 
