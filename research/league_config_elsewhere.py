@@ -1,18 +1,21 @@
 """The tic-tac-toe league's configuration on Kuhn poker and on the random matrix games: does the
 default example's recipe carry to games it was not tuned on?
 
-    python research/league_config_elsewhere.py --game kuhn --seed 0            # about 11 minutes
+    python research/league_config_elsewhere.py --game kuhn --seed 0            # 13 - 15 minutes beside a run
     python research/league_config_elsewhere.py --game matrix --seed 0 --games 5  # about 2.5 minutes a game
 
 The settings are ``examples/tictactoe_league.py``'s (its ``set_defaults`` and ``ttt_common``'s
 update): credit ``QCredit(target_coef=1.0)``, 4 optimizer steps a round, rate 2e-3 with the last
 quarter of the rounds decayed to 0, β 0, LoRA r = 8 on all linears, one main exploiter and one
-league exploiter, AlphaStar's shares. Two things differ, both forced by the games: the backup is
-``"mean"`` (the minimax backup assumes no chance and no hidden cards) and there are no scripted
-players, so no anchor games. The budget is the families' own (``examples/psro_kuhn.py``,
-``examples/psro_matrix_games.py``): 12 epochs × 8 rounds, 128 main-agent games a round, and the
-example's one-eighth of that for each exploiter (16). Each family's cached warm base (base seed 0
-for Kuhn, ``--seed`` for the matrix games). The deployed policy is ``trainer.deployable_mixture()``,
+league exploiter, AlphaStar's shares. What differs: the backup is ``"mean"`` (the minimax backup
+assumes no chance and no hidden cards); there are no scripted players, so no anchor games;
+snapshots come at ``LeagueConfig``'s cadence (every 2 - 4 rounds; the example's is at most two an
+epoch, ``--snapshot-min-rounds 4 --snapshot-max-rounds 8`` at 8 rounds); the completion limit,
+the arena's concurrency and the rating bootstrap are the library's defaults. The budget is the
+families' rounds (``examples/psro_kuhn.py``, ``examples/psro_matrix_games.py``): 12 epochs × 8
+rounds, 128 main-agent games a round and the example's one-eighth of that for each exploiter (16),
+so 160 games a round over three learners. Each family's cached warm base (base seed 0 for Kuhn,
+``--seed`` for the matrix games). The deployed policy is ``trainer.deployable_mixture()``,
 scored as played, as in those examples: Kuhn after every epoch (chips per hand), each matrix game
 after its last round (share of the payoff range). JSON lines; the last is a summary.
 """
@@ -45,6 +48,8 @@ def league(args, out: str) -> tuple[LeagueTrainer, dict]:
     config = LeagueConfig(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, save_strategy="no",
                           progress=False, main_exploiters=1, league_exploiters=1,
                           games_per_learner=args.games_per_round, exploiter_games=max(1, args.games_per_round // 8),
+                          **{k: v for k, v in (("snapshot_min_rounds", args.snapshot_min_rounds),
+                                               ("snapshot_max_rounds", args.snapshot_max_rounds)) if v is not None},
                           credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup))
     return LeagueTrainer(config), {"lora_config": lora, "grpo_config": grpo}
 
@@ -102,6 +107,10 @@ def main(argv=None):
     p.add_argument("--games-per-round", type=int, default=128, help="the main agent's (each exploiter: an eighth)")
     p.add_argument("--games", type=int, default=20, help="with --game matrix: random-F ... random-(F+N-1)")
     p.add_argument("--first-game", type=int, default=0)
+    p.add_argument("--snapshot-min-rounds", type=int, default=None, help="default: LeagueConfig's (2); the "
+                   "example takes max(4, rounds // 2), at most two snapshots an epoch")
+    p.add_argument("--snapshot-max-rounds", type=int, default=None, help="default: LeagueConfig's (4); the "
+                   "example takes max(8, rounds)")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check that it runs")
     args = p.parse_args(argv)
     if args.smoke:

@@ -737,7 +737,8 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     import argparse
 
     mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere")
-    args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128)
+    args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128, snapshot_min_rounds=None,
+                              snapshot_max_rounds=None)
     trainer, keywords = mod.league(args, str(tmp_path))
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -747,6 +748,15 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     assert (grpo.learning_rate, grpo.lr_scheduler_type, grpo.lr_decay_ratio, grpo.steps_per_generation, grpo.beta) \
         == (2e-3, "warmup_stable_decay", 0.25, 4, 0.0)
     assert (lora.r, lora.target_modules) == (8, "all-linear")
+    assert trainer.opponents == [] and config.anchor_share == 0  # no scripted players, no anchor games
+    assert (config.snapshot_min_rounds, config.snapshot_max_rounds) == (2, 4)  # LeagueConfig's
+    # the example's own command line: the flags the script passes are tictactoe_league.py's set_defaults
+    example = (ROOT / "examples" / "tictactoe_league.py").read_text()
+    assert 'parser.set_defaults(q_backup="minimax", steps_per_generation=4, epochs=12, ' \
+        'lr_schedule="warmup_stable_decay")' in example
+    args.snapshot_min_rounds, args.snapshot_max_rounds = 4, 8
+    config = mod.league(args, str(tmp_path))[0].config
+    assert (config.snapshot_min_rounds, config.snapshot_max_rounds) == (4, 8)
 
 
 @pytest.mark.slow
@@ -761,6 +771,23 @@ def test_league_config_elsewhere_smoke(tmp_path):
                          env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-3000:]
     last = json.loads(out.stdout.strip().splitlines()[-1])
-    assert (last["game"], last["epochs"], last["rounds"], last["summary"]["median"]) == ("matrix", 1, 2,
-                                                                                         last["summary"]["worst"])
-    assert 0 <= last["summary"]["worst"] <= 1
+    rows = [json.loads(line) for line in out.stdout.strip().splitlines()[:-1]]
+    assert [r["game"] for r in rows] == ["random-0"] and len(rows[0]["mixture"]) >= 1
+    assert last["summary"]["worst"] == rows[0]["exploitability_share"] and 0 <= last["summary"]["worst"] <= 1
+    assert abs(sum(rows[0]["mixture"].values()) - 1) < 0.01  # the deployed mixture's weights, rounded
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # reading an untrained tiny model's reply trees takes minutes
+def test_league_config_elsewhere_kuhn_smoke(tmp_path):
+    """The research script's Kuhn path: one epoch on the tiny smoke model, scored as played."""
+    import json
+    import os
+
+    out = subprocess.run([sys.executable, str(ROOT / "research" / "league_config_elsewhere.py"), "--game", "kuhn",
+                          "--smoke"], capture_output=True, text=True, timeout=880, cwd=ROOT,
+                         env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    final = json.loads(out.stdout.strip().splitlines()[-1])["summary"]["final"]
+    assert (final["trainer"], final["epoch"]) == ("league_q", 0)
+    assert 0 <= final["exploitability"] <= 2 and 0 <= final["invalid_rate"] <= 1  # chips per hand; a share
