@@ -17,7 +17,8 @@ rounds, 128 main-agent games a round and the example's one-eighth of that for ea
 so 160 games a round over three learners. Each family's cached warm base (base seed 0 for Kuhn,
 ``--seed`` for the matrix games). The deployed policy is ``trainer.deployable_mixture()``,
 scored as played, as in those examples: Kuhn after every epoch (chips per hand), each matrix game
-after its last round (share of the payoff range). JSON lines; the last is a summary.
+after its last round (share of the payoff range). JSON lines; the last is a summary. Progress
+bars on stderr show the rate and the time left (rounds and epochs for Kuhn, games for the matrix).
 """
 
 import argparse
@@ -35,21 +36,22 @@ from autocurricula import LeagueConfig, LeagueTrainer  # noqa: E402
 from autocurricula.credit import QCredit  # noqa: E402
 from ttt_common import parse_args as ttt_args  # noqa: E402
 from ttt_common import update_settings  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
 
 # tictactoe_league.py's defaults (its set_defaults), the backup aside: mean, for chance and hidden cards
 TTT_LEAGUE_FLAGS = ["--credit", "q", "--q-backup", "mean", "--steps-per-generation", "4",
                     "--lr-schedule", "warmup_stable_decay"]
 
 
-def league(args, out: str) -> tuple[LeagueTrainer, dict]:
-    """The trainer and its ``train`` keywords (``lora_config``, ``grpo_config``)."""
+def league(args, out: str, progress: bool = False) -> tuple[LeagueTrainer, dict]:
+    """The trainer and its ``train`` keywords (``lora_config``, ``grpo_config``); ``progress``: its bars."""
     ttt = ttt_args(__doc__, "--games-per-learner", 256, out, argv=TTT_LEAGUE_FLAGS)
     lora, grpo = update_settings(ttt)
+    snapshots = {"snapshot_min_rounds": args.snapshot_min_rounds, "snapshot_max_rounds": args.snapshot_max_rounds}
     config = LeagueConfig(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, save_strategy="no",
-                          progress=False, main_exploiters=1, league_exploiters=1,
+                          progress=progress, main_exploiters=1, league_exploiters=1,
                           games_per_learner=args.games_per_round, exploiter_games=max(1, args.games_per_round // 8),
-                          **{k: v for k, v in (("snapshot_min_rounds", args.snapshot_min_rounds),
-                                               ("snapshot_max_rounds", args.snapshot_max_rounds)) if v is not None},
+                          **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
                           credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup))
     return LeagueTrainer(config), {"lora_config": lora, "grpo_config": grpo}
 
@@ -63,7 +65,7 @@ def kuhn(args) -> dict:
     base = warm_base(kuhn_args(["--seed", "0"] + (["--smoke"] if args.smoke else [])))
     figures = played_figures("league_q", args.seed)  # prints a JSON line per epoch
     with tempfile.TemporaryDirectory() as out:
-        trainer, keywords = league(args, out)
+        trainer, keywords = league(args, out, progress=True)  # rounds and epochs, with the time left
         trainer.train(str(base), kuhn_poker, callbacks=[figures], **keywords)
         trainer.engine.close()
     return {"final": figures.rows[-1]}
@@ -77,7 +79,9 @@ def matrix(args) -> dict:
     smoke = ["--smoke"] if args.smoke else []
     base = psro_matrix_games.warm_base(psro_matrix_games.parse_args(["--seed", str(args.seed), *smoke]))
     rows = []
-    for g in range(args.first_game, args.first_game + args.games):
+    bar = tqdm(range(args.first_game, args.first_game + args.games), desc="matrix games", unit="game",
+               file=sys.stderr)  # the rate and the time left
+    for g in bar:
         game = random_game(g)
         with tempfile.TemporaryDirectory() as out:
             trainer, keywords = league(args, out)
@@ -92,7 +96,7 @@ def matrix(args) -> dict:
                    "seconds": round(time.perf_counter() - t0, 1)}
             trainer.engine.close()
         rows.append(row)
-        print(json.dumps(row), flush=True)
+        tqdm.write(json.dumps(row), file=sys.stdout)
     share = [r["exploitability_share"] for r in rows]
     return {"median": statistics.median(share), "worst": max(share),
             "invalid_rate_max": max(r["invalid_rate"] for r in rows)}

@@ -761,8 +761,8 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
 
 @pytest.mark.slow
 def test_league_config_elsewhere_smoke(tmp_path):
-    """The research script runs end to end on a tiny budget (one matrix game) and prints its summary
-    line. Kuhn poker's path differs only in its game and its examples' reader (psro_kuhn's smoke test)."""
+    """The research script runs end to end on a tiny budget (one matrix game) and prints the game's row
+    and a summary of it."""
     import json
     import os
 
