@@ -58,15 +58,16 @@ def pooled_credit(samples: int | None = None):
                            move_clip=3.0, pool_states=True)
 
 
-def mirror_credit(samples: int | None = None, catch_up: bool = False):
+def mirror_credit(samples: int | None = None, catch_up: bool = False, iterate: str = "policy"):
     """Per-move targets valued per prompt, each round one step of magnetic mirror descent (a share
     0.045 of the way, in log-probabilities) toward softmax(Q / 0.15), by cross-entropy. With it,
     self-play plays only its current policy (``past_share=0``) and deploys the average of its last
     third of epochs' iterates (``average_last``), and every trainer learns at ``MIRROR_RATE_SHARE``
     of the shared rate (``grpo_settings``). ``samples``: branch games per move (default
-    MirrorCredit's); ``catch_up``: MirrorCredit's, a position met again after k rounds takes k steps."""
+    MirrorCredit's); ``catch_up``: MirrorCredit's, a position met again after k rounds takes k steps;
+    ``iterate``: MirrorCredit's, steps from the model's policy or from a table of averaged values."""
     # its defaults: samples=2, move_temperature=0.15, no bound, pooled, step=0.045, no catch-up
-    return MirrorCredit(catch_up=catch_up, **({} if samples is None else {"samples": samples}))
+    return MirrorCredit(catch_up=catch_up, iterate=iterate, **({} if samples is None else {"samples": samples}))
 
 
 CREDITS = {"rae": lambda samples: "rae", "moves": lambda samples: BranchCredit(advantage="moves", samples=samples or 2),
@@ -82,7 +83,7 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
                    "(per-move targets valued per prompt, tau 0.1, c 3, cross-entropy: pooled_credit) or 'mirror' "
                    "(mirror-descent steps toward pooled targets, tau 0.15; self-play then plays no past "
                    "snapshot and deploys its last third of epochs' iterates, equally weighted; every trainer's "
-                   "learning rate is 0.3 times the shared one: mirror_credit)")
+                   "learning rate is 0.3 times the shared one, or the shared one with --mirror-iterate table: mirror_credit)")
     p.add_argument("--restart-rounds", type=int, default=None, help="PSRO's restart_rounds (default: PSROConfig's)")
     p.add_argument("--responder-pairs", action="store_true", help="PSRO's responder_pairs: its responder's "
                    "games as duplicate pairs")
@@ -96,12 +97,16 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
                    "games a round (PSRO's responders have their own)")
     p.add_argument("--catch-up", action="store_true", help="with --credit mirror: a position met again after k rounds "
                    "takes the k mirror steps at once (MirrorCredit(catch_up=True))")
+    p.add_argument("--mirror-iterate", choices=["policy", "table"], default="policy", help="with --credit mirror: "
+                   "where each step is taken from, the model's policy or a table of averaged move values "
+                   "(MirrorCredit(iterate=...))")
 
 
 def check_credit_options(p: argparse.ArgumentParser, args) -> argparse.Namespace:
     """Refuses what ``add_credit_options`` cannot combine, naming the fix; returns ``args``."""
-    if args.catch_up and args.credit != "mirror":
-        p.error("--catch-up changes --credit mirror's steps: add --credit mirror, or leave it out")
+    if (args.catch_up or args.mirror_iterate != "policy") and args.credit != "mirror":
+        p.error("--catch-up and --mirror-iterate change --credit mirror's steps: add --credit mirror, or leave "
+                "them out")
     if args.branch_samples is not None and args.credit == "rae":
         p.error("--branch-samples sets the branch games of --credit moves, pooled or mirror: pick one of them, "
                 "or leave it out")
@@ -124,7 +129,7 @@ def credit_settings(name: str, args) -> dict:
     if name == "selfplay" and args.credit == "mirror":
         own["past_share"] = 0.0  # mirror descent steps from the policy that played: no past snapshots
         own["average_last"] = max(1, args.epochs // 3)  # deploys the average of the last third's iterates
-    credit = mirror_credit(args.branch_samples, args.catch_up) if args.credit == "mirror" \
+    credit = mirror_credit(args.branch_samples, args.catch_up, args.mirror_iterate) if args.credit == "mirror" \
         else CREDITS[args.credit](args.branch_samples)
     return {"credit": credit, **own}
 
@@ -136,17 +141,19 @@ def run_settings(args) -> dict:
     credit = CREDITS[args.credit](args.branch_samples)
     return {"credit": args.credit, "restart_rounds": args.restart_rounds, "responder_pairs": args.responder_pairs,
             "steps_per_generation": args.steps_per_generation, "num_iterations": args.num_iterations,
-            "catch_up": args.catch_up,
+            "catch_up": args.catch_up, "mirror_iterate": args.mirror_iterate,
             "branch_samples": None if isinstance(credit, str) else credit.samples, "games_per_round": args.games_per_round}
 
 
-MIRROR_RATE_SHARE = 0.3  # AdamW's step, not the small mirror target, sets how far an update moves the policy
+# AdamW's step, not the small mirror target, sets how far an update moves the policy: steps taken from the
+# policy need a lower rate; steps kept in a table (--mirror-iterate table) leave the model to follow its targets
+MIRROR_RATE_SHARE = {"policy": 0.3, "table": 1.0}
 
 
 def grpo_settings(args, learning_rate: float) -> dict:
     """Every trainer's GRPO settings: the shared learning rate (``MIRROR_RATE_SHARE`` of it with
-    ``--credit mirror``), ``--steps-per-generation`` and ``--num-iterations``."""
-    rate = learning_rate * (MIRROR_RATE_SHARE if args.credit == "mirror" else 1)
+    ``--credit mirror``, by ``--mirror-iterate``), ``--steps-per-generation`` and ``--num-iterations``."""
+    rate = learning_rate * (MIRROR_RATE_SHARE[args.mirror_iterate] if args.credit == "mirror" else 1)
     return {"learning_rate": rate, "steps_per_generation": args.steps_per_generation,
             "num_iterations": args.num_iterations}
 

@@ -12,7 +12,8 @@ which count as past opponents). Its games per round match the league's three lea
 runs the mirror self-play configuration of the poker and matrix-game examples on this game:
 ``credit="mirror"`` (``MirrorCredit``'s defaults), no past snapshots and no scripted players
 (``past_share=0``), the average of the last third of the epochs' iterates as the deployable
-mixture, the default LoRA and GRPO settings at 0.3 times their 1e-2 rate, and their budget of
+mixture, the default LoRA and GRPO settings at 0.3 times their 1e-2 rate (the rate itself with
+``--mirror-iterate table``), and their budget of
 12 x 8 rounds of 128 games (docs/results.md, "Mirror-descent self-play"). The game keeps its
 random openings, and the per-epoch evaluation is the league example's: the main player's greedy
 moves against the exact best response.

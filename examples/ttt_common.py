@@ -67,6 +67,9 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
                         "move and visit (default MirrorCredit's, 2)")
     parser.add_argument("--catch-up", action="store_true", help="with --credit mirror: a position met again after "
                         "k rounds takes the k mirror steps at once (MirrorCredit(catch_up=True))")
+    parser.add_argument("--mirror-iterate", choices=["policy", "table"], default="policy", help="with --credit "
+                        "mirror: where each step is taken from, the model's policy or a table of averaged move values "
+                        "(MirrorCredit(iterate=...))")
     parser.add_argument("--branch-turns", type=int, default=0, help="with --credit branch: learner turns branched "
                         "per game (0 = all)")
     parser.add_argument("--branch-advantage", default="return", choices=["return", "td", "moves"],
@@ -111,16 +114,18 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
     if args.branch_samples is not None and (args.credit not in ("branch", "mirror") or args.branch_samples < 1):
         parser.error("--branch-samples (at least 1) sets the branch games of --credit branch or mirror: pick one "
                      "of them, or leave it out")
-    if args.catch_up and args.credit != "mirror":
-        parser.error("--catch-up changes --credit mirror's steps: add --credit mirror, or leave it out")
+    if (args.catch_up or args.mirror_iterate != "policy") and args.credit != "mirror":
+        parser.error("--catch-up and --mirror-iterate change --credit mirror's steps: add --credit mirror, or leave "
+                     "them out")
     if args.credit == "mirror":
         if not mirror:
             parser.error("--credit mirror is a self-play configuration (no past or scripted players): run "
                          "examples/tictactoe_selfplay.py --credit mirror")
         fixed = [f"--{d.replace('_', '-')}" for d in MIRROR_FIXED if getattr(args, d) != parser.get_default(d)]
         if fixed:
-            parser.error(f"{', '.join(fixed)}: --credit mirror sets the update (0.3 x 1e-2, constant, no KL, as in "
-                         "the poker and matrix examples); leave them out, or pick another --credit")
+            parser.error(f"{', '.join(fixed)}: --credit mirror sets the update (0.3 x 1e-2, or 1e-2 with --mirror-iterate "
+                         "table; constant, no KL, as in the poker and matrix examples); leave them out, or pick "
+                         "another --credit")
     try:
         args.openings = tuple(int(x) for x in args.openings.split("-"))
         assert len(args.openings) == 2
@@ -142,7 +147,7 @@ def credit_method(args):
         from autocurricula.credit import MirrorCredit
 
         # the poker and matrix examples' --credit mirror (and its --branch-samples)
-        return MirrorCredit(catch_up=args.catch_up,
+        return MirrorCredit(catch_up=args.catch_up, iterate=args.mirror_iterate,
                             **({} if args.branch_samples is None else {"samples": args.branch_samples}))
     if args.credit != "branch":
         simple = {"rae": RAECredit, "value": ValueCredit, "grpo": GRPOCredit, "constant": ConstantCredit}

@@ -58,7 +58,7 @@ from autocurricula.engine import LoraSpec  # noqa: E402
 
 from psro_matrix_games import LEARNING_RATE, MIRROR_RATE_SHARE  # noqa: E402
 
-CONFIG_RATE = LEARNING_RATE * MIRROR_RATE_SHARE  # the mirror configuration's rate (3e-3)
+CONFIG_RATE = LEARNING_RATE * MIRROR_RATE_SHARE["policy"]  # the mirror configuration's rate (3e-3)
 
 
 class RecordingMirror(MirrorCredit):

@@ -8,6 +8,7 @@ with ``--tictactoe``, on tic-tac-toe, also with sampled positions and values).
     python research/mirror_selfplay_ideal.py --step 0.045 --tictactoe --variants 256_games_1_sample --games 2
     python research/mirror_selfplay_ideal.py --step 0.045 --tictactoe --from-warm-base --games 2
     python research/mirror_selfplay_ideal.py --step 0.045 --kuhn-explore 0.25
+    python research/mirror_selfplay_ideal.py --step 0.045 --iterate table --tictactoe --from-warm-base
 
 Each round both seats of one policy move, at every information set (Kuhn) or seat (matrix), to
 ``mirror_distribution(Q, log pi, tau, step=w)``: ``pi_new ∝ pi^(1 - w) softmax(Q / tau)^w``, with
@@ -45,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
-from autocurricula.credit import catch_up_step, mirror_distribution  # noqa: E402
+from autocurricula.credit import catch_up_step, mirror_distribution, move_distribution, table_average  # noqa: E402
 from autocurricula.eval.kuhn import INFOSETS, exploitability  # noqa: E402
 from autocurricula.games.matrix import random_game  # noqa: E402
 from kuhn_moves_fixed_point import move_values  # noqa: E402
@@ -55,28 +56,40 @@ SHOWN = (24, 48, 72, 96)
 
 
 def kuhn_curve(tau: float, step: float, rounds: int, start: dict[str, float] = WARM_BASE,
-               explore: float = 0.0) -> list[float]:
+               explore: float = 0.0, iterate: str = "policy") -> list[float]:
     """Kuhn's exploitability after each round of exact mirror steps (P(bet or call) per set).
     ``explore``: the share of the games' moves drawn uniformly, which weights the deals that reach a
-    set (the values stay the policy's), as pooled values of exploring games would be."""
+    set (the values stay the policy's), as pooled values of exploring games would be. ``iterate``:
+    "policy" steps from the policy, "table" plays softmax(Q / tau) of each set's averaged values
+    (``table_average``, ``MirrorCredit(iterate="table")``)."""
     if not 0 <= explore < 1:
         raise ValueError(f"explore is the share of uniformly drawn moves, in [0, 1): got {explore}")
-    policy, out = dict(start), []
-    for _ in range(rounds):
+    policy, out, table = dict(start), [], {}
+    for t in range(1, rounds + 1):
         reach = {k: (1 - explore) * p + explore / 2 for k, p in policy.items()}
         values = move_values(policy, reach)  # (aggressive, passive) per set, under the current policy
-        policy = {k: mirror_distribution(list(values[k]), [math.log(policy[k]), math.log(1 - policy[k])],
-                                         tau, step=step)[0] for k in INFOSETS}
+        if iterate == "table":
+            table = {k: table_average(table.get(k), list(values[k]), t, step) for k in INFOSETS}
+            policy = {k: move_distribution(table[k], tau)[0] for k in INFOSETS}
+        else:
+            policy = {k: mirror_distribution(list(values[k]), [math.log(policy[k]), math.log(1 - policy[k])],
+                                             tau, step=step)[0] for k in INFOSETS}
         out.append(exploitability(policy, backend="python"))
     return out
 
 
-def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int) -> list[float]:
+def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int, iterate: str = "policy") -> list[float]:
     """A matrix game's exploitability as a share of its payoff range after each of ``rounds``
-    exact steps from uniform play."""
+    exact steps from uniform play (``iterate`` as in :func:`kuhn_curve`)."""
     m, n = payoff.shape
     x, y, out = np.full(m, 1 / m), np.full(n, 1 / n), []
-    for _ in range(rounds):
+    qx = qy = None
+    for t in range(1, rounds + 1):
+        if iterate == "table":
+            qx, qy = table_average(qx, list(payoff @ y), t, step), table_average(qy, list(-(x @ payoff)), t, step)
+            x, y = np.array(move_distribution(qx, tau)), np.array(move_distribution(qy, tau))
+            out.append(float(((payoff @ y).max() - (x @ payoff).min()) / 2 / np.ptp(payoff)))
+            continue
         x, y = (np.array(mirror_distribution(list(payoff @ y), list(np.log(x)), tau, step=step)),
                 np.array(mirror_distribution(list(-(x @ payoff)), list(np.log(y)), tau, step=step)))
         out.append(float(((payoff @ y).max() - (x @ payoff).min()) / 2 / np.ptp(payoff)))
@@ -86,7 +99,7 @@ def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int) -> li
 def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = None, samples: int | None = None,
                     seed: int = 0, minimax: bool = False, greedy_playouts: bool = False,
                     explore: float = 0.0, start: dict[str, np.ndarray] | None = None,
-                    catch_up: bool = False) -> list[dict]:
+                    catch_up: bool = False, iterate: str = "policy") -> list[dict]:
     """Tic-tac-toe from uniform legal play, or ``start`` (board -> probabilities of its legal moves, in
     ``legal_moves`` order, e.g. ``model_policy``'s), both seats one policy. Each round steps every reachable
     position (``games=None``) or only those the learner meets in ``games`` self-play games after 0 to
@@ -99,7 +112,9 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
     With ``games``: ``explore`` draws that share of the training games' moves uniformly (more
     positions met, the values still the policy's); ``catch_up`` steps a position met again after k
     rounds (k = rounds so far on its first visit) by ``catch_up_step(step, k)``: k steps at once,
-    this round's and the k - 1 it missed (``MirrorCredit(catch_up=True)``). After each round:
+    this round's and the k - 1 it missed (``MirrorCredit(catch_up=True)``). ``iterate="table"``: a
+    position met plays softmax(Q / tau) of its values averaged over the rounds it was met
+    (``table_average``; with catch_up, at the step of the rounds it missed). After each round:
     whether the policy's greedy moves lose to the exact best response as X / O, their value-losing
     share (``eval.tictactoe``'s, both seats pooled, as the trained examples report it), and the sampled
     policy's expected result against the best response (+1 win, -1 loss) as X / O."""
@@ -156,7 +171,7 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
         return {board: [worst_known(apply_move(board, m, positions[board]), graph, known) for m in legal_moves(board)]
                 for board in visits}
 
-    out, last = [], {}  # catch_up: board -> the round it was last stepped
+    out, last, table = [], {}, {}  # catch_up: board -> the round it was last stepped; board -> (met, values)
     for t in range(rounds):
         if games is None:
             visits = dict.fromkeys(positions, 1)
@@ -169,9 +184,15 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
             q = exact_move_values(policy, positions, visits)
         else:
             q = sampled_values(visits)
-        policy.update({b: np.array(mirror_distribution(q[b], list(np.log(policy[b])), tau,
-                                                       step=catch_up_step(step, t - last.get(b, -1)) if catch_up
-                                                       else step)) for b in visits})
+        steps = {b: catch_up_step(step, t - last.get(b, -1)) if catch_up else step for b in visits}
+        if iterate == "table":
+            for b in visits:
+                met, kept = table.get(b, (0, None))
+                table[b] = (met + 1, table_average(kept, list(q[b]), met + 1, steps[b]))
+                policy[b] = np.array(move_distribution(table[b][1], tau))
+        else:
+            policy.update({b: np.array(mirror_distribution(q[b], list(np.log(policy[b])), tau, step=steps[b]))
+                           for b in visits})
         last.update(dict.fromkeys(visits, t))
         greedy = {(b, mark): legal_moves(b)[int(np.argmax(policy[b]))] for b, mark in positions.items()}
         sides = [best_response(greedy, mark) for mark in ("X", "O")]
@@ -301,11 +322,12 @@ def tictactoe_summary(tau: float, step: float, rounds: int, **options) -> dict:
             "sampled_vs_best_response_as_o": round(curve[-1]["sampled_vs_best_response_as_o"], 4)}
 
 
-def tictactoe_variant(name: str, tau: float, step: float, rounds: int, seed: int, start) -> dict:
+def tictactoe_variant(name: str, tau: float, step: float, rounds: int, seed: int, start,
+                      iterate: str = "policy") -> dict:
     """``tictactoe_summary`` of one ``TICTACTOE_VARIANTS`` entry, saying on stderr what runs (minutes)."""
     print(f"tic-tac-toe {name}, tau {tau}, step {step}: {rounds} rounds, about 1 - 3 s each ...",
           file=sys.stderr, flush=True)
-    return tictactoe_summary(tau, step, rounds, seed=seed, start=start, **TICTACTOE_VARIANTS[name])
+    return tictactoe_summary(tau, step, rounds, seed=seed, start=start, iterate=iterate, **TICTACTOE_VARIANTS[name])
 
 
 def main(argv=None):
@@ -327,6 +349,8 @@ def main(argv=None):
                         "the tic-tac-toe examples' warm base of --seed (built and cached if missing), not uniform play")
     parser.add_argument("--kuhn-explore", type=float, default=0.0, help="Kuhn's deals weighted as if this share "
                         "of the games' moves were drawn uniformly (kuhn_curve's explore)")
+    parser.add_argument("--iterate", choices=["policy", "table"], default="policy", help="each step from the "
+                        "policy, or from a table of each state's averaged move values (MirrorCredit(iterate=...))")
     args = parser.parse_args(argv)
     if args.variants is not None and not args.tictactoe:
         parser.error("--variants runs tic-tac-toe settings: add --tictactoe")
@@ -343,16 +367,18 @@ def main(argv=None):
         start = model_policy(str(base))
     for tau in args.tau:
         for step in args.step:
-            kuhn = kuhn_curve(tau, step, args.rounds, explore=args.kuhn_explore)
-            shares = [matrix_curve(np.array(random_game(g).payoff), tau, step, args.rounds)[-1]
+            kuhn = kuhn_curve(tau, step, args.rounds, explore=args.kuhn_explore, iterate=args.iterate)
+            shares = [matrix_curve(np.array(random_game(g).payoff), tau, step, args.rounds, args.iterate)[-1]
                       for g in range(args.games)]
             print(json.dumps({"tau": tau, "step": step, "rounds": args.rounds, "kuhn_explore": args.kuhn_explore,
+                              "iterate": args.iterate,
                               "kuhn": {str(r): round(kuhn[r - 1], 4) for r in SHOWN if r <= args.rounds}
                               | {"last": round(kuhn[-1], 4), "last_24_min_max": [round(min(kuhn[-24:]), 4),
                                                                                   round(max(kuhn[-24:]), 4)]},
                               "matrix": {"median": round(float(np.median(shares)), 4),
                                          "worst": round(max(shares), 4)},
-                              **({"tictactoe": {name: tictactoe_variant(name, tau, step, args.rounds, args.seed, start)
+                              **({"tictactoe": {name: tictactoe_variant(name, tau, step, args.rounds, args.seed, start,
+                                                                  args.iterate)
                                                 for name in variants}}
                                  if args.tictactoe else {})}),
                   flush=True)

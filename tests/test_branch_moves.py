@@ -7,6 +7,7 @@ import asyncio
 import importlib.util
 import json
 import math
+import shutil
 import sys
 import types
 from concurrent.futures import Future
@@ -575,6 +576,124 @@ def test_mirror_rounds_missed_counts_each_players_rounds():
     resumed.load_state_dict(saved)
     assert resumed.rounds_missed([c]) == {c: 4} and resumed.rounds_missed([a]) == {a: 3}
     assert MirrorCredit().rounds_missed([a, b]) == {}
+
+
+def test_mirror_table_averages_each_states_values_and_targets_their_softmax():
+    """iterate="table": a state's n-th round moves its values by max(1/n, step) toward the round's (the
+    running mean while 1/n > step), the target is softmax(table / tau), and the model's log-probabilities
+    are not needed; the table is bounded, drops the least recently met state first, restarts a state that
+    lists other moves and survives a JSON checkpoint."""
+    a, b = ("p", "g", (1,)), ("p", "g", (2,))
+    credit = MirrorCredit(iterate="table", step=0.25, move_temperature=0.5, max_states=2)
+    assert not credit.scores_moves()
+    v1, v2, v3, v4 = [1.0, 0.0, -1.0], [0.0, 1.0, 0.0], [0.5, 0.5, 0.5], [1.0, 1.0, -1.0]
+    assert credit.state_values({a: v1}, {}) == {a: v1}  # first met: the round's values
+    assert credit.state_values({a: v2, b: v3}, {})[a] == pytest.approx([0.5, 0.5, -0.5])  # w = 1/2
+    third = credit.state_values({a: v4}, {})[a]  # w = max(1/3, 1/4)
+    assert third == pytest.approx([0.5 + (1.0 - 0.5) / 3, 0.5 + 0.5 / 3, -0.5 - 0.5 / 3])
+    fourth = credit.state_values({a: v4}, {})[a]  # w = max(1/4, 1/4)
+    assert fourth == pytest.approx([t + 0.25 * (v - t) for t, v in zip(third, v4)])
+    assert credit.move_targets(fourth, None) == pytest.approx(move_distribution(fourth, 0.5))
+    assert credit.metrics()["credit/table_states"] == 2
+    saved = json.loads(json.dumps(credit.state_dict()))
+    resumed = MirrorCredit(iterate="table", step=0.25, move_temperature=0.5, max_states=2)
+    resumed.load_state_dict(saved)
+    c = ("p", "g", (3,))
+    for table in (credit, resumed):  # c joins, b (met least recently) is dropped and starts afresh
+        fifth = table.state_values({a: v1, c: v3}, {})[a]
+        assert fifth == pytest.approx([t + 0.25 * (v - t) for t, v in zip(fourth, v1)])
+        assert table.state_values({b: v1}, {}) == {b: v1}
+    assert credit.state_values({a: [0.0, 1.0]}, {}) == {a: [0.0, 1.0]}  # other moves listed: a new state
+    assert credit.state_values({a: v1}, {}) == {a: v1}
+    assert MirrorCredit().state_values({a: v1}, {}) == {a: v1}  # the policy form keeps no values
+    with pytest.raises(ValueError, match="iterate"):
+        MirrorCredit(iterate="model")
+    with pytest.raises(ValueError, match="pool_states=True"):
+        MirrorCredit(iterate="table", pool_states=False)
+
+
+def test_mirror_table_is_the_policy_step_when_the_fit_is_exact():
+    """Self-play on a matrix game with exact values and exact fits: playing softmax(Q_table / tau) of the
+    averaged values is the mirror step from the policy with step max(1/t, w) in round t (the module
+    docstring's claim), round by round."""
+    from autocurricula.credit import table_average
+    from autocurricula.games.matrix import random_game
+
+    payoff, tau, w = np.array(random_game(5).payoff), 0.15, 0.045
+    m, n = payoff.shape
+    x, y = np.full(m, 1 / m), np.full(n, 1 / n)
+    tx, ty, qx, qy = x, y, None, None
+    for t in range(1, 41):
+        qx, qy = table_average(qx, list(payoff @ ty), t, w), table_average(qy, list(-(tx @ payoff)), t, w)
+        tx, ty = np.array(move_distribution(qx, tau)), np.array(move_distribution(qy, tau))
+        step = max(1 / t, w)
+        x, y = (np.array(mirror_distribution(list(payoff @ y), list(np.log(x)), tau, step=step)),
+                np.array(mirror_distribution(list(-(x @ payoff)), list(np.log(y)), tau, step=step)))
+        assert tx == pytest.approx(x, rel=1e-9, abs=1e-12) and ty == pytest.approx(y, rel=1e-9, abs=1e-12), t
+    with pytest.raises(ValueError, match="met"):
+        table_average([0.0], [1.0], 0, w)
+    with pytest.raises(ValueError, match="one kept value per move"):
+        table_average([0.0], [1.0, 2.0], 2, w)
+
+
+def test_mirror_table_targets_follow_the_pooled_values_over_rounds():
+    """Dice, two rounds: round 1's targets are the pooled cross-entropy targets themselves (whatever the
+    policy), and no move is scored under the model; round 2's are softmax of the mean of the two rounds'
+    pooled values at a prompt met in both, as a credit that saw both rounds' branches pooled at once."""
+    def targets(credit, engine, seed):
+        arena = Arena(engine, seed=seed)
+        records = logged(arena, dice, 3, prefix=f"r{seed}-")
+        credit.see_round(records, Replayer(arena, dice))
+        turns = [t for r in records for t in r.turns]
+        credit.advantages(turns)
+        out = {}
+        for t in credit.extra_turns(turns):
+            out.setdefault((t.seat, tuple(t.prompt_ids)), []).append(t.advantage)
+        return out, records
+
+    def plain():
+        return BestReplyCredit(samples=20, advantage="moves", move_loss="cross_entropy", move_temperature=0.5,
+                               move_clip=math.inf, pool_states=True)
+
+    engine = DigitEngine(bias={"9": 1.0})
+    table = MirrorCredit(samples=20, move_temperature=0.5, iterate="table")  # unbounded: values = tau log p
+    first, _ = targets(table, engine, 21)
+    assert engine.scored == []
+    want, _ = targets(plain(), DigitEngine(), 21)
+    assert first == pytest.approx(want)
+    second, records = targets(table, engine, 22)
+    seat0 = next(key for key in second if key[0] == 0)  # seat 0's prompt is the same in every game
+    # the values behind each round's targets, recovered from the targets: tau * log p, centred
+    def values(p):
+        y = 0.5 * np.log(np.array(p))
+        return y - y.mean()
+    r1, r2 = values(first[seat0][:10]), values(targets(plain(), DigitEngine(), 22)[0][seat0][:10])
+    assert values(second[seat0][:10]) == pytest.approx(list((r1 + r2) / 2 - ((r1 + r2) / 2).mean()), abs=1e-9)
+
+
+def test_mirror_table_in_a_trainer_keeps_each_prompts_rounds_and_resumes(tiny_model_path, tmp_path):
+    """Self-play on a matrix game with iterate="table": each seat's one prompt is a state met every
+    round, so after two rounds the table holds two states met twice, and a run resumed from the
+    first epoch's checkpoint has the same table after its second round."""
+    from autocurricula import SelfPlayTrainer
+    from autocurricula.games.matrix import random_game
+
+    def run(out, resume=False):
+        config = SelfPlayConfig(credit=MirrorCredit(iterate="table", samples=1), past_share=0.0, epochs=2, rounds=1,
+                                games_per_round=4, output_dir=str(out), seed=0, progress=False,
+                                overwrite_output_dir=not resume)
+        trainer = SelfPlayTrainer(config)
+        trainer.train(tiny_model_path, random_game(0), grpo_config={"learning_rate": 1e-3},
+                      resume_from_checkpoint=resume)
+        trainer.engine.close()
+        return trainer.credit.state_dict()["mirror"]["table"]
+
+    table = run(tmp_path / "run")
+    assert sorted(n for *_, n, _ in table) == [2, 2] and all(len(q) >= 2 for *_, q in table)
+    rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    assert max(r.get("credit/table_states", 0) for r in rows) == 2
+    shutil.rmtree(tmp_path / "run" / "checkpoint-1")  # resumed from epoch 0's: epoch 1 is played again
+    assert run(tmp_path / "run", resume=True) == table
 
 
 def test_best_reply_options_are_refused_where_nothing_would_use_them():

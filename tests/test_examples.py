@@ -343,10 +343,23 @@ def test_mirror_settings_of_the_tictactoe_selfplay_example(monkeypatch, capsys):
         ["--credit", "mirror", "--steps-per-generation", "4", "--catch-up"]))["credit"]
     with pytest.raises(SystemExit):
         ttt.parse_args("", "--games-per-round", 320, "out", argv=["--credit", "branch", "--catch-up"])
-    assert "--catch-up changes --credit mirror" in capsys.readouterr().err
+    assert "--catch-up and --mirror-iterate change --credit mirror" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         psro.parse_args(["--catch-up"])
-    assert "--catch-up changes --credit mirror" in capsys.readouterr().err
+    assert "--catch-up and --mirror-iterate change --credit mirror" in capsys.readouterr().err
+    table = ttt.parse_args("", "--games-per-round", 320, "out", argv=argv + ["--mirror-iterate", "table"], mirror=True)
+    table_psro = psro.parse_args(["--credit", "mirror", "--steps-per-generation", "4", "--mirror-iterate", "table"])
+    assert ttt.credit_method(table) == psro.credit_settings("selfplay", table_psro)["credit"] \
+        == MirrorCredit(iterate="table") != MirrorCredit()
+    assert selfplay.settings(table)[3] == psro.grpo_settings(table_psro, psro.LEARNING_RATE)
+    assert selfplay.settings(table)[3]["learning_rate"] == psro.LEARNING_RATE  # the table form keeps the rate
+    for refused in (["--mirror-iterate", "table"], ["--credit", "q", "--mirror-iterate", "table"]):
+        with pytest.raises(SystemExit):
+            ttt.parse_args("", "--games-per-round", 320, "out", argv=refused)
+        assert "--mirror-iterate change --credit mirror" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        psro.parse_args(["--mirror-iterate", "table"])
+    assert "--mirror-iterate change --credit mirror" in capsys.readouterr().err
     two = ttt.parse_args("", "--games-per-round", 320, "out", argv=argv + ["--num-iterations", "2"], mirror=True)
     assert selfplay.settings(two)[3] == psro.grpo_settings(psro.parse_args(
         ["--credit", "mirror", "--steps-per-generation", "4", "--num-iterations", "2"]), psro.LEARNING_RATE)
@@ -527,6 +540,10 @@ def test_mirror_settings_of_the_psro_examples(monkeypatch, capsys):
     assert "average_last" not in mod.credit_settings("psro", mirror)
     assert mod.credit_settings("selfplay", mod.parse_args(["--credit", "mirror", "--epochs", "2"]))["average_last"] == 1
     assert mod.grpo_settings(mod.parse_args(["--credit", "pooled"]), 1e-2)["learning_rate"] == 1e-2
+    table = mod.parse_args(["--credit", "mirror", "--mirror-iterate", "table"])
+    assert mod.grpo_settings(table, 1e-2)["learning_rate"] == 1e-2  # the steps are kept in the table
+    assert mod.credit_settings("selfplay", table)["credit"] == MirrorCredit(iterate="table")
+    assert mod.run_settings(table)["mirror_iterate"] == "table" and mod.run_settings(mirror)["mirror_iterate"] == "policy"
     # --branch-samples and --games-per-round reach the credit and the trainers' configs
     wide = mod.parse_args(["--credit", "mirror", "--branch-samples", "1", "--games-per-round", "256"])
     assert mod.credit_settings("selfplay", wide)["credit"] == MirrorCredit(samples=1)

@@ -17,7 +17,7 @@ from autocurricula.credit.branch import (BranchCredit, MoveScorer, branch_advant
                                          listed_moves, mirror_distribution, move_advantages, move_distribution,
                                          pick_positions, pool_values)
 from autocurricula.credit.grpo import ConstantCredit, GRPOCredit, constant_advantages, grpo_advantages
-from autocurricula.credit.mirror import MirrorCredit, catch_up_step
+from autocurricula.credit.mirror import MirrorCredit, catch_up_step, table_average
 from autocurricula.credit.rae import RAE, RAECredit
 from autocurricula.credit.registry import (CREDIT_METHODS, LEGACY_CREDIT_FIELDS, credit_from_fields, make_credit,
                                            register_credit)
@@ -28,6 +28,6 @@ __all__ = ["assign_credit", "branch_advantage", "branch_value", "BranchCredit", 
            "game_moves", "grpo_advantages", "GRPOCredit", "LEGACY_CREDIT_FIELDS", "listed_moves", "make_credit",
            "mirror_distribution", "MirrorCredit", "move_advantages", "move_distribution", "MoveScorer",
            "pick_positions", "pool_values", "QCredit", "RAE", "RAECredit", "register_credit", "rewards", "StateValues",
-           "ValueCredit"]
+           "table_average", "ValueCredit"]
 
 __getattr__ = moved("autocurricula.credit", {"Turn": "autocurricula.records:Turn"})

@@ -33,11 +33,12 @@ turns), so it works for free-text games whose states never repeat. Cost:
 alternate between learners and others), all batched in one ``Arena.run``. Turns not branched
 (``turns_per_game``, turns of sub-games, branches that all failed) get the RAE advantage.
 
-Subclasses shape the branches through five hooks (:class:`~autocurricula.credit.MirrorCredit`
+Subclasses shape the branches through six hooks (:class:`~autocurricula.credit.MirrorCredit`
 steps toward the moves' targets; a one-ply reply search and greedy continuations live in
 ``examples/best_reply_credit.py``): :meth:`BranchCredit.branch_temperature`,
 :meth:`BranchCredit.branch_moves`, :meth:`BranchCredit.scores_moves`,
-:meth:`BranchCredit.move_targets` and :meth:`BranchCredit.rounds_missed`. The maths are the pure functions below.
+:meth:`BranchCredit.move_targets`, :meth:`BranchCredit.rounds_missed` and
+:meth:`BranchCredit.state_values`. The maths are the pure functions below.
 """
 
 from __future__ import annotations
@@ -268,6 +269,12 @@ class BranchCredit(Credit):
         credit keeps no history: ``{}``."""
         return {}
 
+    def state_values(self, values: dict, missed: dict) -> dict:
+        """The move values the targets are taken from, per state ``(player, game, prompt ids)``:
+        ``values`` holds this round's (pooled over the round's visits), ``missed`` the states'
+        :meth:`rounds_missed`. Called once per round, after it. Branch credit uses this round's."""
+        return values
+
     # ------------------------------------------------------------------ the protocol
     def check_game(self, play) -> None:
         """At the start of training: ``advantage="moves"`` needs the game to list its moves."""
@@ -360,6 +367,9 @@ class BranchCredit(Credit):
         valued = [c for c in chosen if values[id(c[0])] and all(v is not None for v in values[id(c[0])])]
         state = {id(t): (t.player, t.game, tuple(t.prompt_ids)) for t, _, _ in valued}
         missed = self.rounds_missed(list(dict.fromkeys(state.values())))
+        if self.pool_states:  # one vector per state: a state's visits share their pooled values
+            kept = self.state_values({state[id(t)]: values[id(t)] for t, _, _ in valued}, missed)
+            values = {id(t): kept[state[id(t)]] for t, _, _ in valued}
         for turn, rec, p in valued:
             i, q = points[(rec.game_id, p)], values[id(turn)]
             logps = [scored[(id(turn), j)] for j in range(len(answers[i]))] if scores else None
