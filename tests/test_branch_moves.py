@@ -341,6 +341,17 @@ def seat0_targets(credit, seed: int, games: int, engine=None) -> list[list[float
     return list(out.values())
 
 
+def state_targets(credit, arena, records) -> dict:
+    """One round of dice ``records``: the advantages of the move turns by (seat, prompt ids)."""
+    credit.see_round(records, Replayer(arena, dice))
+    turns = [t for r in records for t in r.turns]
+    credit.advantages(turns)
+    out = {}
+    for t in credit.extra_turns(turns):
+        out.setdefault((t.seat, tuple(t.prompt_ids)), []).append(t.advantage)
+    return out
+
+
 def test_pooled_states_share_one_target_per_prompt():
     """Seat 0's prompt is the same in every dice game: pooled, its turns get one set of targets, from
     all their branches (so closer to the true values than one visit's); unpooled, each visit its own."""
@@ -523,14 +534,7 @@ def test_mirror_catch_up_steps_a_state_by_the_rounds_it_missed():
     it missed (the targets of catch_up=False at catch_up_step(w, 2), on the same games); seat 0's
     prompt, met every round, takes w. A checkpointed credit continues alike."""
     def targets(credit, played):
-        arena, records = played
-        credit.see_round(records, Replayer(arena, dice))
-        turns = [t for r in records for t in r.turns]
-        credit.advantages(turns)
-        out = {}
-        for t in credit.extra_turns(turns):
-            out.setdefault((t.seat, tuple(t.prompt_ids)), []).append(t.advantage)
-        return out
+        return state_targets(credit, *played)
 
     rounds = []
     for seed in (11, 12):
@@ -643,13 +647,7 @@ def test_mirror_table_targets_follow_the_pooled_values_over_rounds():
     def targets(credit, engine, seed):
         arena = Arena(engine, seed=seed)
         records = logged(arena, dice, 3, prefix=f"r{seed}-")
-        credit.see_round(records, Replayer(arena, dice))
-        turns = [t for r in records for t in r.turns]
-        credit.advantages(turns)
-        out = {}
-        for t in credit.extra_turns(turns):
-            out.setdefault((t.seat, tuple(t.prompt_ids)), []).append(t.advantage)
-        return out, records
+        return state_targets(credit, arena, records), records
 
     def plain():
         return BestReplyCredit(samples=20, advantage="moves", move_loss="cross_entropy", move_temperature=0.5,
