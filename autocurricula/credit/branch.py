@@ -272,7 +272,8 @@ class BranchCredit(Credit):
     def state_values(self, values: dict, missed: dict) -> dict:
         """The move values the targets are taken from, per state ``(player, game, prompt ids)``:
         ``values`` holds this round's (pooled over the round's visits), ``missed`` the states'
-        :meth:`rounds_missed`. Called once per round, after it. Branch credit uses this round's."""
+        :meth:`rounds_missed`. Called once per round, after it, only with ``pool_states=True`` (one
+        vector per state). Branch credit uses this round's."""
         return values
 
     # ------------------------------------------------------------------ the protocol
@@ -367,6 +368,7 @@ class BranchCredit(Credit):
         valued = [c for c in chosen if values[id(c[0])] and all(v is not None for v in values[id(c[0])])]
         state = {id(t): (t.player, t.game, tuple(t.prompt_ids)) for t, _, _ in valued}
         missed = self.rounds_missed(list(dict.fromkeys(state.values())))
+        this_round = values  # an illegal reply's baseline: this round's values, not a kept average
         if self.pool_states:  # one vector per state: a state's visits share their pooled values
             kept = self.state_values({state[id(t)]: values[id(t)] for t, _, _ in valued}, missed)
             values = {id(t): kept[state[id(t)]] for t, _, _ in valued}
@@ -374,7 +376,7 @@ class BranchCredit(Credit):
             i, q = points[(rec.game_id, p)], values[id(turn)]
             logps = [scored[(id(turn), j)] for j in range(len(answers[i]))] if scores else None
             adv = self.move_targets(q, logps, missed.get(state[id(turn)], 1))
-            mean = sum(q) / len(q)
+            mean = sum(this_round[id(turn)]) / len(q)
             reply = tok.decode(list(turn.completion_ids), skip_special_tokens=True).strip()
             sampled = [t for t in turn.completion_ids if t != tok.eos_token_id]
             same_tokens = any(g.token_ids[:-1] == sampled for g in answers[i])

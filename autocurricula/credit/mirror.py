@@ -20,7 +20,7 @@ would take nearly the whole way to ``softmax(Q / tau)``, the jump that can cycle
 With ``iterate="table"`` the mirror iterate lives in a table, not in the model: each state keeps
 its moves' values, averaged over the rounds it is met with weight ``max(1 / n, step)`` at its n-th
 round, and its target is ``softmax(Q_table / move_temperature)``. When the model fits every target
-exactly, this is the same iteration (``log pi = Q / tau`` up to a constant, so a mirror step of size
+exactly and nothing is bounded (``move_clip=math.inf``), this is the same iteration (``log pi = Q / tau`` up to a constant, so a mirror step of size
 w from pi is the table's average with weight w), after a first phase that averages the rounds met so
 far as smooth fictitious play does. When the model realises only part of each step, the policy
 form forgets the rest: the next target is taken from where the model got to; the table form keeps
