@@ -88,10 +88,9 @@ def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int, itera
         if iterate == "table":
             qx, qy = table_average(qx, list(payoff @ y), t, step), table_average(qy, list(-(x @ payoff)), t, step)
             x, y = np.array(move_distribution(qx, tau)), np.array(move_distribution(qy, tau))
-            out.append(float(((payoff @ y).max() - (x @ payoff).min()) / 2 / np.ptp(payoff)))
-            continue
-        x, y = (np.array(mirror_distribution(list(payoff @ y), list(np.log(x)), tau, step=step)),
-                np.array(mirror_distribution(list(-(x @ payoff)), list(np.log(y)), tau, step=step)))
+        else:
+            x, y = (np.array(mirror_distribution(list(payoff @ y), list(np.log(x)), tau, step=step)),
+                    np.array(mirror_distribution(list(-(x @ payoff)), list(np.log(y)), tau, step=step)))
         out.append(float(((payoff @ y).max() - (x @ payoff).min()) / 2 / np.ptp(payoff)))
     return out
 
