@@ -603,8 +603,9 @@ def test_mirror_table_averages_each_states_values_and_targets_their_softmax():
     resumed = MirrorCredit(iterate="table", step=0.25, move_temperature=0.5, max_states=2)
     resumed.load_state_dict(saved)
     c = ("p", "g", (3,))
-    for table in (credit, resumed):  # c joins, b (met least recently) is dropped and starts afresh
-        fifth = table.state_values({a: v1, c: v3}, {})[a]
+    for table in (credit, resumed):  # c joins alone: b (met before a) is dropped, a keeps its values
+        assert table.state_values({c: v3}, {}) == {c: v3}
+        fifth = table.state_values({a: v1}, {})[a]
         assert fifth == pytest.approx([t + 0.25 * (v - t) for t, v in zip(fourth, v1)])
         assert table.state_values({b: v1}, {}) == {b: v1}
     assert credit.state_values({a: [0.0, 1.0]}, {}) == {a: [0.0, 1.0]}  # other moves listed: a new state
@@ -614,6 +615,24 @@ def test_mirror_table_averages_each_states_values_and_targets_their_softmax():
         MirrorCredit(iterate="model")
     with pytest.raises(ValueError, match="pool_states=True"):
         MirrorCredit(iterate="table", pool_states=False)
+
+
+def test_mirror_table_with_catch_up_weighs_a_return_by_the_rounds_missed():
+    """iterate="table" with catch_up: a state met again after k of its player's rounds averages with
+    weight max(1/n, 1 - (1 - step)^k); without catch_up the rounds missed do not count."""
+    a, b = ("p", "g", (1,)), ("p", "g", (2,))
+    v1, v2, v3 = [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]
+    for catch_up, w in ((True, 1 - 0.75 ** 3), (False, 0.5)):  # 1 - 0.75^3 = 0.578 > 1/2
+        credit = MirrorCredit(iterate="table", step=0.25, catch_up=catch_up)
+        credit.state_values({a: v1}, credit.rounds_missed([a]))  # p's round 1
+        for _ in range(2):  # p's rounds 2 and 3 meet only b
+            credit.state_values({b: v3}, credit.rounds_missed([b]))
+        missed = credit.rounds_missed([a])
+        assert missed == ({a: 3} if catch_up else {})
+        second = credit.state_values({a: v2}, missed)[a]
+        assert second == pytest.approx([1 - w, w])
+        third = credit.state_values({a: v3}, credit.rounds_missed([a]))[a]  # the next round: max(1/3, step)
+        assert third == pytest.approx([t + (v - t) / 3 for t, v in zip(second, v3)])
 
 
 def test_mirror_table_is_the_policy_step_when_the_fit_is_exact():
