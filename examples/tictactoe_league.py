@@ -3,19 +3,20 @@
     python examples/tictactoe_league.py            # about 33 minutes on 2 idle CPU cores (docs/results.md)
 
 Builds (and caches) the tiny model and its supervised warm-up on random legal moves, trains a
-league (main agent, main exploiter, league exploiter, plus scripted random and minimax players in
+league (main agent, main exploiter, league exploiter, plus the game's scripted random player in
 the pool), prints the leaderboard, and after every epoch evaluates the best player's greedy policy
 against uniform random and perfect play. The last line is one JSON object with the figures.
 
 Defaults (docs/results.md has their figures): credit "q" with q targets and the minimax backup (a move is
 valued by its worst known outcome over the positions played, ``QCredit(backup="minimax")``), 12 epochs
 of 30 rounds with 4 optimizer steps a round and the rate decayed to 0 over the last quarter, half of the
-main agent's games against the scripted players (anchor_share) and the rest by AlphaStar's rules, 32
-games per exploiter.
+main agent's games against the random player (anchor_share) and the rest by AlphaStar's rules, 32
+games per exploiter. No solver is needed: every game declares a random player (``random_policy``);
+``--anchors random,minimax`` adds the minimax player as a second anchor.
 
     python examples/tictactoe_league.py --pure --credit branch   # a pure league, no lookup table
 
-``--pure`` leaves the scripted players out of the pool (every game is self-play, PFSP over snapshots or
+``--pure`` leaves the scripted player out of the pool (every game is self-play, PFSP over snapshots or
 against exploiters); ``--credit branch`` gives each move its advantage from branch rollouts instead of
 the tabular "q"/"value" credit. The pure league's strongest recipe in docs/results.md (about 80 minutes
 on 2 cores) values every free cell after the opponent's best reply, with greedy play after it
@@ -42,14 +43,17 @@ def league_flags(parser):
     parser.add_argument("--league-exploiters", type=int, default=1)
     parser.add_argument("--selfplay-share", type=float, default=0.35, help="main agent: share of self-play games")
     parser.add_argument("--pfsp-share", type=float, default=0.5, help="main agent: share of PFSP games over the "
-                        "pool (snapshots and the scripted random and minimax players)")
+                        "pool (snapshots and the scripted players)")
     parser.add_argument("--pfsp-weighting", default="squared", help="main agent's PFSP weighting")
     parser.add_argument("--exploiter-games", type=int, default=32, help="games per exploiter and round")
     parser.add_argument("--anchor-share", type=float, default=0.5, help="main agent: share of games against the "
-                        "scripted random and minimax players (not in AlphaStar)")
-    parser.add_argument("--pure", action="store_true", help="a pure league: the scripted random and minimax "
-                        "players stay out of the pool (scripted_in_pool=False, anchor_share=0); every game is "
-                        "self-play, PFSP over snapshots or against exploiters")
+                        "scripted players, --anchors (not in AlphaStar)")
+    parser.add_argument("--pure", action="store_true", help="a pure league: the scripted players stay out of the "
+                        "pool (scripted_in_pool=False, anchor_share=0); every game is self-play, PFSP over "
+                        "snapshots or against exploiters")
+    parser.add_argument("--anchors", default="random", choices=["random", "random,minimax"],
+                        help="the scripted players in the pool: the random player, which every game declares "
+                        "(random_policy), or the minimax player beside it, which needs a solved game")
     # this example's defaults on top of the shared command line (docs/results.md)
     parser.set_defaults(q_backup="minimax", steps_per_generation=4, epochs=12, lr_schedule="warmup_stable_decay")
 
@@ -70,7 +74,8 @@ config = LeagueConfig(
     credit=credit_method(args), arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 50},
     progress=True,
 )
-trainer = LeagueTrainer(config, opponents=scripted_players())
+anchors = args.anchors.split(",")
+trainer = LeagueTrainer(config, opponents=[p for p in scripted_players() if p["id"] in anchors])
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)
 trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],

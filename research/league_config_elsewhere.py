@@ -8,7 +8,9 @@ The settings are ``examples/tictactoe_league.py``'s (its ``set_defaults`` and ``
 update): credit ``QCredit(target_coef=1.0)``, 4 optimizer steps a round, rate 2e-3 with the last
 quarter of the rounds decayed to 0, β 0, LoRA r = 8 on all linears, one main exploiter and one
 league exploiter, AlphaStar's shares. What differs: the backup is ``"mean"`` (the minimax backup
-assumes no chance and no hidden cards); there are no scripted players, so no anchor games;
+assumes no chance and no hidden cards); no scripted players, so no anchor games, unless
+``--random-anchor`` gives the pool the game's random player (``random_policy``) with half of the
+main agent's games against it, as the example does;
 snapshots come at ``LeagueConfig``'s cadence (every 2 - 4 rounds; the example's is at most two an
 epoch, ``--snapshot-min-rounds 4 --snapshot-max-rounds 8`` at 8 rounds); the completion limit,
 the arena's concurrency and the rating bootstrap are the library's defaults. The budget is the
@@ -41,10 +43,12 @@ from tqdm.auto import tqdm  # noqa: E402
 # tictactoe_league.py's defaults (its set_defaults), the backup aside: mean, for chance and hidden cards
 TTT_LEAGUE_FLAGS = ["--credit", "q", "--q-backup", "mean", "--steps-per-generation", "4",
                     "--lr-schedule", "warmup_stable_decay"]
+ANCHOR_SHARE = 0.5  # tictactoe_league.py's --anchor-share: the main agent's games against the random player
 
 
-def league(args, out: str, progress: bool = False) -> tuple[LeagueTrainer, dict]:
-    """The trainer and its ``train`` keywords (``lora_config``, ``grpo_config``); ``progress``: its bars."""
+def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer, dict]:
+    """The trainer and its ``train`` keywords (``lora_config``, ``grpo_config``); ``progress``: its bars.
+    With ``args.random_anchor`` the game's random player joins the pool as the example's anchor."""
     ttt = ttt_args(__doc__, "--games-per-learner", 256, out, argv=TTT_LEAGUE_FLAGS)
     lora, grpo = update_settings(ttt)
     snapshots = {"snapshot_min_rounds": args.snapshot_min_rounds, "snapshot_max_rounds": args.snapshot_max_rounds}
@@ -52,8 +56,10 @@ def league(args, out: str, progress: bool = False) -> tuple[LeagueTrainer, dict]
                           progress=progress, main_exploiters=1, league_exploiters=1,
                           games_per_learner=args.games_per_round, exploiter_games=max(1, args.games_per_round // 8),
                           **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
-                          credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup))
-    return LeagueTrainer(config), {"lora_config": lora, "grpo_config": grpo}
+                          credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup),
+                          anchor_share=ANCHOR_SHARE if args.random_anchor else 0.0)
+    anchors = [{"id": "random", "role": "random", "policy": game.random_policy}] if args.random_anchor else []
+    return LeagueTrainer(config, opponents=anchors), {"lora_config": lora, "grpo_config": grpo}
 
 
 def kuhn(args) -> dict:
@@ -65,7 +71,7 @@ def kuhn(args) -> dict:
     base = warm_base(kuhn_args(["--seed", "0"] + (["--smoke"] if args.smoke else [])))
     figures = played_figures("league_q", args.seed)  # prints a JSON line per epoch
     with tempfile.TemporaryDirectory() as out:
-        trainer, keywords = league(args, out, progress=True)  # rounds and epochs, with the time left
+        trainer, keywords = league(args, out, kuhn_poker, progress=True)  # rounds and epochs, with the time left
         trainer.train(str(base), kuhn_poker, callbacks=[figures], **keywords)
         trainer.engine.close()
     return {"final": figures.rows[-1]}
@@ -84,7 +90,7 @@ def matrix(args) -> dict:
     for g in bar:
         game = random_game(g)
         with tempfile.TemporaryDirectory() as out:
-            trainer, keywords = league(args, out)
+            trainer, keywords = league(args, out, game)
             t0 = time.perf_counter()
             trainer.train(str(base), game, **keywords)
             weights = trainer.deployable_mixture()
@@ -115,13 +121,16 @@ def main(argv=None):
                    "example takes max(4, rounds // 2), at most two snapshots an epoch")
     p.add_argument("--snapshot-max-rounds", type=int, default=None, help="default: LeagueConfig's (4); the "
                    "example takes max(8, rounds)")
+    p.add_argument("--random-anchor", action="store_true", help="the game's random player in the pool, with "
+                   "the example's share of the main agent's games against it (ANCHOR_SHARE)")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check that it runs")
     args = p.parse_args(argv)
     if args.smoke:
         args.epochs, args.rounds, args.games_per_round, args.games = 1, 2, 8, 1
     summary = kuhn(args) if args.game == "kuhn" else matrix(args)
     print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
-                      "rounds": args.rounds, "games_per_round": args.games_per_round}))
+                      "rounds": args.rounds, "games_per_round": args.games_per_round,
+                      "random_anchor": args.random_anchor}))
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def test_fictitious_gan_example_runs():
 @pytest.mark.slow  # subprocesses: warm-up, one epoch and the evaluation of each example
 @pytest.mark.parametrize("script,games,extra", [("tictactoe_league.py", "--games-per-learner",
                                                  ["--credit", "value", "--main-exploiters", "0", "--anchor-share", "0.5",
-                                                  "--exploiter-games", "4"]),
+                                                  "--exploiter-games", "4", "--anchors", "random,minimax"]),
                                                 ("tictactoe_selfplay.py", "--games-per-round",
                                                  ["--credit", "q", "--openings", "0-3", "--num-iterations", "2"]),
                                                 ("tictactoe_selfplay.py", "--games-per-round",
@@ -87,6 +87,13 @@ def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
     assert summary["branch_samples"] == {"mirror": 1, "value": None, "q": None}[extra[1]]
     config = json.loads((tmp_path / "cache" / "tiny-h32-l1-a8-ttt-warm50" / "config.json").read_text())
     assert config["num_attention_heads"] == 8  # --heads reaches the model
+    if "--anchors" in extra:  # the leaderboard's rows: both scripted players are in the pool
+        assert {"random", "minimax"} <= leaderboard_ids(out.stdout)
+
+
+def leaderboard_ids(stdout: str) -> set[str]:
+    """The player ids in a printed leaderboard's rows (rank, then id)."""
+    return {m.group(1) for m in re.finditer(r"^\s+\d+\s+(\S+)\s", stdout, re.M)}
 
 
 def _load(path: Path, name: str):
@@ -201,6 +208,8 @@ def test_league_example_smoke(tmp_path):
 
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert {"vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate", "epochs", "minutes"} <= set(summary)
+    ids = leaderboard_ids(out.stdout)  # the default pool's one scripted player: the random one, no solver
+    assert "random" in ids and "minimax" not in ids, ids
     state = json.loads((tmp_path / "run" / "checkpoint-0" / "state.json").read_text())
     assert state["values"]["backup"] == "minimax" and state["values"]["children"]  # the default: minimax backup
 
@@ -754,9 +763,11 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     import argparse
 
     mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere")
+    from autocurricula.games import kuhn_poker
+
     args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128, snapshot_min_rounds=None,
-                              snapshot_max_rounds=None)
-    trainer, keywords = mod.league(args, str(tmp_path))
+                              snapshot_max_rounds=None, random_anchor=False)
+    trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
     assert (config.games_per_learner, config.exploiter_games, config.main_exploiters, config.league_exploiters) \
@@ -771,9 +782,14 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     example = (ROOT / "examples" / "tictactoe_league.py").read_text()
     assert 'parser.set_defaults(q_backup="minimax", steps_per_generation=4, epochs=12, ' \
         'lr_schedule="warmup_stable_decay")' in example
+    assert 'default=0.5, help="main agent: share of games against the' in example  # its --anchor-share
     args.snapshot_min_rounds, args.snapshot_max_rounds = 4, 8
-    config = mod.league(args, str(tmp_path))[0].config
+    config = mod.league(args, str(tmp_path), kuhn_poker)[0].config
     assert (config.snapshot_min_rounds, config.snapshot_max_rounds) == (4, 8)
+    args.random_anchor = True  # the example's anchor: the game's own random player, half the main agent's games
+    trainer = mod.league(args, str(tmp_path), kuhn_poker)[0]
+    assert [(p["id"], p["policy"]) for p in trainer.opponents] == [("random", kuhn_poker.random_policy)]
+    assert trainer.config.anchor_share == mod.ANCHOR_SHARE == 0.5
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """``autocurricula bench league``: games/s and round time of the tic-tac-toe league, side by side.
 
-One run trains the same league (the tic-tac-toe example's settings: main agent, main exploiter,
-league exploiter, scripted random and minimax players, credit "q", LoRA r=8 on all linears; fewer
+One run trains the same league (the tic-tac-toe example's settings with the minimax player beside
+the random one: main agent, main exploiter, league exploiter, credit "q", LoRA r=8 on all linears; fewer
 games per round so it fits a few minutes) once per way of playing its games, and all of them
 ``repeats`` times, interleaved (A B C ... A B C ...: 3 by default, 1 with ``--quick``), so that a
 change in the machine's load reaches every setting alike:
