@@ -1,6 +1,6 @@
 """The main job: an AlphaStar-style league learns tic-tac-toe offline on the built-in tiny model.
 
-    python examples/tictactoe_league.py            # about 33 minutes on 2 idle CPU cores (docs/results.md)
+    python examples/tictactoe_league.py            # about 38 minutes on 2 idle CPU cores (docs/results.md)
 
 Builds (and caches) the tiny model and its supervised warm-up on random legal moves, trains a
 league (main agent, main exploiter, league exploiter, plus the game's scripted random player in
