@@ -53,7 +53,7 @@ def league_flags(parser):
                         "snapshots or against exploiters")
     parser.add_argument("--anchors", default="random", choices=["random", "random,minimax"],
                         help="the scripted players in the pool: the random player, which every game declares "
-                        "(random_policy), or the minimax player beside it, which needs a solved game")
+                        "(random_policy), or the minimax player beside it, which needs a solved game; --resume takes the pool the run began with")
     # this example's defaults on top of the shared command line (docs/results.md)
     parser.set_defaults(q_backup="minimax", steps_per_generation=4, epochs=12, lr_schedule="warmup_stable_decay")
 
@@ -74,7 +74,7 @@ config = LeagueConfig(
     credit=credit_method(args), arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 50},
     progress=True,
 )
-anchors = args.anchors.split(",")
+anchors = [] if args.pure else args.anchors.split(",")
 trainer = LeagueTrainer(config, opponents=[p for p in scripted_players() if p["id"] in anchors])
 evaluator = Evaluator(args.eval_games)
 lora, grpo = update_settings(args)

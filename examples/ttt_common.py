@@ -226,7 +226,7 @@ def update_settings(args):
 
 def finish(trainer, evaluator, engine, figures, args) -> None:
     """Prints the leaderboard, then the final JSON line: the last epoch's figures (with the exact best
-    response's verdict as X and as O), the run's credit and update settings and the per-epoch curve."""
+    response's verdict as X and as O), the run's credit and update settings, the scripted players and the per-epoch curve."""
     print(trainer.leaderboard)
     engine.close()
     summary = evaluator.summary(trainer, figures)
@@ -234,7 +234,8 @@ def finish(trainer, evaluator, engine, figures, args) -> None:
 
     credit = credit_method(args)
     summary.update(credit=args.credit, branch_samples=credit.samples if isinstance(credit, BranchCredit) else None,
-                   num_iterations=args.num_iterations, steps_per_generation=args.steps_per_generation)
+                   num_iterations=args.num_iterations, steps_per_generation=args.steps_per_generation,
+                   scripted=[p["id"] for p in trainer.opponents])  # the pool's scripted players
     summary["curve"] = [{k: row[k] for k in ("epoch", "minutes", "optimal_move_rate", "loses_to_best_response_as_x",
                                              "loses_to_best_response_as_o", "value_losing_share")}
                         for row in evaluator.rows]

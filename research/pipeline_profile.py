@@ -3,8 +3,8 @@ through one `autocurricula serve` subprocess on this machine, with where each ph
 
     python research/pipeline_profile.py [--rounds 8] [--games-per-learner 256] [--exploiter-games 32]
 
-Trains the league of `examples/tictactoe_league.py` (its warm base, roles, credit "q", LoRA r=8 on
-all linears) for 2 epochs per setting and measures the second. The server runs its matmuls on half
+Trains the league of `examples/tictactoe_league.py --anchors random,minimax` (its warm base, roles,
+credit "q", LoRA r=8 on all linears) for 2 epochs per setting and measures the second. The server runs its matmuls on half
 the cores (`serve --threads`); pipelined, the trainer takes the other half (`threads`), serial it
 keeps every core. For the serial server setting it also reads the CPU seconds of this process and of
 the server's process during each round's games and update: "cores busy" near the core count means

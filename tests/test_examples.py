@@ -89,6 +89,7 @@ def test_tictactoe_examples_run_and_report(script, games, extra, tmp_path):
     assert config["num_attention_heads"] == 8  # --heads reaches the model
     if "--anchors" in extra:  # the leaderboard's rows: both scripted players are in the pool
         assert {"random", "minimax"} <= leaderboard_ids(out.stdout)
+        assert summary["scripted"] == ["random", "minimax"]
 
 
 def leaderboard_ids(stdout: str) -> set[str]:
@@ -210,6 +211,7 @@ def test_league_example_smoke(tmp_path):
     assert {"vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate", "epochs", "minutes"} <= set(summary)
     ids = leaderboard_ids(out.stdout)  # the default pool's one scripted player: the random one, no solver
     assert "random" in ids and "minimax" not in ids, ids
+    assert summary["scripted"] == ["random"]
     state = json.loads((tmp_path / "run" / "checkpoint-0" / "state.json").read_text())
     assert state["values"]["backup"] == "minimax" and state["values"]["children"]  # the default: minimax backup
 

@@ -1,7 +1,7 @@
 """``autocurricula bench round``: whole league rounds, our way and the assemble-it-yourself way.
 
-One round is the tic-tac-toe league example's round (``examples/tictactoe_league.py``): 64 games
-of its three learners (main agent, main exploiter, league exploiter) among themselves and against
+One round is the tic-tac-toe league example's round (``examples/tictactoe_league.py --anchors
+random,minimax``, both scripted players): 64 games of its three learners (main agent, main exploiter, league exploiter) among themselves and against
 the scripted random and minimax players, each game after 0-4 random opening moves, every model
 turn 2 tokens sampled at temperature 1, then one GRPO step of every learner (LoRA r=8 on every
 linear, the example's learning rate 2e-3 and loss "grpo"). Both sides play the same games through
@@ -52,7 +52,7 @@ from autocurricula.bench.peers import (PEER_ENV, SHAPES, Worker, by_path, linear
                                        peer_python, side_usage, summary, vllm_binding)
 
 LEARNERS = ("main", "main_exploiter", "league_exploiter")
-# one round's 64 games as (X, O) before seats alternate, the example's roles: the main agent against
+# one round's 64 games as (X, O) before seats alternate, the example's roles with both anchors: the main agent against
 # the scripted players, itself and the exploiters; the exploiters against the main agent; the
 # league exploiter also against the scripted players
 PAIRINGS = ((("main", "random"), 8), (("main", "minimax"), 8), (("main", "main"), 8),
