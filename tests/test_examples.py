@@ -795,14 +795,15 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
 
 
 @pytest.mark.slow
-def test_league_config_elsewhere_smoke(tmp_path):
-    """The research script runs end to end on a tiny budget (one matrix game) and prints the game's row
-    and a summary of it."""
+@pytest.mark.parametrize("anchor", [[], ["--random-anchor"]])
+def test_league_config_elsewhere_smoke(anchor, tmp_path):
+    """The research script runs end to end on a tiny budget (one matrix game), with and without the
+    game's random player as the anchor, and prints the game's row and a summary of it."""
     import json
     import os
 
     out = subprocess.run([sys.executable, str(ROOT / "research" / "league_config_elsewhere.py"), "--game", "matrix",
-                          "--smoke"], capture_output=True, text=True, timeout=280, cwd=ROOT,
+                          "--smoke", *anchor], capture_output=True, text=True, timeout=280, cwd=ROOT,
                          env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-3000:]
     last = json.loads(out.stdout.strip().splitlines()[-1])
@@ -810,6 +811,7 @@ def test_league_config_elsewhere_smoke(tmp_path):
     assert [r["game"] for r in rows] == ["random-0"] and len(rows[0]["mixture"]) >= 1
     assert last["summary"]["worst"] == rows[0]["exploitability_share"] and 0 <= last["summary"]["worst"] <= 1
     assert abs(sum(rows[0]["mixture"].values()) - 1) < 0.01  # the deployed mixture's weights, rounded
+    assert last["random_anchor"] is bool(anchor)
 
 
 @pytest.mark.slow
