@@ -48,12 +48,13 @@ def league_flags(parser):
     parser.add_argument("--exploiter-games", type=int, default=32, help="games per exploiter and round")
     parser.add_argument("--anchor-share", type=float, default=0.5, help="main agent: share of games against the "
                         "scripted players, --anchors (not in AlphaStar)")
-    parser.add_argument("--pure", action="store_true", help="a pure league: the scripted players stay out of the "
-                        "pool (scripted_in_pool=False, anchor_share=0); every game is self-play, PFSP over "
-                        "snapshots or against exploiters")
+    parser.add_argument("--pure", action="store_true", help="a pure league: no scripted player in the pool (no "
+                        "opponents, anchor_share=0); every game is self-play, PFSP over snapshots or against "
+                        "exploiters")
     parser.add_argument("--anchors", default="random", choices=["random", "random,minimax"],
                         help="the scripted players in the pool: the random player, which every game declares "
-                        "(random_policy), or the minimax player beside it, which needs a solved game; --resume takes the pool the run began with")
+                        "(random_policy), or the minimax player beside it, which needs a solved game; --resume "
+                        "takes the pool the run began with")
     # this example's defaults on top of the shared command line (docs/results.md)
     parser.set_defaults(q_backup="minimax", steps_per_generation=4, epochs=12, lr_schedule="warmup_stable_decay")
 
@@ -66,7 +67,7 @@ config = LeagueConfig(
     epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,
     exploiter_games=args.exploiter_games,
     main_agents=1, main_exploiters=args.main_exploiters, league_exploiters=args.league_exploiters,
-    anchor_share=0.0 if args.pure else args.anchor_share, scripted_in_pool=not args.pure,
+    anchor_share=0.0 if args.pure else args.anchor_share,
     selfplay_share=args.selfplay_share, pfsp_share=args.pfsp_share,
     main_pfsp_weighting=args.pfsp_weighting,
     snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),  # <= 2 per epoch

@@ -226,7 +226,8 @@ def update_settings(args):
 
 def finish(trainer, evaluator, engine, figures, args) -> None:
     """Prints the leaderboard, then the final JSON line: the last epoch's figures (with the exact best
-    response's verdict as X and as O), the run's credit and update settings, the scripted players and the per-epoch curve."""
+    response's verdict as X and as O), the run's credit and update settings, the scripted players and the
+    per-epoch curve."""
     print(trainer.leaderboard)
     engine.close()
     summary = evaluator.summary(trainer, figures)
