@@ -18,8 +18,9 @@ families' rounds (``examples/psro_kuhn.py``, ``examples/psro_matrix_games.py``):
 rounds, 128 main-agent games a round and the example's one-eighth of that for each exploiter (16),
 so 160 games a round over three learners. Each family's cached warm base (base seed 0 for Kuhn,
 ``--seed`` for the matrix games). The deployed policy is ``trainer.deployable_mixture()``,
-scored as played, as in those examples: Kuhn after every epoch (chips per hand), each matrix game
-after its last round (share of the payoff range). JSON lines; the last is a summary. Progress
+scored as played, as in those examples: Kuhn after every epoch (chips per hand, with the live main
+agent alone and the uniform average of its snapshots beside it, ``MainAgentFigures``), each matrix
+game after its last round (share of the payoff range). JSON lines; the last is a summary. Progress
 bars on stderr show the rate and the time left (rounds and epochs for Kuhn, games for the matrix).
 """
 
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
 from autocurricula import LeagueConfig, LeagueTrainer  # noqa: E402
 from autocurricula.credit import QCredit  # noqa: E402
+from autocurricula.eval.players import main_agent  # noqa: E402
 from ttt_common import parse_args as ttt_args  # noqa: E402
 from ttt_common import update_settings  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
@@ -70,11 +72,37 @@ def kuhn(args) -> dict:
 
     base = warm_base(kuhn_args(["--seed", "0"] + (["--smoke"] if args.smoke else [])))
     figures = played_figures("league_q", args.seed)  # prints a JSON line per epoch
+    main = MainAgentFigures(figures)
     with tempfile.TemporaryDirectory() as out:
         trainer, keywords = league(args, out, kuhn_poker, progress=True)  # rounds and epochs, with the time left
-        trainer.train(str(base), kuhn_poker, callbacks=[figures], **keywords)
+        trainer.train(str(base), kuhn_poker, callbacks=[figures, main], **keywords)
         trainer.engine.close()
-    return {"final": figures.rows[-1]}
+    return {"final": figures.rows[-1], "main_agent": main.rows[-1]}
+
+
+class MainAgentFigures:
+    """Per epoch, beside the deployed mixture: the live main agent alone and the uniform average of
+    its snapshots, each scored as played (the mixture's reader and scorer, ``figures``)."""
+
+    def __init__(self, figures):
+        self.figures, self.rows, self.cache = figures, [], {}
+
+    def __call__(self, trainer) -> dict:
+        f, temperature = self.figures, trainer.grpo.temperature
+        main = main_agent(trainer)
+        snapshots = [p["id"] for p in trainer.players if p.get("snapshot_of") == main]
+        for pid in snapshots:
+            if pid not in self.cache:  # frozen: read once
+                self.cache[pid] = f.read(trainer.engine, pid, temperature)[0]
+        alone = f.score(f.mixture([f.read(trainer.engine, main, temperature)[0]], [1.0]))
+        row = {"epoch": trainer.current_epoch, "main_agent": {k: round(float(v), 4) for k, v in alone.items()},
+               "snapshots": len(snapshots)}
+        if snapshots:
+            avg = f.score(f.mixture([self.cache[s] for s in snapshots], [1.0 / len(snapshots)] * len(snapshots)))
+            row["snapshot_average"] = {k: round(float(v), 4) for k, v in avg.items()}
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+        return {}
 
 
 def matrix(args) -> dict:

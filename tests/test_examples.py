@@ -295,6 +295,34 @@ def test_true_restricted_game_of_the_psro_diagnostic():
     assert m[2, 0] == -1.0
 
 
+def test_anchor_bias_of_the_research_script():
+    """research/anchor_bias_ideal.py: with exact values, a learner that plays half its games against
+    the uniform random player (the tic-tac-toe league's anchor share) settles near a best response
+    to that mixture: Kuhn at 0.10 chips per hand, above the goal of 0.05, where the same steps
+    without the anchor settle at the tau = 0.15 floor (0.031); on the matrix games the anchor
+    raises the median share too. Its values are exact: the hard target against uniform play is the
+    best response, which earns uniform play's exploitability (0.458)."""
+    import numpy as np
+    from autocurricula.eval.kuhn import exploitability
+    from autocurricula.games.kuhn_poker import exact_value
+    from autocurricula.games.matrix import random_game
+
+    mod = _load(ROOT / "research" / "anchor_bias_ideal.py", "anchor_bias")
+    uniform = dict.fromkeys(mod.INFOSETS, 0.5)
+    br = dict(mod.WARM_BASE)
+    for _ in range(2):  # a move's value takes the learner's later moves: the second pass values them as chosen
+        q = mod.kuhn_values(br, uniform)
+        br = {k: mod.target(*q[k], 0.15, soft=False) for k in mod.INFOSETS}
+    earned = 0.5 * (exact_value(br, uniform) - exact_value(uniform, br))
+    assert abs(earned - exploitability(uniform, backend="python")) < 1e-9
+    free, anchored = (mod.kuhn_curve(a, 0.15, 0.1, 120) for a in (0.0, 0.5))
+    assert free[-1] < 0.035 and anchored[-1] > 0.09  # 0.031 and 0.101
+    assert abs(anchored[-1] - anchored[-20]) < 1e-3  # settled, not cycling
+    games = [np.asarray(random_game(g).payoff, dtype=float) for g in range(20)]
+    free, anchored = ([mod.matrix_share(g, a, 0.15, 0.1, 120) for g in games] for a in (0.0, 0.5))
+    assert np.median(free) < 0.03 < np.median(anchored) and max(anchored) > 0.08  # 0.028 / 0.049, worst 0.115
+
+
 def test_ideal_mirror_selfplay_of_the_research_script():
     """research/mirror_selfplay_ideal.py: with exact values, self-play that jumps to the smoothed best
     response each round (step 1) cycles far from equilibrium on Kuhn and the matrix games, while
@@ -828,3 +856,36 @@ def test_league_config_elsewhere_kuhn_smoke(tmp_path):
     final = json.loads(out.stdout.strip().splitlines()[-1])["summary"]["final"]
     assert (final["trainer"], final["epoch"]) == ("league_q", 0)
     assert 0 <= final["exploitability"] <= 2 and 0 <= final["invalid_rate"] <= 1  # chips per hand; a share
+    main = json.loads(out.stdout.strip().splitlines()[-1])["summary"]["main_agent"]
+    assert main["epoch"] == 0 and 0 <= main["main_agent"]["exploitability"] <= 2
+
+
+def test_league_config_elsewhere_scores_the_main_agent_and_its_snapshots():
+    """The research script's per-epoch figures beside the mixture: the live main agent alone, and
+    its snapshots drawn uniformly (not the exploiters, not other players' snapshots)."""
+    from types import SimpleNamespace
+
+    mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere_main")
+    players = [{"id": "main_agent-0", "role": "main_agent", "frozen": False},
+               {"id": "main_agent-1", "role": "main_agent", "frozen": True, "snapshot_of": "main_agent-0"},
+               {"id": "main_agent-2", "role": "main_agent", "frozen": True, "snapshot_of": "main_agent-0"},
+               {"id": "main_exploiter-0", "role": "main_exploiter", "frozen": False},
+               {"id": "main_exploiter-1", "role": "main_exploiter", "frozen": True, "snapshot_of": "main_exploiter-0"}]
+    elo = SimpleNamespace(rating=lambda pid: 1000.0)
+    trainer = SimpleNamespace(players=players, elo=elo, engine=None, grpo=SimpleNamespace(temperature=1.0),
+                              current_epoch=3)
+    value = {"main_agent-0": 0.5, "main_agent-1": 0.1, "main_agent-2": 0.3, "main_exploiter-1": 9.0}
+    reads = []
+
+    def read(engine, pid, temperature):
+        reads.append(pid)
+        return value[pid], 0.0
+
+    figures = SimpleNamespace(read=read, mixture=lambda s, w: sum(x * y for x, y in zip(s, w)),
+                              score=lambda mix: {"exploitability": mix})
+    main = mod.MainAgentFigures(figures)
+    main(trainer)
+    main(trainer)
+    assert main.rows[-1] == {"epoch": 3, "main_agent": {"exploitability": 0.5}, "snapshots": 2,
+                             "snapshot_average": {"exploitability": 0.2}}
+    assert reads.count("main_agent-0") == 2 and reads.count("main_agent-1") == 1  # snapshots are frozen: read once
