@@ -81,8 +81,9 @@ def kuhn(args) -> dict:
 
 
 class MainAgentFigures:
-    """Per epoch, beside the deployed mixture: the live main agent alone and the uniform average of
-    its snapshots, each scored as played (the mixture's reader and scorer, ``figures``)."""
+    """Per epoch, beside the deployed mixture: the live main agent alone (with its P(bet or call) per
+    information set) and the uniform average of its snapshots, each scored as played (the mixture's
+    reader and scorer, ``figures``)."""
 
     def __init__(self, figures):
         self.figures, self.rows, self.cache = figures, [], {}
@@ -94,8 +95,11 @@ class MainAgentFigures:
         for pid in snapshots:
             if pid not in self.cache:  # frozen: read once
                 self.cache[pid] = f.read(trainer.engine, pid, temperature)[0]
-        alone = f.score(f.mixture([f.read(trainer.engine, main, temperature)[0]], [1.0]))
+        played = f.read(trainer.engine, main, temperature)[0]
+        alone = f.score(f.mixture([played], [1.0]))
         row = {"epoch": trainer.current_epoch, "main_agent": {k: round(float(v), 4) for k, v in alone.items()},
+               # P(bet or call) per information set: a set near 0 or 1 no longer samples its other move
+               "main_agent_policy": {k: round(float(agg), 3) for k, (agg, _) in played.items()},
                "snapshots": len(snapshots)}
         if snapshots:
             avg = f.score(f.mixture([self.cache[s] for s in snapshots], [1.0 / len(snapshots)] * len(snapshots)))

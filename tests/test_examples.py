@@ -877,15 +877,17 @@ def test_league_config_elsewhere_scores_the_main_agent_and_its_snapshots():
     value = {"main_agent-0": 0.5, "main_agent-1": 0.1, "main_agent-2": 0.3, "main_exploiter-1": 9.0}
     reads = []
 
-    def read(engine, pid, temperature):
+    def read(engine, pid, temperature):  # a one-set strategy: {set: (P(bet or call), invalid)}
         reads.append(pid)
-        return value[pid], 0.0
+        return {"K:": (value[pid], 0.0)}, 0.0
 
-    figures = SimpleNamespace(read=read, mixture=lambda s, w: sum(x * y for x, y in zip(s, w)),
-                              score=lambda mix: {"exploitability": mix})
+    def mixture(strategies, weights):
+        return sum(w * s["K:"][0] for s, w in zip(strategies, weights))
+
+    figures = SimpleNamespace(read=read, mixture=mixture, score=lambda mix: {"exploitability": mix})
     main = mod.MainAgentFigures(figures)
     main(trainer)
     main(trainer)
-    assert main.rows[-1] == {"epoch": 3, "main_agent": {"exploitability": 0.5}, "snapshots": 2,
-                             "snapshot_average": {"exploitability": 0.2}}
+    assert main.rows[-1] == {"epoch": 3, "main_agent": {"exploitability": 0.5}, "main_agent_policy": {"K:": 0.5},
+                             "snapshots": 2, "snapshot_average": {"exploitability": 0.2}}
     assert reads.count("main_agent-0") == 2 and reads.count("main_agent-1") == 1  # snapshots are frozen: read once
