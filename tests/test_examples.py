@@ -295,6 +295,32 @@ def test_true_restricted_game_of_the_psro_diagnostic():
     assert m[2, 0] == -1.0
 
 
+def test_soft_q_targets_of_the_research_script():
+    """research/league_config_elsewhere.py's ``SoftQCredit``: one target turn per known move of a
+    visited state, with ``A = coef * softmax(shrunk Q / tau)``: the advantages sum to coef, and a
+    move tried fewer than ``target_min_visits`` times gets none."""
+    import math
+
+    from autocurricula.records import Turn
+
+    mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere_soft")
+
+    def act(completion, game_id, reward):
+        return Turn("p", game_id, "X", [1], [completion], [-0.5], reward=reward, game="kuhn")
+
+    credit = mod.SoftQCredit(0.5, target_coef=0.8)
+    for i, (move, r) in enumerate([(7, 1), (7, 1), (8, -1), (8, -1), (9, 1)]):
+        credit.values.advantages([act(move, f"g{i}", r)])
+    # V = 0.2; scores shrunk by one visit at V: 7 -> (2 + 0.2) / 3, 8 -> (-2 + 0.2) / 3; 9 has one visit
+    targets = credit.extra_turns([act(8, "now", -1)])
+    s7, s8 = 2.2 / 3, -1.8 / 3
+    p7 = 1 / (1 + math.exp((s8 - s7) / 0.5))
+    assert all(t.target for t in targets)
+    assert {t.completion_ids[0]: t.advantage for t in targets} == pytest.approx({7: 0.8 * p7, 8: 0.8 * (1 - p7)})
+    with pytest.raises(ValueError, match="mean backup"):
+        mod.SoftQCredit(0.5, target_coef=1.0, backup="minimax")
+
+
 def test_anchor_bias_of_the_research_script():
     """research/anchor_bias_ideal.py: with exact values, a learner that plays half its games against
     the uniform random player (the tic-tac-toe league's anchor share) settles near a best response
