@@ -822,7 +822,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     from autocurricula.games import kuhn_poker
 
     args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128, snapshot_min_rounds=None,
-                              snapshot_max_rounds=None, random_anchor=False)
+                              snapshot_max_rounds=None, random_anchor=False, soft_targets=None)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -846,6 +846,9 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     trainer = mod.league(args, str(tmp_path), kuhn_poker)[0]
     assert [(p["id"], p["policy"]) for p in trainer.opponents] == [("random", kuhn_poker.random_policy)]
     assert trainer.config.anchor_share == mod.ANCHOR_SHARE == 0.5
+    args.soft_targets = 0.15  # the same settings with targets toward softmax(Q / 0.15)
+    credit = mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit
+    assert isinstance(credit, mod.SoftQCredit) and (credit.tau, credit.target_coef, credit.backup) == (0.15, 1.0, "mean")
 
 
 @pytest.mark.slow
