@@ -11,9 +11,9 @@ opponents of that round: the game's uniform random player in a share ``anchor`` 
 example's ``anchor_share``, 0.5) and the learner itself in the rest, drawn per game (Kuhn: one
 behaviour strategy by Kuhn's theorem, ``mixture_strategy``). ``step`` stands for the share of
 the way a trained round moves the policy. With ``anchor`` 0 these are the smoothed (soft) or
-plain (hard) best-response dynamics of self-play, which settle near an equilibrium for small
-steps in two-player zero-sum games; with ``anchor`` > 0 they settle near a best response to the
-half-random mixture instead. Kuhn starts from the warm base's played strategy (seed 0), the matrix
+plain (hard) best-response dynamics of self-play, which settle (soft) or swing (hard) near an
+equilibrium for small steps in two-player zero-sum games; with ``anchor`` > 0 they end near a best
+response to the mixture of random play and the learner instead. Kuhn starts from the warm base's played strategy (seed 0), the matrix
 games from uniform play. One JSON line per setting: Kuhn's exploitability (chips per hand) after
 rounds 24, 48, 96 and the last, and its range over the last quarter; the matrix games' median and
 worst exploitability (share of the payoff range) after the last round.
@@ -90,9 +90,10 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=400)
     p.add_argument("--games", type=int, default=20, help="random matrix games 0 .. N-1")
     args = p.parse_args(argv)
-    for name in ("anchor", "step"):
-        if any(not 0 <= v <= 1 for v in getattr(args, name)) or 0 in args.step:
-            p.error(f"--{name} takes shares in [0, 1] (--step above 0)")
+    if any(not 0 <= v <= 1 for v in args.anchor):
+        p.error("--anchor takes shares of games in [0, 1]")
+    if any(not 0 < v <= 1 for v in args.step):
+        p.error("--step takes shares of the way in (0, 1]")
     kinds = {"soft": [True], "hard": [False], "both": [True, False]}[args.targets]
     games = [random_game(g) for g in range(args.games)]
     for anchor in args.anchor:

@@ -51,8 +51,8 @@ ANCHOR_SHARE = 0.5  # tictactoe_league.py's --anchor-share: the main agent's gam
 
 
 class SoftQCredit(QCredit):
-    """``QCredit`` whose target turns are a distribution, not the best known move: every move of a
-    visited state tried at least ``target_min_visits`` times gets a target turn with
+    """``QCredit`` whose target turns are a distribution, not the best known move: when a visited
+    state has two or more moves tried at least ``target_min_visits`` times, each gets a target turn with
     ``A = target_coef * softmax(Q / tau)[move]`` (``Q`` shrunk toward ``V`` as the best-move targets
     shrink it), whose summed gradient is the cross-entropy toward that distribution. Mean backup
     only. The fixed point of its targets is ``softmax(Q / tau)`` play, where best-move targets keep
