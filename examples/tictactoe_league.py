@@ -59,26 +59,30 @@ def league_flags(parser):
     parser.set_defaults(q_backup="minimax", steps_per_generation=4, epochs=12, lr_schedule="warmup_stable_decay")
 
 
-args = parse_args(__doc__, "--games-per-learner", 256, "runs/tictactoe-league", extra=league_flags)
+def main(argv=None, credit=None) -> None:
+    """The example; ``credit``: a credit object in place of ``--credit``'s (research/ compares others)."""
+    args = parse_args(__doc__, "--games-per-learner", 256, "runs/tictactoe-league", extra=league_flags, argv=argv)
+    engine, figures = start(args)
+    config = LeagueConfig(
+        epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,
+        exploiter_games=args.exploiter_games,
+        main_agents=1, main_exploiters=args.main_exploiters, league_exploiters=args.league_exploiters,
+        anchor_share=0.0 if args.pure else args.anchor_share,
+        selfplay_share=args.selfplay_share, pfsp_share=args.pfsp_share,
+        main_pfsp_weighting=args.pfsp_weighting,
+        snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),  # <= 2 per epoch
+        output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2,
+        game_name="tictactoe", credit=credit if credit is not None else credit_method(args),
+        arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 50}, progress=True,
+    )
+    anchors = [] if args.pure else args.anchors.split(",")
+    trainer = LeagueTrainer(config, opponents=[p for p in scripted_players() if p["id"] in anchors])
+    evaluator = Evaluator(args.eval_games)
+    lora, grpo = update_settings(args)
+    trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
+                  resume_from_checkpoint=args.resume)
+    finish(trainer, evaluator, engine, figures, args)
 
-engine, figures = start(args)
 
-config = LeagueConfig(
-    epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,
-    exploiter_games=args.exploiter_games,
-    main_agents=1, main_exploiters=args.main_exploiters, league_exploiters=args.league_exploiters,
-    anchor_share=0.0 if args.pure else args.anchor_share,
-    selfplay_share=args.selfplay_share, pfsp_share=args.pfsp_share,
-    main_pfsp_weighting=args.pfsp_weighting,
-    snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),  # <= 2 per epoch
-    output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2, game_name="tictactoe",
-    credit=credit_method(args), arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 50},
-    progress=True,
-)
-anchors = [] if args.pure else args.anchors.split(",")
-trainer = LeagueTrainer(config, opponents=[p for p in scripted_players() if p["id"] in anchors])
-evaluator = Evaluator(args.eval_games)
-lora, grpo = update_settings(args)
-trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
-              resume_from_checkpoint=args.resume)
-finish(trainer, evaluator, engine, figures, args)
+if __name__ == "__main__":
+    main()

@@ -53,21 +53,27 @@ def kuhn_values(x: dict[str, float], y: dict[str, float]) -> dict[str, tuple[flo
     return {k: (first if k in FIRST_SEAT else second)[k] for k in INFOSETS}
 
 
-def kuhn_curve(anchor: float, tau: float, step: float, rounds: int, soft: bool = True) -> list[float]:
-    """Kuhn's exploitability after each round (P(bet or call) per information set)."""
+def kuhn_curve(anchor: float, tau: float, step: float, rounds: int, soft: bool = True, noise: float = 0.0,
+               seed: int = 0) -> list[float]:
+    """Kuhn's exploitability after each round (P(bet or call) per information set); ``noise``: the
+    standard deviation of independent Gaussian errors added to each move's value every round."""
     uniform, x, out = dict.fromkeys(INFOSETS, 0.5), dict(WARM_BASE), []
+    rng = np.random.default_rng(seed)
     for _ in range(rounds):
         y = mixture_strategy([uniform, x], [anchor, 1 - anchor]) if anchor else x
-        q = kuhn_values(x, y)
+        q = {k: tuple(v + noise * rng.standard_normal(2)) if noise else v for k, v in kuhn_values(x, y).items()}
         x = {k: min(1 - 1e-9, max(1e-9, (1 - step) * x[k] + step * target(*q[k], tau, soft))) for k in INFOSETS}
         out.append(exploitability(x, backend="python"))
     return out
 
 
-def matrix_share(payoff: np.ndarray, anchor: float, tau: float, step: float, rounds: int, soft: bool = True) -> float:
-    """A matrix game's exploitability as a share of its payoff range after ``rounds`` from uniform play."""
+def matrix_share(payoff: np.ndarray, anchor: float, tau: float, step: float, rounds: int, soft: bool = True,
+                 noise: float = 0.0, seed: int = 0) -> float:
+    """A matrix game's exploitability as a share of its payoff range after ``rounds`` from uniform play
+    (``noise``: as ``kuhn_curve``'s, in units of the payoff range)."""
     m, n = payoff.shape
     x, y = np.full(m, 1 / m), np.full(n, 1 / n)
+    rng, scale = np.random.default_rng(seed), noise * np.ptp(payoff)
 
     def aim(q):
         if soft:
@@ -77,7 +83,8 @@ def matrix_share(payoff: np.ndarray, anchor: float, tau: float, step: float, rou
 
     for _ in range(rounds):
         ya, xa = anchor / n + (1 - anchor) * y, anchor / m + (1 - anchor) * x
-        x, y = (1 - step) * x + step * aim(payoff @ ya), (1 - step) * y + step * aim(-(xa @ payoff))
+        qx, qy = payoff @ ya + scale * rng.standard_normal(m), -(xa @ payoff) + scale * rng.standard_normal(n)
+        x, y = (1 - step) * x + step * aim(qx), (1 - step) * y + step * aim(qy)
     return float(((payoff @ y).max() - (x @ payoff).min()) / 2 / np.ptp(payoff))
 
 
@@ -89,25 +96,35 @@ def main(argv=None):
     p.add_argument("--targets", choices=["soft", "hard", "both"], default="both")
     p.add_argument("--rounds", type=int, default=400)
     p.add_argument("--games", type=int, default=20, help="random matrix games 0 .. N-1")
+    p.add_argument("--q-noise", type=float, default=0.0, help="Gaussian errors on every move value each round, as "
+                   "a value table of sampled returns has them (Kuhn: chips; matrix games: share of the payoff range)")
+    p.add_argument("--noise-seeds", type=int, default=1, help="with --q-noise: runs with noise seeds 0 .. N-1")
     args = p.parse_args(argv)
     if any(not 0 <= v <= 1 for v in args.anchor):
         p.error("--anchor takes shares of games in [0, 1]")
     if any(not 0 < v <= 1 for v in args.step):
         p.error("--step takes shares of the way in (0, 1]")
+    if args.q_noise < 0 or args.noise_seeds < 1:
+        p.error("--q-noise takes a standard deviation >= 0 and --noise-seeds a count >= 1")
     kinds = {"soft": [True], "hard": [False], "both": [True, False]}[args.targets]
     games = [random_game(g) for g in range(args.games)]
     for anchor in args.anchor:
         for step in args.step:
             for soft in kinds:
-                curve = kuhn_curve(anchor, args.tau, step, args.rounds, soft)
-                tail = curve[-max(1, args.rounds // 4):]
-                shares = [matrix_share(np.asarray(g.payoff, dtype=float), anchor, args.tau, step, args.rounds, soft)
+                seeds = range(args.noise_seeds if args.q_noise else 1)
+                curves = [kuhn_curve(anchor, args.tau, step, args.rounds, soft, args.q_noise, sd) for sd in seeds]
+                tails = [c[-max(1, args.rounds // 4):] for c in curves]
+                shares = [statistics.mean(matrix_share(np.asarray(g.payoff, dtype=float), anchor, args.tau, step,
+                                                       args.rounds, soft, args.q_noise, sd) for sd in seeds)
                           for g in games]
+                # with noise: each figure is the mean over the seeds, each range the widest
                 print(json.dumps({"anchor": anchor, "step": step, "targets": "soft" if soft else "hard",
-                                  "tau": args.tau, "rounds": args.rounds,
-                                  "kuhn": {**{f"after_{r}": round(curve[r - 1], 4) for r in SHOWN if r <= args.rounds},
-                                           "last": round(curve[-1], 4),
-                                           "last_quarter": [round(min(tail), 4), round(max(tail), 4)]},
+                                  "tau": args.tau, "rounds": args.rounds, "q_noise": args.q_noise,
+                                  "kuhn": {**{f"after_{r}": round(statistics.mean(c[r - 1] for c in curves), 4)
+                                              for r in SHOWN if r <= args.rounds},
+                                           "last": round(statistics.mean(c[-1] for c in curves), 4),
+                                           "last_quarter": [round(min(map(min, tails)), 4),
+                                                            round(max(map(max, tails)), 4)]},
                                   "matrix": {"median": round(statistics.median(shares), 4),
                                              "worst": round(max(shares), 4)}}), flush=True)
 

@@ -26,7 +26,6 @@ bars on stderr show the rate and the time left (rounds and epochs for Kuhn, game
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -34,12 +33,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # research/: soft_targets
 
 import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
 from autocurricula import LeagueConfig, LeagueTrainer  # noqa: E402
 from autocurricula.credit import QCredit  # noqa: E402
 from autocurricula.eval.players import main_agent  # noqa: E402
-from autocurricula.records import Turn  # noqa: E402
+from soft_targets import SoftQCredit  # noqa: E402
 from ttt_common import parse_args as ttt_args  # noqa: E402
 from ttt_common import update_settings  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
@@ -50,58 +50,21 @@ TTT_LEAGUE_FLAGS = ["--credit", "q", "--q-backup", "mean", "--steps-per-generati
 ANCHOR_SHARE = 0.5  # tictactoe_league.py's --anchor-share: the main agent's games against the random player
 
 
-class SoftQCredit(QCredit):
-    """``QCredit`` whose target turns are a distribution, not the best known move: when a visited
-    state has two or more moves tried at least ``target_min_visits`` times, each gets a target turn with
-    ``A = target_coef * softmax(Q / tau)[move]`` (``Q`` shrunk toward ``V`` as the best-move targets
-    shrink it), whose summed gradient is the cross-entropy toward that distribution. Mean backup
-    only. The fixed point of its targets is ``softmax(Q / tau)`` play, where best-move targets keep
-    pushing one move's logit (``research/anchor_bias_ideal.py``: soft against hard targets)."""
-
-    def __init__(self, tau: float, **fields):
-        super().__init__(**fields)
-        if not tau > 0 or self.backup != "mean":
-            raise ValueError(f"soft targets need tau > 0 and the mean backup, got {tau} and {self.backup!r}")
-        self.tau = tau
-
-    def extra_turns(self, turns):
-        table, out, seen = self.values, [], set()
-        for t in turns:
-            state = table.key(t)
-            if (t.player, state) in seen:
-                continue
-            seen.add((t.player, state))
-            v = table.value(t)
-            known = []
-            for a in sorted(table._moves.get(state, ())):  # the (state, move) table's moves at this state
-                q, n, ids, truncated = table.action_values[a]
-                if n >= self.target_min_visits and ids:
-                    known.append(((q * n + v) / (n + 1), ids, truncated))
-            if len(known) < 2:
-                continue
-            top = max(k[0] for k in known)
-            weights = [math.exp((k[0] - top) / self.tau) for k in known]
-            for (_, ids, truncated), w in zip(known, weights):
-                out.append(Turn(player=t.player, game_id=t.game_id, role=t.role, prompt_ids=list(t.prompt_ids),
-                                completion_ids=list(ids), logprobs=[0.0] * len(ids), version=t.version, game=t.game,
-                                reward=t.reward, level=t.level, parent=t.parent, seat=t.seat, truncated=truncated,
-                                advantage=self.target_coef * w / sum(weights), target=True))
-        self._targets = len(out)
-        return out
-
-
 def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer, dict]:
     """The trainer and its ``train`` keywords (``lora_config``, ``grpo_config``); ``progress``: its bars.
     With ``args.random_anchor`` the game's random player joins the pool as the example's anchor."""
     ttt = ttt_args(__doc__, "--games-per-learner", 256, out, argv=TTT_LEAGUE_FLAGS)
     lora, grpo = update_settings(ttt)
+    table = {"alpha": args.alpha} if args.alpha is not None else {}  # None: ValueCredit's
     snapshots = {"snapshot_min_rounds": args.snapshot_min_rounds, "snapshot_max_rounds": args.snapshot_max_rounds}
     config = LeagueConfig(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, save_strategy="no",
                           progress=progress, main_exploiters=1, league_exploiters=1,
                           games_per_learner=args.games_per_round, exploiter_games=max(1, args.games_per_round // 8),
                           **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
-                          credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup) if not args.soft_targets
-                          else SoftQCredit(args.soft_targets, target_coef=ttt.q_targets, backup=ttt.q_backup),
+                          credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
+                          if not args.soft_targets else SoftQCredit(args.soft_targets, args.targets_only,
+                                                                    target_coef=ttt.q_targets, backup=ttt.q_backup,
+                                                                    **table),
                           anchor_share=ANCHOR_SHARE if args.random_anchor else 0.0)
     anchors = [{"id": "random", "role": "random", "policy": game.random_policy}] if args.random_anchor else []
     return LeagueTrainer(config, opponents=anchors), {"lora_config": lora, "grpo_config": grpo}
@@ -200,14 +163,21 @@ def main(argv=None):
                    "the example's share of the main agent's games against it (ANCHOR_SHARE)")
     p.add_argument("--soft-targets", type=float, default=None, metavar="TAU", help="target turns toward "
                    "softmax(Q / TAU) over the known moves instead of the best known move (SoftQCredit)")
+    p.add_argument("--targets-only", action="store_true", help="with --soft-targets: the played turns' "
+                   "advantages set to 0, so only the target turns train the policy (as mirror credit)")
+    p.add_argument("--alpha", type=float, default=None, help="the value table's running-mean floor (ValueCredit."
+                   "alpha; default its 0.95: each (state, move) value averages about its last 20 outcomes)")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check that it runs")
     args = p.parse_args(argv)
+    if args.targets_only and not args.soft_targets:
+        p.error("--targets-only drops the played turns' advantages beside soft targets: add --soft-targets TAU")
     if args.smoke:
         args.epochs, args.rounds, args.games_per_round, args.games = 1, 2, 8, 1
     summary = kuhn(args) if args.game == "kuhn" else matrix(args)
     print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
-                      "random_anchor": args.random_anchor, "soft_targets": args.soft_targets}))
+                      "random_anchor": args.random_anchor, "soft_targets": args.soft_targets, "targets_only": args.targets_only,
+                      "alpha": args.alpha}))
 
 
 if __name__ == "__main__":

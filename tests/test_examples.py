@@ -296,20 +296,23 @@ def test_true_restricted_game_of_the_psro_diagnostic():
 
 
 def test_soft_q_targets_of_the_research_script():
-    """research/league_config_elsewhere.py's ``SoftQCredit``: one target turn per known move of a
-    visited state, with ``A = coef * softmax(shrunk Q / tau)``: the advantages sum to coef, and a
-    move tried fewer than ``target_min_visits`` times gets none."""
+    """research/soft_targets.py's ``SoftQCredit``: one target turn per known move of a visited
+    state, with ``A = coef * softmax(Q / tau)`` (mean backup: Q shrunk by one visit at V; minimax:
+    the backed-up Q): the advantages sum to coef, a move tried fewer than ``target_min_visits``
+    times gets none, and ``targets_only`` zeroes the played turns' advantages while the table still
+    learns from them."""
     import math
 
     from autocurricula.records import Turn
 
-    mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere_soft")
+    mod = _load(ROOT / "research" / "soft_targets.py", "soft_targets_research")
 
     def act(completion, game_id, reward):
         return Turn("p", game_id, "X", [1], [completion], [-0.5], reward=reward, game="kuhn")
 
+    played = [(7, 1), (7, 1), (8, -1), (8, -1), (9, 1)]
     credit = mod.SoftQCredit(0.5, target_coef=0.8)
-    for i, (move, r) in enumerate([(7, 1), (7, 1), (8, -1), (8, -1), (9, 1)]):
+    for i, (move, r) in enumerate(played):
         credit.values.advantages([act(move, f"g{i}", r)])
     # V = 0.2; scores shrunk by one visit at V: 7 -> (2 + 0.2) / 3, 8 -> (-2 + 0.2) / 3; 9 has one visit
     targets = credit.extra_turns([act(8, "now", -1)])
@@ -317,8 +320,18 @@ def test_soft_q_targets_of_the_research_script():
     p7 = 1 / (1 + math.exp((s8 - s7) / 0.5))
     assert all(t.target for t in targets)
     assert {t.completion_ids[0]: t.advantage for t in targets} == pytest.approx({7: 0.8 * p7, 8: 0.8 * (1 - p7)})
-    with pytest.raises(ValueError, match="mean backup"):
-        mod.SoftQCredit(0.5, target_coef=1.0, backup="minimax")
+
+    only = mod.SoftQCredit(0.5, targets_only=True, target_coef=0.8, backup="minimax")
+    advantages = [only.advantages([act(move, f"g{i}", r)]) for i, (move, r) in enumerate(played)]
+    assert advantages == [[0.0]] * 5 and credit.advantages([act(9, "g5", -1)]) != [0.0]
+    # minimax: each move's backed-up value is its (deterministic) outcome, 1 and -1
+    targets = only.extra_turns([act(8, "now", -1)])
+    p7 = 1 / (1 + math.exp(-2 / 0.5))
+    assert {t.completion_ids[0]: t.advantage for t in targets} == pytest.approx({7: 0.8 * p7, 8: 0.8 * (1 - p7)})
+    with pytest.raises(ValueError, match="tau > 0"):
+        mod.SoftQCredit(0.0, target_coef=1.0)
+    with pytest.raises(ValueError, match="target_coef > 0"):
+        mod.SoftQCredit(0.15, target_coef=0.0)
 
 
 def test_anchor_bias_of_the_research_script():
@@ -343,6 +356,7 @@ def test_anchor_bias_of_the_research_script():
     assert abs(earned - exploitability(uniform, backend="python")) < 1e-9
     free, anchored = (mod.kuhn_curve(a, 0.15, 0.1, 120) for a in (0.0, 0.5))
     assert free[-1] < 0.035 and anchored[-1] > 0.09  # 0.031 and 0.101
+    free_kuhn = free[-1]
     # the opponent is drawn per hand, so each set weighs the two by their reach (Kuhn's theorem); a
     # plain per-set average of their play would end at 0.111
     assert abs(anchored[-1] - 0.1007) < 0.002
@@ -350,6 +364,10 @@ def test_anchor_bias_of_the_research_script():
     games = [np.asarray(random_game(g).payoff, dtype=float) for g in range(20)]
     free, anchored = ([mod.matrix_share(g, a, 0.15, 0.1, 120) for g in games] for a in (0.0, 0.5))
     assert np.median(free) < 0.03 < np.median(anchored) and max(anchored) > 0.08  # 0.028 / 0.049, worst 0.115
+    # errors in the values (a table of sampled returns) keep the soft dynamics off their floor;
+    # the noise is seeded, so the same seed gives the same curve
+    noisy = [mod.kuhn_curve(0.0, 0.15, 0.1, 120, noise=0.2, seed=s) for s in (0, 0)]
+    assert noisy[0] == noisy[1] and np.mean(noisy[0][-30:]) > 0.045 > 0.035 > free_kuhn
 
 
 def test_ideal_mirror_selfplay_of_the_research_script():
@@ -825,7 +843,8 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     from autocurricula.games import kuhn_poker
 
     args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128, snapshot_min_rounds=None,
-                              snapshot_max_rounds=None, random_anchor=False, soft_targets=None)
+                              snapshot_max_rounds=None, random_anchor=False, soft_targets=None,
+                              targets_only=False, alpha=None)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -852,6 +871,12 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     args.soft_targets = 0.15  # the same settings with targets toward softmax(Q / 0.15)
     credit = mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit
     assert isinstance(credit, mod.SoftQCredit) and (credit.tau, credit.target_coef, credit.backup) == (0.15, 1.0, "mean")
+    assert not credit.targets_only
+    args.targets_only = True
+    assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.targets_only
+    assert credit.alpha == 0.95  # ValueCredit's
+    args.alpha = 0.99
+    assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.values.alpha == 0.99
 
 
 @pytest.mark.slow

@@ -1,0 +1,106 @@
+"""Soft targets for the (state, move) table's credit, and tic-tac-toe's league example run with them.
+
+``SoftQCredit`` is ``QCredit`` whose target turns are a distribution, ``softmax(Q / tau)`` over a
+state's known moves, instead of its best known move; ``targets_only`` also drops the played turns'
+``A = Q - V``, as mirror credit does, so that the update's fixed point is the targets' own.
+``research/league_config_elsewhere.py --soft-targets TAU [--targets-only]`` runs it on Kuhn poker
+and the matrix games (mean backup); this script runs ``examples/tictactoe_league.py`` with it (the
+example's minimax backup), every other setting the example's:
+
+    python research/soft_targets.py --tau 0.15 --targets-only -- --seed 0   # after "--": the example's flags
+"""
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
+from autocurricula.credit import QCredit  # noqa: E402
+from autocurricula.records import Turn  # noqa: E402
+
+
+class SoftQCredit(QCredit):
+    """``QCredit`` whose target turns are a distribution, not the best known move: when a visited
+    state has two or more moves tried at least ``target_min_visits`` times, each gets a target turn with
+    ``A = target_coef * softmax(Q / tau)[move]``, whose summed gradient is the cross-entropy toward
+    that distribution. ``Q`` is the best-move targets' own score: with the mean backup shrunk toward
+    ``V`` by one visit, with the minimax backup the backed-up value of the move (its completions as
+    one, the most played completion as the target). The fixed point of the targets is
+    ``softmax(Q / tau)`` play, where best-move targets keep pushing one move's logit
+    (``research/anchor_bias_ideal.py``: soft against hard targets). ``targets_only``: the played
+    turns get ``A = 0`` (the table still learns from them), so only the targets train the policy.
+    Reads the table's per-state move index (``StateValues._moves``, ``_minimax_moves``): research only."""
+
+    def __init__(self, tau: float, targets_only: bool = False, **fields):
+        super().__init__(**fields)
+        if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
+            raise ValueError(f"soft targets need a finite tau > 0, got {tau!r}")
+        if not self.target_coef:
+            raise ValueError("soft targets are target turns: set target_coef > 0")
+        self.tau, self.targets_only = tau, targets_only
+
+    def advantages(self, turns):
+        out = super().advantages(turns)  # the table learns from every played turn either way
+        return [0.0] * len(out) if self.targets_only else out
+
+    def known_moves(self, turn: Turn, state: str) -> list[tuple[float, list[int], bool]]:
+        """(score, completion ids, truncated) of each move of ``state`` tried ``target_min_visits`` times."""
+        table, known = self.values, []
+        if self.backup == "minimax":
+            groups = table._minimax_moves(state)
+        else:
+            v, groups = table.value(turn), [[a] for a in sorted(table._moves.get(state, ()))]
+        for group in groups:
+            rows = [table.action_values[a] for a in group]
+            q, _, ids, truncated = max(rows, key=lambda r: r[1])
+            n = sum(r[1] for r in rows)
+            if n >= self.target_min_visits and ids:
+                known.append((q if self.backup == "minimax" else (q * n + v) / (n + 1), ids, truncated))
+        return known
+
+    def extra_turns(self, turns):
+        out, seen = [], set()
+        for t in turns:
+            state = self.values.key(t)
+            if (t.player, state) in seen:
+                continue
+            seen.add((t.player, state))
+            known = self.known_moves(t, state)
+            if len(known) < 2:
+                continue
+            top = max(k[0] for k in known)
+            weights = [math.exp((k[0] - top) / self.tau) for k in known]
+            for (_, ids, truncated), w in zip(known, weights):
+                out.append(Turn(player=t.player, game_id=t.game_id, role=t.role, prompt_ids=list(t.prompt_ids),
+                                completion_ids=list(ids), logprobs=[0.0] * len(ids), version=t.version, game=t.game,
+                                reward=t.reward, level=t.level, parent=t.parent, seat=t.seat, truncated=truncated,
+                                advantage=self.target_coef * w / sum(weights), target=True))
+        self._targets = len(out)
+        return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tau", type=float, default=0.15, help="the targets' temperature over the moves' Q")
+    p.add_argument("--targets-only", action="store_true", help="the played turns' advantages set to 0")
+    p.add_argument("example", nargs="*", help="after '--': examples/tictactoe_league.py's flags")
+    args = p.parse_args(argv)
+    import tictactoe_league
+    from ttt_common import parse_args as ttt_args
+
+    ttt = ttt_args(tictactoe_league.__doc__, "--games-per-learner", 256, "runs/tictactoe-league",
+                   extra=tictactoe_league.league_flags, argv=args.example)
+    if ttt.credit != "q":
+        p.error("soft targets replace credit q's best-move targets: leave the example's --credit at q")
+    credit = SoftQCredit(args.tau, args.targets_only, target_coef=ttt.q_targets, backup=ttt.q_backup)
+    print(json.dumps({"soft_targets": args.tau, "targets_only": args.targets_only, "backup": ttt.q_backup,
+                      "target_coef": ttt.q_targets}), flush=True)
+    tictactoe_league.main(args.example, credit=credit)
+
+
+if __name__ == "__main__":
+    main()
