@@ -39,7 +39,7 @@ import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
 from autocurricula import LeagueConfig, LeagueTrainer  # noqa: E402
 from autocurricula.credit import QCredit  # noqa: E402
 from autocurricula.eval.players import main_agent  # noqa: E402
-from soft_targets import SoftQCredit  # noqa: E402
+from soft_targets import AnchorGames, SoftQCredit  # noqa: E402
 from ttt_common import parse_args as ttt_args  # noqa: E402
 from ttt_common import update_settings  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
@@ -51,7 +51,7 @@ ANCHOR_SHARE = 0.5  # tictactoe_league.py's --anchor-share: the main agent's gam
 
 
 def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer, dict]:
-    """The trainer and its ``train`` keywords (``lora_config``, ``grpo_config``); ``progress``: its bars.
+    """The trainer and its ``train`` keywords (``lora_config``, ``grpo_config``, ``callbacks``); ``progress``: its bars.
     With ``args.random_anchor`` the game's random player joins the pool as the example's anchor."""
     ttt = ttt_args(__doc__, "--games-per-learner", 256, out, argv=TTT_LEAGUE_FLAGS)
     lora, grpo = update_settings(ttt)
@@ -63,11 +63,12 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
                           **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
                           credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
                           if not args.soft_targets else SoftQCredit(args.soft_targets, args.targets_only,
-                                                                    target_coef=ttt.q_targets, backup=ttt.q_backup,
-                                                                    **table),
+                                                                    args.anchor_off_table, target_coef=ttt.q_targets,
+                                                                    backup=ttt.q_backup, **table),
                           anchor_share=ANCHOR_SHARE if args.random_anchor else 0.0)
     anchors = [{"id": "random", "role": "random", "policy": game.random_policy}] if args.random_anchor else []
-    return LeagueTrainer(config, opponents=anchors), {"lora_config": lora, "grpo_config": grpo}
+    callbacks = [AnchorGames(config.credit)] if args.anchor_off_table else []
+    return LeagueTrainer(config, opponents=anchors), {"lora_config": lora, "grpo_config": grpo, "callbacks": callbacks}
 
 
 def kuhn(args) -> dict:
@@ -81,7 +82,7 @@ def kuhn(args) -> dict:
     main = MainAgentFigures(figures)
     with tempfile.TemporaryDirectory() as out:
         trainer, keywords = league(args, out, kuhn_poker, progress=True)  # rounds and epochs, with the time left
-        trainer.train(str(base), kuhn_poker, callbacks=[figures, main], **keywords)
+        trainer.train(str(base), kuhn_poker, callbacks=[figures, main, *keywords.pop("callbacks")], **keywords)
         trainer.engine.close()
     return {"final": figures.rows[-1], "main_agent": main.rows[-1]}
 
@@ -165,19 +166,23 @@ def main(argv=None):
                    "softmax(Q / TAU) over the known moves instead of the best known move (SoftQCredit)")
     p.add_argument("--targets-only", action="store_true", help="with --soft-targets: the played turns' "
                    "advantages set to 0, so only the target turns train the policy (as mirror credit)")
+    p.add_argument("--anchor-off-table", action="store_true", help="with --soft-targets and --random-anchor: "
+                   "the games against the random player stay out of the value table (SoftQCredit.anchor_games)")
     p.add_argument("--alpha", type=float, default=None, help="the value table's running-mean floor (ValueCredit."
                    "alpha; default its 0.95: each (state, move) value averages about its last 20 outcomes)")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check that it runs")
     args = p.parse_args(argv)
-    if args.targets_only and not args.soft_targets:
-        p.error("--targets-only drops the played turns' advantages beside soft targets: add --soft-targets TAU")
+    if (args.targets_only or args.anchor_off_table) and not args.soft_targets:
+        p.error("--targets-only and --anchor-off-table change soft targets' credit: add --soft-targets TAU")
+    if args.anchor_off_table and not args.random_anchor:
+        p.error("--anchor-off-table keeps the random player's games out of the table: add --random-anchor")
     if args.smoke:
         args.epochs, args.rounds, args.games_per_round, args.games = 1, 2, 8, 1
     summary = kuhn(args) if args.game == "kuhn" else matrix(args)
     print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
                       "random_anchor": args.random_anchor, "soft_targets": args.soft_targets, "targets_only": args.targets_only,
-                      "alpha": args.alpha}))
+                      "anchor_off_table": args.anchor_off_table, "alpha": args.alpha}))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
+from autocurricula.callbacks import TrainerCallback  # noqa: E402
 from autocurricula.credit import QCredit  # noqa: E402
-from autocurricula.records import Turn  # noqa: E402
+from autocurricula.records import Turn, is_scripted  # noqa: E402
 
 
 class SoftQCredit(QCredit):
@@ -33,19 +34,29 @@ class SoftQCredit(QCredit):
     ``softmax(Q / tau)`` play, where best-move targets keep pushing one move's logit
     (``research/anchor_bias_ideal.py``: soft against hard targets). ``targets_only``: the played
     turns get ``A = 0`` (the table still learns from them), so only the targets train the policy.
+    ``anchor_games``: with the mean backup, the turns of games with a scripted seat (the
+    ``AnchorGames`` callback names them each round) neither enter the table nor get an advantage:
+    a mean value is the value against the opponents met, and the anchor is no opponent the policy
+    should answer; a minimax value holds against any line of play, so there they still enter it.
     Reads the table's per-state move index (``StateValues._moves``, ``_minimax_moves``): research only."""
 
-    def __init__(self, tau: float, targets_only: bool = False, **fields):
+    def __init__(self, tau: float, targets_only: bool = False, anchor_games: bool = False, **fields):
         super().__init__(**fields)
         if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
             raise ValueError(f"soft targets need a finite tau > 0, got {tau!r}")
         if not self.target_coef:
             raise ValueError("soft targets are target turns: set target_coef > 0")
-        self.tau, self.targets_only = tau, targets_only
+        self.tau, self.targets_only, self.anchor_games, self.anchored = tau, targets_only, anchor_games, set()
 
     def advantages(self, turns):
-        out = super().advantages(turns)  # the table learns from every played turn either way
-        return [0.0] * len(out) if self.targets_only else out
+        keep = [i for i, t in enumerate(turns)
+                if not (self.anchor_games and self.backup == "mean" and t.game_id in self.anchored)]
+        kept = super().advantages([turns[i] for i in keep])  # the table learns from these played turns
+        out = [0.0] * len(turns)
+        if not self.targets_only:
+            for i, a in zip(keep, kept):
+                out[i] = a
+        return out
 
     def known_moves(self, turn: Turn, state: str) -> list[tuple[float, list[int], bool]]:
         """(score, completion ids, truncated) of each move of ``state`` tried ``target_min_visits`` times."""
@@ -81,6 +92,16 @@ class SoftQCredit(QCredit):
                                 advantage=self.target_coef * w / sum(weights), target=True))
         self._targets = len(out)
         return out
+
+
+class AnchorGames(TrainerCallback):
+    """Names, each round before the credit sees the turns, the games with a scripted seat."""
+
+    def __init__(self, credit: SoftQCredit):
+        self.credit = credit
+
+    def on_games(self, trainer, records: list) -> None:
+        self.credit.anchored = {r.game_id for r in records if any(is_scripted(p) for p in r.players)}
 
 
 def main(argv=None):

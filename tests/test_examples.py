@@ -328,6 +328,19 @@ def test_soft_q_targets_of_the_research_script():
     targets = only.extra_turns([act(8, "now", -1)])
     p7 = 1 / (1 + math.exp(-2 / 0.5))
     assert {t.completion_ids[0]: t.advantage for t in targets} == pytest.approx({7: 0.8 * p7, 8: 0.8 * (1 - p7)})
+    # anchor_games: a game with a scripted seat stays out of the mean table and gets no advantage
+    from autocurricula.records import GameRecord
+
+    apart = mod.SoftQCredit(0.5, anchor_games=True, target_coef=0.8)
+    mod.AnchorGames(apart).on_games(None, [GameRecord("vs_random", [{"id": "p"}, {"id": "random", "policy": len}]),
+                                           GameRecord("g0", [{"id": "p"}, {"id": "p"}])])
+    assert apart.anchored == {"vs_random"}
+    assert apart.advantages([act(7, "vs_random", 1), act(7, "g0", 1)])[0] == 0.0
+    assert [v[1] for v in apart.values.action_values.values()] == [1]  # one visit: g0's
+    board = mod.SoftQCredit(0.5, anchor_games=True, target_coef=0.8, backup="minimax")
+    board.anchored = {"vs_random"}  # a minimax value holds against any line: the anchor's games enter it
+    board.advantages([act(7, "vs_random", 1), act(7, "g0", 1)])
+    assert [v[1] for v in board.values.action_values.values()] == [2]
     with pytest.raises(ValueError, match="tau > 0"):
         mod.SoftQCredit(0.0, target_coef=1.0)
     with pytest.raises(ValueError, match="target_coef > 0"):
@@ -844,7 +857,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
 
     args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128, snapshot_min_rounds=None,
                               snapshot_max_rounds=None, random_anchor=False, soft_targets=None,
-                              targets_only=False, alpha=None)
+                              targets_only=False, alpha=None, anchor_off_table=False)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -877,6 +890,11 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     assert credit.alpha == 0.95  # ValueCredit's
     args.alpha = 0.99
     assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.values.alpha == 0.99
+    assert keywords["callbacks"] == []
+    args.anchor_off_table = True  # the random player's games named to the credit each round
+    trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
+    [named] = keywords["callbacks"]
+    assert named.credit is trainer.config.credit and trainer.config.credit.anchor_games
 
 
 @pytest.mark.slow
