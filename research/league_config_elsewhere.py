@@ -56,6 +56,7 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
     ttt = ttt_args(__doc__, "--games-per-learner", 256, out, argv=TTT_LEAGUE_FLAGS)
     lora, grpo = update_settings(ttt)
     table = {"alpha": args.alpha} if args.alpha is not None else {}  # None: ValueCredit's
+    table.update({"per_player": True} if args.per_player else {})
     snapshots = {"snapshot_min_rounds": args.snapshot_min_rounds, "snapshot_max_rounds": args.snapshot_max_rounds}
     config = LeagueConfig(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, save_strategy="no",
                           progress=progress, main_exploiters=1, league_exploiters=1,
@@ -170,6 +171,8 @@ def main(argv=None):
                    "the games against the random player stay out of the value table (SoftQCredit.anchor_games)")
     p.add_argument("--alpha", type=float, default=None, help="the value table's running-mean floor (ValueCredit."
                    "alpha; default its 0.95: each (state, move) value averages about its last 20 outcomes)")
+    p.add_argument("--per-player", action="store_true", help="a value table per learner (ValueCredit.per_player; "
+                   "default one table that every learner's games update)")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check that it runs")
     args = p.parse_args(argv)
     if (args.targets_only or args.anchor_off_table) and not args.soft_targets:
@@ -182,7 +185,8 @@ def main(argv=None):
     print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
                       "random_anchor": args.random_anchor, "soft_targets": args.soft_targets, "targets_only": args.targets_only,
-                      "anchor_off_table": args.anchor_off_table, "alpha": args.alpha}))
+                      "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,
+                      "per_player": args.per_player}))
 
 
 if __name__ == "__main__":
