@@ -57,11 +57,14 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
     lora, grpo = update_settings(ttt)
     table = {"alpha": args.alpha} if args.alpha is not None else {}  # None: ValueCredit's
     table.update({"per_player": True} if args.per_player else {})
+    shares = {} if args.selfplay_share is None else {"selfplay_share": args.selfplay_share,
+                                                      "pfsp_share": min(0.5, 1 - args.selfplay_share)}
     snapshots = {"snapshot_min_rounds": args.snapshot_min_rounds, "snapshot_max_rounds": args.snapshot_max_rounds}
     config = LeagueConfig(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, save_strategy="no",
                           progress=progress, main_exploiters=1, league_exploiters=1,
                           games_per_learner=args.games_per_round, exploiter_games=max(1, args.games_per_round // 8),
                           **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
+                          **shares,
                           credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
                           if not args.soft_targets else SoftQCredit(args.soft_targets, args.targets_only,
                                                                     args.anchor_off_table, target_coef=ttt.q_targets,
@@ -173,6 +176,8 @@ def main(argv=None):
                    "alpha; default its 0.95: each (state, move) value averages about its last 20 outcomes)")
     p.add_argument("--per-player", action="store_true", help="a value table per learner (ValueCredit.per_player; "
                    "default one table that every learner's games update)")
+    p.add_argument("--selfplay-share", type=float, default=None, help="the main agent's share of self-play (PFSP "
+                   "takes min(0.5, the rest), exploiters what is left; default LeagueConfig's 0.35 and 0.5)")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check that it runs")
     args = p.parse_args(argv)
     if (args.targets_only or args.anchor_off_table) and not args.soft_targets:
@@ -186,7 +191,7 @@ def main(argv=None):
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
                       "random_anchor": args.random_anchor, "soft_targets": args.soft_targets, "targets_only": args.targets_only,
                       "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,
-                      "per_player": args.per_player}))
+                      "per_player": args.per_player, "selfplay_share": args.selfplay_share}))
 
 
 if __name__ == "__main__":

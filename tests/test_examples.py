@@ -857,7 +857,8 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
 
     args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128, snapshot_min_rounds=None,
                               snapshot_max_rounds=None, random_anchor=False, soft_targets=None,
-                              targets_only=False, alpha=None, anchor_off_table=False, per_player=False)
+                              targets_only=False, alpha=None, anchor_off_table=False, per_player=False,
+                              selfplay_share=None)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -893,6 +894,10 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     assert not credit.per_player
     args.per_player = True
     assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.values.per_player
+    assert (config.selfplay_share, config.pfsp_share) == (0.35, 0.5)  # LeagueConfig's
+    args.selfplay_share = 1.0  # the main agent plays only itself
+    config = mod.league(args, str(tmp_path), kuhn_poker)[0].config
+    assert (config.selfplay_share, config.pfsp_share) == (1.0, 0.0)
     assert keywords["callbacks"] == []
     args.anchor_off_table = True  # the random player's games named to the credit each round
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
