@@ -106,6 +106,8 @@ def main(argv=None):
         p.error("--step takes shares of the way in (0, 1]")
     if args.q_noise < 0 or args.noise_seeds < 1:
         p.error("--q-noise takes a standard deviation >= 0 and --noise-seeds a count >= 1")
+    if args.noise_seeds > 1 and not args.q_noise:
+        p.error("--noise-seeds repeats runs with value noise: add --q-noise SIGMA")
     kinds = {"soft": [True], "hard": [False], "both": [True, False]}[args.targets]
     games = [random_game(g) for g in range(args.games)]
     for anchor in args.anchor:

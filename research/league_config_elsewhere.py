@@ -66,12 +66,12 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
                           **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
                           **shares,
                           credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
-                          if not args.soft_targets else SoftQCredit(args.soft_targets, args.targets_only,
+                          if args.soft_targets is None else SoftQCredit(args.soft_targets, args.targets_only,
                                                                     args.anchor_off_table, target_coef=ttt.q_targets,
                                                                     backup=ttt.q_backup, **table),
                           anchor_share=ANCHOR_SHARE if args.random_anchor else 0.0)
     anchors = [{"id": "random", "role": "random", "policy": game.random_policy}] if args.random_anchor else []
-    callbacks = [AnchorGames(config.credit)] if args.anchor_off_table else []
+    callbacks = [AnchorGames()] if args.anchor_off_table else []
     return LeagueTrainer(config, opponents=anchors), {"lora_config": lora, "grpo_config": grpo, "callbacks": callbacks}
 
 
@@ -177,10 +177,17 @@ def main(argv=None):
     p.add_argument("--per-player", action="store_true", help="a value table per learner (ValueCredit.per_player; "
                    "default one table that every learner's games update)")
     p.add_argument("--selfplay-share", type=float, default=None, help="the main agent's share of self-play (PFSP "
-                   "takes min(0.5, the rest), exploiters what is left; default LeagueConfig's 0.35 and 0.5)")
+                   "over past players takes min(0.5, the rest), verification games what is left; default "
+                   "LeagueConfig's 0.35 and 0.5)")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check that it runs")
     args = p.parse_args(argv)
-    if (args.targets_only or args.anchor_off_table) and not args.soft_targets:
+    if args.soft_targets is not None and not args.soft_targets > 0:
+        p.error(f"--soft-targets takes a temperature above 0, got {args.soft_targets}")
+    if args.selfplay_share is not None and not 0 <= args.selfplay_share <= 1:
+        p.error(f"--selfplay-share takes a share in [0, 1], got {args.selfplay_share}")
+    if args.alpha is not None and not 0 <= args.alpha < 1:
+        p.error(f"--alpha takes a running-mean floor in [0, 1), got {args.alpha}")
+    if (args.targets_only or args.anchor_off_table) and args.soft_targets is None:
         p.error("--targets-only and --anchor-off-table change soft targets' credit: add --soft-targets TAU")
     if args.anchor_off_table and not args.random_anchor:
         p.error("--anchor-off-table keeps the random player's games out of the table: add --random-anchor")

@@ -35,9 +35,10 @@ class SoftQCredit(QCredit):
     (``research/anchor_bias_ideal.py``: soft against hard targets). ``targets_only``: the played
     turns get ``A = 0`` (the table still learns from them), so only the targets train the policy.
     ``anchor_games``: with the mean backup, the turns of games with a scripted seat (the
-    ``AnchorGames`` callback names them each round) neither enter the table nor get an advantage:
-    a mean value is the value against the opponents met, and the anchor is no opponent the policy
-    should answer; a minimax value holds against any line of play, so there they still enter it.
+    ``AnchorGames`` callback names them each round) neither enter the table nor get an advantage
+    (their states still get target turns, valued by the table): a mean value is the value against
+    the opponents met, and the anchor is no opponent the policy should answer; a minimax value
+    holds against any line of play, so there they still enter it.
     Reads the table's per-state move index (``StateValues._moves``, ``_minimax_moves``): research only."""
 
     def __init__(self, tau: float, targets_only: bool = False, anchor_games: bool = False, **fields):
@@ -95,13 +96,13 @@ class SoftQCredit(QCredit):
 
 
 class AnchorGames(TrainerCallback):
-    """Names, each round before the credit sees the turns, the games with a scripted seat."""
-
-    def __init__(self, credit: SoftQCredit):
-        self.credit = credit
+    """Names to the trainer's credit (its own copy of the config's), each round before it sees the
+    turns, the games with a scripted seat."""
 
     def on_games(self, trainer, records: list) -> None:
-        self.credit.anchored = {r.game_id for r in records if any(is_scripted(p) for p in r.players)}
+        if not isinstance(trainer.credit, SoftQCredit):
+            raise TypeError(f"AnchorGames names anchor games to a SoftQCredit, the trainer has {trainer.credit!r}")
+        trainer.credit.anchored = {r.game_id for r in records if any(is_scripted(p) for p in r.players)}
 
 
 def main(argv=None):
@@ -115,8 +116,11 @@ def main(argv=None):
 
     ttt = ttt_args(tictactoe_league.__doc__, "--games-per-learner", 256, "runs/tictactoe-league",
                    extra=tictactoe_league.league_flags, argv=args.example)
-    if ttt.credit != "q":
-        p.error("soft targets replace credit q's best-move targets: leave the example's --credit at q")
+    if ttt.credit != "q" or not ttt.q_targets > 0:
+        p.error("soft targets replace credit q's best-move targets: leave the example's --credit at q and "
+                "--q-targets above 0")
+    if not args.tau > 0:
+        p.error(f"--tau must be above 0, got {args.tau}")
     credit = SoftQCredit(args.tau, args.targets_only, target_coef=ttt.q_targets, backup=ttt.q_backup)
     print(json.dumps({"soft_targets": args.tau, "targets_only": args.targets_only, "backup": ttt.q_backup,
                       "target_coef": ttt.q_targets}), flush=True)

@@ -331,11 +331,22 @@ def test_soft_q_targets_of_the_research_script():
     # anchor_games: a game with a scripted seat stays out of the mean table and gets no advantage
     from autocurricula.records import GameRecord
 
-    apart = mod.SoftQCredit(0.5, anchor_games=True, target_coef=0.8)
-    mod.AnchorGames(apart).on_games(None, [GameRecord("vs_random", [{"id": "p"}, {"id": "random", "policy": len}]),
-                                           GameRecord("g0", [{"id": "p"}, {"id": "p"}])])
+    from types import SimpleNamespace
+
+    from autocurricula.credit import QCredit
+    from autocurricula.credit.registry import make_credit
+
+    # the trainer trains with its own copy of the config's credit: the callback names the games to that one
+    given = mod.SoftQCredit(0.5, anchor_games=True, target_coef=0.8)
+    trainer = SimpleNamespace(credit=make_credit(given, None, 0))
+    assert trainer.credit is not given
+    mod.AnchorGames().on_games(trainer, [GameRecord("vs_random", [{"id": "p"}, {"id": "random", "policy": len}]),
+                                         GameRecord("g0", [{"id": "p"}, {"id": "p"}])])
+    apart = trainer.credit
     assert apart.anchored == {"vs_random"}
-    assert apart.advantages([act(7, "vs_random", 1), act(7, "g0", 1)])[0] == 0.0
+    assert apart.advantages([act(7, "vs_random", 1), act(7, "g0", 1)]) == [0.0, 1.0]  # g0: A = 1 - V(new) = 1
+    with pytest.raises(TypeError, match="SoftQCredit"):
+        mod.AnchorGames().on_games(SimpleNamespace(credit=QCredit()), [])
     assert [v[1] for v in apart.values.action_values.values()] == [1]  # one visit: g0's
     board = mod.SoftQCredit(0.5, anchor_games=True, target_coef=0.8, backup="minimax")
     board.anchored = {"vs_random"}  # a minimax value holds against any line: the anchor's games enter it
@@ -379,8 +390,9 @@ def test_anchor_bias_of_the_research_script():
     assert np.median(free) < 0.03 < np.median(anchored) and max(anchored) > 0.08  # 0.028 / 0.049, worst 0.115
     # errors in the values (a table of sampled returns) keep the soft dynamics off their floor;
     # the noise is seeded, so the same seed gives the same curve
-    noisy = [mod.kuhn_curve(0.0, 0.15, 0.1, 120, noise=0.2, seed=s) for s in (0, 0)]
-    assert noisy[0] == noisy[1] and np.mean(noisy[0][-30:]) > 0.045 > 0.035 > free_kuhn
+    noisy = [mod.kuhn_curve(0.0, 0.15, 0.1, 120, noise=0.2, seed=s) for s in (0, 0, 1)]
+    assert noisy[0] == noisy[1] != noisy[2]
+    assert min(np.mean(c[-30:]) for c in noisy) > 0.045 and free_kuhn < 0.035  # 0.059 - 0.074 against 0.031
 
 
 def test_ideal_mirror_selfplay_of_the_research_script():
@@ -902,7 +914,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     args.anchor_off_table = True  # the random player's games named to the credit each round
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     [named] = keywords["callbacks"]
-    assert named.credit is trainer.config.credit and trainer.config.credit.anchor_games
+    assert isinstance(named, mod.AnchorGames) and trainer.config.credit.anchor_games
 
 
 @pytest.mark.slow
