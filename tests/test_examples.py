@@ -938,6 +938,47 @@ def test_league_config_elsewhere_smoke(anchor, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("anchor", [[], ["--random-anchor", "--anchor-off-table"]])
+def test_league_config_elsewhere_soft_targets_smoke(anchor, tmp_path):
+    """The soft-target variants run end to end (one matrix game), the anchor's games kept out of the
+    table through the trainer's own credit, and the summary records the settings."""
+    import json
+    import os
+
+    out = subprocess.run([sys.executable, str(ROOT / "research" / "league_config_elsewhere.py"), "--game", "matrix",
+                          "--smoke", "--soft-targets", "0.15", "--targets-only", "--alpha", "0.99", *anchor],
+                         capture_output=True, text=True, timeout=280, cwd=ROOT,
+                         env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (last["soft_targets"], last["targets_only"], last["alpha"]) == (0.15, True, 0.99)
+    assert last["anchor_off_table"] is bool(anchor) and 0 <= last["summary"]["worst"] <= 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_soft_targets_tictactoe_smoke(tmp_path):
+    """research/soft_targets.py runs the tic-tac-toe league example with soft targets alone: one
+    short epoch, the example's final JSON line after the script's own settings line."""
+    import json
+    import os
+
+    out = subprocess.run([sys.executable, str(ROOT / "research" / "soft_targets.py"), "--tau", "0.15",
+                          "--targets-only", "--", "--epochs", "1", "--rounds", "1", "--games-per-learner", "4",
+                          "--eval-games", "200", "--output-dir", str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=880, cwd=ROOT,
+                         env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert json.loads(lines[0]) == {"soft_targets": 0.15, "targets_only": True, "backup": "minimax", "target_coef": 1.0}
+    summary = json.loads(lines[-1])
+    assert summary["epochs"] == 1 and "loses_to_best_response_as_o" in summary
+    bad = subprocess.run([sys.executable, str(ROOT / "research" / "soft_targets.py"), "--", "--credit", "value"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 2 and "--credit at q" in bad.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # reading an untrained tiny model's reply trees takes minutes
 def test_league_config_elsewhere_kuhn_smoke(tmp_path):
     """The research script's Kuhn path: one epoch on the tiny smoke model, scored as played."""
