@@ -59,9 +59,14 @@ def league_flags(parser):
     parser.set_defaults(q_backup="minimax", steps_per_generation=4, epochs=12, lr_schedule="warmup_stable_decay")
 
 
+def parse(argv=None):
+    """The example's command line (``argv``: default the process's)."""
+    return parse_args(__doc__, "--games-per-learner", 256, "runs/tictactoe-league", extra=league_flags, argv=argv)
+
+
 def main(argv=None, credit=None) -> None:
     """The example; ``credit``: a credit object in place of ``--credit``'s (research/ compares others)."""
-    args = parse_args(__doc__, "--games-per-learner", 256, "runs/tictactoe-league", extra=league_flags, argv=argv)
+    args = parse(argv)
     engine, figures = start(args)
     config = LeagueConfig(
         epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,

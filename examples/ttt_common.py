@@ -233,8 +233,9 @@ def finish(trainer, evaluator, engine, figures, args) -> None:
     summary = evaluator.summary(trainer, figures)
     from autocurricula.credit import BranchCredit
 
-    credit = credit_method(args)
-    summary.update(credit=args.credit, branch_samples=credit.samples if isinstance(credit, BranchCredit) else None,
+    credit = trainer.credit  # the credit the run trained with (a caller may pass its own object)
+    summary.update(credit=args.credit, credit_class=type(credit).__name__,
+                   branch_samples=credit.samples if isinstance(credit, BranchCredit) else None,
                    num_iterations=args.num_iterations, steps_per_generation=args.steps_per_generation,
                    scripted=[p["id"] for p in trainer.opponents])  # the pool's scripted players
     summary["curve"] = [{k: row[k] for k in ("epoch", "minutes", "optimal_move_rate", "loses_to_best_response_as_x",

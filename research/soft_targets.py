@@ -112,10 +112,8 @@ def main(argv=None):
     p.add_argument("example", nargs="*", help="after '--': examples/tictactoe_league.py's flags")
     args = p.parse_args(argv)
     import tictactoe_league
-    from ttt_common import parse_args as ttt_args
 
-    ttt = ttt_args(tictactoe_league.__doc__, "--games-per-learner", 256, "runs/tictactoe-league",
-                   extra=tictactoe_league.league_flags, argv=args.example)
+    ttt = tictactoe_league.parse(args.example)  # checked here, before the example's warm-up
     if ttt.credit != "q" or not ttt.q_targets > 0:
         p.error("soft targets replace credit q's best-move targets: leave the example's --credit at q and "
                 "--q-targets above 0")

@@ -973,6 +973,7 @@ def test_soft_targets_tictactoe_smoke(tmp_path):
     assert json.loads(lines[0]) == {"soft_targets": 0.15, "targets_only": True, "backup": "minimax", "target_coef": 1.0}
     summary = json.loads(lines[-1])
     assert summary["epochs"] == 1 and "loses_to_best_response_as_o" in summary
+    assert summary["credit_class"] == "SoftQCredit"  # the credit it trained with, not --credit's
     bad = subprocess.run([sys.executable, str(ROOT / "research" / "soft_targets.py"), "--", "--credit", "value"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 2 and "--credit at q" in bad.stderr
