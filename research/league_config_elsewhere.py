@@ -67,7 +67,8 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
                           **shares,
                           credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
                           if args.soft_targets is None else SoftQCredit(args.soft_targets, args.targets_only,
-                                                                    args.anchor_off_table, target_coef=ttt.q_targets,
+                                                                    args.anchor_off_table, args.off_target,
+                                                                    args.round_step, target_coef=ttt.q_targets,
                                                                     backup=ttt.q_backup, **table),
                           anchor_share=ANCHOR_SHARE if args.random_anchor else 0.0)
     anchors = [{"id": "random", "role": "random", "policy": game.random_policy}] if args.random_anchor else []
@@ -170,6 +171,13 @@ def main(argv=None):
                    "softmax(Q / TAU) over the known moves instead of the best known move (SoftQCredit)")
     p.add_argument("--targets-only", action="store_true", help="with --soft-targets: the played turns' "
                    "advantages set to 0, so only the target turns train the policy (as mirror credit)")
+    p.add_argument("--off-target", action="store_true", help="with --targets-only: a played move that gets no "
+                   "target turn (tried fewer than twice, or its state's only known move) keeps its A = Q - V "
+                   "(SoftQCredit.off_target), so rare replies such as invalid words are still pushed down")
+    p.add_argument("--round-step", type=float, default=None, metavar="W", help="with --soft-targets: each move's "
+                   "score averaged over the rounds its state is met, with weight max(1/n, W) at the n-th, and the "
+                   "targets softmax(average / TAU): mirror descent's step W on the table's values "
+                   "(SoftQCredit.round_step; default off: this round's scores)")
     p.add_argument("--anchor-off-table", action="store_true", help="with --soft-targets and --random-anchor: "
                    "the games against the random player stay out of the value table (SoftQCredit.anchor_games)")
     p.add_argument("--alpha", type=float, default=None, help="the value table's running-mean floor (ValueCredit."
@@ -189,6 +197,11 @@ def main(argv=None):
         p.error(f"--alpha takes a running-mean floor in [0, 1), got {args.alpha}")
     if (args.targets_only or args.anchor_off_table) and args.soft_targets is None:
         p.error("--targets-only and --anchor-off-table change soft targets' credit: add --soft-targets TAU")
+    if args.round_step is not None and (args.soft_targets is None or not 0 < args.round_step <= 1):
+        p.error(f"--round-step takes a weight in (0, 1] and averages soft targets' scores: add --soft-targets TAU, "
+                f"got {args.round_step}")
+    if args.off_target and not args.targets_only:
+        p.error("--off-target keeps some of the played turns' advantages that --targets-only drops: add --targets-only")
     if args.anchor_off_table and not args.random_anchor:
         p.error("--anchor-off-table keeps the random player's games out of the table: add --random-anchor")
     if args.smoke:
@@ -197,7 +210,7 @@ def main(argv=None):
     print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
                       "random_anchor": args.random_anchor, "soft_targets": args.soft_targets, "targets_only": args.targets_only,
-                      "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,
+                      "off_target": args.off_target, "round_step": args.round_step, "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,
                       "per_player": args.per_player, "selfplay_share": args.selfplay_share}))
 
 

@@ -3,7 +3,8 @@
 ``SoftQCredit`` is ``QCredit`` whose target turns are a distribution, ``softmax(Q / tau)`` over a
 state's known moves, instead of its best known move; ``targets_only`` also drops the played turns'
 ``A = Q - V``, as mirror credit does, so that the update's fixed point is the targets' own.
-``research/league_config_elsewhere.py --soft-targets TAU [--targets-only]`` runs it on Kuhn poker
+``research/league_config_elsewhere.py --soft-targets TAU [--targets-only [--off-target]] [--round-step W]``
+runs it on Kuhn poker
 and the matrix games (mean backup); this script runs ``examples/tictactoe_league.py`` with it (the
 example's minimax backup), every other setting the example's:
 
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
 from autocurricula.callbacks import TrainerCallback  # noqa: E402
 from autocurricula.credit import QCredit  # noqa: E402
+from autocurricula.credit.mirror import table_average  # noqa: E402
 from autocurricula.records import Turn, is_scripted  # noqa: E402
 
 
@@ -33,7 +35,12 @@ class SoftQCredit(QCredit):
     one, the most played completion as the target). The fixed point of the targets is
     ``softmax(Q / tau)`` play, where best-move targets keep pushing one move's logit
     (``research/anchor_bias_ideal.py``: soft against hard targets). ``targets_only``: the played
-    turns get ``A = 0`` (the table still learns from them), so only the targets train the policy.
+    turns get ``A = 0`` (the table still learns from them), so only the targets train the policy;
+    with ``off_target`` only those whose move gets a target turn do, and a rarer move (an invalid
+    word tried once) keeps its ``A = Q - V``. ``round_step``: each move's score is averaged over the
+    rounds its state is met, with weight ``max(1 / n, round_step)`` at the n-th (``table_average``,
+    as mirror credit's table iterate), so the targets take a mirror step a round, not the jump to
+    this round's soft best response. Its averages are not checkpointed.
     ``anchor_games``: with the mean backup, the turns of games with a scripted seat (the
     ``AnchorGames`` callback names them each round) neither enter the table nor get an advantage
     (their states still get target turns, valued by the table): a mean value is the value against
@@ -41,26 +48,39 @@ class SoftQCredit(QCredit):
     holds against any line of play, so there they still enter it.
     Reads the table's per-state move index (``StateValues._moves``, ``_minimax_moves``): research only."""
 
-    def __init__(self, tau: float, targets_only: bool = False, anchor_games: bool = False, **fields):
+    def __init__(self, tau: float, targets_only: bool = False, anchor_games: bool = False,
+                 off_target: bool = False, round_step: float | None = None, **fields):
         super().__init__(**fields)
+        if off_target and not targets_only:
+            raise ValueError("off_target keeps some played turns' advantages that targets_only drops: "
+                             "set targets_only=True with it")
         if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
             raise ValueError(f"soft targets need a finite tau > 0, got {tau!r}")
         if not self.target_coef:
             raise ValueError("soft targets are target turns: set target_coef > 0")
         self.tau, self.targets_only, self.anchor_games, self.anchored = tau, targets_only, anchor_games, set()
+        if round_step is not None and not (isinstance(round_step, (int, float)) and 0 < round_step <= 1):
+            raise ValueError(f"round_step is a weight in (0, 1] (None: off), got {round_step!r}")
+        self.off_target, self.round_step, self._met, self._kept = off_target, round_step, {}, {}
 
     def advantages(self, turns):
         keep = [i for i, t in enumerate(turns)
                 if not (self.anchor_games and self.backup == "mean" and t.game_id in self.anchored)]
         kept = super().advantages([turns[i] for i in keep])  # the table learns from these played turns
         out = [0.0] * len(turns)
-        if not self.targets_only:
-            for i, a in zip(keep, kept):
+        for i, a in zip(keep, kept):
+            if not self.targets_only or (self.off_target and not self.targeted(turns[i])):
                 out[i] = a
         return out
 
-    def known_moves(self, turn: Turn, state: str) -> list[tuple[float, list[int], bool]]:
-        """(score, completion ids, truncated) of each move of ``state`` tried ``target_min_visits`` times."""
+    def targeted(self, turn: Turn) -> bool:
+        """Whether ``turn``'s move gets a target turn: its state has two or more known moves and it is one."""
+        known = self.known_moves(turn, self.values.key(turn))
+        return len(known) >= 2 and any(self.values.action_key(turn) in keys for *_, keys in known)
+
+    def known_moves(self, turn: Turn, state: str) -> list[tuple[float, list[int], bool, list[str]]]:
+        """(score, completion ids, truncated, action keys) of each move of ``state`` tried
+        ``target_min_visits`` times."""
         table, known = self.values, []
         if self.backup == "minimax":
             groups = table._minimax_moves(state)
@@ -71,7 +91,7 @@ class SoftQCredit(QCredit):
             q, _, ids, truncated = max(rows, key=lambda r: r[1])
             n = sum(r[1] for r in rows)
             if n >= self.target_min_visits and ids:
-                known.append((q if self.backup == "minimax" else (q * n + v) / (n + 1), ids, truncated))
+                known.append((q if self.backup == "minimax" else (q * n + v) / (n + 1), ids, truncated, group))
         return known
 
     def extra_turns(self, turns):
@@ -84,9 +104,17 @@ class SoftQCredit(QCredit):
             known = self.known_moves(t, state)
             if len(known) < 2:
                 continue
+            if self.round_step is not None:  # each move's score averaged over the rounds its state is met
+                met = self._met[(t.player, state)] = self._met.get((t.player, state), 0) + 1
+                kept = self._kept.setdefault((t.player, state), {})
+                moves = [tuple(k[1]) for k in known]
+                scores = table_average([kept.get(m, k[0]) for m, k in zip(moves, known)], [k[0] for k in known],
+                                       met, self.round_step)
+                kept.update(zip(moves, scores))
+                known = [(q, *k[1:]) for q, k in zip(scores, known)]
             top = max(k[0] for k in known)
             weights = [math.exp((k[0] - top) / self.tau) for k in known]
-            for (_, ids, truncated), w in zip(known, weights):
+            for (_, ids, truncated, _), w in zip(known, weights):
                 out.append(Turn(player=t.player, game_id=t.game_id, role=t.role, prompt_ids=list(t.prompt_ids),
                                 completion_ids=list(ids), logprobs=[0.0] * len(ids), version=t.version, game=t.game,
                                 reward=t.reward, level=t.level, parent=t.parent, seat=t.seat, truncated=truncated,
@@ -109,6 +137,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tau", type=float, default=0.15, help="the targets' temperature over the moves' Q")
     p.add_argument("--targets-only", action="store_true", help="the played turns' advantages set to 0")
+    p.add_argument("--off-target", action="store_true", help="with --targets-only: a played move that gets no "
+                   "target turn keeps its A = Q - V")
+    p.add_argument("--round-step", type=float, default=None, metavar="W", help="each move's score averaged over "
+                   "the rounds its state is met, weight max(1/n, W) at the n-th (default off)")
     p.add_argument("example", nargs="*", help="after '--': examples/tictactoe_league.py's flags")
     args = p.parse_args(argv)
     import tictactoe_league
@@ -119,8 +151,14 @@ def main(argv=None):
                 "--q-targets above 0")
     if not args.tau > 0:
         p.error(f"--tau must be above 0, got {args.tau}")
-    credit = SoftQCredit(args.tau, args.targets_only, target_coef=ttt.q_targets, backup=ttt.q_backup)
-    print(json.dumps({"soft_targets": args.tau, "targets_only": args.targets_only, "backup": ttt.q_backup,
+    if args.off_target and not args.targets_only:
+        p.error("--off-target keeps some of the played turns' advantages that --targets-only drops: add --targets-only")
+    if args.round_step is not None and not 0 < args.round_step <= 1:
+        p.error(f"--round-step takes a weight in (0, 1], got {args.round_step}")
+    credit = SoftQCredit(args.tau, args.targets_only, off_target=args.off_target, round_step=args.round_step,
+                         target_coef=ttt.q_targets, backup=ttt.q_backup)
+    print(json.dumps({"soft_targets": args.tau, "targets_only": args.targets_only,
+                      "off_target": args.off_target, "round_step": args.round_step, "backup": ttt.q_backup,
                       "target_coef": ttt.q_targets}), flush=True)
     tictactoe_league.main(args.example, credit=credit)
 

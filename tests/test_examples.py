@@ -300,7 +300,7 @@ def test_soft_q_targets_of_the_research_script():
     state, with ``A = coef * softmax(Q / tau)`` (mean backup: Q shrunk by one visit at V; minimax:
     the backed-up Q): the advantages sum to coef, a move tried fewer than ``target_min_visits``
     times gets none, and ``targets_only`` zeroes the played turns' advantages while the table still
-    learns from them."""
+    learns from them (with ``off_target``, only those of moves that get a target turn)."""
     import math
 
     from autocurricula.records import Turn
@@ -328,6 +328,32 @@ def test_soft_q_targets_of_the_research_script():
     targets = only.extra_turns([act(8, "now", -1)])
     p7 = 1 / (1 + math.exp(-2 / 0.5))
     assert {t.completion_ids[0]: t.advantage for t in targets} == pytest.approx({7: 0.8 * p7, 8: 0.8 * (1 - p7)})
+    # off_target: a move with no target turn (tried once: 9) keeps A = Q - V; a targeted one (7) gets 0
+    off = mod.SoftQCredit(0.5, targets_only=True, off_target=True, target_coef=0.8)
+    for i, (move, r) in enumerate(played[:4]):
+        off.advantages([act(move, f"g{i}", r)])
+    v = off.values.value(act(9, "g4", -1))
+    assert off.advantages([act(9, "g4", -1)]) == pytest.approx([-1 - v]) and v == pytest.approx(0.0, abs=0.2)
+    assert off.advantages([act(7, "g5", 1)]) == [0.0]
+    with pytest.raises(ValueError, match="targets_only"):
+        mod.SoftQCredit(0.5, off_target=True, target_coef=0.8)
+    # round_step: a state's scores averaged over the rounds it is met, weight max(1 / n, step) at the n-th
+    avg = mod.SoftQCredit(0.5, round_step=0.1, target_coef=0.8)
+    for i, (move, r) in enumerate(played[:4]):
+        avg.advantages([act(move, f"g{i}", r)])
+    turn = act(8, "now", -1)
+    first = {k[1][0]: k[0] for k in avg.known_moves(turn, avg.values.key(turn))}
+    assert avg.extra_turns([turn])  # round 1: this round's scores
+    for i in range(3):
+        avg.advantages([act(8, f"h{i}", 1)])  # move 8 now wins
+    second = {k[1][0]: k[0] for k in avg.known_moves(turn, avg.values.key(turn))}
+    mean = {m: (first[m] + second[m]) / 2 for m in (7, 8)}  # round 2: weight max(1 / 2, 0.1)
+    p7 = 1 / (1 + math.exp((mean[8] - mean[7]) / 0.5))
+    assert second[8] > first[8] + 0.5
+    assert {t.completion_ids[0]: t.advantage for t in avg.extra_turns([turn])} == \
+        pytest.approx({7: 0.8 * p7, 8: 0.8 * (1 - p7)})
+    with pytest.raises(ValueError, match="round_step"):
+        mod.SoftQCredit(0.5, round_step=0.0, target_coef=0.8)
     # anchor_games: a game with a scripted seat stays out of the mean table and gets no advantage
     from autocurricula.records import GameRecord
 
@@ -869,8 +895,8 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
 
     args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128, snapshot_min_rounds=None,
                               snapshot_max_rounds=None, random_anchor=False, soft_targets=None,
-                              targets_only=False, alpha=None, anchor_off_table=False, per_player=False,
-                              selfplay_share=None)
+                              targets_only=False, off_target=False, round_step=None, alpha=None, anchor_off_table=False,
+                              per_player=False, selfplay_share=None)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -900,6 +926,12 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     assert not credit.targets_only
     args.targets_only = True
     assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.targets_only
+    assert not credit.off_target
+    args.off_target = True
+    assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.off_target
+    assert credit.round_step is None
+    args.round_step = 0.045
+    assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.round_step == 0.045
     assert credit.alpha == 0.95  # ValueCredit's
     args.alpha = 0.99
     assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.values.alpha == 0.99
@@ -915,6 +947,25 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     [named] = keywords["callbacks"]
     assert isinstance(named, mod.AnchorGames) and trainer.config.credit.anchor_games
+
+
+@pytest.mark.parametrize("argv, fix", [
+    (["--soft-targets", "0"], "temperature above 0"),
+    (["--selfplay-share", "1.5"], "share in [0, 1]"),
+    (["--alpha", "1"], "[0, 1)"),
+    (["--targets-only"], "add --soft-targets TAU"),
+    (["--soft-targets", "0.15", "--off-target"], "add --targets-only"),
+    (["--round-step", "0.05"], "add --soft-targets TAU"),
+    (["--soft-targets", "0.15", "--round-step", "0"], "weight in (0, 1]"),
+    (["--soft-targets", "0.15", "--anchor-off-table"], "add --random-anchor"),
+])
+def test_league_config_elsewhere_refuses_settings_that_do_nothing(argv, fix, capsys):
+    """Each research flag that needs another, or a value out of range, stops the script before any
+    game with an error that names the flag to add or the range."""
+    mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere")
+    with pytest.raises(SystemExit) as stop:
+        mod.main(["--game", "kuhn", *argv])
+    assert stop.value.code == 2 and fix in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -938,21 +989,23 @@ def test_league_config_elsewhere_smoke(anchor, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("anchor", [[], ["--random-anchor", "--anchor-off-table"]])
-def test_league_config_elsewhere_soft_targets_smoke(anchor, tmp_path):
-    """The soft-target variants run end to end (one matrix game), the anchor's games kept out of the
-    table through the trainer's own credit, and the summary records the settings."""
+@pytest.mark.parametrize("variant", [["--off-target"], ["--random-anchor", "--anchor-off-table"]])
+def test_league_config_elsewhere_soft_targets_smoke(variant, tmp_path):
+    """The soft-target variants run end to end (one matrix game): the off-target moves' advantages
+    kept, or the anchor's games kept out of the table through the trainer's own credit; the summary
+    records the settings."""
     import json
     import os
 
     out = subprocess.run([sys.executable, str(ROOT / "research" / "league_config_elsewhere.py"), "--game", "matrix",
-                          "--smoke", "--soft-targets", "0.15", "--targets-only", "--alpha", "0.99", *anchor],
+                          "--smoke", "--soft-targets", "0.15", "--targets-only", "--alpha", "0.99", *variant],
                          capture_output=True, text=True, timeout=280, cwd=ROOT,
                          env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-3000:]
     last = json.loads(out.stdout.strip().splitlines()[-1])
     assert (last["soft_targets"], last["targets_only"], last["alpha"]) == (0.15, True, 0.99)
-    assert last["anchor_off_table"] is bool(anchor) and 0 <= last["summary"]["worst"] <= 1
+    assert last["anchor_off_table"] is ("--anchor-off-table" in variant) and 0 <= last["summary"]["worst"] <= 1
+    assert last["off_target"] is ("--off-target" in variant)
 
 
 @pytest.mark.slow
