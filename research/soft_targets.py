@@ -4,9 +4,9 @@
 state's known moves, instead of its best known move; ``targets_only`` also drops the played turns'
 ``A = Q - V``, as mirror credit does, so that the update's fixed point is the targets' own.
 ``research/league_config_elsewhere.py --soft-targets TAU [--targets-only [--off-target]] [--round-step W]``
-runs it on Kuhn poker
-and the matrix games (mean backup); this script runs ``examples/tictactoe_league.py`` with it (the
-example's minimax backup), every other setting the example's:
+runs it on Kuhn poker and the matrix games (mean backup); this script runs
+``examples/tictactoe_league.py`` with it (the example's minimax backup), every other setting the
+example's:
 
     python research/soft_targets.py --tau 0.15 --targets-only -- --seed 0   # after "--": the example's flags
 """
