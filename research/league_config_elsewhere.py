@@ -39,7 +39,7 @@ import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
 from autocurricula import LeagueConfig, LeagueTrainer  # noqa: E402
 from autocurricula.credit import QCredit  # noqa: E402
 from autocurricula.eval.players import main_agent  # noqa: E402
-from soft_targets import AnchorGames, SoftQCredit  # noqa: E402
+from soft_targets import AnchorGames, ListedMoves, SoftQCredit  # noqa: E402
 from ttt_common import parse_args as ttt_args  # noqa: E402
 from ttt_common import update_settings  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
@@ -68,11 +68,12 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
                           credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
                           if args.soft_targets is None else SoftQCredit(args.soft_targets, args.targets_only,
                                                                     args.anchor_off_table, args.off_target,
-                                                                    args.round_step, target_coef=ttt.q_targets,
+                                                                    args.round_step, args.listed,
+                                                                    target_coef=ttt.q_targets,
                                                                     backup=ttt.q_backup, **table),
                           anchor_share=ANCHOR_SHARE if args.random_anchor else 0.0)
     anchors = [{"id": "random", "role": "random", "policy": game.random_policy}] if args.random_anchor else []
-    callbacks = [AnchorGames()] if args.anchor_off_table else []
+    callbacks = ([AnchorGames()] if args.anchor_off_table else []) + ([ListedMoves(game)] if args.listed else [])
     return LeagueTrainer(config, opponents=anchors), {"lora_config": lora, "grpo_config": grpo, "callbacks": callbacks}
 
 
@@ -178,6 +179,8 @@ def main(argv=None):
                    "score averaged over the rounds its state is met, with weight max(1/n, W) at the n-th, and the "
                    "targets softmax(average / TAU): mirror descent's step W on the table's values "
                    "(SoftQCredit.round_step; default off: this round's scores)")
+    p.add_argument("--listed", action="store_true", help="with --soft-targets: targets over the moves the game "
+                   "lists only; a reply that is none of them gets no target (SoftQCredit.listed, ListedMoves)")
     p.add_argument("--anchor-off-table", action="store_true", help="with --soft-targets and --random-anchor: "
                    "the games against the random player stay out of the value table (SoftQCredit.anchor_games)")
     p.add_argument("--alpha", type=float, default=None, help="the value table's running-mean floor (ValueCredit."
@@ -200,6 +203,8 @@ def main(argv=None):
     if args.round_step is not None and (args.soft_targets is None or not 0 < args.round_step <= 1):
         p.error(f"--round-step takes a weight in (0, 1] and averages soft targets' scores: add --soft-targets TAU, "
                 f"got {args.round_step}")
+    if args.listed and args.soft_targets is None:
+        p.error("--listed restricts soft targets to the game's moves: add --soft-targets TAU")
     if args.off_target and not args.targets_only:
         p.error("--off-target keeps some of the played turns' advantages that --targets-only drops: add --targets-only")
     if args.anchor_off_table and not args.random_anchor:
@@ -210,7 +215,8 @@ def main(argv=None):
     print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
                       "random_anchor": args.random_anchor, "soft_targets": args.soft_targets, "targets_only": args.targets_only,
-                      "off_target": args.off_target, "round_step": args.round_step, "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,
+                      "off_target": args.off_target, "round_step": args.round_step, "listed": args.listed,
+                      "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,
                       "per_player": args.per_player, "selfplay_share": args.selfplay_share}))
 
 

@@ -40,7 +40,11 @@ class SoftQCredit(QCredit):
     word tried once) keeps its ``A = Q - V``. ``round_step``: each move's score is averaged over the
     rounds its state is met, with weight ``max(1 / n, round_step)`` at the n-th (``table_average``,
     as mirror credit's table iterate), so the targets take a mirror step a round, not the jump to
-    this round's soft best response. Its averages are not checkpointed.
+    this round's soft best response. Its averages are not checkpointed. ``listed``: the targets cover
+    only the moves the game lists (the ``ListedMoves`` callback gives them), as mirror credit's do,
+    and a reply that is none of them is never a target, so it keeps its ``A = Q - V`` under
+    ``off_target``: otherwise each spelling of an invalid reply is a move of its own in the softmax,
+    and where the legal moves' values are near the forfeit, many of them take most of the weight.
     ``anchor_games``: with the mean backup, the turns of games with a scripted seat (the
     ``AnchorGames`` callback names them each round) neither enter the table nor get an advantage
     (their states still get target turns, valued by the table): a mean value is the value against
@@ -49,7 +53,7 @@ class SoftQCredit(QCredit):
     Reads the table's per-state move index (``StateValues._moves``, ``_minimax_moves``): research only."""
 
     def __init__(self, tau: float, targets_only: bool = False, anchor_games: bool = False,
-                 off_target: bool = False, round_step: float | None = None, **fields):
+                 off_target: bool = False, round_step: float | None = None, listed: bool = False, **fields):
         super().__init__(**fields)
         if off_target and not targets_only:
             raise ValueError("off_target keeps some played turns' advantages that targets_only drops: "
@@ -62,6 +66,7 @@ class SoftQCredit(QCredit):
         if round_step is not None and not (isinstance(round_step, (int, float)) and 0 < round_step <= 1):
             raise ValueError(f"round_step is a weight in (0, 1] (None: off), got {round_step!r}")
         self.off_target, self.round_step, self._met, self._kept = off_target, round_step, {}, {}
+        self.listed, self.moves_of, self.decode, self._texts = listed, None, None, {}
 
     def advantages(self, turns):
         keep = [i for i, t in enumerate(turns)
@@ -72,6 +77,17 @@ class SoftQCredit(QCredit):
             if not self.targets_only or (self.off_target and not self.targeted(turns[i])):
                 out[i] = a
         return out
+
+    def is_listed(self, prompt_ids, completion_ids) -> bool:
+        """With ``listed``: whether the reply is one of the moves the game lists at the prompt."""
+        if self.moves_of is None:
+            raise RuntimeError("listed soft targets need the game's moves and the tokenizer: add the ListedMoves "
+                               "callback")
+        key = (tuple(prompt_ids), tuple(completion_ids))
+        if key not in self._texts:
+            moves = {m.strip() for m in self.moves_of(self.decode(list(prompt_ids), skip_special_tokens=True))}
+            self._texts[key] = self.decode(list(completion_ids), skip_special_tokens=True).strip() in moves
+        return self._texts[key]
 
     def targeted(self, turn: Turn) -> bool:
         """Whether ``turn``'s move gets a target turn: its state has two or more known moves and it is one."""
@@ -90,7 +106,7 @@ class SoftQCredit(QCredit):
             rows = [table.action_values[a] for a in group]
             q, _, ids, truncated = max(rows, key=lambda r: r[1])
             n = sum(r[1] for r in rows)
-            if n >= self.target_min_visits and ids:
+            if n >= self.target_min_visits and ids and (not self.listed or self.is_listed(turn.prompt_ids, ids)):
                 known.append((q if self.backup == "minimax" else (q * n + v) / (n + 1), ids, truncated, group))
         return known
 
@@ -121,6 +137,23 @@ class SoftQCredit(QCredit):
                                 advantage=self.target_coef * w / sum(weights), target=True))
         self._targets = len(out)
         return out
+
+
+class ListedMoves(TrainerCallback):
+    """Gives the trainer's ``SoftQCredit(listed=True)`` the game's ``moves(prompt)`` and the
+    tokenizer, before the first round's credit."""
+
+    def __init__(self, game):
+        from autocurricula.game import game_moves
+
+        self.moves_of = game_moves(game)
+        if self.moves_of is None:
+            raise ValueError(f"listed soft targets need a game that lists its moves (moves(prompt)), got {game!r}")
+
+    def on_games(self, trainer, records: list) -> None:
+        if not isinstance(trainer.credit, SoftQCredit):
+            raise TypeError(f"ListedMoves names the moves to a SoftQCredit, the trainer has {trainer.credit!r}")
+        trainer.credit.moves_of, trainer.credit.decode = self.moves_of, trainer.engine.tokenizer.decode
 
 
 class AnchorGames(TrainerCallback):

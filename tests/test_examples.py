@@ -354,6 +354,22 @@ def test_soft_q_targets_of_the_research_script():
         pytest.approx({7: 0.8 * p7, 8: 0.8 * (1 - p7)})
     with pytest.raises(ValueError, match="round_step"):
         mod.SoftQCredit(0.5, round_step=0.0, target_coef=0.8)
+    # listed: the targets cover the game's moves only; a reply that is none of them keeps its A
+    listed = mod.SoftQCredit(0.5, targets_only=True, off_target=True, listed=True, target_coef=0.8)
+    with pytest.raises(RuntimeError, match="ListedMoves"):
+        listed.is_listed([1], [7])
+    listed.moves_of = lambda prompt: ["7", "8"] if prompt == "1" else []
+    listed.decode = lambda ids, skip_special_tokens=True: " ".join(map(str, ids))
+    for i, (move, r) in enumerate(played[:4] + [(9, -1), (9, -1)]):  # 9: an invalid word, tried twice
+        listed.advantages([act(move, f"g{i}", r)])
+    assert {t.completion_ids[0] for t in listed.extra_turns([act(8, "now", -1)])} == {7, 8}
+    assert listed.advantages([act(9, "g6", -1)]) != [0.0] and listed.advantages([act(7, "g7", 1)]) == [0.0]
+    unlisted = mod.SoftQCredit(0.5, targets_only=True, off_target=True, target_coef=0.8)
+    for i, (move, r) in enumerate(played[:4] + [(9, -1), (9, -1)]):
+        unlisted.advantages([act(move, f"g{i}", r)])
+    assert {t.completion_ids[0] for t in unlisted.extra_turns([act(8, "now", -1)])} == {7, 8, 9}
+    with pytest.raises(ValueError, match="lists its moves"):
+        mod.ListedMoves(lambda players, model, tokenizer: None)
     # anchor_games: a game with a scripted seat stays out of the mean table and gets no advantage
     from autocurricula.records import GameRecord
 
@@ -895,7 +911,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
 
     args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128, snapshot_min_rounds=None,
                               snapshot_max_rounds=None, random_anchor=False, soft_targets=None,
-                              targets_only=False, off_target=False, round_step=None, alpha=None, anchor_off_table=False,
+                              targets_only=False, off_target=False, round_step=None, listed=False, alpha=None, anchor_off_table=False,
                               per_player=False, selfplay_share=None)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
@@ -932,6 +948,11 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     assert credit.round_step is None
     args.round_step = 0.045
     assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.round_step == 0.045
+    assert not credit.listed
+    args.listed = True  # the game's moves named to the credit by a callback
+    with_moves, listed_keywords = mod.league(args, str(tmp_path), kuhn_poker)
+    assert with_moves.config.credit.listed and [type(c) for c in listed_keywords["callbacks"]] == [mod.ListedMoves]
+    args.listed = False
     assert credit.alpha == 0.95  # ValueCredit's
     args.alpha = 0.99
     assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.values.alpha == 0.99
@@ -956,6 +977,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     (["--targets-only"], "add --soft-targets TAU"),
     (["--soft-targets", "0.15", "--off-target"], "add --targets-only"),
     (["--round-step", "0.05"], "add --soft-targets TAU"),
+    (["--listed"], "add --soft-targets TAU"),
     (["--soft-targets", "0.15", "--round-step", "0"], "weight in (0, 1]"),
     (["--soft-targets", "0.15", "--anchor-off-table"], "add --random-anchor"),
 ])
