@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # research/: soft_targets
 
 import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
+import numpy as np  # noqa: E402
 from autocurricula import LeagueConfig, LeagueTrainer  # noqa: E402
 from autocurricula.credit import QCredit  # noqa: E402
 from autocurricula.eval.players import main_agent  # noqa: E402
@@ -122,6 +123,24 @@ class MainAgentFigures:
         return {}
 
 
+def replies(trainer, game, top: int = 8) -> list[dict]:
+    """Per seat, the live main agent's probability of each word and of an invalid reply, and its
+    ``top`` most likely next tokens (an invalid reply's mass, token by token)."""
+    from autocurricula.eval.matrix import read_policy
+
+    engine, main, temperature = trainer.engine, main_agent(trainer), trainer.grpo.temperature
+    out = []
+    for seat, probs in enumerate(read_policy(engine, main, game, temperature=temperature)):
+        logits = np.asarray(engine.logits(engine.encode(game.prompt(seat)), main), dtype=np.float64)[-1] / temperature
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        out.append({"words": {w: round(float(x), 3) for w, x in zip(game.words[seat], probs)},
+                    "invalid": round(float(probs[-1]), 3),
+                    "top_tokens": [[engine.tokenizer.decode([int(t)]), round(float(p[t]), 3)]
+                                   for t in np.argsort(-p)[:top]]})
+    return out
+
+
 def matrix(args) -> dict:
     import psro_matrix_games
     from autocurricula.eval.matrix import figures, read_policy
@@ -145,6 +164,8 @@ def matrix(args) -> dict:
                    **{k: round(v, 4) for k, v in figures(game, policies, weights).items()},
                    "players": len(trainer.players), "mixture": {k: round(v, 3) for k, v in weights.items()},
                    "seconds": round(time.perf_counter() - t0, 1)}
+            if args.replies:
+                row["main_agent_replies"] = replies(trainer, game)
             trainer.engine.close()
         rows.append(row)
         tqdm.write(json.dumps(row), file=sys.stdout)
@@ -190,6 +211,8 @@ def main(argv=None):
     p.add_argument("--selfplay-share", type=float, default=None, help="the main agent's share of self-play (PFSP "
                    "over past players takes min(0.5, the rest), verification games what is left; default "
                    "LeagueConfig's 0.35 and 0.5)")
+    p.add_argument("--replies", action="store_true", help="with --game matrix: each game's row also gives the live "
+                   "main agent's word and invalid probabilities per seat and its most likely next tokens")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check that it runs")
     args = p.parse_args(argv)
     if args.soft_targets is not None and not args.soft_targets > 0:
@@ -203,6 +226,8 @@ def main(argv=None):
     if args.round_step is not None and (args.soft_targets is None or not 0 < args.round_step <= 1):
         p.error(f"--round-step takes a weight in (0, 1] and averages soft targets' scores: add --soft-targets TAU, "
                 f"got {args.round_step}")
+    if args.replies and args.game != "matrix":
+        p.error("--replies reads the matrix games' one-word replies: use it with --game matrix")
     if args.listed and args.soft_targets is None:
         p.error("--listed restricts soft targets to the game's moves: add --soft-targets TAU")
     if args.off_target and not args.targets_only:
@@ -216,7 +241,7 @@ def main(argv=None):
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
                       "random_anchor": args.random_anchor, "soft_targets": args.soft_targets, "targets_only": args.targets_only,
                       "off_target": args.off_target, "round_step": args.round_step, "listed": args.listed,
-                      "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,
+                      "replies": args.replies, "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,
                       "per_player": args.per_player, "selfplay_share": args.selfplay_share}))
 
 

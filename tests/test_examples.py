@@ -978,6 +978,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     (["--soft-targets", "0.15", "--off-target"], "add --targets-only"),
     (["--round-step", "0.05"], "add --soft-targets TAU"),
     (["--listed"], "add --soft-targets TAU"),
+    (["--replies"], "use it with --game matrix"),
     (["--soft-targets", "0.15", "--round-step", "0"], "weight in (0, 1]"),
     (["--soft-targets", "0.15", "--anchor-off-table"], "add --random-anchor"),
 ])
@@ -1011,11 +1012,12 @@ def test_league_config_elsewhere_smoke(anchor, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", [["--off-target"], ["--random-anchor", "--anchor-off-table"]])
+@pytest.mark.parametrize("variant", [["--off-target", "--listed", "--replies"],
+                                     ["--random-anchor", "--anchor-off-table"]])
 def test_league_config_elsewhere_soft_targets_smoke(variant, tmp_path):
-    """The soft-target variants run end to end (one matrix game): the off-target moves' advantages
-    kept, or the anchor's games kept out of the table through the trainer's own credit; the summary
-    records the settings."""
+    """The soft-target variants run end to end (one matrix game): targets over the listed moves with
+    the other replies' advantages kept (and the main agent's replies read per seat), or the anchor's
+    games kept out of the table through the trainer's own credit; the summary records the settings."""
     import json
     import os
 
@@ -1027,7 +1029,14 @@ def test_league_config_elsewhere_soft_targets_smoke(variant, tmp_path):
     last = json.loads(out.stdout.strip().splitlines()[-1])
     assert (last["soft_targets"], last["targets_only"], last["alpha"]) == (0.15, True, 0.99)
     assert last["anchor_off_table"] is ("--anchor-off-table" in variant) and 0 <= last["summary"]["worst"] <= 1
-    assert last["off_target"] is ("--off-target" in variant)
+    assert last["off_target"] is last["listed"] is ("--off-target" in variant)
+    [row] = [json.loads(line) for line in out.stdout.strip().splitlines()[:-1]]
+    if "--replies" in variant:  # per seat: each word's probability, the invalid rest, the likeliest tokens
+        assert [len(seat["words"]) for seat in row["main_agent_replies"]] == list(row["shape"])
+        for seat in row["main_agent_replies"]:
+            assert abs(sum(seat["words"].values()) + seat["invalid"] - 1) < 0.01 and len(seat["top_tokens"]) == 8
+    else:
+        assert "main_agent_replies" not in row
 
 
 @pytest.mark.slow
