@@ -64,8 +64,9 @@ def parse(argv=None):
     return parse_args(__doc__, "--games-per-learner", 256, "runs/tictactoe-league", extra=league_flags, argv=argv)
 
 
-def main(argv=None, credit=None) -> None:
-    """The example; ``credit``: a credit object in place of ``--credit``'s (research/ compares others)."""
+def main(argv=None, credit=None, callbacks=()) -> None:
+    """The example; ``credit``: a credit object in place of ``--credit``'s, ``callbacks``: more
+    trainer callbacks (research/ compares other credits)."""
     args = parse(argv)
     engine, figures = start(args)
     config = LeagueConfig(
@@ -84,7 +85,7 @@ def main(argv=None, credit=None) -> None:
     trainer = LeagueTrainer(config, opponents=[p for p in scripted_players() if p["id"] in anchors])
     evaluator = Evaluator(args.eval_games)
     lora, grpo = update_settings(args)
-    trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],
+    trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator, *callbacks],
                   resume_from_checkpoint=args.resume)
     finish(trainer, evaluator, engine, figures, args)
 

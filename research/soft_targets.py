@@ -174,6 +174,8 @@ def main(argv=None):
                    "target turn keeps its A = Q - V")
     p.add_argument("--round-step", type=float, default=None, metavar="W", help="each move's score averaged over "
                    "the rounds its state is met, weight max(1/n, W) at the n-th (default off)")
+    p.add_argument("--listed", action="store_true", help="targets over the game's listed moves only; a reply "
+                   "that is none of them gets no target")
     p.add_argument("example", nargs="*", help="after '--': examples/tictactoe_league.py's flags")
     args = p.parse_args(argv)
     import tictactoe_league
@@ -189,11 +191,13 @@ def main(argv=None):
     if args.round_step is not None and not 0 < args.round_step <= 1:
         p.error(f"--round-step takes a weight in (0, 1], got {args.round_step}")
     credit = SoftQCredit(args.tau, args.targets_only, off_target=args.off_target, round_step=args.round_step,
-                         target_coef=ttt.q_targets, backup=ttt.q_backup)
-    print(json.dumps({"soft_targets": args.tau, "targets_only": args.targets_only,
-                      "off_target": args.off_target, "round_step": args.round_step, "backup": ttt.q_backup,
+                         listed=args.listed, target_coef=ttt.q_targets, backup=ttt.q_backup)
+    print(json.dumps({"soft_targets": args.tau, "targets_only": args.targets_only, "off_target": args.off_target,
+                      "round_step": args.round_step, "listed": args.listed, "backup": ttt.q_backup,
                       "target_coef": ttt.q_targets}), flush=True)
-    tictactoe_league.main(args.example, credit=credit)
+    from autocurricula.games import tictactoe
+
+    tictactoe_league.main(args.example, credit=credit, callbacks=[ListedMoves(tictactoe)] if args.listed else [])
 
 
 if __name__ == "__main__":

@@ -1042,19 +1042,21 @@ def test_league_config_elsewhere_soft_targets_smoke(variant, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_soft_targets_tictactoe_smoke(tmp_path):
-    """research/soft_targets.py runs the tic-tac-toe league example with soft targets alone: one
-    short epoch, the example's final JSON line after the script's own settings line."""
+    """research/soft_targets.py runs the tic-tac-toe league example with soft targets alone (over the
+    listed moves, other replies keeping their advantages): one short epoch, the example's final JSON
+    line after the script's own settings line."""
     import json
     import os
 
     out = subprocess.run([sys.executable, str(ROOT / "research" / "soft_targets.py"), "--tau", "0.15",
-                          "--targets-only", "--", "--epochs", "1", "--rounds", "1", "--games-per-learner", "4",
+                          "--targets-only", "--off-target", "--listed", "--", "--epochs", "1", "--rounds", "1", "--games-per-learner", "4",
                           "--eval-games", "200", "--output-dir", str(tmp_path / "run")],
                          capture_output=True, text=True, timeout=880, cwd=ROOT,
                          env={**os.environ, "AUTOCURRICULA_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
-    assert json.loads(lines[0]) == {"soft_targets": 0.15, "targets_only": True, "backup": "minimax", "target_coef": 1.0}
+    assert json.loads(lines[0]) == {"soft_targets": 0.15, "targets_only": True, "off_target": True, "round_step": None,
+                                    "listed": True, "backup": "minimax", "target_coef": 1.0}
     summary = json.loads(lines[-1])
     assert summary["epochs"] == 1 and "loses_to_best_response_as_o" in summary
     assert summary["credit_class"] == "SoftQCredit"  # the credit it trained with, not --credit's
