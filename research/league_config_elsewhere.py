@@ -137,7 +137,7 @@ def replies(trainer, game, top: int = 8) -> list[dict]:
         out.append({"words": {w: round(float(x), 3) for w, x in zip(game.words[seat], probs)},
                     "invalid": round(float(probs[-1]), 3),
                     "top_tokens": [[engine.tokenizer.decode([int(t)]), round(float(p[t]), 3)]
-                                   for t in np.argsort(-p)[:top]]})
+                                   for t in [t for t in np.argsort(-p) if t < len(engine.tokenizer)][:top]]})
     return out
 
 
@@ -194,7 +194,8 @@ def main(argv=None):
     p.add_argument("--targets-only", action="store_true", help="with --soft-targets: the played turns' "
                    "advantages set to 0, so only the target turns train the policy (as mirror credit)")
     p.add_argument("--off-target", action="store_true", help="with --targets-only: a played move that gets no "
-                   "target turn (tried fewer than twice, or its state's only known move) keeps its A = Q - V "
+                   "target turn (tried fewer than twice, its state's only known move, or with --listed a reply "
+                   "the game does not list) keeps its A = Q - V "
                    "(SoftQCredit.off_target), so rare replies such as invalid words are still pushed down")
     p.add_argument("--round-step", type=float, default=None, metavar="W", help="with --soft-targets: each move's "
                    "score averaged over the rounds its state is met, with weight max(1/n, W) at the n-th, and the "
@@ -223,9 +224,10 @@ def main(argv=None):
         p.error(f"--alpha takes a running-mean floor in [0, 1), got {args.alpha}")
     if (args.targets_only or args.anchor_off_table) and args.soft_targets is None:
         p.error("--targets-only and --anchor-off-table change soft targets' credit: add --soft-targets TAU")
-    if args.round_step is not None and (args.soft_targets is None or not 0 < args.round_step <= 1):
-        p.error(f"--round-step takes a weight in (0, 1] and averages soft targets' scores: add --soft-targets TAU, "
-                f"got {args.round_step}")
+    if args.round_step is not None and not 0 < args.round_step <= 1:
+        p.error(f"--round-step takes a weight in (0, 1], got {args.round_step}")
+    if args.round_step is not None and args.soft_targets is None:
+        p.error("--round-step averages soft targets' scores: add --soft-targets TAU")
     if args.replies and args.game != "matrix":
         p.error("--replies reads the matrix games' one-word replies: use it with --game matrix")
     if args.listed and args.soft_targets is None:

@@ -3,10 +3,10 @@
 ``SoftQCredit`` is ``QCredit`` whose target turns are a distribution, ``softmax(Q / tau)`` over a
 state's known moves, instead of its best known move; ``targets_only`` also drops the played turns'
 ``A = Q - V``, as mirror credit does, so that the update's fixed point is the targets' own.
-``research/league_config_elsewhere.py --soft-targets TAU [--targets-only [--off-target]] [--round-step W]``
-runs it on Kuhn poker and the matrix games (mean backup); this script runs
-``examples/tictactoe_league.py`` with it (the example's minimax backup), every other setting the
-example's:
+``research/league_config_elsewhere.py --soft-targets TAU`` runs it on Kuhn poker and the matrix
+games (mean backup); this script runs ``examples/tictactoe_league.py`` with it (the example's
+minimax backup), every other setting the example's. Both take ``--targets-only [--off-target]``,
+``--listed`` and ``--round-step W``:
 
     python research/soft_targets.py --tau 0.15 --targets-only -- --seed 0   # after "--": the example's flags
 """
@@ -38,9 +38,11 @@ class SoftQCredit(QCredit):
     turns get ``A = 0`` (the table still learns from them), so only the targets train the policy;
     with ``off_target`` only those whose move gets a target turn do, and a rarer move (an invalid
     word tried once) keeps its ``A = Q - V``. ``round_step``: each move's score is averaged over the
-    rounds its state is met, with weight ``max(1 / n, round_step)`` at the n-th (``table_average``,
-    as mirror credit's table iterate), so the targets take a mirror step a round, not the jump to
-    this round's soft best response. Its averages are not checkpointed. ``listed``: the targets cover
+    rounds in which its state gets targets (a learner visited it and it has two or more known
+    moves), with weight ``max(1 / n, round_step)`` at the n-th (``table_average``, as mirror credit's
+    table iterate), so the targets take a mirror step a round, not the jump to this round's soft
+    best response; a move first known later joins at its score of that round. The averages are
+    not checkpointed. ``listed``: the targets cover
     only the moves the game lists (the ``ListedMoves`` callback gives them), as mirror credit's do,
     and a reply that is none of them is never a target, so it keeps its ``A = Q - V`` under
     ``off_target``: otherwise each spelling of an invalid reply is a move of its own in the softmax,
@@ -63,7 +65,8 @@ class SoftQCredit(QCredit):
         if not self.target_coef:
             raise ValueError("soft targets are target turns: set target_coef > 0")
         self.tau, self.targets_only, self.anchor_games, self.anchored = tau, targets_only, anchor_games, set()
-        if round_step is not None and not (isinstance(round_step, (int, float)) and 0 < round_step <= 1):
+        if round_step is not None and (isinstance(round_step, bool) or not isinstance(round_step, (int, float))
+                                       or not 0 < round_step <= 1):
             raise ValueError(f"round_step is a weight in (0, 1] (None: off), got {round_step!r}")
         self.off_target, self.round_step, self._met, self._kept = off_target, round_step, {}, {}
         self.listed, self.moves_of, self.decode, self._texts = listed, None, None, {}
@@ -96,7 +99,8 @@ class SoftQCredit(QCredit):
 
     def known_moves(self, turn: Turn, state: str) -> list[tuple[float, list[int], bool, list[str]]]:
         """(score, completion ids, truncated, action keys) of each move of ``state`` tried
-        ``target_min_visits`` times."""
+        ``target_min_visits`` times (a minimax move: its completions' visits summed, its most played
+        completion, with ``listed`` its most played listed one, as the target)."""
         table, known = self.values, []
         if self.backup == "minimax":
             groups = table._minimax_moves(state)
@@ -104,9 +108,10 @@ class SoftQCredit(QCredit):
             v, groups = table.value(turn), [[a] for a in sorted(table._moves.get(state, ()))]
         for group in groups:
             rows = [table.action_values[a] for a in group]
-            q, _, ids, truncated = max(rows, key=lambda r: r[1])
             n = sum(r[1] for r in rows)
-            if n >= self.target_min_visits and ids and (not self.listed or self.is_listed(turn.prompt_ids, ids)):
+            usable = [r for r in rows if r[2] and (not self.listed or self.is_listed(turn.prompt_ids, r[2]))]
+            if n >= self.target_min_visits and usable:
+                q, _, ids, truncated = max(usable, key=lambda r: r[1])
                 known.append((q if self.backup == "minimax" else (q * n + v) / (n + 1), ids, truncated, group))
         return known
 
@@ -122,11 +127,11 @@ class SoftQCredit(QCredit):
                 continue
             if self.round_step is not None:  # each move's score averaged over the rounds its state is met
                 met = self._met[(t.player, state)] = self._met.get((t.player, state), 0) + 1
-                kept = self._kept.setdefault((t.player, state), {})
-                moves = [tuple(k[1]) for k in known]
-                scores = table_average([kept.get(m, k[0]) for m, k in zip(moves, known)], [k[0] for k in known],
-                                       met, self.round_step)
-                kept.update(zip(moves, scores))
+                kept = self._kept.setdefault((t.player, state), {})  # action key -> its move's average
+                before = [next((kept[a] for a in k[3] if a in kept), k[0]) for k in known]  # new: this round's
+                scores = table_average(before, [k[0] for k in known], met, self.round_step)
+                for q, k in zip(scores, known):
+                    kept.update(dict.fromkeys(k[3], q))  # every completion of the move: groups merge
                 known = [(q, *k[1:]) for q, k in zip(scores, known)]
             top = max(k[0] for k in known)
             weights = [math.exp((k[0] - top) / self.tau) for k in known]

@@ -370,6 +370,35 @@ def test_soft_q_targets_of_the_research_script():
     assert {t.completion_ids[0] for t in unlisted.extra_turns([act(8, "now", -1)])} == {7, 8, 9}
     with pytest.raises(ValueError, match="lists its moves"):
         mod.ListedMoves(lambda players, model, tokenizer: None)
+    # minimax: "9." and "9" reach the same next position, one move; with listed its listed spelling is
+    # the target (visits summed), and round_step keeps its average when its most played spelling changes
+    spelled = {9: "9", 46: ".", 5: "5"}
+
+    def line(game_id, first, then, r):  # two turns of one player: the first move decides the next prompt
+        return [Turn("p", game_id, "X", [1], first, [0.0] * len(first), reward=r, game="t"),
+                Turn("p", game_id, "X", [2] if first[0] == 9 else [3], then, [0.0] * len(then), reward=r, game="t")]
+
+    def board(**kw):
+        c = mod.SoftQCredit(0.5, targets_only=True, off_target=True, target_coef=1.0, backup="minimax", **kw)
+        c.moves_of = lambda prompt: ["9", "5"] if prompt == "<1>" else []
+        c.decode = lambda ids, skip_special_tokens=True: "".join(spelled.get(i, f"<{i}>") for i in ids)
+        return c
+
+    first = sum([line(f"a{i}", [9, 46], [5], 1) for i in range(3)], line("b", [9], [5], 1))
+    first += sum([line(f"c{i}", [5], [9], -1) for i in range(2)], [])
+    probe = Turn("p", "z", "X", [1], [9], [0.0], reward=0, game="t")
+    grouped = board(listed=True)
+    assert set(grouped.advantages(first)[0:8:2]) == {0.0}  # both spellings are the targeted move 9
+    p9 = 1 / (1 + math.exp(-2 / 0.5))
+    assert {tuple(t.completion_ids): t.advantage for t in grouped.extra_turns([probe])} == \
+        pytest.approx({(9,): p9, (5,): 1 - p9})
+    kept = board(round_step=0.1)
+    kept.advantages(first)
+    assert {tuple(t.completion_ids) for t in kept.extra_turns([probe])} == {(9, 46), (5,)}  # "9." most played
+    kept.advantages(sum([line(f"e{i}", [9], [5], -1) for i in range(3)], []))  # now "9", and move 9 loses
+    p9 = 1 / (1 + math.exp(-1 / 0.5))  # averages (1 - 1) / 2 = 0 against -1
+    assert {tuple(t.completion_ids): t.advantage for t in kept.extra_turns([probe])} == \
+        pytest.approx({(9,): p9, (5,): 1 - p9})
     # anchor_games: a game with a scripted seat stays out of the mean table and gets no advantage
     from autocurricula.records import GameRecord
 
@@ -988,6 +1017,20 @@ def test_league_config_elsewhere_refuses_settings_that_do_nothing(argv, fix, cap
     mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere")
     with pytest.raises(SystemExit) as stop:
         mod.main(["--game", "kuhn", *argv])
+    assert stop.value.code == 2 and fix in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, fix", [
+    (["--off-target"], "add --targets-only"),
+    (["--round-step", "0"], "weight in (0, 1]"),
+    (["--tau", "0"], "--tau must be above 0"),
+    (["--", "--credit", "value"], "--credit at q"),
+])
+def test_soft_targets_script_refuses_settings_that_do_nothing(argv, fix, capsys):
+    """research/soft_targets.py stops before the example's warm-up, naming the flag to add or its range."""
+    mod = _load(ROOT / "research" / "soft_targets.py", "soft_targets_research")
+    with pytest.raises(SystemExit) as stop:
+        mod.main(argv)
     assert stop.value.code == 2 and fix in capsys.readouterr().err
 
 
