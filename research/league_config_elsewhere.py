@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 from autocurricula import LeagueConfig, LeagueTrainer  # noqa: E402
 from autocurricula.credit import QCredit  # noqa: E402
 from autocurricula.eval.players import main_agent  # noqa: E402
-from soft_targets import AnchorGames, ListedMoves, SoftQCredit  # noqa: E402
+from soft_targets import AnchorGames, ListedMoves, SoftQCredit, add_flags, check_flags  # noqa: E402
 from ttt_common import parse_args as ttt_args  # noqa: E402
 from ttt_common import update_settings  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
@@ -191,18 +191,7 @@ def main(argv=None):
                    "the example's share of the main agent's games against it (ANCHOR_SHARE)")
     p.add_argument("--soft-targets", type=float, default=None, metavar="TAU", help="target turns toward "
                    "softmax(Q / TAU) over the known moves instead of the best known move (SoftQCredit)")
-    p.add_argument("--targets-only", action="store_true", help="with --soft-targets: the played turns' "
-                   "advantages set to 0, so only the target turns train the policy (as mirror credit)")
-    p.add_argument("--off-target", action="store_true", help="with --targets-only: a played move that gets no "
-                   "target turn (tried fewer than twice, its state's only known move, or with --listed a reply "
-                   "the game does not list) keeps its A = Q - V "
-                   "(SoftQCredit.off_target), so rare replies such as invalid words are still pushed down")
-    p.add_argument("--round-step", type=float, default=None, metavar="W", help="with --soft-targets: each move's "
-                   "score averaged over the rounds its state is met, with weight max(1/n, W) at the n-th, and the "
-                   "targets softmax(average / TAU): mirror descent's step W on the table's values "
-                   "(SoftQCredit.round_step; default off: this round's scores)")
-    p.add_argument("--listed", action="store_true", help="with --soft-targets: targets over the moves the game "
-                   "lists only; a reply that is none of them gets no target (SoftQCredit.listed, ListedMoves)")
+    add_flags(p)  # --targets-only, --off-target, --round-step, --listed: with --soft-targets
     p.add_argument("--anchor-off-table", action="store_true", help="with --soft-targets and --random-anchor: "
                    "the games against the random player stay out of the value table (SoftQCredit.anchor_games)")
     p.add_argument("--alpha", type=float, default=None, help="the value table's running-mean floor (ValueCredit."
@@ -222,18 +211,13 @@ def main(argv=None):
         p.error(f"--selfplay-share takes a share in [0, 1], got {args.selfplay_share}")
     if args.alpha is not None and not 0 <= args.alpha < 1:
         p.error(f"--alpha takes a running-mean floor in [0, 1), got {args.alpha}")
-    if (args.targets_only or args.anchor_off_table) and args.soft_targets is None:
-        p.error("--targets-only and --anchor-off-table change soft targets' credit: add --soft-targets TAU")
-    if args.round_step is not None and not 0 < args.round_step <= 1:
-        p.error(f"--round-step takes a weight in (0, 1], got {args.round_step}")
-    if args.round_step is not None and args.soft_targets is None:
-        p.error("--round-step averages soft targets' scores: add --soft-targets TAU")
+    check_flags(p, args)
+    soft = {"--targets-only": args.targets_only, "--anchor-off-table": args.anchor_off_table,
+            "--round-step": args.round_step is not None, "--listed": args.listed}
+    if args.soft_targets is None and any(soft.values()):
+        p.error(f"{', '.join(k for k, v in soft.items() if v)} change soft targets' credit: add --soft-targets TAU")
     if args.replies and args.game != "matrix":
         p.error("--replies reads the matrix games' one-word replies: use it with --game matrix")
-    if args.listed and args.soft_targets is None:
-        p.error("--listed restricts soft targets to the game's moves: add --soft-targets TAU")
-    if args.off_target and not args.targets_only:
-        p.error("--off-target keeps some of the played turns' advantages that --targets-only drops: add --targets-only")
     if args.anchor_off_table and not args.random_anchor:
         p.error("--anchor-off-table keeps the random player's games out of the table: add --random-anchor")
     if args.smoke:

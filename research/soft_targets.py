@@ -171,16 +171,34 @@ class AnchorGames(TrainerCallback):
         trainer.credit.anchored = {r.game_id for r in records if any(is_scripted(p) for p in r.players)}
 
 
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """The credit's flags, shared with league_config_elsewhere.py (where they need --soft-targets)."""
+    p.add_argument("--targets-only", action="store_true", help="the played turns' advantages set to 0, so only "
+                   "the target turns train the policy (as mirror credit)")
+    p.add_argument("--off-target", action="store_true", help="with --targets-only: a played move that gets no "
+                   "target turn (tried fewer than twice, its state's only known move, or with --listed a reply "
+                   "the game does not list) keeps its A = Q - V, so rare replies such as invalid words are still "
+                   "pushed down (SoftQCredit.off_target)")
+    p.add_argument("--round-step", type=float, default=None, metavar="W", help="each move's score averaged over "
+                   "the rounds its state gets targets, with weight max(1/n, W) at the n-th, and the targets "
+                   "softmax(average / TAU): mirror descent's step W on the table's values (SoftQCredit.round_step; "
+                   "default off: this round's scores)")
+    p.add_argument("--listed", action="store_true", help="targets over the moves the game lists only; a reply "
+                   "that is none of them gets no target (SoftQCredit.listed, ListedMoves)")
+
+
+def check_flags(p: argparse.ArgumentParser, args) -> None:
+    """Stops with the flag to add, or the range, when one of :func:`add_flags`' flags would do nothing."""
+    if args.off_target and not args.targets_only:
+        p.error("--off-target keeps some of the played turns' advantages that --targets-only drops: add --targets-only")
+    if args.round_step is not None and not 0 < args.round_step <= 1:
+        p.error(f"--round-step takes a weight in (0, 1], got {args.round_step}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tau", type=float, default=0.15, help="the targets' temperature over the moves' Q")
-    p.add_argument("--targets-only", action="store_true", help="the played turns' advantages set to 0")
-    p.add_argument("--off-target", action="store_true", help="with --targets-only: a played move that gets no "
-                   "target turn keeps its A = Q - V")
-    p.add_argument("--round-step", type=float, default=None, metavar="W", help="each move's score averaged over "
-                   "the rounds its state is met, weight max(1/n, W) at the n-th (default off)")
-    p.add_argument("--listed", action="store_true", help="targets over the game's listed moves only; a reply "
-                   "that is none of them gets no target")
+    add_flags(p)
     p.add_argument("example", nargs="*", help="after '--': examples/tictactoe_league.py's flags")
     args = p.parse_args(argv)
     import tictactoe_league
@@ -191,10 +209,7 @@ def main(argv=None):
                 "--q-targets above 0")
     if not args.tau > 0:
         p.error(f"--tau must be above 0, got {args.tau}")
-    if args.off_target and not args.targets_only:
-        p.error("--off-target keeps some of the played turns' advantages that --targets-only drops: add --targets-only")
-    if args.round_step is not None and not 0 < args.round_step <= 1:
-        p.error(f"--round-step takes a weight in (0, 1], got {args.round_step}")
+    check_flags(p, args)
     credit = SoftQCredit(args.tau, args.targets_only, off_target=args.off_target, round_step=args.round_step,
                          listed=args.listed, target_coef=ttt.q_targets, backup=ttt.q_backup)
     print(json.dumps({"soft_targets": args.tau, "targets_only": args.targets_only, "off_target": args.off_target,
