@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # research/: soft_targ
 import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
 import numpy as np  # noqa: E402
 from autocurricula import LeagueConfig, LeagueTrainer  # noqa: E402
-from autocurricula.credit import QCredit  # noqa: E402
+from autocurricula.credit import MirrorCredit, QCredit  # noqa: E402
 from autocurricula.eval.players import main_agent  # noqa: E402
 from soft_targets import AnchorGames, ListedMoves, SoftQCredit, add_flags, check_flags  # noqa: E402
 from ttt_common import parse_args as ttt_args  # noqa: E402
@@ -66,7 +66,8 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
                           games_per_learner=args.games_per_round, exploiter_games=max(1, args.games_per_round // 8),
                           **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
                           **shares,
-                          credit=QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
+                          credit=MirrorCredit(step=args.mirror_step) if args.mirror_step is not None
+                          else QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
                           if args.soft_targets is None else SoftQCredit(args.soft_targets, args.targets_only,
                                                                     args.anchor_off_table, args.off_target,
                                                                     args.round_step, args.listed,
@@ -96,11 +97,12 @@ def kuhn(args) -> dict:
 
 class MainAgentFigures:
     """Per epoch, beside the deployed mixture: the live main agent alone (with its P(bet or call) per
-    information set) and the uniform average of its snapshots, each scored as played (the mixture's
-    reader and scorer, ``figures``)."""
+    information set), the uniform average of its snapshots, and the uniform average of the live main
+    agent after this and the last ``last`` - 1 epochs (as mirror self-play deploys its iterates), each
+    scored as played (the mixture's reader and scorer, ``figures``)."""
 
-    def __init__(self, figures):
-        self.figures, self.rows, self.cache = figures, [], {}
+    def __init__(self, figures, last: int = 4):
+        self.figures, self.rows, self.cache, self.last, self.recent = figures, [], {}, last, []
 
     def __call__(self, trainer) -> dict:
         f, temperature = self.figures, trainer.grpo.temperature
@@ -118,6 +120,9 @@ class MainAgentFigures:
         if snapshots:
             avg = f.score(f.mixture([self.cache[s] for s in snapshots], [1.0 / len(snapshots)] * len(snapshots)))
             row["snapshot_average"] = {k: round(float(v), 4) for k, v in avg.items()}
+        self.recent = [*self.recent, played][-self.last:]
+        recent = f.score(f.mixture(self.recent, [1.0 / len(self.recent)] * len(self.recent)))
+        row["last_epochs_average"] = {"epochs": len(self.recent), **{k: round(float(v), 4) for k, v in recent.items()}}
         self.rows.append(row)
         print(json.dumps(row), flush=True)
         return {}
@@ -191,6 +196,9 @@ def main(argv=None):
                    "the example's share of the main agent's games against it (ANCHOR_SHARE)")
     p.add_argument("--soft-targets", type=float, default=None, metavar="TAU", help="target turns toward "
                    "softmax(Q / TAU) over the known moves instead of the best known move (SoftQCredit)")
+    p.add_argument("--mirror-step", type=float, default=None, metavar="W", help="the credit is MirrorCredit "
+                   "(branch values of every listed move, pooled per prompt; targets one mirror step W from the policy "
+                   "toward softmax(Q / 0.15); 1: the target itself) in place of the value table's q targets")
     add_flags(p)  # --targets-only, --off-target, --round-step, --listed: with --soft-targets
     p.add_argument("--anchor-off-table", action="store_true", help="with --soft-targets and --random-anchor: "
                    "the games against the random player stay out of the value table (SoftQCredit.anchor_games)")
@@ -212,6 +220,14 @@ def main(argv=None):
     if args.alpha is not None and not 0 <= args.alpha < 1:
         p.error(f"--alpha takes a running-mean floor in [0, 1), got {args.alpha}")
     check_flags(p, args)
+    if args.mirror_step is not None:
+        if not 0 < args.mirror_step <= 1:
+            p.error(f"--mirror-step takes a step in (0, 1], got {args.mirror_step}")
+        table_flags = {"--soft-targets": args.soft_targets is not None, "--alpha": args.alpha is not None,
+                       "--per-player": args.per_player}
+        if any(table_flags.values()):
+            p.error(f"{', '.join(k for k, v in table_flags.items() if v)} set the value table's credit, which "
+                    "--mirror-step replaces: drop one or the other")
     soft = {"--targets-only": args.targets_only, "--anchor-off-table": args.anchor_off_table,
             "--round-step": args.round_step is not None, "--listed": args.listed}
     if args.soft_targets is None and any(soft.values()):
@@ -225,7 +241,7 @@ def main(argv=None):
     summary = kuhn(args) if args.game == "kuhn" else matrix(args)
     print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
-                      "random_anchor": args.random_anchor, "soft_targets": args.soft_targets, "targets_only": args.targets_only,
+                      "random_anchor": args.random_anchor, "mirror_step": args.mirror_step, "soft_targets": args.soft_targets, "targets_only": args.targets_only,
                       "off_target": args.off_target, "round_step": args.round_step, "listed": args.listed,
                       "replies": args.replies, "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,
                       "per_player": args.per_player, "selfplay_share": args.selfplay_share}))

@@ -936,12 +936,13 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     import argparse
 
     mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere")
+    from autocurricula.credit import MirrorCredit
     from autocurricula.games import kuhn_poker
 
     args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128, snapshot_min_rounds=None,
                               snapshot_max_rounds=None, random_anchor=False, soft_targets=None,
                               targets_only=False, off_target=False, round_step=None, listed=False, alpha=None, anchor_off_table=False,
-                              per_player=False, selfplay_share=None)
+                              per_player=False, selfplay_share=None, mirror_step=None)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -997,6 +998,9 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     [named] = keywords["callbacks"]
     assert isinstance(named, mod.AnchorGames) and trainer.config.credit.anchor_games
+    args.soft_targets, args.alpha, args.per_player, args.mirror_step = None, None, False, 1.0  # branch values
+    credit = mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit
+    assert isinstance(credit, MirrorCredit) and (credit.step, credit.move_temperature, credit.samples) == (1.0, 0.15, 2)
 
 
 @pytest.mark.parametrize("argv, fix", [
@@ -1010,6 +1014,8 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     (["--replies"], "use it with --game matrix"),
     (["--soft-targets", "0.15", "--round-step", "0"], "weight in (0, 1]"),
     (["--soft-targets", "0.15", "--anchor-off-table"], "add --random-anchor"),
+    (["--mirror-step", "0"], "step in (0, 1]"),
+    (["--mirror-step", "1", "--soft-targets", "0.15"], "--soft-targets set the value table's credit"),
 ])
 def test_league_config_elsewhere_refuses_settings_that_do_nothing(argv, fix, capsys):
     """Each research flag that needs another, or a value out of range, stops the script before any
@@ -1151,9 +1157,14 @@ def test_league_config_elsewhere_scores_the_main_agent_and_its_snapshots():
         return sum(w * s["K:"][0] for s, w in zip(strategies, weights))
 
     figures = SimpleNamespace(read=read, mixture=mixture, score=lambda mix: {"exploitability": mix})
-    main = mod.MainAgentFigures(figures)
+    main = mod.MainAgentFigures(figures, last=2)
     main(trainer)
+    value["main_agent-0"] = 0.7  # the live main agent moves between epochs
     main(trainer)
-    assert main.rows[-1] == {"epoch": 3, "main_agent": {"exploitability": 0.5}, "main_agent_policy": {"K:": 0.5},
-                             "snapshots": 2, "snapshot_average": {"exploitability": 0.2}}
+    assert main.rows[-1] == {"epoch": 3, "main_agent": {"exploitability": 0.7}, "main_agent_policy": {"K:": 0.7},
+                             "snapshots": 2, "snapshot_average": {"exploitability": 0.2},
+                             "last_epochs_average": {"epochs": 2, "exploitability": 0.6}}
     assert reads.count("main_agent-0") == 2 and reads.count("main_agent-1") == 1  # snapshots are frozen: read once
+    value["main_agent-0"] = 0.1
+    main(trainer)  # the window keeps the last two epochs' reads: 0.7 and 0.1
+    assert main.rows[-1]["last_epochs_average"] == {"epochs": 2, "exploitability": 0.4}
