@@ -5,8 +5,8 @@ default example's recipe carry to games it was not tuned on?
     python research/league_config_elsewhere.py --game matrix --seed 0 --games 5  # about 2.5 minutes a game
 
 The settings are ``examples/tictactoe_league.py``'s (its ``set_defaults`` and ``ttt_common``'s
-update): credit ``QCredit(target_coef=1.0)``, 4 optimizer steps a round, rate 2e-3 with the last
-quarter of the rounds decayed to 0, β 0, LoRA r = 8 on all linears, one main exploiter and one
+update): credit ``QCredit(target_coef=1.0)`` (``--mirror-step W``: ``MirrorCredit(step=W)``, branch
+values), 4 optimizer steps a round, rate 2e-3 with the last quarter of the rounds decayed to 0, β 0, LoRA r = 8 on all linears, one main exploiter and one
 league exploiter, AlphaStar's shares. What differs: the backup is ``"mean"`` (the minimax backup
 assumes no chance and no hidden cards); no scripted players, so no anchor games, unless
 ``--random-anchor`` gives the pool the game's random player (``random_policy``) with half of the
@@ -19,7 +19,8 @@ rounds, 128 main-agent games a round and the example's one-eighth of that for ea
 so 160 games a round over three learners. Each family's cached warm base (base seed 0 for Kuhn,
 ``--seed`` for the matrix games). The deployed policy is ``trainer.deployable_mixture()``,
 scored as played, as in those examples: Kuhn after every epoch (chips per hand, with the live main
-agent alone and the uniform average of its snapshots beside it, ``MainAgentFigures``), each matrix
+agent alone, the uniform average of its snapshots and that of its last four epochs beside it,
+``MainAgentFigures``), each matrix
 game after its last round (share of the payoff range). JSON lines; the last is a summary. Progress
 bars on stderr show the rate and the time left (rounds and epochs for Kuhn, games for the matrix).
 """
