@@ -6,8 +6,8 @@ default example's recipe carry to games it was not tuned on?
 
 The settings are ``examples/tictactoe_league.py``'s (its ``set_defaults`` and ``ttt_common``'s
 update): credit ``QCredit(target_coef=1.0)`` (``--mirror-step W``: ``MirrorCredit(step=W)``, branch
-values), 4 optimizer steps a round, rate 2e-3 with the last quarter of the rounds decayed to 0, β 0, LoRA r = 8 on all linears, one main exploiter and one
-league exploiter, AlphaStar's shares. What differs: the backup is ``"mean"`` (the minimax backup
+values), 4 optimizer steps a round, rate 2e-3 with the last quarter of the rounds decayed to 0, β 0,
+LoRA r = 8 on all linears, one main exploiter and one league exploiter, AlphaStar's shares. What differs: the backup is ``"mean"`` (the minimax backup
 assumes no chance and no hidden cards); no scripted players, so no anchor games, unless
 ``--random-anchor`` gives the pool the game's random player (``random_policy``) with half of the
 main agent's games against it, as the example does;
