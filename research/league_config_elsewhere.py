@@ -67,7 +67,8 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
                           games_per_learner=args.games_per_round, exploiter_games=max(1, args.games_per_round // 8),
                           **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
                           **shares,
-                          credit=MirrorCredit(step=args.mirror_step) if args.mirror_step is not None
+                          credit=MirrorCredit(step=args.mirror_step, samples=args.branch_samples)
+                          if args.mirror_step is not None
                           else QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
                           if args.soft_targets is None else SoftQCredit(args.soft_targets, args.targets_only,
                                                                     args.anchor_off_table, args.off_target,
@@ -200,6 +201,8 @@ def main(argv=None):
     p.add_argument("--mirror-step", type=float, default=None, metavar="W", help="the credit is MirrorCredit "
                    "(branch values of every listed move, pooled per prompt; targets one mirror step W from the policy "
                    "toward softmax(Q / 0.15); 1: the target itself) in place of the value table's q targets")
+    p.add_argument("--branch-samples", type=int, default=None, metavar="K", help="with --mirror-step: branch games "
+                   "per listed move and visit (default MirrorCredit's 2)")
     add_flags(p)  # --targets-only, --off-target, --round-step, --listed: with --soft-targets
     p.add_argument("--anchor-off-table", action="store_true", help="with --soft-targets and --random-anchor: "
                    "the games against the random player stay out of the value table (SoftQCredit.anchor_games)")
@@ -221,6 +224,9 @@ def main(argv=None):
     if args.alpha is not None and not 0 <= args.alpha < 1:
         p.error(f"--alpha takes a running-mean floor in [0, 1), got {args.alpha}")
     check_flags(p, args)
+    if args.branch_samples is not None and (args.mirror_step is None or args.branch_samples < 1):
+        p.error("--branch-samples sets --mirror-step's branch games per move: add --mirror-step W, and give at least 1")
+    args.branch_samples = 2 if args.branch_samples is None else args.branch_samples  # MirrorCredit's
     if args.mirror_step is not None:
         if not 0 < args.mirror_step <= 1:
             p.error(f"--mirror-step takes a step in (0, 1], got {args.mirror_step}")
@@ -242,7 +248,8 @@ def main(argv=None):
     summary = kuhn(args) if args.game == "kuhn" else matrix(args)
     print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
-                      "random_anchor": args.random_anchor, "mirror_step": args.mirror_step, "soft_targets": args.soft_targets, "targets_only": args.targets_only,
+                      "random_anchor": args.random_anchor, "mirror_step": args.mirror_step, "branch_samples": args.branch_samples if args.mirror_step else None,
+                      "soft_targets": args.soft_targets, "targets_only": args.targets_only,
                       "off_target": args.off_target, "round_step": args.round_step, "listed": args.listed,
                       "replies": args.replies, "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,
                       "per_player": args.per_player, "selfplay_share": args.selfplay_share}))

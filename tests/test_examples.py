@@ -942,7 +942,8 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     args = argparse.Namespace(epochs=3, rounds=2, seed=5, games_per_round=128, snapshot_min_rounds=None,
                               snapshot_max_rounds=None, random_anchor=False, soft_targets=None,
                               targets_only=False, off_target=False, round_step=None, listed=False, alpha=None, anchor_off_table=False,
-                              per_player=False, selfplay_share=None, mirror_step=None)
+                              per_player=False, selfplay_share=None, mirror_step=None,
+                              branch_samples=2)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -1001,6 +1002,8 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     args.soft_targets, args.alpha, args.per_player, args.mirror_step = None, None, False, 1.0  # branch values
     credit = mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit
     assert isinstance(credit, MirrorCredit) and (credit.step, credit.move_temperature, credit.samples) == (1.0, 0.15, 2)
+    args.branch_samples = 8
+    assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.samples == 8
 
 
 @pytest.mark.parametrize("argv, fix", [
@@ -1015,6 +1018,8 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     (["--soft-targets", "0.15", "--round-step", "0"], "weight in (0, 1]"),
     (["--soft-targets", "0.15", "--anchor-off-table"], "add --random-anchor"),
     (["--mirror-step", "0"], "step in (0, 1]"),
+    (["--branch-samples", "4"], "add --mirror-step W"),
+    (["--mirror-step", "1", "--branch-samples", "0"], "at least 1"),
     (["--mirror-step", "1", "--soft-targets", "0.15"], "--soft-targets set the value table's credit"),
 ])
 def test_league_config_elsewhere_refuses_settings_that_do_nothing(argv, fix, capsys):
