@@ -75,7 +75,8 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
                                                                     args.round_step, args.listed,
                                                                     target_coef=ttt.q_targets,
                                                                     backup=ttt.q_backup, **table),
-                          anchor_share=ANCHOR_SHARE if args.random_anchor else 0.0)
+                          anchor_share=ANCHOR_SHARE if args.random_anchor else 0.0,
+                          **({"ratings": {"meta_z": args.meta_z}} if args.meta_z is not None else {}))
     anchors = [{"id": "random", "role": "random", "policy": game.random_policy}] if args.random_anchor else []
     callbacks = ([AnchorGames()] if args.anchor_off_table else []) + ([ListedMoves(game)] if args.listed else [])
     return LeagueTrainer(config, opponents=anchors), {"lora_config": lora, "grpo_config": grpo, "callbacks": callbacks}
@@ -203,6 +204,8 @@ def main(argv=None):
                    "toward softmax(Q / 0.15); 1: the target itself) in place of the value table's q targets")
     p.add_argument("--branch-samples", type=int, default=None, metavar="K", help="with --mirror-step: branch games "
                    "per listed move and visit (default MirrorCredit's 2)")
+    p.add_argument("--meta-z", type=float, default=None, metavar="Z", help="the deployed mixture's meta-solver takes "
+                   "each relative-payoff entry at mean - Z x its standard error (default RatingConfig's 1.0; 0: the means)")
     add_flags(p)  # --targets-only, --off-target, --round-step, --listed: with --soft-targets
     p.add_argument("--anchor-off-table", action="store_true", help="with --soft-targets and --random-anchor: "
                    "the games against the random player stay out of the value table (SoftQCredit.anchor_games)")
@@ -224,6 +227,8 @@ def main(argv=None):
     if args.alpha is not None and not 0 <= args.alpha < 1:
         p.error(f"--alpha takes a running-mean floor in [0, 1), got {args.alpha}")
     check_flags(p, args)
+    if args.meta_z is not None and not args.meta_z >= 0:
+        p.error(f"--meta-z takes a number of standard errors >= 0, got {args.meta_z}")
     if args.branch_samples is not None and (args.mirror_step is None or args.branch_samples < 1):
         p.error("--branch-samples sets --mirror-step's branch games per move: add --mirror-step W, and give at least 1")
     args.branch_samples = 2 if args.branch_samples is None else args.branch_samples  # MirrorCredit's
@@ -248,7 +253,7 @@ def main(argv=None):
     summary = kuhn(args) if args.game == "kuhn" else matrix(args)
     print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
-                      "random_anchor": args.random_anchor, "mirror_step": args.mirror_step, "branch_samples": args.branch_samples if args.mirror_step else None,
+                      "random_anchor": args.random_anchor, "meta_z": args.meta_z, "mirror_step": args.mirror_step, "branch_samples": args.branch_samples if args.mirror_step else None,
                       "soft_targets": args.soft_targets, "targets_only": args.targets_only,
                       "off_target": args.off_target, "round_step": args.round_step, "listed": args.listed,
                       "replies": args.replies, "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,

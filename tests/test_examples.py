@@ -943,7 +943,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
                               snapshot_max_rounds=None, random_anchor=False, soft_targets=None,
                               targets_only=False, off_target=False, round_step=None, listed=False, alpha=None, anchor_off_table=False,
                               per_player=False, selfplay_share=None, mirror_step=None,
-                              branch_samples=2)
+                              branch_samples=2, meta_z=None)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -1004,6 +1004,9 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     assert isinstance(credit, MirrorCredit) and (credit.step, credit.move_temperature, credit.samples) == (1.0, 0.15, 2)
     args.branch_samples = 8
     assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.samples == 8
+    assert config.ratings.meta_z == 1.0  # RatingConfig's
+    args.meta_z = 0.0  # the deployed mixture solved on the means
+    assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.ratings.meta_z == 0.0
 
 
 @pytest.mark.parametrize("argv, fix", [
@@ -1019,6 +1022,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     (["--soft-targets", "0.15", "--anchor-off-table"], "add --random-anchor"),
     (["--mirror-step", "0"], "step in (0, 1]"),
     (["--branch-samples", "4"], "add --mirror-step W"),
+    (["--meta-z", "-1"], "standard errors >= 0"),
     (["--mirror-step", "1", "--branch-samples", "0"], "at least 1"),
     (["--mirror-step", "1", "--soft-targets", "0.15"], "--soft-targets set the value table's credit"),
 ])
