@@ -1177,3 +1177,27 @@ def test_league_config_elsewhere_scores_the_main_agent_and_its_snapshots():
     value["main_agent-0"] = 0.1
     main(trainer)  # the window keeps the last two epochs' reads: 0.7 and 0.1
     assert main.rows[-1]["last_epochs_average"] == {"epochs": 2, "exploitability": 0.4}
+
+
+def test_kuhn_self_targets_reads_the_main_agent_and_finds_the_fixed_point_at_its_target(tmp_path):
+    """research/kuhn_self_targets.py: the soft targets' fixed point is its own self-play target at
+    every set (so a trained policy's distance from its target means something), and the policy is
+    read from the research script's JSON lines for the epoch asked."""
+    import json
+    import math
+
+    mod = _load(ROOT / "research" / "kuhn_self_targets.py", "kuhn_self_targets")
+    fixed = mod.fixed_point(0.15, math.inf, 4000)
+    rows = mod.self_targets(fixed, 0.15)
+    assert max(abs(r["p"] - r["target"]) for r in rows.values()) < 1e-3
+    assert rows["J:bet"]["gap"] == pytest.approx(-1.0)  # calling a bet with the jack always loses one more chip
+    uniform = dict.fromkeys(mod.INFOSETS, 0.5)
+    far = mod.self_targets(uniform, 0.15)
+    assert max(abs(r["p"] - r["target"]) for r in far.values()) > 0.4
+    log = tmp_path / "run.jsonl"
+    lines = [{"epoch": e, "main_agent": {}, "main_agent_policy": {k: 0.1 * (e + 1) for k in mod.INFOSETS}} for e in (0, 1)]
+    log.write_text("progress\n" + "\n".join(json.dumps(r) for r in lines) + "\n")
+    assert mod.read_policy(str(log)) == (1, {k: 0.2 for k in mod.INFOSETS})
+    assert mod.read_policy(str(log), 0)[1]["Q:bet"] == 0.1
+    with pytest.raises(SystemExit, match="no main_agent_policy line for epoch 5"):
+        mod.read_policy(str(log), 5)
