@@ -28,10 +28,15 @@ def read_policy(path: str, epoch: int | None = None) -> tuple[int, dict[str, flo
     """The main agent's (epoch, P(bet or call) per set) after ``epoch`` (None: the last logged)."""
     rows = []
     for line in Path(path).read_text().splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
-            if "main_agent_policy" in row and (epoch is None or row["epoch"] == epoch):
-                rows.append(row)
+        start = line.find("{")  # a progress bar written to the same file can precede a JSON row
+        if start < 0:
+            continue
+        try:
+            row = json.loads(line[start:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and "main_agent_policy" in row and (epoch is None or row["epoch"] == epoch):
+            rows.append(row)
     if not rows:
         raise SystemExit(f"{path}: no main_agent_policy line{'' if epoch is None else f' for epoch {epoch}'}: "
                          "give the output of research/league_config_elsewhere.py --game kuhn")
@@ -51,8 +56,8 @@ def main(argv=None):
     p.add_argument("--tau", type=float, default=0.15, help="the soft targets' temperature")
     p.add_argument("--iterations", type=int, default=4000, help="steps of 0.05 toward the fixed point")
     args = p.parse_args(argv)
-    if not args.tau > 0:
-        p.error(f"--tau must be above 0, got {args.tau}")
+    if not args.tau >= 0.01:
+        p.error(f"--tau must be at least 0.01 (a Kuhn value gap is at most 3 chips), got {args.tau}")
     epoch, policy = read_policy(args.log, args.epoch)
     rows = self_targets(policy, args.tau)
     fixed = fixed_point(args.tau, math.inf, args.iterations)

@@ -7,8 +7,8 @@ default example's recipe carry to games it was not tuned on?
 The settings are ``examples/tictactoe_league.py``'s (its ``set_defaults`` and ``ttt_common``'s
 update): credit ``QCredit(target_coef=1.0)`` (``--mirror-step W``: ``MirrorCredit(step=W)``, branch
 values), 4 optimizer steps a round, rate 2e-3 with the last quarter of the rounds decayed to 0, β 0,
-LoRA r = 8 on all linears, one main exploiter and one league exploiter, AlphaStar's shares. What differs: the backup is ``"mean"`` (the minimax backup
-assumes no chance and no hidden cards); no scripted players, so no anchor games, unless
+LoRA r = 8 on all linears, one main exploiter and one league exploiter, AlphaStar's shares. What
+differs: the backup is ``"mean"`` (the minimax backup assumes no chance and no hidden cards); no scripted players, so no anchor games, unless
 ``--random-anchor`` gives the pool the game's random player (``random_policy``) with half of the
 main agent's games against it, as the example does;
 snapshots come at ``LeagueConfig``'s cadence (every 2 - 4 rounds; the example's is at most two an
@@ -67,7 +67,8 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
                           games_per_learner=args.games_per_round, exploiter_games=max(1, args.games_per_round // 8),
                           **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
                           **shares,
-                          credit=MirrorCredit(step=args.mirror_step, samples=args.branch_samples)
+                          credit=MirrorCredit(step=args.mirror_step, **({} if args.branch_samples is None
+                                                                        else {"samples": args.branch_samples}))
                           if args.mirror_step is not None
                           else QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
                           if args.soft_targets is None else SoftQCredit(args.soft_targets, args.targets_only,
@@ -204,8 +205,9 @@ def main(argv=None):
                    "toward softmax(Q / 0.15); 1: the target itself) in place of the value table's q targets")
     p.add_argument("--branch-samples", type=int, default=None, metavar="K", help="with --mirror-step: branch games "
                    "per listed move and visit (default MirrorCredit's 2)")
-    p.add_argument("--meta-z", type=float, default=None, metavar="Z", help="the deployed mixture's meta-solver takes "
-                   "each relative-payoff entry at mean - Z x its standard error (default RatingConfig's 1.0; 0: the means)")
+    p.add_argument("--meta-z", type=float, default=None, metavar="Z", help="the deployed mixture's meta-solver "
+                   "takes each relative-payoff entry at mean - Z x its standard error (default RatingConfig's 1.0; "
+                   "0: the means)")
     add_flags(p)  # --targets-only, --off-target, --round-step, --listed: with --soft-targets
     p.add_argument("--anchor-off-table", action="store_true", help="with --soft-targets and --random-anchor: "
                    "the games against the random player stay out of the value table (SoftQCredit.anchor_games)")
@@ -229,9 +231,10 @@ def main(argv=None):
     check_flags(p, args)
     if args.meta_z is not None and not args.meta_z >= 0:
         p.error(f"--meta-z takes a number of standard errors >= 0, got {args.meta_z}")
-    if args.branch_samples is not None and (args.mirror_step is None or args.branch_samples < 1):
-        p.error("--branch-samples sets --mirror-step's branch games per move: add --mirror-step W, and give at least 1")
-    args.branch_samples = 2 if args.branch_samples is None else args.branch_samples  # MirrorCredit's
+    if args.branch_samples is not None and args.mirror_step is None:
+        p.error("--branch-samples sets --mirror-step's branch games per move: add --mirror-step W")
+    if args.branch_samples is not None and args.branch_samples < 1:
+        p.error(f"--branch-samples takes at least 1 branch game per move, got {args.branch_samples}")
     if args.mirror_step is not None:
         if not 0 < args.mirror_step <= 1:
             p.error(f"--mirror-step takes a step in (0, 1], got {args.mirror_step}")
@@ -253,7 +256,8 @@ def main(argv=None):
     summary = kuhn(args) if args.game == "kuhn" else matrix(args)
     print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
-                      "random_anchor": args.random_anchor, "meta_z": args.meta_z, "mirror_step": args.mirror_step, "branch_samples": args.branch_samples if args.mirror_step else None,
+                      "random_anchor": args.random_anchor, "meta_z": args.meta_z, "mirror_step": args.mirror_step,
+                      "branch_samples": args.branch_samples,
                       "soft_targets": args.soft_targets, "targets_only": args.targets_only,
                       "off_target": args.off_target, "round_step": args.round_step, "listed": args.listed,
                       "replies": args.replies, "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,

@@ -943,7 +943,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
                               snapshot_max_rounds=None, random_anchor=False, soft_targets=None,
                               targets_only=False, off_target=False, round_step=None, listed=False, alpha=None, anchor_off_table=False,
                               per_player=False, selfplay_share=None, mirror_step=None,
-                              branch_samples=2, meta_z=None)
+                              branch_samples=None, meta_z=None)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -1023,7 +1023,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     (["--mirror-step", "0"], "step in (0, 1]"),
     (["--branch-samples", "4"], "add --mirror-step W"),
     (["--meta-z", "-1"], "standard errors >= 0"),
-    (["--mirror-step", "1", "--branch-samples", "0"], "at least 1"),
+    (["--mirror-step", "1", "--branch-samples", "0"], "at least 1 branch game per move"),
     (["--mirror-step", "1", "--soft-targets", "0.15"], "--soft-targets set the value table's credit"),
 ])
 def test_league_config_elsewhere_refuses_settings_that_do_nothing(argv, fix, capsys):
@@ -1033,6 +1033,21 @@ def test_league_config_elsewhere_refuses_settings_that_do_nothing(argv, fix, cap
     with pytest.raises(SystemExit) as stop:
         mod.main(["--game", "kuhn", *argv])
     assert stop.value.code == 2 and fix in capsys.readouterr().err
+
+
+def test_league_config_elsewhere_passes_the_branch_settings_on(capsys, monkeypatch):
+    """A valid --mirror-step run gets past every check with its branch games and meta-solver setting,
+    and the summary line records them (the run itself replaced by a stub)."""
+    import json
+
+    mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere_valid")
+    seen = []
+    monkeypatch.setattr(mod, "kuhn", lambda args: seen.append(args) or {"final": None})
+    mod.main(["--game", "kuhn", "--mirror-step", "1", "--branch-samples", "8", "--meta-z", "0"])
+    [args] = seen
+    assert (args.mirror_step, args.branch_samples, args.meta_z) == (1.0, 8, 0.0)
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (summary["mirror_step"], summary["branch_samples"], summary["meta_z"]) == (1.0, 8, 0.0)
 
 
 @pytest.mark.parametrize("argv, fix", [
@@ -1166,6 +1181,7 @@ def test_league_config_elsewhere_scores_the_main_agent_and_its_snapshots():
         return sum(w * s["K:"][0] for s, w in zip(strategies, weights))
 
     figures = SimpleNamespace(read=read, mixture=mixture, score=lambda mix: {"exploitability": mix})
+    assert mod.MainAgentFigures(figures).last == 4  # the last third of 12 epochs, as mirror self-play deploys
     main = mod.MainAgentFigures(figures, last=2)
     main(trainer)
     value["main_agent-0"] = 0.7  # the live main agent moves between epochs
@@ -1196,7 +1212,7 @@ def test_kuhn_self_targets_reads_the_main_agent_and_finds_the_fixed_point_at_its
     assert max(abs(r["p"] - r["target"]) for r in far.values()) > 0.4
     log = tmp_path / "run.jsonl"
     lines = [{"epoch": e, "main_agent": {}, "main_agent_policy": {k: 0.1 * (e + 1) for k in mod.INFOSETS}} for e in (0, 1)]
-    log.write_text("progress\n" + "\n".join(json.dumps(r) for r in lines) + "\n")
+    log.write_text("progress\n" + json.dumps(lines[0]) + "\nepoch 1: 100%|###| 8/8" + json.dumps(lines[1]) + "\n")
     assert mod.read_policy(str(log)) == (1, {k: 0.2 for k in mod.INFOSETS})
     assert mod.read_policy(str(log), 0)[1]["Q:bet"] == 0.1
     with pytest.raises(SystemExit, match="no main_agent_policy line for epoch 5"):
