@@ -1065,10 +1065,11 @@ def test_soft_targets_script_refuses_settings_that_do_nothing(argv, fix, capsys)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("anchor", [[], ["--random-anchor"]])
+@pytest.mark.parametrize("anchor", [[], ["--random-anchor"], ["--mirror-step", "1", "--branch-samples", "1"]])
 def test_league_config_elsewhere_smoke(anchor, tmp_path):
     """The research script runs end to end on a tiny budget (one matrix game), with and without the
-    game's random player as the anchor, and prints the game's row and a summary of it."""
+    game's random player as the anchor, and with branch values in place of the table, and prints the
+    game's row and a summary of it."""
     import json
     import os
 
@@ -1081,7 +1082,8 @@ def test_league_config_elsewhere_smoke(anchor, tmp_path):
     assert [r["game"] for r in rows] == ["random-0"] and len(rows[0]["mixture"]) >= 1
     assert last["summary"]["worst"] == rows[0]["exploitability_share"] and 0 <= last["summary"]["worst"] <= 1
     assert abs(sum(rows[0]["mixture"].values()) - 1) < 0.01  # the deployed mixture's weights, rounded
-    assert last["random_anchor"] is bool(anchor)
+    assert last["random_anchor"] is ("--random-anchor" in anchor)
+    assert (last["mirror_step"], last["branch_samples"]) == ((1.0, 1) if "--mirror-step" in anchor else (None, None))
 
 
 @pytest.mark.slow
