@@ -8,9 +8,9 @@ The settings are ``examples/tictactoe_league.py``'s (its ``set_defaults`` and ``
 update): credit ``QCredit(target_coef=1.0)`` (``--mirror-step W``: ``MirrorCredit(step=W)``, branch
 values), 4 optimizer steps a round, rate 2e-3 with the last quarter of the rounds decayed to 0, β 0,
 LoRA r = 8 on all linears, one main exploiter and one league exploiter, AlphaStar's shares. What
-differs: the backup is ``"mean"`` (the minimax backup assumes no chance and no hidden cards); no scripted players, so no anchor games, unless
-``--random-anchor`` gives the pool the game's random player (``random_policy``) with half of the
-main agent's games against it, as the example does;
+differs: the backup is ``"mean"`` (the minimax backup assumes no chance and no hidden cards); no
+scripted players, so no anchor games, unless ``--random-anchor`` gives the pool the game's random
+player (``random_policy``) with half of the main agent's games against it, as the example does;
 snapshots come at ``LeagueConfig``'s cadence (every 2 - 4 rounds; the example's is at most two an
 epoch, ``--snapshot-min-rounds 4 --snapshot-max-rounds 8`` at 8 rounds); the completion limit,
 the arena's concurrency and the rating bootstrap are the library's defaults. The budget is the
