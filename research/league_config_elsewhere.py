@@ -20,8 +20,7 @@ so 160 games a round over three learners. Each family's cached warm base (base s
 ``--seed`` for the matrix games). The deployed policy is ``trainer.deployable_mixture()``,
 scored as played, as in those examples: Kuhn after every epoch (chips per hand, with the live main
 agent alone, the uniform average of its snapshots and that of its last four epochs beside it,
-``MainAgentFigures``), each matrix
-game after its last round (share of the payoff range). JSON lines; the last is a summary. Progress
+``MainAgentFigures``), each matrix game after its last round (share of the payoff range). JSON lines; the last is a summary. Progress
 bars on stderr show the rate and the time left (rounds and epochs for Kuhn, games for the matrix).
 """
 
@@ -52,13 +51,25 @@ TTT_LEAGUE_FLAGS = ["--credit", "q", "--q-backup", "mean", "--steps-per-generati
 ANCHOR_SHARE = 0.5  # tictactoe_league.py's --anchor-share: the main agent's games against the random player
 
 
+def credit(args, ttt):
+    """The league's credit: the example's q targets on the value table, their soft form
+    (``--soft-targets``), or branch values with mirror targets (``--mirror-step``)."""
+    if args.mirror_step is not None:
+        return MirrorCredit(step=args.mirror_step,
+                            **({} if args.branch_samples is None else {"samples": args.branch_samples}))
+    table = {"alpha": args.alpha} if args.alpha is not None else {}  # None: ValueCredit's
+    table.update({"per_player": True} if args.per_player else {})
+    if args.soft_targets is None:
+        return QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
+    return SoftQCredit(args.soft_targets, args.targets_only, args.anchor_off_table, args.off_target, args.round_step,
+                       args.listed, target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
+
+
 def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer, dict]:
     """The trainer and its ``train`` keywords (``lora_config``, ``grpo_config``, ``callbacks``); ``progress``: its bars.
     With ``args.random_anchor`` the game's random player joins the pool as the example's anchor."""
     ttt = ttt_args(__doc__, "--games-per-learner", 256, out, argv=TTT_LEAGUE_FLAGS)
     lora, grpo = update_settings(ttt)
-    table = {"alpha": args.alpha} if args.alpha is not None else {}  # None: ValueCredit's
-    table.update({"per_player": True} if args.per_player else {})
     shares = {} if args.selfplay_share is None else {"selfplay_share": args.selfplay_share,
                                                       "pfsp_share": min(0.5, 1 - args.selfplay_share)}
     snapshots = {"snapshot_min_rounds": args.snapshot_min_rounds, "snapshot_max_rounds": args.snapshot_max_rounds}
@@ -67,15 +78,7 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
                           games_per_learner=args.games_per_round, exploiter_games=max(1, args.games_per_round // 8),
                           **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
                           **shares,
-                          credit=MirrorCredit(step=args.mirror_step, **({} if args.branch_samples is None
-                                                                        else {"samples": args.branch_samples}))
-                          if args.mirror_step is not None
-                          else QCredit(target_coef=ttt.q_targets, backup=ttt.q_backup, **table)
-                          if args.soft_targets is None else SoftQCredit(args.soft_targets, args.targets_only,
-                                                                    args.anchor_off_table, args.off_target,
-                                                                    args.round_step, args.listed,
-                                                                    target_coef=ttt.q_targets,
-                                                                    backup=ttt.q_backup, **table),
+                          credit=credit(args, ttt),
                           anchor_share=ANCHOR_SHARE if args.random_anchor else 0.0,
                           **({"ratings": {"meta_z": args.meta_z}} if args.meta_z is not None else {}))
     anchors = [{"id": "random", "role": "random", "policy": game.random_policy}] if args.random_anchor else []
