@@ -15,9 +15,9 @@ Three options on top of the core method, each through one of its hooks:
   branch). Cost: about as many games per move as the replier has moves.
 - ``move_loss="cross_entropy"``: each move's advantage is its target probability ``softmax(y)_m``
   (``move_distribution``) instead of the residual: the update is then the cross-entropy toward that
-  target, with the same fixed point when every move is weighted alike (a loss that divides each
-  sequence by its length, as ``loss_type="grpo"`` does, shifts it toward shorter moves where moves
-  differ in token count), and it also raises the listed moves' total probability, which the
+  target, with the same fixed point (the update weighs every move's row alike whatever its token
+  count, under every ``loss_type``: ``autocurricula.training.loss.token_weights``), and it also
+  raises the listed moves' total probability, which the
   residuals (they sum to zero) leave free to drift toward replies that are none of the moves.
 
 Mirror-descent steps toward the cross-entropy target are the core ``MirrorCredit`` (``credit="mirror"``).

@@ -25,6 +25,7 @@ bars on stderr show the rate and the time left (rounds and epochs for Kuhn, game
 """
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -70,6 +71,8 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
     With ``args.random_anchor`` the game's random player joins the pool as the example's anchor."""
     ttt = ttt_args(__doc__, "--games-per-learner", 256, out, argv=TTT_LEAGUE_FLAGS)
     lora, grpo = update_settings(ttt)
+    if args.loss_type is not None:
+        grpo = dataclasses.replace(grpo, loss_type=args.loss_type)
     shares = {} if args.selfplay_share is None else {"selfplay_share": args.selfplay_share,
                                                       "pfsp_share": min(0.5, 1 - args.selfplay_share)}
     snapshots = {"snapshot_min_rounds": args.snapshot_min_rounds, "snapshot_max_rounds": args.snapshot_max_rounds}
@@ -127,12 +130,45 @@ class MainAgentFigures:
         if snapshots:
             avg = f.score(f.mixture([self.cache[s] for s in snapshots], [1.0 / len(snapshots)] * len(snapshots)))
             row["snapshot_average"] = {k: round(float(v), 4) for k, v in avg.items()}
+        row.update(population_nash(trainer, f, self.cache, main, played))
         self.recent = [*self.recent, played][-self.last:]
         recent = f.score(f.mixture(self.recent, [1.0 / len(self.recent)] * len(self.recent)))
         row["last_epochs_average"] = {"epochs": len(self.recent), **{k: round(float(v), 4) for k, v in recent.items()}}
         self.rows.append(row)
         print(json.dumps(row), flush=True)
         return {}
+
+
+def population_nash(trainer, figures, cache: dict, main: str, main_played: dict) -> dict:
+    """A diagnostic, not a deployable policy: the Nash mixture of every trained player (frozen ones read
+    once into ``cache``, live learners now) on their exact chip meta-game (``chip_payoffs`` of their legal
+    replies renormalised: the game's values are known here, a league's are not), scored as played with
+    the invalid replies. Beside it, its weight on the live main agent and its support (weights above 0.01)."""
+    from autocurricula.eval.kuhn import INFOSETS, chip_payoffs
+    from autocurricula.eval.meta import zero_sum_nash
+    from autocurricula.records import is_scripted
+
+    ids, played = [], []
+    for p in trainer.players:
+        if is_scripted(p):
+            continue
+        if p["id"] == main:
+            read = main_played
+        elif p["frozen"]:
+            if p["id"] not in cache:
+                cache[p["id"]] = figures.read(trainer.engine, p["id"], trainer.grpo.temperature)[0]
+            read = cache[p["id"]]
+        else:
+            read = figures.read(trainer.engine, p["id"], trainer.grpo.temperature)[0]
+        ids.append(p["id"])
+        played.append(read)
+    legal = [{k: min(1.0, s[k][0] / max(1e-12, 1 - s[k][1])) for k in INFOSETS} for s in played]
+    x = np.maximum(zero_sum_nash(chip_payoffs(legal))[0], 0)
+    x /= x.sum()
+    score = figures.score(figures.mixture(played, [float(v) for v in x]))
+    return {"population_nash": {**{k: round(float(v), 4) for k, v in score.items()},
+                                "on_live_main": round(float(x[ids.index(main)]), 3),
+                                "support": int((x > 0.01).sum()), "players": len(ids)}}
 
 
 def replies(trainer, game, top: int = 8) -> list[dict]:
@@ -221,6 +257,9 @@ def main(argv=None):
     p.add_argument("--selfplay-share", type=float, default=None, help="the main agent's share of self-play (PFSP "
                    "over past players takes min(0.5, the rest), verification games what is left; default "
                    "LeagueConfig's 0.35 and 0.5)")
+    p.add_argument("--loss-type", choices=["grpo", "bnpo", "dr_grpo", "dapo"], default=None, help="GRPOConfig."
+                   "loss_type (default the example's 'grpo': each reply's tokens averaged, so a reply's weight falls "
+                   "with its length)")
     p.add_argument("--replies", action="store_true", help="with --game matrix: each game's row also gives the live "
                    "main agent's word and invalid probabilities per seat and its most likely next tokens")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check that it runs")
@@ -264,7 +303,8 @@ def main(argv=None):
                       "soft_targets": args.soft_targets, "targets_only": args.targets_only,
                       "off_target": args.off_target, "round_step": args.round_step, "listed": args.listed,
                       "replies": args.replies, "anchor_off_table": args.anchor_off_table, "alpha": args.alpha,
-                      "per_player": args.per_player, "selfplay_share": args.selfplay_share}))
+                      "per_player": args.per_player, "selfplay_share": args.selfplay_share,
+                      "loss_type": args.loss_type}))
 
 
 if __name__ == "__main__":

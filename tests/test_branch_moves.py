@@ -218,6 +218,35 @@ def test_cross_entropy_moves_keep_the_mass_on_the_listed_moves(tiny_model_path):
         eng.close()
 
 
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_move_targets_settle_at_their_shares_whatever_the_moves_token_counts(tiny_model_path, loss_type):
+    """Cross-entropy toward a 50/50 target over a one-token and a longer move ends near 50/50 under
+    every loss type. Under "grpo" a row's tokens are averaged; were each target row divided by its own
+    length, the short move would settle at the long one's length over both (0.75 here, measured), not 0.5."""
+    from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
+    from autocurricula.records import Turn
+    from autocurricula.training import Updater
+
+    eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=4))
+    try:
+        spec = LoraSpec(r=4, lora_alpha=8, target_modules="all-linear")
+        dims = {p: eng.linear_dims[p] for p in spec.resolve(eng.linear_dims)}
+        eng.load_adapter("p", AdapterWeights.random(dims, spec, seed=0, b_std=0.0))
+        prompt = eng.encode("your move:")
+        eos = eng.tokenizer.eos_token_id
+        short, long = eng.encode("1") + [eos], eng.encode("1 2 3 4") + [eos]
+        assert len(long) >= 2 * len(short)  # lengths far enough apart for the bias to show
+        up = Updater(eng, GRPOConfig(learning_rate=1e-2, loss_type=loss_type))
+        for _ in range(40):
+            up.step([Turn("p", "g", "X", prompt, m, [0.0] * len(m), reward=0.0, advantage=0.5, target=True)
+                     for m in (short, long)])
+        p_short, p_long = (math.exp(lp) for lp in eng.completion_logprobs([(prompt, short), (prompt, long)], "p"))
+        assert p_short + p_long > 0.9  # the targets' mass is on the two moves
+        assert p_short / (p_short + p_long) == pytest.approx(0.5, abs=0.08)
+    finally:
+        eng.close()
+
+
 def test_engine_scores_completions_as_its_full_logits_do(tiny_model_path):
     from autocurricula.engine import AdapterWeights, Engine, LoraSpec
 

@@ -38,6 +38,20 @@ def test_loss_matches_numpy_reference(loss_type, level, beta):
     assert loss.item() == pytest.approx(want, rel=1e-5, abs=1e-6)
 
 
+def test_target_rows_weigh_alike_whatever_their_length():
+    """Under "grpo" a played row's tokens share 1 / (rows x its length), as trl has it; target rows
+    share the mean length of the live target rows, so a move's weight does not fall with its token
+    count. Equal-length targets (tic-tac-toe's one-token cells) keep trl's weights exactly."""
+    lengths, masked = [2, 6, 4, 3], [False, False, False, True]
+    targets = [True, True, False, True]
+    w = token_weights(lengths, masked, "grpo", 8, targets)
+    assert w[0] == w[1] == pytest.approx(1 / (4 * 4))  # the live target rows' mean length: (2 + 6) / 2
+    assert w[2] == pytest.approx(1 / (4 * 4)) and w[3] == 0.0  # a played row: its own length; masked: 0
+    assert token_weights([3, 3, 5], [False] * 3, "grpo", 8, [True, True, False]) == \
+        token_weights([3, 3, 5], [False] * 3, "grpo", 8)
+    for loss_type in ("bnpo", "dr_grpo", "dapo"):  # every row alike already: targets change nothing
+        assert token_weights(lengths, masked, loss_type, 8, targets) == token_weights(lengths, masked, loss_type, 8)
+
 def test_adamw_matches_torch():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(1)

@@ -15,20 +15,28 @@ import mlx.core as mx
 import numpy as np
 
 
-def token_weights(lengths: list[int], masked: list[bool], loss_type: str, max_completion_length: int) -> list[float]:
+def token_weights(lengths: list[int], masked: list[bool], loss_type: str, max_completion_length: int,
+                  targets: list[bool] | None = None) -> list[float]:
     """Weight of each token of each sequence (one value per sequence: all its tokens share it).
 
     ``masked`` sequences (e.g. truncated ones under ``mask_truncated_completions``) get 0 but still
-    count where trl counts them (grpo and dr_grpo average over all rows).
+    count where trl counts them (grpo and dr_grpo average over all rows). ``targets`` marks target
+    turns, a cross-entropy toward a distribution over whole moves: under "grpo" they share the mean
+    length of the live target rows in place of their own, since dividing by its own token count would
+    train each move toward its target share over its length (a one-token "call" beside a three-token
+    "fold" would settle at three times its share). The other loss types weigh every row alike already.
     """
     n_seq = len(lengths)
     live_tokens = sum(n for n, m in zip(lengths, masked) if not m)
+    targets = targets or [False] * n_seq
+    target_lengths = [n for n, m, t in zip(lengths, masked, targets) if t and not m and n]
+    target_length = sum(target_lengths) / len(target_lengths) if target_lengths else 0.0
     out = []
-    for n, m in zip(lengths, masked):
+    for n, m, t in zip(lengths, masked, targets):
         if m or n == 0:
             out.append(0.0)
         elif loss_type == "grpo":
-            out.append(1.0 / (n_seq * n))
+            out.append(1.0 / (n_seq * (target_length if t else n)))
         elif loss_type in ("bnpo", "dapo"):
             out.append(1.0 / max(1, live_tokens))
         elif loss_type == "dr_grpo":

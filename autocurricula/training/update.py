@@ -166,7 +166,7 @@ class Updater:
             mine = [t for t in turns if t.player == name]
             masked = [cfg.mask_truncated_completions and t.truncated for t in mine]
             weights = token_weights([len(t.completion_ids) for t in mine], masked, cfg.loss_type,
-                                    cfg.max_completion_length)
+                                    cfg.max_completion_length, [t.target for t in mine])
             for t, w in zip(mine, weights):
                 if t.advantage is None:
                     raise ValueError(f"turn of {name} in game {t.game_id} has no advantage; run assign_credit first")
@@ -175,7 +175,7 @@ class Updater:
                     continue
                 rows.append(Row(index[name], list(t.prompt_ids) + list(t.completion_ids), len(t.prompt_ids),
                                  len(t.completion_ids), float(t.advantage), list(t.logprobs), w,
-                                 bool(getattr(t, "target", False))))
+                                 t.target))
         return rows
 
     def _arrays(self, batch: list[Row]) -> dict:
