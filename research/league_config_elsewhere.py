@@ -20,7 +20,9 @@ so 160 games a round over three learners. Each family's cached warm base (base s
 ``--seed`` for the matrix games). The deployed policy is ``trainer.deployable_mixture()``,
 scored as played, as in those examples: Kuhn after every epoch (chips per hand, with the live main
 agent alone, the uniform average of its snapshots and that of its last four epochs beside it,
-``MainAgentFigures``), each matrix game after its last round (share of the payoff range). JSON lines; the last is a summary. Progress
+``MainAgentFigures``, and the exact Nash over every trained player, ``PopulationNash``, a diagnostic),
+each matrix game after its last round (share of the payoff range). ``--loss-type`` swaps the example's
+``"grpo"`` loss. JSON lines; the last is a summary. Progress
 bars on stderr show the rate and the time left (rounds and epochs for Kuhn, games for the matrix).
 """
 
@@ -97,12 +99,12 @@ def kuhn(args) -> dict:
 
     base = warm_base(kuhn_args(["--seed", "0"] + (["--smoke"] if args.smoke else [])))
     figures = played_figures("league_q", args.seed)  # prints a JSON line per epoch
-    main = MainAgentFigures(figures)
+    main, population = MainAgentFigures(figures), PopulationNash(figures)
     with tempfile.TemporaryDirectory() as out:
         trainer, keywords = league(args, out, kuhn_poker, progress=True)  # rounds and epochs, with the time left
-        trainer.train(str(base), kuhn_poker, callbacks=[figures, main, *keywords.pop("callbacks")], **keywords)
+        trainer.train(str(base), kuhn_poker, callbacks=[figures, main, population, *keywords.pop("callbacks")], **keywords)
         trainer.engine.close()
-    return {"final": figures.rows[-1], "main_agent": main.rows[-1]}
+    return {"final": figures.rows[-1], "main_agent": main.rows[-1], "population_nash": population.rows[-1]}
 
 
 class MainAgentFigures:
@@ -130,7 +132,6 @@ class MainAgentFigures:
         if snapshots:
             avg = f.score(f.mixture([self.cache[s] for s in snapshots], [1.0 / len(snapshots)] * len(snapshots)))
             row["snapshot_average"] = {k: round(float(v), 4) for k, v in avg.items()}
-        row.update(population_nash(trainer, f, self.cache, main, played))
         self.recent = [*self.recent, played][-self.last:]
         recent = f.score(f.mixture(self.recent, [1.0 / len(self.recent)] * len(self.recent)))
         row["last_epochs_average"] = {"epochs": len(self.recent), **{k: round(float(v), 4) for k, v in recent.items()}}
@@ -139,36 +140,40 @@ class MainAgentFigures:
         return {}
 
 
-def population_nash(trainer, figures, cache: dict, main: str, main_played: dict) -> dict:
-    """A diagnostic, not a deployable policy: the Nash mixture of every trained player (frozen ones read
-    once into ``cache``, live learners now) on their exact chip meta-game (``chip_payoffs`` of their legal
-    replies renormalised: the game's values are known here, a league's are not), scored as played with
-    the invalid replies. Beside it, its weight on the live main agent and its support (weights above 0.01)."""
-    from autocurricula.eval.kuhn import INFOSETS, chip_payoffs
-    from autocurricula.eval.meta import zero_sum_nash
-    from autocurricula.records import is_scripted
+class PopulationNash:
+    """A diagnostic per epoch, not a deployable policy: the Nash mixture of every trained player (frozen
+    ones read once, live learners each epoch, with ``figures``' reader) on their exact chip meta-game
+    (``chip_payoffs`` of their legal replies renormalised: the game's values are known here, a league's
+    are not), scored as played with the invalid replies; beside it, its weight on the live main agent
+    and its support (weights above 0.01). Were the league's meta-solver exact, this is what it would deploy."""
 
-    ids, played = [], []
-    for p in trainer.players:
-        if is_scripted(p):
-            continue
-        if p["id"] == main:
-            read = main_played
-        elif p["frozen"]:
-            if p["id"] not in cache:
-                cache[p["id"]] = figures.read(trainer.engine, p["id"], trainer.grpo.temperature)[0]
-            read = cache[p["id"]]
-        else:
-            read = figures.read(trainer.engine, p["id"], trainer.grpo.temperature)[0]
-        ids.append(p["id"])
-        played.append(read)
-    legal = [{k: min(1.0, s[k][0] / max(1e-12, 1 - s[k][1])) for k in INFOSETS} for s in played]
-    x = np.maximum(zero_sum_nash(chip_payoffs(legal))[0], 0)
-    x /= x.sum()
-    score = figures.score(figures.mixture(played, [float(v) for v in x]))
-    return {"population_nash": {**{k: round(float(v), 4) for k, v in score.items()},
-                                "on_live_main": round(float(x[ids.index(main)]), 3),
-                                "support": int((x > 0.01).sum()), "players": len(ids)}}
+    def __init__(self, figures):
+        self.figures, self.cache, self.rows = figures, {}, []
+
+    def __call__(self, trainer) -> dict:
+        from autocurricula.eval.kuhn import INFOSETS, chip_payoffs
+        from autocurricula.eval.meta import zero_sum_nash
+        from autocurricula.records import is_scripted
+
+        f, temperature = self.figures, trainer.grpo.temperature
+        players = [p for p in trainer.players if not is_scripted(p)]
+        for p in players:
+            if p["frozen"] and p["id"] not in self.cache:
+                self.cache[p["id"]] = f.read(trainer.engine, p["id"], temperature)[0]
+        played = [self.cache[p["id"]] if p["frozen"] else f.read(trainer.engine, p["id"], temperature)[0]
+                  for p in players]
+        legal = [{k: min(1.0, s[k][0] / max(1e-12, 1 - s[k][1])) for k in INFOSETS} for s in played]
+        x = np.maximum(zero_sum_nash(chip_payoffs(legal))[0], 0)
+        x /= x.sum()
+        main = [p["id"] for p in players].index(main_agent(trainer))
+        score = f.score(f.mixture(played, [float(v) for v in x]))
+        row = {"epoch": trainer.current_epoch,
+               "population_nash": {**{k: round(float(v), 4) for k, v in score.items()},
+                                   "on_live_main": round(float(x[main]), 3), "support": int((x > 0.01).sum()),
+                                   "players": len(players)}}
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+        return {}
 
 
 def replies(trainer, game, top: int = 8) -> list[dict]:

@@ -943,7 +943,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
                               snapshot_max_rounds=None, random_anchor=False, soft_targets=None,
                               targets_only=False, off_target=False, round_step=None, listed=False, alpha=None, anchor_off_table=False,
                               per_player=False, selfplay_share=None, mirror_step=None,
-                              branch_samples=None, meta_z=None)
+                              branch_samples=None, meta_z=None, loss_type=None)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -952,7 +952,11 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     assert (config.credit.name, config.credit.target_coef, config.credit.backup) == ("q", 1.0, "mean")
     assert (grpo.learning_rate, grpo.lr_scheduler_type, grpo.lr_decay_ratio, grpo.steps_per_generation, grpo.beta) \
         == (2e-3, "warmup_stable_decay", 0.25, 4, 0.0)
-    assert (lora.r, lora.target_modules) == (8, "all-linear")
+    assert (lora.r, lora.target_modules) == (8, "all-linear") and grpo.loss_type == "grpo"
+    args.loss_type = "dapo"  # --loss-type swaps only the loss
+    swapped = mod.league(args, str(tmp_path), kuhn_poker)[1]["grpo_config"]
+    assert swapped.loss_type == "dapo" and swapped.learning_rate == grpo.learning_rate
+    args.loss_type = None
     assert trainer.opponents == [] and config.anchor_share == 0  # no scripted players, no anchor games
     assert (config.snapshot_min_rounds, config.snapshot_max_rounds) == (2, 4)  # LeagueConfig's
     # the example's own command line: the flags the script passes are tictactoe_league.py's set_defaults
@@ -1196,6 +1200,60 @@ def test_league_config_elsewhere_scores_the_main_agent_and_its_snapshots():
     main(trainer)  # the window keeps the last two epochs' reads: 0.7 and 0.1
     assert main.rows[-1]["last_epochs_average"] == {"epochs": 2, "exploitability": 0.4}
 
+
+def test_population_nash_finds_the_equilibrium_member_and_reads_frozen_players_once():
+    """research/league_config_elsewhere.py's diagnostic: the exact Nash over every trained player picks
+    a Nash strategy out of a population that holds one, scores it as played (invalid replies kept), and
+    reads frozen players once and live learners every epoch; scripted players stay out."""
+    from types import SimpleNamespace
+
+    from autocurricula.eval.kuhn import INFOSETS, exploitability, played_exploitability, played_mixture
+
+    mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere_population")
+    alpha = 0.2  # player 1's family of equilibria: bet a jack with alpha, a king with 3 alpha, ...
+    nash = {"J:": alpha, "Q:": 0.0, "K:": 3 * alpha, "J:check": 1 / 3, "Q:check": 0.0, "K:check": 1.0,
+            "J:bet": 0.0, "Q:bet": 1 / 3, "K:bet": 1.0, "J:check bet": 0.0, "Q:check bet": alpha + 1 / 3,
+            "K:check bet": 1.0}
+    assert exploitability(nash) < 1e-9
+    strategies = {"main_agent-0": dict.fromkeys(INFOSETS, 1.0), "main_agent-1": nash,
+                  "main_exploiter-0": dict.fromkeys(INFOSETS, 0.5), "random": dict.fromkeys(INFOSETS, 0.5)}
+    players = [{"id": "main_agent-0", "role": "main_agent", "frozen": False},
+               {"id": "main_agent-1", "role": "main_agent", "frozen": True, "snapshot_of": "main_agent-0"},
+               {"id": "main_exploiter-0", "role": "main_exploiter", "frozen": False},
+               {"id": "random", "role": "random", "frozen": True, "policy": lambda *a: "bet"}]
+    trainer = SimpleNamespace(players=players, engine=None, grpo=SimpleNamespace(temperature=1.0), current_epoch=2,
+                              elo=SimpleNamespace(rating=lambda pid: 1000.0))
+    reads = []
+
+    def read(engine, pid, temperature):
+        reads.append(pid)
+        return {k: (0.99 * v, 0.01) for k, v in strategies[pid].items()}, 0.0  # 1% invalid everywhere
+
+    figures = SimpleNamespace(read=read, mixture=played_mixture,
+                              score=lambda mix: {"exploitability": played_exploitability(mix)})
+    population = mod.PopulationNash(figures)
+    population(trainer)
+    population(trainer)
+    got = population.rows[-1]["population_nash"]
+    assert (got["support"], got["on_live_main"], got["players"]) == (1, 0.0, 3)  # the scripted player left out
+    played_nash = {k: (0.99 * v, 0.01) for k, v in nash.items()}
+    assert got["exploitability"] == pytest.approx(played_exploitability(played_nash), abs=1e-4)
+    assert 0 < got["exploitability"] < 0.05  # the invalid replies cost, the strategy itself is a Nash
+    assert reads.count("main_agent-1") == 1 and reads.count("main_agent-0") == 2 and "random" not in reads
+
+def test_league_ideal_separates_the_league_structure_from_the_fit():
+    """research/league_ideal.py, exact values and no model: small mirror steps in self-play settle at
+    the soft targets' floor (0.031 chips per hand); a fit that lands at 4/3 of the target's call odds
+    holds the same steps far off; jumping to the soft targets in the league leaves the main agent far off
+    while the Nash over its population is near the equilibrium."""
+    mod = _load(ROOT / "research" / "league_ideal.py", "league_ideal")
+    settle = mod.run(0.1, "selfplay", 96, 0.15, 3, 0)
+    biased = mod.run(0.045, "selfplay", 96, 0.15, 3, 0, call_bias=4 / 3)
+    league = mod.run(1.0, "league", 48, 0.15, 3, 0)
+    assert settle["main_agent"]["last"] == pytest.approx(0.031, abs=0.002)
+    assert biased["main_agent"]["last"] > 0.15
+    assert league["main_agent"]["last"] > 0.15 and league["mixture"]["last"] < 0.04
+    assert league["mixture_on_live_main"]["last"] == 0.0
 
 def test_kuhn_self_targets_reads_the_main_agent_and_finds_the_fixed_point_at_its_target(tmp_path):
     """research/kuhn_self_targets.py: the soft targets' fixed point is its own self-play target at
