@@ -34,7 +34,7 @@ def game_entry(record, decode: Callable[[list[int]], str], epoch: int, round_: i
     """One finished game (an arena ``GameRecord``) as a JSON-able transcript."""
     turns = [{"player": t.player, "seat": t.seat, "level": t.level, "prompt": _clip(decode(list(t.prompt_ids))),
               "completion": _clip(decode(list(t.completion_ids)))}
-             for t in record.turns[:MAX_TURNS] if not getattr(t, "target", False)]
+             for t in record.turns[:MAX_TURNS] if not t.target]
     return {"game_id": record.game_id, "epoch": epoch, "round": round_,
             "players": [p["id"] for p in record.players], "roles": [p.get("role") for p in record.players],
             "rewards": list(record.rewards), "turns": turns, "turns_total": len(record.turns)}

@@ -263,8 +263,8 @@ def main(argv=None):
                    "over past players takes min(0.5, the rest), verification games what is left; default "
                    "LeagueConfig's 0.35 and 0.5)")
     p.add_argument("--loss-type", choices=["grpo", "bnpo", "dr_grpo", "dapo"], default=None, help="GRPOConfig."
-                   "loss_type (default the example's 'grpo': each reply's tokens averaged, so a reply's weight falls "
-                   "with its length)")
+                   "loss_type (default the example's 'grpo': each sampled reply's tokens averaged, so its weight falls "
+                   "with its length; the credit's target turns weigh alike)")
     p.add_argument("--replies", action="store_true", help="with --game matrix: each game's row also gives the live "
                    "main agent's word and invalid probabilities per seat and its most likely next tokens")
     p.add_argument("--smoke", action="store_true", help="a tiny budget and model, to check that it runs")

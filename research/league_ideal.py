@@ -73,6 +73,7 @@ def mirror_step(x: dict[str, float], q: dict[str, tuple[float, float]], tau: flo
 
 
 def blend(opponents: list[tuple[dict[str, float], float]]) -> dict[str, float]:
+    """One behaviour strategy for drawing a player per hand by weight (zero weights dropped, the rest normalised)."""
     weights = [w for _, w in opponents if w > 0]
     return mixture_strategy([s for s, w in opponents if w > 0], [w / sum(weights) for w in weights])
 
@@ -109,9 +110,17 @@ def deployed(population: list[dict[str, float]], games: int = 0,
     return mixture_strategy(population, [float(v) for v in w]), w
 
 
+def noisy_values(me: dict[str, float], opponent: dict[str, float], sd: float,
+                 rng: np.random.Generator) -> dict[str, tuple[float, float]]:
+    """``me``'s exact move values against ``opponent``, plus Gaussian errors of ``sd`` chips when ``sd`` > 0."""
+    return {k: tuple(v + sd * rng.standard_normal(2)) if sd else v for k, v in kuhn_values(me, opponent).items()}
+
+
 def run(step: float, structure: str, rounds: int, tau: float, snapshot_rounds: int, seed: int,
         anchor: float = 0.0, population: str = "all", meta_games: int = 0, q_noise: float = 0.0,
         call_bias: float = 1.0) -> dict:
+    """One setting (the module docstring names each argument's flag): per figure, its value after the
+    last epoch and its range over the last quarter of the epochs."""
     rng, noise = random.Random(seed), np.random.default_rng(seed)
     main, exploiter, league_exploiter = dict(WARM_BASE), dict(WARM_BASE), dict(WARM_BASE)
     snapshots: list[dict[str, float]] = []  # the population's frozen players
@@ -129,14 +138,11 @@ def run(step: float, structure: str, rounds: int, tau: float, snapshot_rounds: i
         if anchor:
             main_opp = blend([(dict.fromkeys(INFOSETS, 0.5), anchor), (main_opp, 1 - anchor)])
         league_opp = blend(list(zip(snapshots, pfsp(league_exploiter, snapshots, "linear")))) if snapshots else main
-        def values(me, opponent, sd):  # exact values, plus each round's estimation error
-            return {k: tuple(v + sd * noise.standard_normal(2)) if sd else v
-                    for k, v in kuhn_values(me, opponent).items()}
-
+        exploiter_sd = q_noise * EXPLOITER_NOISE
         main, exploiter, league_exploiter = (
-            mirror_step(main, values(main, main_opp, q_noise), tau, step, call_bias),
-            mirror_step(exploiter, values(exploiter, main, q_noise * EXPLOITER_NOISE), tau, step, call_bias),
-            mirror_step(league_exploiter, values(league_exploiter, league_opp, q_noise * EXPLOITER_NOISE), tau, step,
+            mirror_step(main, noisy_values(main, main_opp, q_noise, noise), tau, step, call_bias),
+            mirror_step(exploiter, noisy_values(exploiter, main, exploiter_sd, noise), tau, step, call_bias),
+            mirror_step(league_exploiter, noisy_values(league_exploiter, league_opp, exploiter_sd, noise), tau, step,
                         call_bias))
         if r % snapshot_rounds == 0:
             snapshots += [dict(main), dict(exploiter), dict(league_exploiter)]
@@ -163,6 +169,7 @@ def run(step: float, structure: str, rounds: int, tau: float, snapshot_rounds: i
 
 
 def main(argv=None):
+    """Every ``--structure`` x ``--step`` setting, one JSON line each."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--step", type=float, nargs="+", default=[1.0, 0.2, 0.1, 0.045])
     p.add_argument("--structure", nargs="+", choices=["league", "selfplay"], default=["league", "selfplay"])

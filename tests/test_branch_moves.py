@@ -222,7 +222,8 @@ def test_cross_entropy_moves_keep_the_mass_on_the_listed_moves(tiny_model_path):
 def test_move_targets_settle_at_their_shares_whatever_the_moves_token_counts(tiny_model_path, loss_type):
     """Cross-entropy toward a 50/50 target over a one-token and a longer move ends near 50/50 under
     every loss type. Under "grpo" a row's tokens are averaged; were each target row divided by its own
-    length, the short move would settle at the long one's length over both (0.75 here, measured), not 0.5."""
+    length, the short move's fixed point would be the long one's length over both (2 and 8 tokens: 0.8;
+    0.75 after these 40 steps, measured), not 0.5."""
     from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
     from autocurricula.records import Turn
     from autocurricula.training import Updater

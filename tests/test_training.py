@@ -42,15 +42,18 @@ def test_target_rows_weigh_alike_whatever_their_length():
     """Under "grpo" a played row's tokens share 1 / (rows x its length), as trl has it; target rows
     share the mean length of the live target rows, so a move's weight does not fall with its token
     count. Equal-length targets (tic-tac-toe's one-token cells) keep trl's weights exactly."""
-    lengths, masked = [2, 6, 4, 3], [False, False, False, True]
+    lengths, masked = [2, 6, 5, 3], [False, False, False, True]
     targets = [True, True, False, True]
     w = token_weights(lengths, masked, "grpo", 8, targets)
     assert w[0] == w[1] == pytest.approx(1 / (4 * 4))  # the live target rows' mean length: (2 + 6) / 2
-    assert w[2] == pytest.approx(1 / (4 * 4)) and w[3] == 0.0  # a played row: its own length; masked: 0
+    assert w[2] == pytest.approx(1 / (4 * 5)) and w[3] == 0.0  # a played row: its own length; masked: 0
     assert token_weights([3, 3, 5], [False] * 3, "grpo", 8, [True, True, False]) == \
         token_weights([3, 3, 5], [False] * 3, "grpo", 8)
     for loss_type in ("bnpo", "dr_grpo", "dapo"):  # every row alike already: targets change nothing
         assert token_weights(lengths, masked, loss_type, 8, targets) == token_weights(lengths, masked, loss_type, 8)
+    with pytest.raises(ValueError, match="one target flag per sequence"):
+        token_weights(lengths, masked, "grpo", 8, [True])
+
 
 def test_adamw_matches_torch():
     torch = pytest.importorskip("torch")

@@ -49,7 +49,9 @@ class GRPOConfig:
                                          "of the rounds, at the end of the run, over which the rate falls along a "
                                          "half cosine to learning_rate * min_lr_ratio; constant before. Required "
                                          "by that schedule, refused by the others", None)
-    loss_type: str = help_field("'grpo' (mean over tokens per sequence, then over sequences), 'bnpo' (mean over "
+    loss_type: str = help_field("'grpo' (mean over tokens per sequence, then over sequences; a credit's target "
+                           "turns share the mean length of the target turns, so a move's weight does not "
+                           "fall with its token count), 'bnpo' (mean over "
                            "the tokens of the batch), 'dr_grpo' (sum / (sequences * max_completion_length)), "
                            "'dapo' (sum / tokens of the whole generation batch; trl's default)", "dapo")
     epsilon: float = help_field("lower clip range: ratio >= 1 - epsilon", 0.2)

@@ -21,11 +21,14 @@ def token_weights(lengths: list[int], masked: list[bool], loss_type: str, max_co
 
     ``masked`` sequences (e.g. truncated ones under ``mask_truncated_completions``) get 0 but still
     count where trl counts them (grpo and dr_grpo average over all rows). ``targets`` marks target
-    turns, a cross-entropy toward a distribution over whole moves: under "grpo" they share the mean
-    length of the live target rows in place of their own, since dividing by its own token count would
-    train each move toward its target share over its length (a one-token "call" beside a three-token
-    "fold" would settle at three times its share). The other loss types weigh every row alike already.
+    turns, rows a credit built for whole moves rather than samples (a cross-entropy target per listed
+    move, residuals, a best move): under "grpo" they share the mean length of the live target rows in
+    place of their own. Divided by its own token count, a cross-entropy target would be fitted at its
+    odds times the inverse length ratio (Kuhn poker's "call", 3 tokens with the end token, at 4/3 of
+    its target odds against "fold", 4). The other loss types weigh every row alike already.
     """
+    if len(targets or lengths) != len(lengths):
+        raise ValueError(f"one target flag per sequence: {len(targets)} flags for {len(lengths)} sequences")
     n_seq = len(lengths)
     live_tokens = sum(n for n, m in zip(lengths, masked) if not m)
     targets = targets or [False] * n_seq
