@@ -47,11 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
+from autocurricula.credit import mirror_distribution  # noqa: E402
 from autocurricula.eval.kuhn import INFOSETS, exploitability, mixture_strategy  # noqa: E402
 from autocurricula.eval.meta import robust_mixture, zero_sum_nash  # noqa: E402
 from anchor_bias_ideal import kuhn_values  # noqa: E402
 from kuhn_psro_ideal import WARM_BASE, restricted_game  # noqa: E402
 
+EDGE = 1 / (1 + math.exp(30))  # a logit of ±30 at most: every move keeps a finite log-probability, as a model's does
 EPOCH = 8  # rounds per epoch, as the trained runs report them
 SHARES = {"self": 0.35, "pfsp": 0.5}  # LeagueConfig's; the rest goes to the exploiters
 LEAGUE_RESET = 0.25  # LeagueConfig.league_exploiter_reset_prob
@@ -60,15 +62,14 @@ EXPLOITER_NOISE = math.sqrt(8)  # the trained runs' exploiters play an eighth of
 
 def mirror_step(x: dict[str, float], q: dict[str, tuple[float, float]], tau: float, step: float,
                 call_bias: float = 1.0) -> dict[str, float]:
-    """One mirror step per set: the logit of P(bet or call) moves a share ``step`` toward (Q_bet - Q_pass) / tau.
-    ``call_bias``: where the moves are call and fold, the fitted policy lands at the target's odds times this
-    (a cross-entropy whose rows are divided by their token counts: "call" + end is 3 tokens, "fold" + end 4)."""
+    """One mirror step per set (``mirror_distribution`` over bet-or-call and its passive move). ``call_bias``:
+    where the moves are call and fold, the fitted policy lands at the target's odds times this (a
+    cross-entropy whose rows are divided by their token counts: "call" + end is 3 tokens, "fold" + end 4)."""
     out = {}
     for k, p in x.items():
-        logit = math.log(p / (1 - p))
-        logit = (1 - step) * logit + step * (q[k][0] - q[k][1]) / tau
-        logit += math.log(call_bias) if k.endswith("bet") else 0.0
-        out[k] = 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, logit))))
+        agg = mirror_distribution(list(q[k]), [math.log(p), math.log(1 - p)], tau, step=step)[0]
+        odds = agg / (1 - agg) * (call_bias if k.endswith("bet") else 1.0) if agg < 1 else math.inf
+        out[k] = min(1 - EDGE, max(EDGE, odds / (1 + odds) if math.isfinite(odds) else 1.0))
     return out
 
 
@@ -188,6 +189,15 @@ def main(argv=None):
     p.add_argument("--anchor", type=float, default=0.0, help="the main agent's share of games against uniform "
                    "random play (the tic-tac-toe example's anchor_share, 0.5)")
     args = p.parse_args(argv)
+    if not all(0 < w <= 1 for w in args.step):
+        p.error(f"--step takes mirror steps in (0, 1], got {args.step}")
+    checks = {"--rounds": (args.rounds >= EPOCH, f"at least one epoch of {EPOCH} rounds"),
+              "--tau": (args.tau > 0, "a temperature above 0"), "--snapshot-rounds": (args.snapshot_rounds >= 1, "1 or more"),
+              "--meta-games": (args.meta_games >= 0, "0 (exact) or more hands"), "--q-noise": (args.q_noise >= 0, "0 or more"),
+              "--call-bias": (args.call_bias > 0, "odds above 0 (1: none)"), "--anchor": (0 <= args.anchor < 1, "a share in [0, 1)")}
+    for flag, (ok, what) in checks.items():
+        if not ok:
+            p.error(f"{flag} takes {what}, got {getattr(args, flag[2:].replace('-', '_'))}")
     for structure in args.structure:
         for step in args.step:
             row = run(step, structure, args.rounds, args.tau, args.snapshot_rounds, args.seed, args.anchor,

@@ -27,7 +27,7 @@ def token_weights(lengths: list[int], masked: list[bool], loss_type: str, max_co
     odds times the inverse length ratio (Kuhn poker's "call", 3 tokens with the end token, at 4/3 of
     its target odds against "fold", 4). The other loss types weigh every row alike already.
     """
-    if len(targets or lengths) != len(lengths):
+    if targets is not None and len(targets) != len(lengths):
         raise ValueError(f"one target flag per sequence: {len(targets)} flags for {len(lengths)} sequences")
     n_seq = len(lengths)
     live_tokens = sum(n for n, m in zip(lengths, masked) if not m)
