@@ -1,6 +1,8 @@
 """autocurricula.eval: tic-tac-toe best response, Kuhn exploitability and mapping, Nash meta-strategy."""
 
+import json
 import random
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -241,6 +243,33 @@ def test_lp_is_an_equilibrium_on_random_games():
         a = rng.normal(size=(m, n))
         x, y, v = meta.zero_sum_nash(a)
         assert (x @ a).min() == pytest.approx(v) and (a @ y).max() == pytest.approx(v)  # no deviation gains
+
+
+def test_lp_solves_a_league_of_near_duplicate_snapshots():
+    """The 99 frozen players of ``research/league_ideal.py --step 1 --tau 0.01 --structure league`` with
+    policies clipped at 1e-13: near-pure, often repeated Kuhn strategies, whose meta-game has rank 10 of 99.
+    A simplex that pivots on the smallest-index row blows up on it and never converges."""
+    data = json.loads((Path(__file__).parent / "data" / "kuhn_league_snapshots.json").read_text())
+    population = [dict(zip(data["infosets"], row)) for row in data["strategies"]]
+    a = kuhn.chip_payoffs(population)
+    assert a.shape == (99, 99) and np.linalg.matrix_rank(a) < 20
+    for k in (40, 79, 99):  # the league as it grew
+        x, y, v = meta.zero_sum_nash(a[:k, :k])
+        assert meta.exploitability(a[:k, :k], x, y) < 1e-9 and v == pytest.approx(0, abs=1e-9)  # symmetric: value 0
+
+
+def test_lp_solves_a_large_random_game():
+    a = np.random.default_rng(0).normal(size=(300, 300))
+    x, y, v = meta.zero_sum_nash(a)
+    assert meta.exploitability(a, x, y) < 1e-9
+    assert (x @ a).min() == pytest.approx(v, abs=1e-9) and (a @ y).max() == pytest.approx(v, abs=1e-9)
+
+
+def test_lp_refuses_to_return_a_pair_that_is_no_equilibrium(monkeypatch):
+    # what a solver lost to rounding would hand back: a feasible but not optimal pair
+    monkeypatch.setattr(meta, "simplex_max", lambda a: (np.array([1.0, 0.0]), np.array([1.0, 0.0]), 1.0))
+    with pytest.raises(RuntimeError, match="from an equilibrium"):
+        meta.zero_sum_nash([[3, 0], [1, 2]])
 
 
 def test_replicator_dynamics_approaches_the_mixture():

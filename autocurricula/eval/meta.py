@@ -5,7 +5,8 @@ The mixture to deploy is a Nash equilibrium of that game (PSRO, Lanctot et al. 2
 Nash-averaged league, Vinyals et al. 2019). Everything here is pure numpy:
 
 * ``zero_sum_nash(A)``: exact equilibrium of a two-player zero-sum matrix game by linear
-  programming (a small dense simplex with Bland's rule, so no SciPy is needed).
+  programming (a small dense simplex, pivoting for numerical stability, so no SciPy is needed),
+  checked on the matrix it was given.
 * ``nash_mixture(win_rates)``: the symmetric equilibrium of a league's win-rate matrix, as
   ``trainer.payoff.matrix(ids)`` gives it (``P[i][j]`` = i's score against j, draws half).
 * ``replicator_dynamics(A, B)``: discrete-time replicator dynamics for a general (not necessarily
@@ -29,6 +30,11 @@ __all__ = ["exploitability", "nash_mixture", "regret_matching", "replicator_dyna
            "simplex_max", "zero_sum_nash"]
 
 _EPS = 1e-12
+_PIVOT_TOL = 1e-9  # a pivot smaller than this, relative to its column, counts as zero
+_OPT_TOL = 1e-12  # a reduced cost below -_OPT_TOL still improves the objective
+_HARRIS = 1e-11  # how far the ratio test may let a basic variable go below zero to get a larger pivot
+_GAP_TOL = 1e-7  # the largest exploitability, as a share of the payoff range, zero_sum_nash accepts
+_REINVERT = 50  # pivots between recomputing the tableau from the matrix
 
 
 def _matrix(a, name: str = "payoff matrix") -> np.ndarray:
@@ -40,43 +46,79 @@ def _matrix(a, name: str = "payoff matrix") -> np.ndarray:
     return m
 
 
-def simplex_max(a: np.ndarray, max_iter: int = 10_000) -> tuple[np.ndarray, np.ndarray, float]:
+def _tableau(cons: np.ndarray, cost: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """The simplex tableau of ``max cost.z s.t. cons z = 1, z >= 0`` at ``basis``, computed afresh from the
+    original data (re-inversion: it discards the rounding that pivots accumulate)."""
+    m = cons.shape[0]
+    try:
+        body = np.linalg.solve(cons[:, basis], np.hstack([cons, np.ones((m, 1))]))
+    except np.linalg.LinAlgError as err:
+        raise RuntimeError("the simplex reached a singular basis; the payoff matrix is too ill-conditioned "
+                           "(rescale it, or merge players whose rows are identical)") from err
+    t = np.empty((m + 1, cons.shape[1] + 1))
+    t[:m] = body
+    t[m] = cost[basis] @ body - np.append(cost, 0.0)
+    return t
+
+
+
+def simplex_max(a: np.ndarray, max_iter: int | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """Solve ``max 1.y s.t. a y <= 1, y >= 0`` for a matrix ``a`` with positive entries.
 
     Returns ``(y, u, objective)``: the primal optimum ``y``, the dual optimum ``u`` (which solves
     ``min 1.u s.t. a^T u >= 1, u >= 0``) and the common objective. The origin is feasible because
-    the right-hand side is positive, so no phase 1 is needed; Bland's rule rules out cycling.
+    the right-hand side is positive, so no phase 1 is needed. Meta-games are degenerate (snapshots of
+    a settled player repeat rows; a game's strategies span few dimensions), so the pivots are chosen
+    for stability: the most negative reduced cost enters, the largest pivot among rows within a small
+    tolerance of the ratio test leaves (Harris), the tableau is recomputed from ``a`` every
+    ``_REINVERT`` pivots and before optimality is declared, and a run of pivots that does not raise the
+    objective switches to Bland's rule, which cannot cycle.
     """
     a = _matrix(a)
     if np.any(a <= 0):
         raise ValueError("simplex_max needs a matrix with positive entries (shift the payoffs first)")
     m, n = a.shape
-    t = np.zeros((m + 1, n + m + 1))
-    t[:m, :n], t[:m, n:n + m], t[:m, -1] = a, np.eye(m), 1.0
-    t[m, :n] = -1.0
-    basis = list(range(n, n + m))
+    cons = np.hstack([a / a.max(), np.eye(m)])  # scaled to 1 at most, so the tolerances are relative
+    cost = np.append(np.ones(n), np.zeros(m))
+    basis = np.arange(n, n + m)
+    max_iter = 50 * (m + n) if max_iter is None else max_iter
+    t, since, stalled, best = _tableau(cons, cost, basis), 0, 0, 0.0
     for _ in range(max_iter):
-        entering = next((j for j in range(n + m) if t[m, j] < -1e-10), None)
-        if entering is None:
+        reduced = t[m, :-1]
+        improving = np.flatnonzero(reduced < -_OPT_TOL)
+        if improving.size == 0 and since == 0:
             break
-        col = t[:m, entering]
-        rows = [i for i in range(m) if col[i] > 1e-10]
-        if not rows:  # cannot happen with positive a: y is bounded by 1 / min(a)
+        if improving.size == 0 or since >= _REINVERT:
+            t, since = _tableau(cons, cost, basis), 0
+            continue
+        bland = stalled > 2 * (m + n)
+        entering = improving[0] if bland else improving[np.argmin(reduced[improving])]
+        col, rhs = t[:m, entering], np.maximum(t[:m, -1], 0.0)
+        rows = np.flatnonzero(col > _PIVOT_TOL * max(1.0, col.max()))
+        if rows.size == 0:  # cannot happen with positive a: y is bounded by 1 / min(a)
             raise RuntimeError("the linear program is unbounded")
-        ratio = min(t[i, -1] / col[i] for i in rows)
-        leaving = min((i for i in rows if t[i, -1] / col[i] <= ratio + 1e-12), key=lambda i: basis[i])
+        ratios = rhs[rows] / col[rows]
+        if bland:
+            ties = rows[ratios <= ratios.min() + _OPT_TOL * _OPT_TOL]
+            leaving = ties[np.argmin(basis[ties])]
+        else:
+            ties = rows[ratios <= ((rhs[rows] + _HARRIS) / col[rows]).min()]
+            leaving = ties[np.argmax(col[ties])]
         t[leaving] /= t[leaving, entering]
-        for i in range(m + 1):
-            if i != leaving and t[i, entering] != 0.0:
-                t[i] -= t[i, entering] * t[leaving]
+        factors = t[:, entering].copy()
+        factors[leaving] = 0.0
+        t -= np.outer(factors, t[leaving])
         basis[leaving] = entering
+        since += 1
+        stalled = 0 if t[m, -1] > best + _OPT_TOL * _OPT_TOL else stalled + 1
+        best = max(best, t[m, -1])
     else:
         raise RuntimeError(f"the simplex did not converge in {max_iter} pivots")
     y = np.zeros(n)
-    for i, j in enumerate(basis):
-        if j < n:
-            y[j] = t[i, -1]
-    return y, t[m, n:n + m].copy(), float(t[m, -1])
+    primal = basis < n
+    y[basis[primal]] = np.maximum(t[:m, -1][primal], 0.0)
+    scale = a.max()  # undo the scaling: a y <= 1 with a = scale * cons gives y / scale
+    return y / scale, t[m, n:n + m] / scale, float(t[m, -1] / scale)
 
 
 def _normalise(p: np.ndarray) -> np.ndarray:
@@ -91,7 +133,12 @@ def zero_sum_nash(payoff) -> tuple[np.ndarray, np.ndarray, float]:
     a = _matrix(payoff)
     shift = 1.0 - a.min()  # the LP needs positive payoffs; a shift changes no equilibrium
     y, u, total = simplex_max(a + shift)
-    return _normalise(u), _normalise(y), float(1.0 / total - shift)
+    x, y = _normalise(u), _normalise(y)
+    gap = exploitability(a, x, y)
+    if gap > _GAP_TOL * max(np.ptp(a), _EPS):  # checked on the caller's matrix, so no wrong mixture goes out
+        raise RuntimeError(f"the linear program returned a pair that is {gap:.3g} from an equilibrium; the payoff "
+                           "matrix is numerically degenerate: merge identical players or use regret_matching")
+    return x, y, float(1.0 / total - shift)
 
 
 def nash_mixture(win_rates, players: Sequence[str] | None = None):
