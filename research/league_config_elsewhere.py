@@ -80,7 +80,8 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
     snapshots = {"snapshot_min_rounds": args.snapshot_min_rounds, "snapshot_max_rounds": args.snapshot_max_rounds}
     config = LeagueConfig(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, save_strategy="no",
                           progress=progress, main_exploiters=1, league_exploiters=1,
-                          games_per_learner=args.games_per_round, exploiter_games=max(1, args.games_per_round // 8),
+                          games_per_learner=args.games_per_round,
+                          exploiter_games=args.exploiter_games or max(1, args.games_per_round // 8),
                           **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
                           **shares,
                           credit=credit(args, ttt),
@@ -234,6 +235,8 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--rounds", type=int, default=8, help="rounds per epoch")
     p.add_argument("--games-per-round", type=int, default=128, help="the main agent's (each exploiter: an eighth)")
+    p.add_argument("--exploiter-games", type=int, default=None, metavar="N", help="each exploiter's games a round "
+                   "(default: an eighth of --games-per-round, the example's share)")
     p.add_argument("--games", type=int, default=20, help="with --game matrix: random-F ... random-(F+N-1)")
     p.add_argument("--first-game", type=int, default=0)
     p.add_argument("--snapshot-min-rounds", type=int, default=None, help="default: LeagueConfig's (2); the "
@@ -298,11 +301,14 @@ def main(argv=None):
         p.error("--replies reads the matrix games' one-word replies: use it with --game matrix")
     if args.anchor_off_table and not args.random_anchor:
         p.error("--anchor-off-table keeps the random player's games out of the table: add --random-anchor")
+    if args.exploiter_games is not None and args.exploiter_games < 1:
+        p.error(f"--exploiter-games takes 1 or more games a round, got {args.exploiter_games}")
     if args.smoke:
         args.epochs, args.rounds, args.games_per_round, args.games = 1, 2, 8, 1
     summary = kuhn(args) if args.game == "kuhn" else matrix(args)
     print(json.dumps({"summary": summary, "game": args.game, "seed": args.seed, "epochs": args.epochs,
                       "rounds": args.rounds, "games_per_round": args.games_per_round,
+                      "exploiter_games": args.exploiter_games,
                       "random_anchor": args.random_anchor, "meta_z": args.meta_z, "mirror_step": args.mirror_step,
                       "branch_samples": args.branch_samples,
                       "soft_targets": args.soft_targets, "targets_only": args.targets_only,

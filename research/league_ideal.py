@@ -28,7 +28,8 @@ over the last quarter of the epochs.
 What the trained league has and this does not, one option each: ``--population frozen|main`` (the
 mixture over the snapshots, or the main agent's only), ``--meta-games N`` (each entry estimated
 from N hands and solved as the league solves it, at its lower confidence bound), ``--q-noise S``
-(errors on the values), ``--anchor A`` (the tic-tac-toe example's random player in a share A of the
+(errors on the values; ``--exploiter-games`` sets the exploiters' games as a share of the main
+agent's, an eighth by default, and so how much larger their errors are), ``--anchor A`` (the tic-tac-toe example's random player in a share A of the
 main agent's games) and ``--call-bias B`` (a fit that lands at B times the target's odds of call
 over fold, as a loss that divides each move's row by its own token count does).
 
@@ -57,7 +58,7 @@ EDGE = 1 / (1 + math.exp(30))  # a logit of ±30 at most: every move keeps a fin
 EPOCH = 8  # rounds per epoch, as the trained runs report them
 SHARES = {"self": 0.35, "pfsp": 0.5}  # LeagueConfig's; the rest goes to the exploiters
 LEAGUE_RESET = 0.25  # LeagueConfig.league_exploiter_reset_prob
-EXPLOITER_NOISE = math.sqrt(8)  # the trained runs' exploiters play an eighth of the main agent's games
+EXPLOITER_GAMES = 1 / 8  # the trained runs' exploiters play an eighth of the main agent's games
 
 
 def mirror_step(x: dict[str, float], q: dict[str, tuple[float, float]], tau: float, step: float,
@@ -119,7 +120,7 @@ def noisy_values(me: dict[str, float], opponent: dict[str, float], sd: float,
 
 def run(step: float, structure: str, rounds: int, tau: float, snapshot_rounds: int, seed: int,
         anchor: float = 0.0, population: str = "all", meta_games: int = 0, q_noise: float = 0.0,
-        call_bias: float = 1.0) -> dict:
+        call_bias: float = 1.0, exploiter_games: float = EXPLOITER_GAMES) -> dict:
     """One setting (the module docstring names each argument's flag): per figure, its value after the
     last epoch and its range over the last quarter of the epochs."""
     rng, noise = random.Random(seed), np.random.default_rng(seed)
@@ -139,7 +140,7 @@ def run(step: float, structure: str, rounds: int, tau: float, snapshot_rounds: i
         if anchor:
             main_opp = blend([(dict.fromkeys(INFOSETS, 0.5), anchor), (main_opp, 1 - anchor)])
         league_opp = blend(list(zip(snapshots, pfsp(league_exploiter, snapshots, "linear")))) if snapshots else main
-        exploiter_sd = q_noise * EXPLOITER_NOISE
+        exploiter_sd = q_noise / math.sqrt(exploiter_games)  # fewer games, noisier values
         main, exploiter, league_exploiter = (
             mirror_step(main, noisy_values(main, main_opp, q_noise, noise), tau, step, call_bias),
             mirror_step(exploiter, noisy_values(exploiter, main, exploiter_sd, noise), tau, step, call_bias),
@@ -183,7 +184,9 @@ def main(argv=None):
     p.add_argument("--meta-games", type=int, default=0, help="hands per pair behind each meta-game entry "
                    "(0: exact payoffs)")
     p.add_argument("--q-noise", type=float, default=0.0, help="Gaussian errors (chips) on the main agent's "
-                   "move values each round, sqrt(8) times larger on the exploiters' (an eighth of the games)")
+                   "move values each round; the exploiters' are larger as they play fewer games (--exploiter-games)")
+    p.add_argument("--exploiter-games", type=float, default=EXPLOITER_GAMES, help="with --q-noise: each "
+                   "exploiter's games as a share of the main agent's; its values' errors grow as 1/sqrt(share)")
     p.add_argument("--call-bias", type=float, default=1.0, help="the fitted odds of call over fold, as a "
                    "multiple of the target's (4/3: each target row's loss divided by its own token count)")
     p.add_argument("--anchor", type=float, default=0.0, help="the main agent's share of games against uniform "
@@ -194,17 +197,20 @@ def main(argv=None):
     checks = {"--rounds": (args.rounds >= EPOCH, f"at least one epoch of {EPOCH} rounds"),
               "--tau": (args.tau > 0, "a temperature above 0"), "--snapshot-rounds": (args.snapshot_rounds >= 1, "1 or more"),
               "--meta-games": (args.meta_games >= 0, "0 (exact) or more hands"), "--q-noise": (args.q_noise >= 0, "0 or more"),
-              "--call-bias": (args.call_bias > 0, "odds above 0 (1: none)"), "--anchor": (0 <= args.anchor < 1, "a share in [0, 1)")}
+              "--call-bias": (args.call_bias > 0, "odds above 0 (1: none)"),
+              "--exploiter-games": (args.exploiter_games > 0, "a share above 0"),
+              "--anchor": (0 <= args.anchor < 1, "a share in [0, 1)")}
     for flag, (ok, what) in checks.items():
         if not ok:
             p.error(f"{flag} takes {what}, got {getattr(args, flag[2:].replace('-', '_'))}")
     for structure in args.structure:
         for step in args.step:
             row = run(step, structure, args.rounds, args.tau, args.snapshot_rounds, args.seed, args.anchor,
-                      args.population, args.meta_games, args.q_noise, args.call_bias)
+                      args.population, args.meta_games, args.q_noise, args.call_bias, args.exploiter_games)
             print(json.dumps({"structure": structure, "step": step, "rounds": args.rounds, "tau": args.tau,
                               "anchor": args.anchor, "population": args.population,
                               "meta_games": args.meta_games, "q_noise": args.q_noise,
+                              "exploiter_games": args.exploiter_games,
                               "call_bias": args.call_bias, **row}),
                   flush=True)
 
