@@ -245,31 +245,74 @@ def test_lp_is_an_equilibrium_on_random_games():
         assert (x @ a).min() == pytest.approx(v) and (a @ y).max() == pytest.approx(v)  # no deviation gains
 
 
-def test_lp_solves_a_league_of_near_duplicate_snapshots():
+def _kuhn_league_snapshots() -> np.ndarray:
     """The 99 frozen players of ``research/league_ideal.py --step 1 --tau 0.01 --structure league`` with
-    policies clipped at 1e-13: near-pure, often repeated Kuhn strategies, whose meta-game has rank 10 of 99.
-    A simplex that pivots on the smallest-index row blows up on it and never converges."""
+    policies clipped at 1e-13: near-pure, often repeated Kuhn strategies, whose meta-game has rank 10."""
     data = json.loads((Path(__file__).parent / "data" / "kuhn_league_snapshots.json").read_text())
-    population = [dict(zip(data["infosets"], row)) for row in data["strategies"]]
-    a = kuhn.chip_payoffs(population)
+    return kuhn.chip_payoffs([dict(zip(data["infosets"], row)) for row in data["strategies"]])
+
+
+# the LP's pairs are exact to about its ratio-test tolerance (1e-11 of the range); 1e-9 leaves room for
+# another machine's rounding
+LP_GAP = 1e-9
+
+
+@pytest.mark.parametrize("bland", [False, True], ids=["default-pivots", "bland-throughout"])
+def test_lp_solves_a_league_of_near_duplicate_snapshots(monkeypatch, bland):
+    # a simplex that pivots on the smallest-index row blows up on this game and never converges
+    if bland:
+        monkeypatch.setattr(meta, "_BLAND_AFTER", 0)
+    a = _kuhn_league_snapshots()
     assert a.shape == (99, 99) and np.linalg.matrix_rank(a) < 20
     for k in (40, 79, 99):  # the league as it grew
         x, y, v = meta.zero_sum_nash(a[:k, :k])
-        assert meta.exploitability(a[:k, :k], x, y) < 1e-9 and v == pytest.approx(0, abs=1e-9)  # symmetric: value 0
+        assert meta.exploitability(a[:k, :k], x, y) < LP_GAP and v == pytest.approx(0, abs=LP_GAP)  # symmetric
 
 
 def test_lp_solves_a_large_random_game():
     a = np.random.default_rng(0).normal(size=(300, 300))
     x, y, v = meta.zero_sum_nash(a)
-    assert meta.exploitability(a, x, y) < 1e-9
-    assert (x @ a).min() == pytest.approx(v, abs=1e-9) and (a @ y).max() == pytest.approx(v, abs=1e-9)
+    assert meta.exploitability(a, x, y) < LP_GAP * np.ptp(a)
+    assert (x @ a).min() == pytest.approx(v, abs=LP_GAP) and (a @ y).max() == pytest.approx(v, abs=LP_GAP)
 
 
-def test_lp_refuses_to_return_a_pair_that_is_no_equilibrium(monkeypatch):
-    # what a solver lost to rounding would hand back: a feasible but not optimal pair
-    monkeypatch.setattr(meta, "simplex_max", lambda a: (np.array([1.0, 0.0]), np.array([1.0, 0.0]), 1.0))
+@pytest.mark.parametrize("scale", [1e-12, 1e-6, 1e6, 1e12])
+def test_lp_is_indifferent_to_the_payoffs_units(scale):
+    rps = np.array([[0, -1, 2], [2, 0, -1], [-1, 2, 0]], dtype=float)  # unequal wins: still (1/3, 1/3, 1/3)
+    x, y, v = meta.zero_sum_nash(rps * scale + 5 * scale)
+    np.testing.assert_allclose(x, [1 / 3] * 3, atol=1e-9)
+    assert v == pytest.approx((5 + 1 / 3) * scale, rel=1e-9)
+    a = np.random.default_rng(1).normal(size=(60, 60)) * scale
+    x, y, _ = meta.zero_sum_nash(a)
+    assert meta.exploitability(a, x, y) < LP_GAP * np.ptp(a)
+
+
+def test_simplex_keeps_its_contract_on_the_callers_matrix():
+    a = np.random.default_rng(2).uniform(3.7, 18.5, size=(7, 9))
+    y, u, total = meta.simplex_max(a)
+    assert (a @ y).max() <= 1 + 1e-9 and (a.T @ u).min() >= 1 - 1e-9  # both feasible
+    assert y.min() >= 0 and u.min() >= 0
+    assert y.sum() == pytest.approx(total, rel=1e-9) and u.sum() == pytest.approx(total, rel=1e-9)  # optimal
+
+
+@pytest.mark.parametrize("returned", ["not optimal", "nan"])
+def test_lp_refuses_to_return_a_pair_that_is_no_equilibrium(monkeypatch, returned):
+    # what a solver lost to rounding could hand back: a feasible pair that is not optimal, or NaN
+    pair = (np.array([1.0, 0.0]), np.array([1.0, 0.0])) if returned == "not optimal" else (np.full(2, np.nan),) * 2
+    monkeypatch.setattr(meta, "simplex_max", lambda a: (*pair, 1.0))
     with pytest.raises(RuntimeError, match="from an equilibrium"):
         meta.zero_sum_nash([[3, 0], [1, 2]])
+
+
+def test_a_league_keeps_a_meta_strategy_when_the_lp_fails(monkeypatch):
+    def fails(a):
+        raise RuntimeError("the simplex did not converge")
+    monkeypatch.setattr(meta, "zero_sum_nash", fails)
+    rps = np.array([[0.5, 0.0, 1.0], [1.0, 0.5, 0.0], [0.0, 1.0, 0.5]])
+    with pytest.warns(RuntimeWarning, match="regret matching"):
+        np.testing.assert_allclose(meta.nash_mixture(rps), [1 / 3] * 3, atol=1e-3)
+    with pytest.warns(RuntimeWarning, match="regret matching"):
+        np.testing.assert_allclose(meta.robust_mixture(rps - 0.5), [1 / 3] * 3, atol=1e-3)
 
 
 def test_replicator_dynamics_approaches_the_mixture():

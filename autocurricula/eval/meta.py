@@ -6,7 +6,8 @@ Nash-averaged league, Vinyals et al. 2019). Everything here is pure numpy:
 
 * ``zero_sum_nash(A)``: exact equilibrium of a two-player zero-sum matrix game by linear
   programming (a small dense simplex, pivoting for numerical stability, so no SciPy is needed),
-  checked on the matrix it was given.
+  checked on the matrix it was given. The league's mixtures below fall back to regret matching,
+  with a warning, should the LP ever fail.
 * ``nash_mixture(win_rates)``: the symmetric equilibrium of a league's win-rate matrix, as
   ``trainer.payoff.matrix(ids)`` gives it (``P[i][j]`` = i's score against j, draws half).
 * ``replicator_dynamics(A, B)``: discrete-time replicator dynamics for a general (not necessarily
@@ -22,6 +23,7 @@ Nash-averaged league, Vinyals et al. 2019). Everything here is pure numpy:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,11 +32,14 @@ __all__ = ["exploitability", "nash_mixture", "regret_matching", "replicator_dyna
            "simplex_max", "zero_sum_nash"]
 
 _EPS = 1e-12
-_PIVOT_TOL = 1e-9  # a pivot smaller than this, relative to its column, counts as zero
+_PIVOT_TOL = 1e-9  # a pivot smaller than this, relative to its column's largest entry, counts as zero
 _OPT_TOL = 1e-12  # a reduced cost below -_OPT_TOL still improves the objective
 _HARRIS = 1e-11  # how far the ratio test may let a basic variable go below zero to get a larger pivot
-_GAP_TOL = 1e-7  # the largest exploitability, as a share of the payoff range, zero_sum_nash accepts
+_PROGRESS = 1e-12  # a pivot must raise the objective by this share to count as progress
+_BLAND_AFTER = 2  # Bland's rule after this many times (rows + columns) pivots without progress
 _REINVERT = 50  # pivots between recomputing the tableau from the matrix
+_FALLBACK_ITERATIONS = 20_000  # regret matching's, where the LP fails on a league's meta-game
+_GAP_TOL = 1e-7  # the largest exploitability, as a share of the payoff range, zero_sum_nash returns
 
 
 def _matrix(a, name: str = "payoff matrix") -> np.ndarray:
@@ -53,32 +58,33 @@ def _tableau(cons: np.ndarray, cost: np.ndarray, basis: np.ndarray) -> np.ndarra
     try:
         body = np.linalg.solve(cons[:, basis], np.hstack([cons, np.ones((m, 1))]))
     except np.linalg.LinAlgError as err:
-        raise RuntimeError("the simplex reached a singular basis; the payoff matrix is too ill-conditioned "
-                           "(rescale it, or merge players whose rows are identical)") from err
+        raise RuntimeError("the simplex reached a singular basis: the payoff matrix is numerically degenerate "
+                           "(merge players whose rows are identical, or use regret_matching)") from err
     t = np.empty((m + 1, cons.shape[1] + 1))
     t[:m] = body
     t[m] = cost[basis] @ body - np.append(cost, 0.0)
     return t
 
 
-
 def simplex_max(a: np.ndarray, max_iter: int | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """Solve ``max 1.y s.t. a y <= 1, y >= 0`` for a matrix ``a`` with positive entries.
 
     Returns ``(y, u, objective)``: the primal optimum ``y``, the dual optimum ``u`` (which solves
-    ``min 1.u s.t. a^T u >= 1, u >= 0``) and the common objective. The origin is feasible because
-    the right-hand side is positive, so no phase 1 is needed. Meta-games are degenerate (snapshots of
-    a settled player repeat rows; a game's strategies span few dimensions), so the pivots are chosen
-    for stability: the most negative reduced cost enters, the largest pivot among rows within a small
-    tolerance of the ratio test leaves (Harris), the tableau is recomputed from ``a`` every
-    ``_REINVERT`` pivots and before optimality is declared, and a run of pivots that does not raise the
-    objective switches to Bland's rule, which cannot cycle.
+    ``min 1.u s.t. a^T u >= 1, u >= 0``) and the common objective, to about 1e-11 relative (the
+    ratio test's tolerance). The origin is feasible, so no phase 1 is needed. Meta-games are
+    degenerate (snapshots of a settled player repeat rows; a small game's strategies span few
+    dimensions), so the pivots are chosen for stability: the most negative reduced cost enters, the
+    largest pivot among the rows within a small tolerance of the ratio test leaves (Harris), and the
+    tableau is recomputed from ``a`` every ``_REINVERT`` pivots and before optimality is declared. A
+    long run of pivots without progress switches to Bland's rule until the objective rises again.
+    ``max_iter`` (default ``50 * (rows + columns)``) counts pivots and recomputations.
     """
     a = _matrix(a)
     if np.any(a <= 0):
         raise ValueError("simplex_max needs a matrix with positive entries (shift the payoffs first)")
     m, n = a.shape
-    cons = np.hstack([a / a.max(), np.eye(m)])  # scaled to 1 at most, so the tolerances are relative
+    scale = a.max()
+    cons = np.hstack([a / scale, np.eye(m)])  # entries at most 1, so the tolerances are relative
     cost = np.append(np.ones(n), np.zeros(m))
     basis = np.arange(n, n + m)
     max_iter = 50 * (m + n) if max_iter is None else max_iter
@@ -91,15 +97,17 @@ def simplex_max(a: np.ndarray, max_iter: int | None = None) -> tuple[np.ndarray,
         if improving.size == 0 or since >= _REINVERT:
             t, since = _tableau(cons, cost, basis), 0
             continue
-        bland = stalled > 2 * (m + n)
+        bland = stalled >= _BLAND_AFTER * (m + n)
         entering = improving[0] if bland else improving[np.argmin(reduced[improving])]
-        col, rhs = t[:m, entering], np.maximum(t[:m, -1], 0.0)
+        t[:m, -1] = np.maximum(t[:m, -1], 0.0)  # what Harris' tolerance let dip below zero
+        col, rhs = t[:m, entering], t[:m, -1]
         rows = np.flatnonzero(col > _PIVOT_TOL * max(1.0, col.max()))
-        if rows.size == 0:  # cannot happen with positive a: y is bounded by 1 / min(a)
-            raise RuntimeError("the linear program is unbounded")
+        if rows.size == 0:  # y is bounded by 1 / min(a), so only rounding can leave no pivot
+            raise RuntimeError("the simplex found no pivot: the payoff matrix is numerically degenerate "
+                               "(merge players whose rows are identical, or use regret_matching)")
         ratios = rhs[rows] / col[rows]
         if bland:
-            ties = rows[ratios <= ratios.min() + _OPT_TOL * _OPT_TOL]
+            ties = rows[ratios <= ratios.min() * (1 + _PROGRESS)]
             leaving = ties[np.argmin(basis[ties])]
         else:
             ties = rows[ratios <= ((rhs[rows] + _HARRIS) / col[rows]).min()]
@@ -110,15 +118,15 @@ def simplex_max(a: np.ndarray, max_iter: int | None = None) -> tuple[np.ndarray,
         t -= np.outer(factors, t[leaving])
         basis[leaving] = entering
         since += 1
-        stalled = 0 if t[m, -1] > best + _OPT_TOL * _OPT_TOL else stalled + 1
+        stalled = 0 if t[m, -1] > best * (1 + _PROGRESS) else stalled + 1
         best = max(best, t[m, -1])
     else:
-        raise RuntimeError(f"the simplex did not converge in {max_iter} pivots")
+        raise RuntimeError(f"the simplex did not converge in {max_iter} iterations")
     y = np.zeros(n)
     primal = basis < n
     y[basis[primal]] = np.maximum(t[:m, -1][primal], 0.0)
-    scale = a.max()  # undo the scaling: a y <= 1 with a = scale * cons gives y / scale
-    return y / scale, t[m, n:n + m] / scale, float(t[m, -1] / scale)
+    # undo the scaling: cons = a / scale, so y, u and the objective of a are those of cons over scale
+    return y / scale, np.maximum(t[m, n:n + m], 0.0) / scale, float(t[m, -1] / scale)
 
 
 def _normalise(p: np.ndarray) -> np.ndarray:
@@ -128,17 +136,35 @@ def _normalise(p: np.ndarray) -> np.ndarray:
 
 
 def zero_sum_nash(payoff) -> tuple[np.ndarray, np.ndarray, float]:
-    """Exact Nash equilibrium of the zero-sum game where the row player gets ``payoff[i][j]`` and
-    the column player gets its negative. Returns ``(row mixture, column mixture, value to rows)``."""
+    """Nash equilibrium of the zero-sum game where the row player gets ``payoff[i][j]`` and the column
+    player gets its negative, by linear programming. Returns ``(row mixture, column mixture, value to
+    rows)``. The pair is checked on ``payoff``: a best response gains at most ``_GAP_TOL`` of the
+    payoff range against it (about 1e-11 in practice), or ``RuntimeError`` is raised."""
     a = _matrix(payoff)
-    shift = 1.0 - a.min()  # the LP needs positive payoffs; a shift changes no equilibrium
-    y, u, total = simplex_max(a + shift)
+    low, spread = a.min(), np.ptp(a)
+    if spread == 0:  # every outcome alike: every pair is an equilibrium
+        return np.full(a.shape[0], 1 / a.shape[0]), np.full(a.shape[1], 1 / a.shape[1]), float(low)
+    # payoffs mapped onto [1, 2]: positive, as the LP needs, and at one scale whatever the game's units
+    y, u, _ = simplex_max((a - low) / spread + 1.0)
     x, y = _normalise(u), _normalise(y)
-    gap = exploitability(a, x, y)
-    if gap > _GAP_TOL * max(np.ptp(a), _EPS):  # checked on the caller's matrix, so no wrong mixture goes out
-        raise RuntimeError(f"the linear program returned a pair that is {gap:.3g} from an equilibrium; the payoff "
-                           "matrix is numerically degenerate: merge identical players or use regret_matching")
-    return x, y, float(1.0 / total - shift)
+    floor, ceiling = float((x @ a).min()), float((a @ y).max())
+    if not (ceiling - floor) / 2 <= _GAP_TOL * spread:  # NaN fails too
+        raise RuntimeError(f"the linear program returned a pair {(ceiling - floor) / 2:.3g} from an equilibrium: "
+                           "the payoff matrix is numerically degenerate (merge players whose rows are identical, "
+                           "or use regret_matching)")
+    return x, y, (floor + ceiling) / 2
+
+
+def _league_nash(game: np.ndarray) -> np.ndarray:
+    """The row mixture of ``zero_sum_nash``; should the LP fail, regret matching's average with a warning,
+    so that a league keeps training on a near-equilibrium mixture rather than stopping mid-run."""
+    try:
+        return zero_sum_nash(game)[0]
+    except RuntimeError as err:
+        x, y = regret_matching(game, _FALLBACK_ITERATIONS)
+        warnings.warn(f"{err}; the meta-strategy is regret matching's average instead, "
+                      f"{exploitability(game, x, y):.3g} from an equilibrium", RuntimeWarning, stacklevel=3)
+        return x
 
 
 def nash_mixture(win_rates, players: Sequence[str] | None = None):
@@ -156,7 +182,7 @@ def nash_mixture(win_rates, players: Sequence[str] | None = None):
     if players is not None and len(players) != p.shape[0]:
         raise ValueError(f"{len(players)} player names for a {p.shape[0]}x{p.shape[0]} matrix; give one per row")
     game = (p - p.T) / 2
-    x = np.full(len(p), 1.0 / len(p)) if not np.any(np.abs(game) > 1e-12) else zero_sum_nash(game)[0]
+    x = np.full(len(p), 1.0 / len(p)) if not np.any(np.abs(game) > 1e-12) else _league_nash(game)
     return dict(zip(players, x.tolist())) if players is not None else x
 
 
@@ -254,4 +280,4 @@ def robust_mixture(mean, stderr=None, *, z: float = 1.0, floor: float | None = N
         low = np.maximum(low, floor)
     if np.ptp(low) < _EPS:
         return np.full(mu.shape[0], 1.0 / mu.shape[0])
-    return zero_sum_nash(low)[0]
+    return _league_nash(low)
