@@ -30,8 +30,9 @@ mixture over the snapshots, or the main agent's only), ``--meta-games N`` (each 
 from N hands and solved as the league solves it, at its lower confidence bound), ``--q-noise S``
 (errors on the values; ``--exploiter-games`` sets the exploiters' games as a share of the main
 agent's, an eighth by default, and so how much larger their errors are), ``--anchor A`` (the
-tic-tac-toe example's random player in a share A of the main agent's games) and ``--call-bias B`` (a fit that lands at B times the target's odds of call
-over fold, as a loss that divides each move's row by its own token count does).
+tic-tac-toe example's random player in a share A of the main agent's games) and ``--call-bias B``
+(a fit that lands at B times the target's odds of call over fold, as a loss that divides each
+move's row by its own token count does).
 
     python research/league_ideal.py --population frozen --meta-games 100 --step 1
     python research/league_ideal.py --call-bias 1.3333 --step 0.045
