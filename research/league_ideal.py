@@ -29,7 +29,8 @@ What the trained league has and this does not, one option each: ``--population f
 mixture over the snapshots, or the main agent's only), ``--meta-games N`` (each entry estimated
 from N hands and solved as the league solves it, at its lower confidence bound), ``--q-noise S``
 (errors on the values; ``--exploiter-games`` sets the exploiters' games as a share of the main
-agent's, an eighth by default, and so how much larger their errors are), ``--anchor A`` (the
+agent's, an eighth by default, and so how much larger their errors are), ``--exploiter-step``
+(exploiters that realise only part of each round's target), ``--anchor A`` (the
 tic-tac-toe example's random player in a share A of the main agent's games) and ``--call-bias B``
 (a fit that lands at B times the target's odds of call over fold, as a loss that divides each
 move's row by its own token count does).
@@ -121,10 +122,11 @@ def noisy_values(me: dict[str, float], opponent: dict[str, float], sd: float,
 
 def run(step: float, structure: str, rounds: int, tau: float, snapshot_rounds: int, seed: int,
         anchor: float = 0.0, population: str = "all", meta_games: int = 0, q_noise: float = 0.0,
-        call_bias: float = 1.0, exploiter_games: float = EXPLOITER_GAMES) -> dict:
+        call_bias: float = 1.0, exploiter_games: float = EXPLOITER_GAMES, exploiter_step: float | None = None) -> dict:
     """One setting (the module docstring names each argument's flag): per figure, its value after the
     last epoch and its range over the last quarter of the epochs."""
     rng, noise = random.Random(seed), np.random.default_rng(seed)
+    ex_step = step if exploiter_step is None else exploiter_step
     main, exploiter, league_exploiter = dict(WARM_BASE), dict(WARM_BASE), dict(WARM_BASE)
     snapshots: list[dict[str, float]] = []  # the population's frozen players
     main_snapshots: list[dict[str, float]] = []
@@ -144,9 +146,9 @@ def run(step: float, structure: str, rounds: int, tau: float, snapshot_rounds: i
         exploiter_sd = q_noise / math.sqrt(exploiter_games)  # fewer games, noisier values
         main, exploiter, league_exploiter = (
             mirror_step(main, noisy_values(main, main_opp, q_noise, noise), tau, step, call_bias),
-            mirror_step(exploiter, noisy_values(exploiter, main, exploiter_sd, noise), tau, step, call_bias),
-            mirror_step(league_exploiter, noisy_values(league_exploiter, league_opp, exploiter_sd, noise), tau, step,
-                        call_bias))
+            mirror_step(exploiter, noisy_values(exploiter, main, exploiter_sd, noise), tau, ex_step, call_bias),
+            mirror_step(league_exploiter, noisy_values(league_exploiter, league_opp, exploiter_sd, noise), tau,
+                        ex_step, call_bias))
         if r % snapshot_rounds == 0:
             snapshots += [dict(main), dict(exploiter), dict(league_exploiter)]
             main_snapshots.append(dict(main))
@@ -188,6 +190,8 @@ def main(argv=None):
                    "move values each round; the exploiters' are larger as they play fewer games (--exploiter-games)")
     p.add_argument("--exploiter-games", type=float, default=EXPLOITER_GAMES, help="with --q-noise: each "
                    "exploiter's games as a share of the main agent's; its values' errors grow as 1/sqrt(share)")
+    p.add_argument("--exploiter-step", type=float, default=None, help="the exploiters' mirror step (default: "
+                   "--step's), e.g. to model exploiters that realise only part of each round's target")
     p.add_argument("--call-bias", type=float, default=1.0, help="the fitted odds of call over fold, as a "
                    "multiple of the target's (4/3: each target row's loss divided by its own token count)")
     p.add_argument("--anchor", type=float, default=0.0, help="the main agent's share of games against uniform "
@@ -200,6 +204,7 @@ def main(argv=None):
               "--meta-games": (args.meta_games >= 0, "0 (exact) or more hands"), "--q-noise": (args.q_noise >= 0, "0 or more"),
               "--call-bias": (args.call_bias > 0, "odds above 0 (1: none)"),
               "--exploiter-games": (args.exploiter_games > 0, "a share above 0"),
+              "--exploiter-step": (args.exploiter_step is None or 0 < args.exploiter_step <= 1, "a step in (0, 1]"),
               "--anchor": (0 <= args.anchor < 1, "a share in [0, 1)")}
     for flag, (ok, what) in checks.items():
         if not ok:
@@ -207,11 +212,12 @@ def main(argv=None):
     for structure in args.structure:
         for step in args.step:
             row = run(step, structure, args.rounds, args.tau, args.snapshot_rounds, args.seed, args.anchor,
-                      args.population, args.meta_games, args.q_noise, args.call_bias, args.exploiter_games)
+                      args.population, args.meta_games, args.q_noise, args.call_bias, args.exploiter_games,
+                      args.exploiter_step)
             print(json.dumps({"structure": structure, "step": step, "rounds": args.rounds, "tau": args.tau,
                               "anchor": args.anchor, "population": args.population,
                               "meta_games": args.meta_games, "q_noise": args.q_noise,
-                              "exploiter_games": args.exploiter_games,
+                              "exploiter_games": args.exploiter_games, "exploiter_step": args.exploiter_step,
                               "call_bias": args.call_bias, **row}),
                   flush=True)
 

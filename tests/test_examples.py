@@ -1255,6 +1255,12 @@ def test_league_ideal_separates_the_league_structure_from_the_fit():
     assert biased["main_agent"]["last"] > 0.15
     assert league["main_agent"]["last"] > 0.15 and league["mixture"]["last"] < 0.04
     assert league["mixture_on_live_main"]["last"] == 0.0
+    # exploiters that realise a tenth of each round's target leave a population farther off
+    assert mod.run(1.0, "league", 48, 0.15, 3, 0, exploiter_step=1.0) == league
+    partial = mod.run(1.0, "league", 48, 0.15, 3, 0, exploiter_step=0.1)
+    assert partial["mixture"]["last"] > league["mixture"]["last"] + 0.01
+    with pytest.raises(SystemExit):
+        mod.main(["--exploiter-step", "0"])
 
 
 def test_kuhn_self_targets_reads_the_main_agent_and_finds_the_fixed_point_at_its_target(tmp_path):
