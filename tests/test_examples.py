@@ -943,7 +943,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
                               snapshot_max_rounds=None, random_anchor=False, soft_targets=None,
                               targets_only=False, off_target=False, round_step=None, listed=False, alpha=None, anchor_off_table=False,
                               per_player=False, selfplay_share=None, mirror_step=None,
-                              branch_samples=None, meta_z=None, loss_type=None)
+                              branch_samples=None, meta_z=None, loss_type=None, exploiter_games=None)
     trainer, keywords = mod.league(args, str(tmp_path), kuhn_poker)
     config, grpo, lora = trainer.config, keywords["grpo_config"], keywords["lora_config"]
     assert (config.epochs, config.rounds, config.seed) == (3, 2, 5)
@@ -957,6 +957,9 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     swapped = mod.league(args, str(tmp_path), kuhn_poker)[1]["grpo_config"]
     assert swapped.loss_type == "dapo" and swapped.learning_rate == grpo.learning_rate
     args.loss_type = None
+    args.exploiter_games = 128  # --exploiter-games sets each exploiter's games a round
+    assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.exploiter_games == 128
+    args.exploiter_games = None
     assert trainer.opponents == [] and config.anchor_share == 0  # no scripted players, no anchor games
     assert (config.snapshot_min_rounds, config.snapshot_max_rounds) == (2, 4)  # LeagueConfig's
     # the example's own command line: the flags the script passes are tictactoe_league.py's set_defaults
