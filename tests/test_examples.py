@@ -1032,6 +1032,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     (["--meta-z", "-1"], "standard errors >= 0"),
     (["--mirror-step", "1", "--branch-samples", "0"], "at least 1 branch game per move"),
     (["--mirror-step", "1", "--soft-targets", "0.15"], "--soft-targets set the value table's credit"),
+    (["--exploiter-games", "0"], "1 or more games a round"),
 ])
 def test_league_config_elsewhere_refuses_settings_that_do_nothing(argv, fix, capsys):
     """Each research flag that needs another, or a value out of range, stops the script before any
