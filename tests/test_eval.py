@@ -313,6 +313,9 @@ def test_a_league_keeps_a_meta_strategy_when_the_lp_fails(monkeypatch):
         np.testing.assert_allclose(meta.nash_mixture(rps), [1 / 3] * 3, atol=1e-3)
     with pytest.warns(RuntimeWarning, match="regret matching"):
         np.testing.assert_allclose(meta.robust_mixture(rps - 0.5), [1 / 3] * 3, atol=1e-3)
+    with pytest.warns(RuntimeWarning, match="regret matching"):  # the Kuhn example's chip meta-game
+        np.testing.assert_allclose(kuhn.meta_mixture([kuhn.uniform_strategy(), dict.fromkeys(kuhn.INFOSETS, 1.0)]),
+                                   [0.0, 1.0], atol=1e-3)
 
 
 def test_replicator_dynamics_approaches_the_mixture():

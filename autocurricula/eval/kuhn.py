@@ -207,7 +207,7 @@ def meta_mixture(strategies: Sequence[Mapping[str, float]], win_rates=None, *, m
     ``trainer.payoff.matrix(ids)``, which counts a hand won by 1 chip as much as one won by 2)."""
     import numpy as np
 
-    from autocurricula.eval.meta import nash_mixture, zero_sum_nash
+    from autocurricula.eval.meta import nash_mixture, row_mixture
 
     if meta not in META_GAMES:
         raise ValueError(f"meta must be one of {META_GAMES}, got {meta!r}")
@@ -218,7 +218,7 @@ def meta_mixture(strategies: Sequence[Mapping[str, float]], win_rates=None, *, m
     game = chip_payoffs(strategies)
     if not np.any(np.abs(game) > 1e-12):  # every pair even: uniform, as nash_mixture does
         return np.full(len(strategies), 1.0 / len(strategies))
-    return zero_sum_nash(game)[0]
+    return row_mixture(game)
 
 
 class LeagueStrategies:

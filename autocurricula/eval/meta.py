@@ -6,8 +6,9 @@ Nash-averaged league, Vinyals et al. 2019). Everything here is pure numpy:
 
 * ``zero_sum_nash(A)``: exact equilibrium of a two-player zero-sum matrix game by linear
   programming (a small dense simplex, pivoting for numerical stability, so no SciPy is needed),
-  checked on the matrix it was given. The league's mixtures below fall back to regret matching,
-  with a warning, should the LP ever fail.
+  checked on the matrix it was given.
+* ``row_mixture(A)``: its row mixture, or regret matching's with a warning should the LP ever fail
+  (what a league trains and deploys with).
 * ``nash_mixture(win_rates)``: the symmetric equilibrium of a league's win-rate matrix, as
   ``trainer.payoff.matrix(ids)`` gives it (``P[i][j]`` = i's score against j, draws half).
 * ``replicator_dynamics(A, B)``: discrete-time replicator dynamics for a general (not necessarily
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = ["exploitability", "nash_mixture", "regret_matching", "replicator_dynamics", "robust_mixture",
-           "simplex_max", "zero_sum_nash"]
+           "row_mixture", "simplex_max", "zero_sum_nash"]
 
 _EPS = 1e-12
 _PIVOT_TOL = 1e-9  # a pivot smaller than this, relative to its column's largest entry, counts as zero
@@ -155,9 +156,11 @@ def zero_sum_nash(payoff) -> tuple[np.ndarray, np.ndarray, float]:
     return x, y, (floor + ceiling) / 2
 
 
-def _league_nash(game: np.ndarray) -> np.ndarray:
-    """The row mixture of ``zero_sum_nash``; should the LP fail, regret matching's average with a warning,
-    so that a league keeps training on a near-equilibrium mixture rather than stopping mid-run."""
+def row_mixture(game) -> np.ndarray:
+    """The row player's equilibrium mixture of the zero-sum meta-game ``game`` (``zero_sum_nash``); should the
+    LP fail, regret matching's average, with a ``RuntimeWarning`` that gives its distance from an
+    equilibrium, so that a league keeps training rather than stopping mid-run."""
+    game = _matrix(game)
     try:
         return zero_sum_nash(game)[0]
     except RuntimeError as err:
@@ -182,7 +185,7 @@ def nash_mixture(win_rates, players: Sequence[str] | None = None):
     if players is not None and len(players) != p.shape[0]:
         raise ValueError(f"{len(players)} player names for a {p.shape[0]}x{p.shape[0]} matrix; give one per row")
     game = (p - p.T) / 2
-    x = np.full(len(p), 1.0 / len(p)) if not np.any(np.abs(game) > 1e-12) else _league_nash(game)
+    x = np.full(len(p), 1.0 / len(p)) if not np.any(np.abs(game) > 1e-12) else row_mixture(game)
     return dict(zip(players, x.tolist())) if players is not None else x
 
 
@@ -280,4 +283,4 @@ def robust_mixture(mean, stderr=None, *, z: float = 1.0, floor: float | None = N
         low = np.maximum(low, floor)
     if np.ptp(low) < _EPS:
         return np.full(mu.shape[0], 1.0 / mu.shape[0])
-    return _league_nash(low)
+    return row_mixture(low)
