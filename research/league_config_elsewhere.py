@@ -146,13 +146,15 @@ class PopulationNash:
     ones read once, live learners each epoch, with ``figures``' reader) on their exact chip meta-game
     (``chip_payoffs`` of their legal replies renormalised: the game's values are known here, a league's
     are not), scored as played with the invalid replies; beside it, its weight on the live main agent
-    and its support (weights above 0.01). Were the league's meta-solver exact, this is what it would deploy."""
+    and its support (weights above 0.01). Were the league's meta-solver exact, this is what it would deploy.
+    Also the least exploitable mixture of the same players (``least_exploitable_mixture``, on their legal
+    replies), scored as played: no meta-solver over this population could deploy better."""
 
     def __init__(self, figures):
         self.figures, self.cache, self.rows = figures, {}, []
 
     def __call__(self, trainer) -> dict:
-        from autocurricula.eval.kuhn import INFOSETS, chip_payoffs
+        from autocurricula.eval.kuhn import INFOSETS, chip_payoffs, least_exploitable_mixture
         from autocurricula.eval.meta import zero_sum_nash
         from autocurricula.records import is_scripted
 
@@ -168,10 +170,15 @@ class PopulationNash:
         x /= x.sum()
         main = [p["id"] for p in players].index(main_agent(trainer))
         score = f.score(f.mixture(played, [float(v) for v in x]))
+        best = least_exploitable_mixture(legal)[0]
+        best_score = f.score(f.mixture(played, [float(v) for v in best]))
         row = {"epoch": trainer.current_epoch,
                "population_nash": {**{k: round(float(v), 4) for k, v in score.items()},
                                    "on_live_main": round(float(x[main]), 3), "support": int((x > 0.01).sum()),
-                                   "players": len(players)}}
+                                   "players": len(players)},
+               "least_exploitable": {**{k: round(float(v), 4) for k, v in best_score.items()},
+                                     "on_live_main": round(float(best[main]), 3),
+                                     "support": int((best > 0.01).sum())}}
         self.rows.append(row)
         print(json.dumps(row), flush=True)
         return {}

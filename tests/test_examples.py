@@ -1244,6 +1244,8 @@ def test_population_nash_finds_the_equilibrium_member_and_reads_frozen_players_o
     assert got["exploitability"] == pytest.approx(played_exploitability(played_nash), abs=1e-4)
     assert 0 < got["exploitability"] < 0.05  # the invalid replies cost, the strategy itself is a Nash
     assert reads.count("main_agent-1") == 1 and reads.count("main_agent-0") == 2 and "random" not in reads
+    best = population.rows[-1]["least_exploitable"]  # the least exploitable mixture: the Nash member too
+    assert best["support"] == 1 and best["exploitability"] == pytest.approx(got["exploitability"], abs=1e-4)
 
 
 def test_league_ideal_separates_the_league_structure_from_the_fit():

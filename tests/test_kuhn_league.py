@@ -2,6 +2,7 @@
 and the meta-strategy in the leaderboard printout and the Hub's league card."""
 
 import json
+import random
 import os
 import subprocess
 import sys
@@ -221,3 +222,19 @@ def test_the_callback_logs_both_meta_games(monkeypatch):
     # no games yet: the win-rate game is even, its mixture is half each
     assert league["eval/exploitability_mixture"] == pytest.approx(
         kuhn.exploitability(kuhn.mixture_strategy([ALWAYS, NASH], [0.5, 0.5]), backend="python"))
+
+
+def test_least_exploitable_mixture_is_the_best_any_weights_reach():
+    rng = random.Random(3)
+    population = [{k: rng.random() for k in kuhn.INFOSETS} for _ in range(12)]
+    population += [dict.fromkeys(kuhn.INFOSETS, 1.0), dict.fromkeys(kuhn.INFOSETS, 0.0)]
+    weights, value = kuhn.least_exploitable_mixture(population)
+    played = kuhn.exploitability(kuhn.mixture_strategy(population, list(weights)), backend="python")
+    assert value == pytest.approx(played, abs=1e-9)  # the LP's value is the mixture's exploitability
+    others = [kuhn.mixture_strategy(population, list(np.random.default_rng(s).dirichlet(np.ones(14)))) for s in range(20)]
+    others += population + [kuhn.mixture_strategy(population, list(kuhn.meta_mixture(population)))]
+    assert value <= min(kuhn.exploitability(s, backend="python") for s in others) + 1e-12
+    assert kuhn.least_exploitable_mixture(population[:1])[1] == pytest.approx(
+        kuhn.exploitability(population[0], backend="python"), abs=1e-12)
+    # with an equilibrium among the members, nothing is exploitable
+    assert kuhn.least_exploitable_mixture(population + [NASH])[1] == pytest.approx(0.0, abs=1e-9)

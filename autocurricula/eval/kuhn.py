@@ -34,8 +34,8 @@ from autocurricula.games.kuhn_poker import (CARDS, exact_value, first_action, is
 from autocurricula.records import is_scripted
 
 __all__ = ["INFOSETS", "META_GAMES", "LeagueStrategies", "best_response_value", "chip_payoffs", "exploitability",
-           "exploitability_callback", "meta_mixture", "mixture_strategy", "openspiel_key", "openspiel_policy",
-           "played_exploitability", "played_mixture", "prompt_of", "read_played", "read_strategy",
+           "exploitability_callback", "least_exploitable_mixture", "meta_mixture", "mixture_strategy", "openspiel_key",
+           "openspiel_policy", "played_exploitability", "played_mixture", "prompt_of", "read_played", "read_strategy",
            "uniform_strategy"]
 
 HISTORIES = ((), ("check",), ("bet",), ("check", "bet"))
@@ -196,6 +196,29 @@ def chip_payoffs(strategies: Sequence[Mapping[str, float]]):
             m[i, j] = (exact_value(strategies[i], strategies[j]) - exact_value(strategies[j], strategies[i])) / 2
             m[j, i] = -m[i, j]
     return m
+
+
+def least_exploitable_mixture(strategies: Sequence[Mapping[str, float]]):
+    """The weights over ``strategies`` whose mixture (each hand played by one member drawn by weight, as
+    ``mixture_strategy``) an exact best response exploits least, and that exploitability. A best
+    response's gain against a mixture is linear in the weights, so the minimum over the weights of the
+    worst gain over the responder's 64 pure strategies per seat is a zero-sum game, solved by LP. A
+    diagnostic for a population: no mixture of its members does better, whatever meta-solver picks it."""
+    import itertools
+
+    import numpy as np
+
+    from autocurricula.eval.meta import zero_sum_nash
+
+    for s in strategies:
+        _check(s)
+    seats = [[k for k in INFOSETS if len(_split(k)[1]) % 2 == seat] for seat in (0, 1)]
+    pure = [[dict(zip(sets, bits)) for bits in itertools.product((0.0, 1.0), repeat=len(sets))] for sets in seats]
+    first = np.array([[exact_value({**s, **b}, s) for s in strategies] for b in pure[0]])  # responder as player 1
+    second = np.array([[-exact_value(s, {**s, **b}) for s in strategies] for b in pure[1]])  # ... as player 2
+    gains = (first[:, None, :] + second[None, :, :]).reshape(-1, len(strategies)) / 2  # (pure pair, member)
+    weights, _, value = zero_sum_nash(-gains.T)  # the members minimise the responder's best pair's gain
+    return weights, float(-value)
 
 
 META_GAMES = ("league", "chips")
