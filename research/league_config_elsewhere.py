@@ -154,8 +154,7 @@ class PopulationNash:
         self.figures, self.cache, self.rows = figures, {}, []
 
     def __call__(self, trainer) -> dict:
-        from autocurricula.eval.kuhn import INFOSETS, chip_payoffs, least_exploitable_mixture
-        from autocurricula.eval.meta import zero_sum_nash
+        from autocurricula.eval.kuhn import INFOSETS, least_exploitable_mixture, meta_mixture
         from autocurricula.records import is_scripted
 
         f, temperature = self.figures, trainer.grpo.temperature
@@ -166,8 +165,7 @@ class PopulationNash:
         played = [self.cache[p["id"]] if p["frozen"] else f.read(trainer.engine, p["id"], temperature)[0]
                   for p in players]
         legal = [{k: min(1.0, s[k][0] / max(1e-12, 1 - s[k][1])) for k in INFOSETS} for s in played]
-        x = np.maximum(zero_sum_nash(chip_payoffs(legal))[0], 0)
-        x /= x.sum()
+        x = meta_mixture(legal, meta="chips")
         main = [p["id"] for p in players].index(main_agent(trainer))
         score = f.score(f.mixture(played, [float(v) for v in x]))
         best = least_exploitable_mixture(legal)[0]
