@@ -233,8 +233,9 @@ def test_least_exploitable_mixture_is_the_best_any_weights_reach():
     assert value == pytest.approx(played, abs=1e-9)  # the LP's value is the mixture's exploitability
     others = [kuhn.mixture_strategy(population, list(np.random.default_rng(s).dirichlet(np.ones(14)))) for s in range(20)]
     others += population + [kuhn.mixture_strategy(population, list(kuhn.meta_mixture(population)))]
-    assert value <= min(kuhn.exploitability(s, backend="python") for s in others) + 1e-12
+    # 1e-9: the LP's answers are exact to about 1e-11 of the payoff range, on any machine's rounding
+    assert value <= min(kuhn.exploitability(s, backend="python") for s in others) + 1e-9
     assert kuhn.least_exploitable_mixture(population[:1])[1] == pytest.approx(
-        kuhn.exploitability(population[0], backend="python"), abs=1e-12)
+        kuhn.exploitability(population[0], backend="python"), abs=1e-9)
     # with an equilibrium among the members, nothing is exploitable
     assert kuhn.least_exploitable_mixture(population + [NASH])[1] == pytest.approx(0.0, abs=1e-9)
