@@ -9,6 +9,7 @@ with ``--tictactoe``, on tic-tac-toe, also with sampled positions and values).
     python research/mirror_selfplay_ideal.py --step 0.045 --tictactoe --from-warm-base --games 2
     python research/mirror_selfplay_ideal.py --step 0.045 --kuhn-explore 0.25
     python research/mirror_selfplay_ideal.py --step 0.045 --iterate table --tictactoe --from-warm-base
+    python research/mirror_selfplay_ideal.py --step 0.045 0.2 0.45 --average-last 1 32
 
 Each round both seats of one policy move, at every information set (Kuhn) or seat (matrix), to
 ``mirror_distribution(Q, log pi, tau, step=w)``: ``pi_new ∝ pi^(1 - w) softmax(Q / tau)^w``, with
@@ -27,7 +28,8 @@ with exact values, and those with the values of 2 sampled playouts per move and 
 ``--variants`` named in ``TICTACTOE_VARIANTS``; ``--from-warm-base`` starts them from the policy the
 examples' warm base of ``--seed`` plays (read off the model), as the trained runs start. Each
 variant also reports its value-losing share after every 8th round (the trained examples' epoch and
-figure). ``--kuhn-explore E`` weights Kuhn's deals as if a
+figure). ``--average-last N`` also scores the uniform mixture of the last N iterates on Kuhn and
+the matrix games. ``--kuhn-explore E`` weights Kuhn's deals as if a
 share E of the games' moves were uniform (the values stay the policy's). The paper's
 guarantee needs a step ``w / (1 - w) <= (tau / L)^2`` for payoffs of scale L; larger steps may
 converge or cycle, which is what this measures. These are the floors and speeds
@@ -47,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from autocurricula.credit import catch_up_step, mirror_distribution, move_distribution, table_average  # noqa: E402
-from autocurricula.eval.kuhn import INFOSETS, exploitability  # noqa: E402
+from autocurricula.eval.kuhn import INFOSETS, exploitability, mixture_strategy  # noqa: E402
 from autocurricula.games.matrix import random_game  # noqa: E402
 from kuhn_moves_fixed_point import move_values  # noqa: E402
 from kuhn_psro_ideal import WARM_BASE  # noqa: E402
@@ -62,6 +64,12 @@ def kuhn_curve(tau: float, step: float, rounds: int, start: dict[str, float] = W
     set (the values stay the policy's), as pooled values of exploring games would be. ``iterate``:
     "policy" steps from the policy, "table" plays softmax(Q / tau) of each set's averaged values
     (``table_average``, ``MirrorCredit(iterate="table")``)."""
+    return [exploitability(p, backend="python") for p in kuhn_iterates(tau, step, rounds, start, explore, iterate)]
+
+
+def kuhn_iterates(tau: float, step: float, rounds: int, start: dict[str, float] = WARM_BASE,
+                  explore: float = 0.0, iterate: str = "policy") -> list[dict[str, float]]:
+    """The policy after each round of :func:`kuhn_curve` (P(bet or call) per set)."""
     if not 0 <= explore < 1:
         raise ValueError(f"explore is the share of uniformly drawn moves, in [0, 1): got {explore}")
     policy, out, table = dict(start), [], {}
@@ -74,15 +82,27 @@ def kuhn_curve(tau: float, step: float, rounds: int, start: dict[str, float] = W
         else:
             policy = {k: mirror_distribution(list(values[k]), [math.log(policy[k]), math.log(1 - policy[k])],
                                              tau, step=step)[0] for k in INFOSETS}
-        out.append(exploitability(policy, backend="python"))
+        out.append(policy)
     return out
 
 
-def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int, iterate: str = "policy") -> list[float]:
+def kuhn_average_exploitability(iterates: list[dict[str, float]], last: int) -> float:
+    """Exploitability of drawing one of the ``last`` iterates uniformly per hand (``mixture_strategy``):
+    what deploying their average, as ``SelfPlayConfig.average_last`` does, would give."""
+    if not 1 <= last <= len(iterates):
+        raise ValueError(f"average over the last 1 to {len(iterates)} rounds: got {last}")
+    return exploitability(mixture_strategy(iterates[-last:], [1.0] * last), backend="python")
+
+
+def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int, iterate: str = "policy",
+                 average_last: int = 1) -> list[float]:
     """A matrix game's exploitability as a share of its payoff range after each of ``rounds``
-    exact steps from uniform play (``iterate`` as in :func:`kuhn_curve`)."""
+    exact steps from uniform play (``iterate`` as in :func:`kuhn_curve`); with ``average_last``,
+    that of the mean of the last ``average_last`` iterates (fewer in the first rounds)."""
+    if average_last < 1:
+        raise ValueError(f"average_last counts iterates, at least 1: got {average_last}")
     m, n = payoff.shape
-    x, y, out = np.full(m, 1 / m), np.full(n, 1 / n), []
+    x, y, out, xs, ys = np.full(m, 1 / m), np.full(n, 1 / n), [], [], []
     qx = qy = None
     for t in range(1, rounds + 1):
         if iterate == "table":
@@ -91,7 +111,9 @@ def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int, itera
         else:
             x, y = (np.array(mirror_distribution(list(payoff @ y), list(np.log(x)), tau, step=step)),
                     np.array(mirror_distribution(list(-(x @ payoff)), list(np.log(y)), tau, step=step)))
-        out.append(float(((payoff @ y).max() - (x @ payoff).min()) / 2 / np.ptp(payoff)))
+        xs, ys = (xs + [x])[-average_last:], (ys + [y])[-average_last:]
+        mx, my = np.mean(xs, axis=0), np.mean(ys, axis=0)
+        out.append(float(((payoff @ my).max() - (mx @ payoff).min()) / 2 / np.ptp(payoff)))
     return out
 
 
@@ -329,6 +351,10 @@ def tictactoe_variant(name: str, tau: float, step: float, rounds: int, seed: int
     return tictactoe_summary(tau, step, rounds, seed=seed, start=start, iterate=iterate, **TICTACTOE_VARIANTS[name])
 
 
+def _median_worst(shares: list[float]) -> dict[str, float]:
+    return {"median": round(float(np.median(shares)), 4), "worst": round(max(shares), 4)}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tau", type=float, nargs="+", default=[0.15])
@@ -350,7 +376,12 @@ def main(argv=None):
                         "of the games' moves were drawn uniformly (kuhn_curve's explore)")
     parser.add_argument("--iterate", choices=["policy", "table"], default="policy", help="each step from the "
                         "policy, or from a table of each state's averaged move values (MirrorCredit(iterate=...))")
+    parser.add_argument("--average-last", type=int, nargs="+", default=[], metavar="N",
+                        help="also the exploitability of the uniform mixture of the last N rounds' iterates "
+                        "(Kuhn and the matrix games): what deploying an average of iterates would give")
     args = parser.parse_args(argv)
+    if any(not 1 <= n <= args.rounds for n in args.average_last):
+        parser.error(f"--average-last N averages the last N of --rounds {args.rounds} iterates: give 1 to {args.rounds}")
     if args.variants is not None and not args.tictactoe:
         parser.error("--variants runs tic-tac-toe settings: add --tictactoe")
     if args.from_warm_base and not args.tictactoe:
@@ -366,16 +397,21 @@ def main(argv=None):
         start = model_policy(str(base))
     for tau in args.tau:
         for step in args.step:
-            kuhn = kuhn_curve(tau, step, args.rounds, explore=args.kuhn_explore, iterate=args.iterate)
-            shares = [matrix_curve(np.array(random_game(g).payoff), tau, step, args.rounds, args.iterate)[-1]
-                      for g in range(args.games)]
+            iterates = kuhn_iterates(tau, step, args.rounds, explore=args.kuhn_explore, iterate=args.iterate)
+            kuhn = [exploitability(p, backend="python") for p in iterates]
+            payoffs = [np.array(random_game(g).payoff) for g in range(args.games)]
+            shares = [matrix_curve(a, tau, step, args.rounds, args.iterate)[-1] for a in payoffs]
+            averaged = {str(n): {"kuhn": round(kuhn_average_exploitability(iterates, n), 4),
+                                 "matrix": _median_worst([matrix_curve(a, tau, step, args.rounds, args.iterate, n)[-1]
+                                                          for a in payoffs])}
+                        for n in args.average_last}
             print(json.dumps({"tau": tau, "step": step, "rounds": args.rounds, "kuhn_explore": args.kuhn_explore,
                               "iterate": args.iterate,
                               "kuhn": {str(r): round(kuhn[r - 1], 4) for r in SHOWN if r <= args.rounds}
                               | {"last": round(kuhn[-1], 4), "last_24_min_max": [round(min(kuhn[-24:]), 4),
                                                                                   round(max(kuhn[-24:]), 4)]},
-                              "matrix": {"median": round(float(np.median(shares)), 4),
-                                         "worst": round(max(shares), 4)},
+                              "matrix": _median_worst(shares),
+                              **({"average_last": averaged} if averaged else {}),
                               **({"tictactoe": {name: tictactoe_variant(name, tau, step, args.rounds, args.seed, start,
                                                                   args.iterate)
                                                 for name in variants}}

@@ -500,6 +500,40 @@ def test_ideal_mirror_selfplay_of_the_research_script():
     assert max(small[150:]) < 0.0175
 
 
+def test_averaged_iterates_of_the_mirror_research_script(capsys):
+    """research/mirror_selfplay_ideal.py ``--average-last``: the uniform mixture of the last N
+    iterates. One iterate is the last one; on Kuhn poker averaging rescues a step of 0.2, whose last
+    iterate cycles (0.10 - 0.19), but not steps of 0.3 and more: the steps a trained tic-tac-toe run
+    would need (docs/results.md, one configuration for every game)."""
+    import numpy as np
+    from autocurricula.games.matrix import random_game
+
+    mod = _load(ROOT / "research" / "mirror_selfplay_ideal.py", "mirror_ideal")
+    for step, band in ((0.045, (0.02, 0.04)), (0.2, (0.03, 0.05)), (0.3, (0.05, 0.07)), (0.45, (0.055, 0.075))):
+        iterates = mod.kuhn_iterates(0.15, step, 96)
+        curve = mod.kuhn_curve(0.15, step, 96)
+        assert mod.kuhn_average_exploitability(iterates, 1) == pytest.approx(curve[-1], abs=1e-12)
+        assert band[0] < mod.kuhn_average_exploitability(iterates, 32) < band[1], step  # 0.032 0.041 0.054 0.061
+        if step >= 0.2:
+            assert max(curve[-24:]) > 0.18  # the last iterate cycles
+    same = [dict.fromkeys(mod.INFOSETS, 0.3)] * 5
+    assert mod.kuhn_average_exploitability(same, 5) == pytest.approx(mod.exploitability(same[0], backend="python"))
+    with pytest.raises(ValueError, match="last 1 to 5"):
+        mod.kuhn_average_exploitability(same, 6)
+    payoff = np.array(random_game(0).payoff)
+    assert mod.matrix_curve(payoff, 0.15, 1.0, 96, average_last=1) == mod.matrix_curve(payoff, 0.15, 1.0, 96)
+    jump = [mod.matrix_curve(np.array(random_game(g).payoff), 0.15, 1.0, 96, average_last=32)[-1] for g in range(20)]
+    assert np.median(jump) < 0.06 < max(jump)  # 0.052 / 0.134, from 0.200 / 0.426 for the last iterate
+    with pytest.raises(ValueError, match="at least 1"):
+        mod.matrix_curve(payoff, 0.15, 1.0, 4, average_last=0)
+    with pytest.raises(SystemExit):
+        mod.main(["--step", "0.2", "--average-last", "97"])
+    assert "--average-last N averages the last N of --rounds 96" in capsys.readouterr().err
+    mod.main(["--step", "0.2", "--games", "2", "--rounds", "40", "--average-last", "1", "20"])
+    row = __import__("json").loads(capsys.readouterr().out)
+    assert row["average_last"]["1"]["kuhn"] == row["kuhn"]["last"] and set(row["average_last"]) == {"1", "20"}
+
+
 def test_mirror_settings_of_the_tictactoe_selfplay_example(monkeypatch, capsys):
     """``tictactoe_selfplay.py --credit mirror`` is the PSRO examples' mirror configuration: the same
     credit, no past or scripted players, the last third's iterates deployed, their rate and LoRA; the
