@@ -503,8 +503,8 @@ def test_ideal_mirror_selfplay_of_the_research_script():
 def test_averaged_iterates_of_the_mirror_research_script(capsys):
     """research/mirror_selfplay_ideal.py ``--average-last``: the uniform mixture of the last N
     iterates. One iterate is the last one; on Kuhn poker averaging rescues a step of 0.2, whose last
-    iterate cycles (0.10 - 0.19), but not steps of 0.3 and more: the steps a trained tic-tac-toe run
-    would need (docs/results.md, one configuration for every game)."""
+    iterate cycles (0.10 - 0.19), but not steps of 0.3 and more (docs/results.md, one configuration
+    for every game)."""
     import numpy as np
     from autocurricula.games.matrix import random_game
 
