@@ -518,6 +518,13 @@ def test_averaged_iterates_of_the_mirror_research_script(capsys):
             assert max(curve[-24:]) > 0.18  # the last iterate cycles
     same = [dict.fromkeys(mod.INFOSETS, 0.3)] * 5
     assert mod.kuhn_average_exploitability(same, 5) == pytest.approx(mod.exploitability(same[0], backend="python"))
+    # a hand drawn from one of two players, not a plain average per set: only the player that checks
+    # a king reaches "K:check bet", so the mixture calls there as that player does (0.375, not 0.458)
+    half = dict.fromkeys(mod.INFOSETS, 0.5)
+    bets, checks = {**half, "K:": 1.0, "K:check bet": 0.0}, {**half, "K:": 0.0, "K:check bet": 1.0}
+    drawn = mod.exploitability({**half, "K:check bet": 1.0}, backend="python")
+    assert mod.kuhn_average_exploitability([bets, checks], 2) == pytest.approx(drawn)
+    assert drawn < mod.exploitability(half, backend="python") - 0.05
     with pytest.raises(ValueError, match="last 1 to 5"):
         mod.kuhn_average_exploitability(same, 6)
     payoff = np.array(random_game(0).payoff)
