@@ -99,10 +99,15 @@ def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int, itera
     """A matrix game's exploitability as a share of its payoff range after each of ``rounds``
     exact steps from uniform play (``iterate`` as in :func:`kuhn_curve`); with ``average_last``,
     that of the mean of the last ``average_last`` iterates (fewer in the first rounds)."""
-    if average_last < 1:
-        raise ValueError(f"average_last counts iterates, at least 1: got {average_last}")
+    iterates = matrix_iterates(payoff, tau, step, rounds, iterate)
+    return [matrix_average_exploitability(payoff, iterates[:t], average_last) for t in range(1, rounds + 1)]
+
+
+def matrix_iterates(payoff: np.ndarray, tau: float, step: float, rounds: int,
+                    iterate: str = "policy") -> list[tuple[np.ndarray, np.ndarray]]:
+    """The row and column strategies after each round of :func:`matrix_curve`."""
     m, n = payoff.shape
-    x, y, out, xs, ys = np.full(m, 1 / m), np.full(n, 1 / n), [], [], []
+    x, y, out = np.full(m, 1 / m), np.full(n, 1 / n), []
     qx = qy = None
     for t in range(1, rounds + 1):
         if iterate == "table":
@@ -111,10 +116,18 @@ def matrix_curve(payoff: np.ndarray, tau: float, step: float, rounds: int, itera
         else:
             x, y = (np.array(mirror_distribution(list(payoff @ y), list(np.log(x)), tau, step=step)),
                     np.array(mirror_distribution(list(-(x @ payoff)), list(np.log(y)), tau, step=step)))
-        xs, ys = (xs + [x])[-average_last:], (ys + [y])[-average_last:]
-        mx, my = np.mean(xs, axis=0), np.mean(ys, axis=0)
-        out.append(float(((payoff @ my).max() - (mx @ payoff).min()) / 2 / np.ptp(payoff)))
+        out.append((x, y))
     return out
+
+
+def matrix_average_exploitability(payoff: np.ndarray, iterates: list[tuple[np.ndarray, np.ndarray]],
+                                  last: int) -> float:
+    """Exploitability, as a share of the payoff range, of the mean of the last ``last`` iterates
+    (all of them where there are fewer)."""
+    if last < 1:
+        raise ValueError(f"average_last counts iterates, at least 1: got {last}")
+    x, y = (np.mean([it[k] for it in iterates[-last:]], axis=0) for k in (0, 1))
+    return float(((payoff @ y).max() - (x @ payoff).min()) / 2 / np.ptp(payoff))
 
 
 def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = None, samples: int | None = None,
@@ -400,10 +413,11 @@ def main(argv=None):
             iterates = kuhn_iterates(tau, step, args.rounds, explore=args.kuhn_explore, iterate=args.iterate)
             kuhn = [exploitability(p, backend="python") for p in iterates]
             payoffs = [np.array(random_game(g).payoff) for g in range(args.games)]
-            shares = [matrix_curve(a, tau, step, args.rounds, args.iterate)[-1] for a in payoffs]
+            played = [matrix_iterates(a, tau, step, args.rounds, args.iterate) for a in payoffs]
+            shares = [matrix_average_exploitability(a, its, 1) for a, its in zip(payoffs, played)]
             averaged = {str(n): {"kuhn": round(kuhn_average_exploitability(iterates, n), 4),
-                                 "matrix": _median_worst([matrix_curve(a, tau, step, args.rounds, args.iterate, n)[-1]
-                                                          for a in payoffs])}
+                                 "matrix": _median_worst([matrix_average_exploitability(a, its, n)
+                                                          for a, its in zip(payoffs, played)])}
                         for n in args.average_last}
             print(json.dumps({"tau": tau, "step": step, "rounds": args.rounds, "kuhn_explore": args.kuhn_explore,
                               "iterate": args.iterate,
