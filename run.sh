@@ -46,7 +46,7 @@ pip_conf() {
 
 # MLX's Linux CPU wheel ships a slow reference BLAS; autocurricula preloads OpenBLAS when present.
 fast_blas() {
-  if "$PY" -c 'import autocurricula._blas as b, sys; sys.exit(0 if b.preload()["library"] else 1)'; then return; fi
+  if "$PY" -c 'import autocurricula.engine.blas as b, sys; sys.exit(0 if b.preload()["library"] else 1)'; then return; fi
   if command -v apt-get >/dev/null 2>&1; then
     local sudo=""
     if [ "$(id -u)" != 0 ]; then sudo="sudo -n"; fi
@@ -55,7 +55,7 @@ fast_blas() {
         || { $sudo apt-get update -qq >/dev/null 2>&1 && $sudo apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1; }) || true
     fi
   fi
-  if ! "$PY" -c 'import autocurricula._blas as b, sys; sys.exit(0 if b.preload()["library"] else 1)'; then
+  if ! "$PY" -c 'import autocurricula.engine.blas as b, sys; sys.exit(0 if b.preload()["library"] else 1)'; then
     # PyPI route (needs the system's libgfortran.so.5)
     "$UV" pip install -q --python "$PY" cmeel-openblas || true
   fi

@@ -1,19 +1,19 @@
 """autocurricula: league training of LoRA players of one base model, in MLX.
 
 The engine (``autocurricula.engine``) serves many LoRA players in one continuously batched
-decode loop; ``autocurricula.server`` exposes it over an OpenAI-compatible HTTP API.
+decode loop; ``autocurricula.serve.server`` exposes it over an OpenAI-compatible HTTP API.
 """
 
-from autocurricula import _blas
+from autocurricula.engine import blas as _blas
 
 _blas.preload()  # must run before anything imports mlx.core
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
-    "AutocurriculumTrainer": "autocurricula.trainer",
-    "AutocurriculumConfig": "autocurricula.config",
-    "GRPOConfig": "autocurricula.config",
+    "AutocurriculumTrainer": "autocurricula.loop.trainer",
+    "AutocurriculumConfig": "autocurricula.loop.config",
+    "GRPOConfig": "autocurricula.loop.config",
     "SelfPlayTrainer": "autocurricula.leagues",
     "SelfPlayConfig": "autocurricula.leagues",
     "LeagueTrainer": "autocurricula.leagues",
@@ -23,15 +23,15 @@ _LAZY = {
     "PSROConfig": "autocurricula.leagues",
     "RoundRobinTrainer": "autocurricula.leagues",
     "RoundRobinConfig": "autocurricula.leagues",
-    "set_player": "autocurricula.seed_compat",
-    "build_tiny_model": "autocurricula.tiny",
+    "set_player": "autocurricula.arena.seed_compat",
+    "build_tiny_model": "autocurricula.engine.tiny",
     "Engine": "autocurricula.engine",
     "EngineConfig": "autocurricula.engine",
     "SamplingParams": "autocurricula.engine",
     "LoraSpec": "autocurricula.engine",
-    "GameResult": "autocurricula.arena",
-    "ArtifactStore": "autocurricula.artifacts",
-    "snapshot_spec": "autocurricula.pool",
+    "GameResult": "autocurricula.arena.arena",
+    "ArtifactStore": "autocurricula.arena.artifacts",
+    "snapshot_spec": "autocurricula.loop.pool",
     "Credit": "autocurricula.credit",
     "register_credit": "autocurricula.credit",
 }

@@ -12,7 +12,7 @@ def _env(args) -> None:
     import platform
 
     import autocurricula
-    from autocurricula import _blas
+    from autocurricula.engine import blas as _blas
     from autocurricula.bench.engine import gemm_ceiling
     from autocurricula.engine.cpu_kernels import describe as describe_cpu_paths
 
@@ -31,7 +31,7 @@ def _env(args) -> None:
 
 
 def _tiny(args) -> None:
-    from autocurricula.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model
 
     path = build_tiny_model(args.path, model_type=args.model_type, hidden_size=args.hidden, num_layers=args.layers,
                             vocab_size=args.vocab, quantize_bits=args.quantize_bits, overwrite=args.overwrite)
@@ -53,8 +53,8 @@ def _adapter_args(items: list[str] | None) -> dict[str, str]:
 
 
 def _serve(args) -> None:
-    from autocurricula.hub import ModelNotFoundError, check_model_source
-    from autocurricula.server import serve
+    from autocurricula.publish.hub import ModelNotFoundError, check_model_source
+    from autocurricula.serve.server import serve
 
     try:
         check_model_source(args.model)
@@ -102,10 +102,7 @@ def _train(args) -> None:
         settings["overwrite_output_dir"] = True
     trainer_name, config_name = LEAGUES[args.league]
     config_cls = getattr(leagues, config_name)
-    from autocurricula.config import MOVED
-    from autocurricula.credit import LEGACY_CREDIT_FIELDS
-
-    known = {f.name for f in dataclasses.fields(config_cls)} | set(MOVED) | set(LEGACY_CREDIT_FIELDS)
+    known = {f.name for f in dataclasses.fields(config_cls)}
     unknown = set(settings) - known
     if unknown:
         raise SystemExit(f"unknown {config_name} settings {sorted(unknown)}; known: {sorted(known)} "
@@ -119,9 +116,9 @@ def _train(args) -> None:
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"--game {args.game}: {exc}. Use a module of autocurricula.games (e.g. tictactoe) or "
                          "an importable 'module.path:function'") from None
-    from autocurricula.checkpoint import CheckpointError
-    from autocurricula.hub import HubAccessError, ModelNotFoundError
-    from autocurricula.trainer import GameError
+    from autocurricula.loop.checkpoint import CheckpointError
+    from autocurricula.publish.hub import HubAccessError, ModelNotFoundError
+    from autocurricula.loop.trainer import GameError
 
     try:
         config = config_cls(**settings)
@@ -132,7 +129,7 @@ def _train(args) -> None:
     if args.ray_actors:  # rollout (and learner) actors on the Ray cluster RAY_ADDRESS names, or a local one
         if args.server:
             raise SystemExit("autocurricula train: give --server or --ray-actors, not both")
-        from autocurricula.cluster import RayEngine
+        from autocurricula.fleet.cluster import RayEngine
 
         servers = RayEngine(args.model, num_actors=args.ray_actors, learners=args.ray_learners,
                             address=os.environ.get("RAY_ADDRESS"))
@@ -148,7 +145,7 @@ def _train(args) -> None:
 
 
 def _dashboard(args) -> None:
-    from autocurricula.dashboard import run_dashboard
+    from autocurricula.serve.dashboard import run_dashboard
 
     try:
         run_dashboard(args.output_dir, host=args.host, port=args.port)
@@ -157,10 +154,10 @@ def _dashboard(args) -> None:
 
 
 def _check_model(args) -> None:
-    from autocurricula.check_model import check_model, format_table, passed
+    from autocurricula.publish.check_model import check_model, format_table, passed
 
     if args.tiny_family:
-        from autocurricula.tiny import build_family_model
+        from autocurricula.engine.tiny import build_family_model
 
         build_family_model(args.model, args.tiny_family)
     results = check_model(args.model, max_tokens=args.max_tokens)

@@ -81,7 +81,7 @@ class GameRecord:
     traceback: str | None = None  # the full traceback of ``error``
     extras: dict = field(default_factory=dict)  # a GameResult's extras
     calls: list | None = None  # a list: every model call is logged as a Call, a replay's forced ones included
-    replay: Any = None  # an autocurricula.replay plan: recorded answers for some calls, branch seeds for the rest
+    replay: Any = None  # an autocurricula.arena.replay plan: recorded answers for some calls, branch seeds for the rest
     deal: str | None = None  # games of one deal draw the same chance (model.seed comes from it, not the game id)
 
 

@@ -8,7 +8,7 @@ player as a peft adapter with ``trainer.export``. transformers + peft load that 
 trainable, and trl's ``GRPOTrainer`` continues it on the game turned into a dataset: every prompt
 is a position, and the reward scores the parsed move (+1 optimal, 0 legal, -1 illegal or none).
 The greedy reward on held-out positions is printed before and after, and the continued adapter is
-saved as a peft folder that ``PeftModel.from_pretrained`` (and ``autocurricula.export.import_peft``)
+saved as a peft folder that ``PeftModel.from_pretrained`` (and ``autocurricula.publish.export.import_peft``)
 load. On a GPU cluster, drop ``--cpu`` and set ``--num_processes``; the league and the export run
 once, on the main process. About a minute on 2 CPU cores.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import autocurricula  # noqa: F401  (picks a fast BLAS before mlx loads)
 from autocurricula import SelfPlayConfig, SelfPlayTrainer, build_tiny_model
 from autocurricula.games import tictactoe
-from autocurricula.warmup import sft_warmup
+from autocurricula.training.warmup import sft_warmup
 
 
 def score(reply: str, board: str, mark: str) -> float:

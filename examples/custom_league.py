@@ -13,7 +13,7 @@ import collections
 
 import autocurricula  # noqa: F401  (picks a fast BLAS before mlx loads)
 from autocurricula import AutocurriculumConfig, AutocurriculumTrainer, build_tiny_model
-from autocurricula.warmup import sft_warmup
+from autocurricula.training.warmup import sft_warmup
 
 PROMPT = "Rock, paper or scissors? Answer R, P or S:"
 BEATS = {"R": "S", "P": "R", "S": "P"}

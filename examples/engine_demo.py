@@ -37,6 +37,6 @@ tokens = sum(len(c.token_ids) for c in results)
 summary = {"requests": len(results), "players": 8, "slots": 4, "tokens": tokens, "tok_s": round(tokens / elapsed, 1),
            "evictions": engine.slots.evictions, "swapped_mid_completion": sum(c.swapped for c in results),
            "player0_version": engine.adapter_info("player-0")["version"], "occupancy": round(engine.occupancy, 3),
-           "blas": autocurricula._blas.describe()}
+           "blas": autocurricula.engine.blas.describe()}
 engine.close()
 print(json.dumps(summary))

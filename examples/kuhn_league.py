@@ -105,7 +105,7 @@ def parse_args(argv=None):
 
 def warm_base(args) -> Path:
     """The tiny base after the per-information-set random warm-up (both cached by their arguments)."""
-    from autocurricula.warmup import sft_warmup
+    from autocurricula.training.warmup import sft_warmup
     from ttt_common import CACHE, tiny_base
 
     base = tiny_base(args.hidden, args.layers, args.heads, args.seed)

@@ -30,10 +30,10 @@ import time
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import LeagueConfig, LeagueTrainer
-from autocurricula.arena import Arena, GameRecord
+from autocurricula.arena.arena import Arena, GameRecord
 from autocurricula.eval.players import main_agent
 from autocurricula.games import negotiation
-from autocurricula.warmup import sft_warmup
+from autocurricula.training.warmup import sft_warmup
 
 from ttt_common import CACHE, HEADS, tiny_base
 
@@ -85,7 +85,7 @@ def deal_values(engine, adapter, games: int, max_turns: int, temperature: float 
     """The learner's deal value in each of ``games`` negotiations against the scripted opponent
     (seat alternating, deals and seeds fixed by EVAL_SEED): its reward clipped at 0 (an invalid
     reply's penalty counts as no deal)."""
-    from autocurricula.arena import run_async
+    from autocurricula.arena.arena import run_async
 
     learner = {"id": f"eval-{adapter or 'base'}", "adapter": adapter, "frozen": True}
     arena = Arena(engine, seed=EVAL_SEED, temperature=temperature, max_tokens=10)

@@ -24,7 +24,7 @@ import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula import AutocurriculumTrainer, GRPOConfig, SelfPlayConfig, build_tiny_model
 from autocurricula.engine import Engine, LoraSpec
 from autocurricula.games import proposer_solver as ps
-from autocurricula.warmup import sft_warmup
+from autocurricula.training.warmup import sft_warmup
 
 CACHE = Path(os.environ.get("AUTOCURRICULA_CACHE", Path.home() / ".cache" / "autocurricula"))
 

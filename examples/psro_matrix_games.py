@@ -183,7 +183,7 @@ def parse_args(argv=None):
 
 def warm_base(args) -> Path:
     """The tiny base after the family's format warm-up (both cached by their arguments)."""
-    from autocurricula.warmup import sft_warmup
+    from autocurricula.training.warmup import sft_warmup
     from ttt_common import CACHE, tiny_base
 
     base = tiny_base(args.hidden, args.layers, args.heads, args.seed)

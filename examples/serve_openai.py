@@ -18,7 +18,7 @@ from openai import OpenAI
 
 import autocurricula  # noqa: F401  (picks a fast BLAS before mlx loads)
 from autocurricula import build_tiny_model
-from autocurricula.client import Client
+from autocurricula.fleet.client import Client
 from autocurricula.engine import AdapterWeights, LoraSpec
 
 base = str(build_tiny_model("runs/serve-openai/tiny-llama"))

@@ -8,7 +8,7 @@ from autocurricula import build_tiny_model
 from autocurricula.eval.tictactoe import EpochEvaluator as Evaluator  # noqa: F401  (the examples import it here)
 from autocurricula.eval.tictactoe import greedy_table
 from autocurricula.games import tictactoe
-from autocurricula.warmup import sft_warmup
+from autocurricula.training.warmup import sft_warmup
 
 HEADS = 32  # many small heads read the board far faster per step than 4 (research/README.md)
 CACHE = Path(os.environ.get("AUTOCURRICULA_CACHE", Path.home() / ".cache" / "autocurricula"))

@@ -15,11 +15,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from autocurricula._deprecation import moved
-from autocurricula.game import ListsMoves
+from autocurricula.arena.game import ListsMoves
 from autocurricula.records import Generation, call_scripted, is_scripted
-
-__getattr__ = moved(__name__, {"call_policy": "autocurricula.records:call_scripted"})
 
 DEFAULT_INVALID_PENALTY = (-1.5, 0.5)  # (offender, every other player), as in SPIRAL
 
@@ -239,7 +236,7 @@ async def drive(game: TurnGame, players, model, *, max_tokens: int, temperature:
 
 
 class GameOptions:
-    """A game module played with fixed options, as a Game object (``autocurricula.game.Game``):
+    """A game module played with fixed options, as a Game object (``autocurricula.arena.game.Game``):
     ``GameOptions(tictactoe, chat=True, reasoning=True)`` keeps the module's name and ``moves``,
     which a ``functools.partial`` of its ``play`` loses. Each game module's ``with_options``
     builds one."""
@@ -247,7 +244,7 @@ class GameOptions:
     def __init__(self, module: ModuleType, **options):
         self.module, self.options = module, dict(options)
         self.NUM_PLAYERS, self.ZERO_SUM = module.NUM_PLAYERS, module.ZERO_SUM
-        self.__module__ = module.__name__  # the game's name (autocurricula.game.game_name)
+        self.__module__ = module.__name__  # the game's name (autocurricula.arena.game.game_name)
         self.__name__ = module.__name__.rsplit(".", 1)[-1]
 
     async def play(self, players: list[dict], model, tokenizer=None, **options):

@@ -41,7 +41,7 @@ SEATS = ("rows", "columns")
 
 
 class MatrixGame:
-    """One zero-sum matrix game as a :class:`~autocurricula.game.Game` object: pass it (or
+    """One zero-sum matrix game as a :class:`~autocurricula.arena.game.Game` object: pass it (or
     ``game.play``) to ``trainer.train``. ``words`` names the actions (the first ``rows`` for the
     row player, the first ``columns`` for the column player)."""
 

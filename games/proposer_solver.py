@@ -29,8 +29,8 @@ import asyncio
 import operator
 from typing import Any
 
-from autocurricula.arena import GameResult
-from autocurricula.artifacts import ArtifactStore
+from autocurricula.arena.arena import GameResult
+from autocurricula.arena.artifacts import ArtifactStore
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, ask, check_penalty, check_players, invalid_rewards,
                                          make_rng)
 from autocurricula.games.dataset import first_int

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autocurricula.arena import GameResult
+from autocurricula.arena.arena import GameResult
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, ask, check_penalty, check_players, choice,
                                          invalid_rewards, make_rng)
 from autocurricula.games._tasks import prompt, score

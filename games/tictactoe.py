@@ -29,7 +29,6 @@ from functools import cache
 from collections.abc import Callable
 from typing import Any
 
-from autocurricula._deprecation import moved
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, PromptStyle, TurnGame, answer_moves, check_penalty,
                                          check_players, choice, drive, drive_sync, make_rng)
 from autocurricula.games._common import with_options as _with_options
@@ -322,5 +321,3 @@ def warmup_examples(n: int, seed: int = 0) -> list[tuple[str, str]]:
         out.append((render_prompt(board, mark), str(choice(rng, legal_moves(board)))))
     return out
 
-
-__getattr__ = moved(__name__, {"greedy_table": "autocurricula.eval.tictactoe:greedy_table"})

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autocurricula.config import AutocurriculumConfig
+from autocurricula.loop.config import AutocurriculumConfig
 from autocurricula.leagues.promote import league_config
 from autocurricula.leagues.league import WEIGHTINGS, pfsp
-from autocurricula.pool import snapshot_spec
-from autocurricula.trainer import AutocurriculumTrainer
+from autocurricula.loop.pool import snapshot_spec
+from autocurricula.loop.trainer import AutocurriculumTrainer
 
 
 @dataclass

@@ -17,15 +17,14 @@ so a subclass changes one role's rule by overriding one method.
 
 from __future__ import annotations
 
-import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from autocurricula.config import AutocurriculumConfig
+from autocurricula.loop.config import AutocurriculumConfig
 from autocurricula.leagues.promote import league_config
-from autocurricula.pool import snapshot_spec
-from autocurricula.trainer import AutocurriculumTrainer
+from autocurricula.loop.pool import snapshot_spec
+from autocurricula.loop.trainer import AutocurriculumTrainer
 
 EXPLOITER_ROLES = ("main_exploiter", "league_exploiter")  # the roles exploiter_games sets
 
@@ -80,48 +79,21 @@ class LeagueConfig(AutocurriculumConfig):
                                 "`opponents` (e.g. scripted baselines), drawn uniformly; the league rules pick "
                                 "the rest. Not in AlphaStar (0): there they only join PFSP, where a growing "
                                 "pool of snapshots dilutes them"})
-    # Deprecated: each keeps working, with a DeprecationWarning that names its replacement.
-    exploiter_learning_rate: float | None = field(default=None, metadata={
-        "help": "deprecated: the exploiters' own peak learning rate",
-        "deprecated": "override LeagueTrainer.learning_rate_of(player_id) in a subclass, as KuhnLeague "
-                      "does with KuhnLeagueConfig.exploiter_learning_rate in examples/kuhn_league.py"})
-    scripted_in_pool: bool = field(default=True, metadata={
-        "help": "deprecated: False leaves the fixed `opponents` out of the pool (a pure league)",
-        "deprecated": "for a pure league pass no fixed players: LeagueTrainer(config) instead of "
-                      "LeagueTrainer(config, opponents=[...])"})
 
     def __post_init__(self):
         super().__post_init__()
-        _warn_deprecated(self)
         if self.main_agents < 1:
             raise ValueError("a league needs at least one main agent (main_agents >= 1)")
         if self.games_per_learner < 1 or (self.exploiter_games is not None and self.exploiter_games < 1):
             raise ValueError("games_per_learner and exploiter_games must be >= 1 (exploiter_games None = "
                              "games_per_learner; for no exploiters set main_exploiters=0 and league_exploiters=0)")
-        if self.exploiter_learning_rate is not None and not self.exploiter_learning_rate > 0:
-            raise ValueError(f"exploiter_learning_rate must be > 0 (None = GRPOConfig.learning_rate), got "
-                             f"{self.exploiter_learning_rate}")
         if not 0 <= self.anchor_share <= 1:
             raise ValueError(f"anchor_share must be in [0, 1], got {self.anchor_share}")
-        if not self.scripted_in_pool and self.anchor_share > 0:
-            raise ValueError(f"anchor_share={self.anchor_share} sends games to the scripted opponents, but "
-                             "scripted_in_pool=False leaves them out of the pool: set anchor_share=0 for a pure "
-                             "league, or scripted_in_pool=True")
         if self.selfplay_share + self.pfsp_share > 1:
             raise ValueError("selfplay_share + pfsp_share must be <= 1 (the rest is verification)")
         for w in (self.main_pfsp_weighting, self.exploiter_weighting, self.league_exploiter_weighting):
             if w not in WEIGHTINGS:
                 raise ValueError(f"unknown PFSP weighting {w!r}; use one of {sorted(WEIGHTINGS)}")
-
-
-def _warn_deprecated(config) -> None:
-    """A DeprecationWarning for every field given a value other than its default whose metadata
-    names a replacement under ``"deprecated"``."""
-    for f in fields(config):
-        replacement = f.metadata.get("deprecated")
-        if replacement and getattr(config, f.name) != f.default:
-            warnings.warn(f"{type(config).__name__}.{f.name} is deprecated: {replacement}", DeprecationWarning,
-                          stacklevel=4)
 
 
 class LeagueTrainer(AutocurriculumTrainer):
@@ -136,16 +108,12 @@ class LeagueTrainer(AutocurriculumTrainer):
 
     def __init__(self, ac_config: LeagueConfig | None = None, opponents: list[dict] | None = None, **overrides):
         super().__init__(league_config(ac_config, self.config_class, type(self).__name__), opponents, **overrides)
+        if self.config.anchor_share > 0 and not self.opponents:
+            raise ValueError(f"anchor_share={self.config.anchor_share} sends games to the fixed opponents, but this "
+                             f"league has none: pass opponents=[...] or set anchor_share=0 for a pure league")
         self._last_snapshot: dict[str, int] = {}
 
     # who is who ----------------------------------------------------------
-    def learning_rate_of(self, player_id: str) -> float:
-        # the deprecated LeagueConfig.exploiter_learning_rate; None leaves the trainer's rate
-        rate = self.config.exploiter_learning_rate
-        if rate is not None and any(p["id"] == player_id and p.get("role") in EXPLOITER_ROLES for p in self.players):
-            return rate
-        return super().learning_rate_of(player_id)
-
     def learners(self, role: str | None = None) -> list[dict]:
         """The players that train (not frozen), of ``role`` if given."""
         return [p for p in self.players if not p["frozen"] and (role is None or p.get("role") == role)]
@@ -175,8 +143,6 @@ class LeagueTrainer(AutocurriculumTrainer):
             specs += [main, snapshot_spec(main)]  # AlphaStar seeds the league with the initial agent
         for role, n in (("main_exploiter", cfg.main_exploiters), ("league_exploiter", cfg.league_exploiters)):
             specs += [{"role": role, "init": "base"} for _ in range(n)]
-        if not cfg.scripted_in_pool:  # the deprecated spelling of a pure league
-            return specs
         return specs + [dict(o) for o in self.opponents]
 
     # match -----------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import fields
 
-from autocurricula.config import AutocurriculumConfig
+from autocurricula.loop.config import AutocurriculumConfig
 
 log = logging.getLogger(__name__)
 

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autocurricula.config import AutocurriculumConfig
+from autocurricula.loop.config import AutocurriculumConfig
 from autocurricula.leagues.promote import league_config
-from autocurricula.pool import snapshot_spec
+from autocurricula.loop.pool import snapshot_spec
 from autocurricula.records import GameRecord
-from autocurricula.trainer import AutocurriculumTrainer
+from autocurricula.loop.trainer import AutocurriculumTrainer
 
 
 @dataclass

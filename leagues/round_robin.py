@@ -8,9 +8,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from autocurricula.config import AutocurriculumConfig
+from autocurricula.loop.config import AutocurriculumConfig
 from autocurricula.leagues.promote import league_config
-from autocurricula.trainer import AutocurriculumTrainer
+from autocurricula.loop.trainer import AutocurriculumTrainer
 
 
 @dataclass

@@ -39,8 +39,7 @@ def main() -> None:
     ap.add_argument("--exploiter-games", type=int, default=32)
     args = ap.parse_args()
 
-    from autocurricula import trainer as T
-
+    from autocurricula.loop import trainer as T
     model = str(bench.base_model())
     cores = os.cpu_count() or 2
     phases: dict[str, list[float]] = {}

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
-from autocurricula.callbacks import TrainerCallback  # noqa: E402
+from autocurricula.views.callbacks import TrainerCallback  # noqa: E402
 from autocurricula.credit import QCredit  # noqa: E402
 from autocurricula.credit.mirror import table_average  # noqa: E402
 from autocurricula.records import Turn, is_scripted  # noqa: E402
@@ -149,7 +149,7 @@ class ListedMoves(TrainerCallback):
     tokenizer, before the first round's credit."""
 
     def __init__(self, game):
-        from autocurricula.game import game_moves
+        from autocurricula.arena.game import game_moves
 
         self.moves_of = game_moves(game)
         if self.moves_of is None:

@@ -32,7 +32,7 @@ from autocurricula.records import Turn
 from autocurricula.engine import Engine, LoraSpec
 from autocurricula.eval.tictactoe import greedy_table
 from autocurricula.games import tictactoe as T
-from autocurricula.pool import is_scripted
+from autocurricula.loop.pool import is_scripted
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # the examples' warm base
 from ttt_common import CACHE, HEADS, tiny_base, warm_base  # noqa: E402
@@ -65,7 +65,7 @@ def minimax_examples(n: int, seed: int = 0) -> list[tuple[str, str]]:
 
 def supervised(args, base):
     if not args.lora:  # every weight, as the warm-up does
-        from autocurricula.warmup import sft_warmup
+        from autocurricula.training.warmup import sft_warmup
 
         t = time.time()
         out = sft_warmup(base, CACHE / f"{base.name}-minimax-sft{args.steps}-lr{args.learning_rate}",
@@ -77,7 +77,7 @@ def supervised(args, base):
         return
     # LoRA through our Updater: advantage-1 turns with the current logprobs make the GRPO loss a
     # supervised one, so this checks the update path against plain supervised learning
-    from autocurricula.pool import fresh_adapter
+    from autocurricula.loop.pool import fresh_adapter
     from autocurricula.training import Updater
 
     engine = Engine(str(base))
@@ -155,10 +155,10 @@ def memo(args, base):
     self-play games of the warm base, then one round of best-reply branch credit (every turn, every
     cell, every reply, greedy on) timed ``--repeats`` times each way, alternating. The values must
     come out the same."""
-    from autocurricula.arena import Arena, GameRecord
-    from autocurricula.replay import Replayer
+    from autocurricula.arena.arena import Arena, GameRecord
+    from autocurricula.arena.replay import Replayer
     from best_reply_credit import BestReplyCredit
-    from autocurricula.arena import run_async
+    from autocurricula.arena.arena import run_async
 
     engine = Engine(str(base))
     arena = Arena(engine, seed=args.seed, max_tokens=2)
@@ -194,7 +194,7 @@ def regression(args, base):
     values (``--move-temperature``, ``--move-clip``), as branch credit does with values from branches.
     The best case of that credit: how many updates of how many states reach which optimal-move rate."""
     from autocurricula.credit import move_advantages, move_distribution
-    from autocurricula.pool import fresh_adapter
+    from autocurricula.loop.pool import fresh_adapter
     from autocurricula.training import Updater
 
     engine = Engine(str(base))

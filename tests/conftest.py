@@ -10,7 +10,7 @@ os.environ.setdefault("AUTOCURRICULA_BLAS", "auto")
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):
     """The built-in tiny llama model (hidden 256, 4 layers, vocab 1024), built once per session."""
-    from autocurricula.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 
@@ -18,7 +18,7 @@ def tiny_model_path(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_quantized_path(tmp_path_factory):
     """The same tiny model converted with mlx-lm to 4-bit (as `mlx_lm.convert -q` does)."""
-    from autocurricula.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama-4bit", quantize_bits=4)
 

@@ -52,6 +52,6 @@ class FakeEngine:
 def fake_pool():
     """An empty Pool over a FakeEngine (LoRA r=2 on q_proj)."""
     from autocurricula.engine import LoraSpec
-    from autocurricula.pool import Pool
+    from autocurricula.loop.pool import Pool
 
     return Pool(FakeEngine(), LoraSpec(r=2, lora_alpha=4, target_modules=["q_proj"]), np.random.default_rng(0))

@@ -75,7 +75,7 @@ def drive(model: str, address: str, out: str, pgids: str) -> dict:
     import ray
 
     from autocurricula import SelfPlayConfig, SelfPlayTrainer
-    from autocurricula.cluster import RayEngine
+    from autocurricula.fleet.cluster import RayEngine
     from autocurricula.engine import AdapterWeights, LoraSpec, SamplingParams
     from toy_games import digits
 

@@ -4,7 +4,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from autocurricula.engine import Engine, EngineConfig
-from autocurricula.server import create_app
+from autocurricula.serve.server import create_app
 
 
 @pytest.fixture(scope="module")

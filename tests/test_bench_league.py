@@ -54,7 +54,7 @@ INPROCESS = ("inprocess", "inprocess_pipelined")
 
 def test_a_real_run_of_the_in_process_settings_prints_its_figures(tmp_path, monkeypatch, capsys):
     from autocurricula.cli import main
-    from autocurricula.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model
 
     base = build_tiny_model(tmp_path / "tiny", hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
     real, runs = league.run, []

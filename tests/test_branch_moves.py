@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from autocurricula import SelfPlayConfig
-from autocurricula.arena import Arena, GameRecord, Generation
-from autocurricula.config import GRPOConfig
-from autocurricula.credit import (BranchCredit, MirrorCredit, catch_up_step, credit_from_fields, game_moves,
+from autocurricula.arena.arena import Arena, GameRecord, Generation
+from autocurricula.loop.config import GRPOConfig
+from autocurricula.credit import (BranchCredit, MirrorCredit, catch_up_step, game_moves,
                                   make_credit, mirror_distribution, move_advantages, move_distribution, pool_values)
-from autocurricula.game import as_play
+from autocurricula.arena.game import as_play
 from autocurricula.games import kuhn_poker
-from autocurricula.replay import Replayer
+from autocurricula.arena.replay import Replayer
 
 
 def best_reply_module():
@@ -84,7 +84,7 @@ class DigitEngine:
 
 def listing(play, moves):
     """The play callable of a two-player Game object whose ``play`` is ``play`` and which lists
-    ``moves(prompt)`` (``autocurricula.game.as_play``)."""
+    ``moves(prompt)`` (``autocurricula.arena.game.as_play``)."""
     class Listed:
         NUM_PLAYERS, ZERO_SUM = 2, True
 
@@ -277,9 +277,6 @@ def test_move_settings_are_checked():
                 dict(move_temperature=math.inf)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             BranchCredit(advantage="moves", **bad)
-        field = f"branch_{next(iter(bad))}"
-        with pytest.raises(ValueError, match=field):  # the flat config field it came from is named
-            credit_from_fields("branch", {"branch_advantage": "moves", field: next(iter(bad.values()))})
 
 
 def test_kuhn_lists_its_legal_moves():
@@ -538,10 +535,7 @@ def test_mirror_credit_targets_are_one_step_from_the_policy_toward_the_pooled_ta
     with pytest.raises(TypeError, match="advantage"):
         MirrorCredit(advantage="return")  # always the listed moves
     assert type(make_credit("mirror", GRPOConfig(), 0)) is MirrorCredit
-    # the flat fields at "branch"'s defaults are mirror's settings, not ignored
-    flat = credit_from_fields("mirror", {"branch_samples": 4, "branch_move_temperature": 0.25, "branch_move_clip": 2.0})
-    assert (flat.samples, flat.move_temperature, flat.move_clip, flat.step) == (4, 0.25, 2.0, 0.045)
-    assert credit_from_fields("mirror", {"branch_samples": 2}) == MirrorCredit()
+    assert (MirrorCredit().samples, MirrorCredit().step) == (2, 0.045)
 
 
 def test_catch_up_step_is_the_missed_steps_at_once():
@@ -753,10 +747,6 @@ def test_best_reply_options_are_refused_where_nothing_would_use_them():
     assert BestReplyCredit(advantage="moves", move_loss="cross_entropy",
                            continuation_temperature=0.0).continuation_temperature == 0.0
     assert BestReplyCredit(continuation_temperature=0.5).branch_temperature() == 0.5  # any advantage
-    # the core's flat fields do not reach them: the error names the class that has them
-    for field, value in (("branch_replies", True), ("branch_temperature", 0.0), ("branch_move_loss", "cross_entropy")):
-        with pytest.raises(ValueError, match="BestReplyCredit"):
-            credit_from_fields("branch", {"branch_advantage": "moves", field: value})
 
 
 def test_best_reply_credit_is_registered_and_binds_like_branch_credit():
@@ -847,8 +837,8 @@ def test_kuhn_learner_separates_its_cards_against_a_fixed_opponent(tmp_path):
     from autocurricula.engine import Engine, LoraSpec
     from autocurricula.eval.kuhn import read_strategy
     from autocurricula.eval.players import main_agent
-    from autocurricula.tiny import build_tiny_model
-    from autocurricula.warmup import sft_warmup
+    from autocurricula.engine.tiny import build_tiny_model
+    from autocurricula.training.warmup import sft_warmup
 
     base = build_tiny_model(tmp_path / "tiny", hidden_size=64, num_layers=2, num_heads=16, intermediate_size=128,
                             seed=0)

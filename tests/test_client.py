@@ -8,11 +8,11 @@ import httpx
 import pytest
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
-from autocurricula.client import (AsyncClient, AuthError, BadRequestError, Client, NotFoundError,
+from autocurricula.fleet.client import (AsyncClient, AuthError, BadRequestError, Client, NotFoundError,
                                   PermissionDeniedError, ServerError, UnavailableError)
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
 from autocurricula.engine.adapters import to_safetensors_bytes
-from autocurricula.server import create_app
+from autocurricula.serve.server import create_app
 from helpers import running_server
 
 KEY = "client-key"

@@ -212,7 +212,7 @@ def _leaves(tree):
 
 
 def test_serve_flag_reaches_the_engine_config(monkeypatch, tiny_model_path):
-    import autocurricula.server as server
+    import autocurricula.serve.server as server
     from autocurricula.cli import build_parser
 
     seen = []

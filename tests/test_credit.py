@@ -1,5 +1,4 @@
-"""Credit methods on hand-computed numbers; the Credit objects, their configs, the registry and the
-flat config fields they stand for."""
+"""Credit methods on hand-computed numbers; the Credit objects, their configs, and the registry."""
 
 import copy
 import json
@@ -8,9 +7,9 @@ import warnings
 
 import pytest
 
-from autocurricula.config import GRPOConfig
-from autocurricula.credit import (LEGACY_CREDIT_FIELDS, RAE, BranchCredit, ConstantCredit, Credit, GRPOCredit, QCredit,
-                                  RAECredit, StateValues, ValueCredit, assign_credit, credit_from_fields,
+from autocurricula.loop.config import GRPOConfig
+from autocurricula.credit import (RAE, BranchCredit, ConstantCredit, Credit, GRPOCredit, QCredit,
+                                  RAECredit, StateValues, ValueCredit,
                                   grpo_advantages, make_credit, register_credit)
 from autocurricula.credit import registry
 from autocurricula.records import Turn
@@ -283,49 +282,6 @@ def test_table_objects_give_their_tables_values(alpha, per_player):
     assert targets > 0
 
 
-def test_flat_fields_give_the_objects_and_their_values():
-    cases = [("rae", {"rae_alpha": 0.5, "rae_per_player": True}, RAECredit(alpha=0.5, per_player=True)),
-             ("value", {"value_lambda": 0.0, "rae_alpha": 0.8, "value_max_states": 9},
-              ValueCredit(lam=0.0, alpha=0.8, max_states=9)),
-             ("q", {"q_target_coef": 0.7, "q_target_min_visits": 1, "rae_per_player": True},
-              QCredit(target_coef=0.7, target_min_visits=1, per_player=True)),
-             ("branch", {"branch_samples": 2}, BranchCredit(samples=2)),
-             ("branch", {"branch_advantage": "moves", "branch_move_clip": math.inf, "rae_alpha": 0.9,
-                         "branch_move_temperature": 0.5, "branch_turns_per_game": 1},
-              BranchCredit(advantage="moves", move_clip=math.inf, alpha=0.9, move_temperature=0.5, turns_per_game=1)),
-             ("grpo", {}, GRPOCredit()), ("constant", {}, ConstantCredit())]
-    for name, fields, want in cases:
-        got = credit_from_fields(name, fields)
-        assert got == want and type(got) is type(want)
-        if name != "branch":
-            assert by_object(make_credit(got, GRPOConfig(), 0)) == by_object(make_credit(want, GRPOConfig(), 0))
-    defaults = {"rae_alpha": 0.95, "value_lambda": 1.0, "q_target_coef": 0.0, "branch_samples": 4,
-                "branch_temperature": None, "branch_move_loss": "residual", "branch_replies": False}
-    assert credit_from_fields("rae", defaults) == RAECredit()  # fields at their defaults say nothing
-    assert credit_from_fields("mine", defaults) == "mine"  # a method of your own: looked up at train time
-    assert len(LEGACY_CREDIT_FIELDS) == 14 and "credit" not in LEGACY_CREDIT_FIELDS
-
-
-@pytest.mark.parametrize("name, fields, match", [
-    ("rae", {"q_target_coef": 0.5}, "q_target_coef needs credit='q'"),
-    ("q", {"branch_samples": 2}, "branch_samples is a setting of credit 'branch'"),
-    ("grpo", {"rae_alpha": 0.5}, "leave rae_alpha=0.95"),
-    ("value", {"q_target_min_visits": 3}, "q_target_min_visits"),
-    ("mine", {"value_lambda": 0.5}, "value_lambda"),
-    ("value", {"value_lambda": 2.0}, r"lam .*value_lambda=2\.0"),
-    ("branch", {"branch_samples": 0}, "branch_samples=0"),
-    ("branch", {"branch_advantage": "gae"}, "branch_advantage"),
-    ("branch", {"branch_move_temperature": math.inf}, "branch_move_temperature"),
-    ("branch", {"branch_replies": True}, "BestReplyCredit"),
-    ("branch", {"branch_temperature": 0.0}, "branch_temperature"),
-    ("rae", {"branch_move_loss": "cross_entropy"}, "branch_move_loss"),
-    ("rae", {"rae_beta": 1.0}, "unknown credit fields"),
-])
-def test_flat_fields_that_do_not_fit_are_refused(name, fields, match):
-    with pytest.raises(ValueError, match=match):
-        credit_from_fields(name, fields)
-
-
 @pytest.mark.parametrize("make, match", [
     (lambda: RAECredit(alpha=1.0), "alpha"), (lambda: ValueCredit(lam=-0.1), "lam"),
     (lambda: ValueCredit(max_states=0), "max_states"), (lambda: QCredit(target_coef=-1.0), "target_coef"),
@@ -384,7 +340,7 @@ class Halves(Credit):
         return [t.reward * self.scale for t in turns]
 
 
-def test_register_credit_takes_zero_argument_factories_and_the_two_argument_form_with_a_warning():
+def test_register_credit_takes_zero_argument_factories_only():
     try:
         register_credit("halves", Halves)  # a Credit subclass is a factory
         credit = make_credit("halves", GRPOConfig(), 4)
@@ -393,11 +349,8 @@ def test_register_credit_takes_zero_argument_factories_and_the_two_argument_form
             warnings.simplefilter("error")  # no warning for the zero-argument form
             register_credit("halves", lambda: Halves(0.25))
         assert make_credit("halves", GRPOConfig(), 0).scale == 0.25
-        with pytest.warns(DeprecationWarning, match="zero-argument factory"):
+        with pytest.raises(TypeError, match="no arguments"):
             register_credit("halves", lambda config, grpo_config: Halves(config["scale"]))
-        assert make_credit("halves", GRPOConfig(), 1, config={"scale": 2.0}).advantages([turn(reward=1.0)]) == [2.0]
-        with pytest.raises(ValueError, match="config="):
-            make_credit("halves", GRPOConfig(), 1)
         register_credit("halves", lambda: "not a credit")
         with pytest.raises(TypeError, match="not a Credit"):
             make_credit("halves", GRPOConfig(), 0)
@@ -405,24 +358,6 @@ def test_register_credit_takes_zero_argument_factories_and_the_two_argument_form
             register_credit("halves", lambda a, b, c: Halves())
     finally:
         registry.CREDIT_METHODS.pop("halves", None)
-
-
-def test_assign_credit_still_works_with_a_deprecation_warning():
-    with pytest.warns(DeprecationWarning, match="Credit objects"):
-        ts = assign_credit([turn(reward=3), turn(reward=-2)], "constant")
-    assert [t.advantage for t in ts] == [3, -2]
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="RAE state"):
-        assign_credit(ts, "rae")
-
-
-def test_moved_names_answer_with_a_warning():
-    import autocurricula.branch
-    import autocurricula.credit
-
-    with pytest.warns(DeprecationWarning, match="autocurricula.credit.branch.BranchCredit"):
-        assert autocurricula.branch.BranchCredit is BranchCredit
-    with pytest.warns(DeprecationWarning, match="autocurricula.records.Turn"):
-        assert autocurricula.credit.Turn is Turn
 
 
 def test_minimax_backup_by_hand():

@@ -18,8 +18,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from autocurricula import LeagueConfig, LeagueTrainer
-from autocurricula.dashboard import RunView, create_app
-from autocurricula.transcripts import keep_last, pair_key, read_transcripts, update_transcripts, write_transcripts
+from autocurricula.serve.dashboard import RunView, create_app
+from autocurricula.views.transcripts import keep_last, pair_key, read_transcripts, update_transcripts, write_transcripts
 
 from toy_games import digits, first_digit_policy
 
@@ -425,9 +425,9 @@ def test_headless_chromium_renders_every_panel(run, tmp_path):
 def test_dashboard_replays_duplicate_pairs_as_the_trainer_records_them(tmp_path):
     """Standings.record takes a duplicate pair as one relative-payoff sample and keeps its deal in the
     history; the dashboard's replay of that history gives the same relative payoffs."""
-    from autocurricula.config import RatingConfig
+    from autocurricula.loop.config import RatingConfig
     from autocurricula.records import GameRecord
-    from autocurricula.standings import Standings
+    from autocurricula.loop.standings import Standings
 
     standings = Standings(RatingConfig(bt_bootstrap=0), tmp_path, 0)
     rounds = [[("a", "c", [1, -1], None), ("a", "b", [2, -2], "d0"), ("b", "a", [1, -1], "d0")],

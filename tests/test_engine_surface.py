@@ -49,23 +49,6 @@ def test_protocol_documents_what_arena_and_trainer_call():
         assert getattr(TrainableEngine, name).__doc__, name
 
 
-def test_engine_protocol_is_a_deprecated_alias_of_rollout_engine():
-    import autocurricula.engine as engine_pkg
-    from autocurricula.engine import protocol
-
-    for module in (engine_pkg, protocol):
-        with pytest.warns(DeprecationWarning, match="RolloutEngine"):
-            assert module.EngineProtocol is RolloutEngine
-
-
-def test_completion_logprobs_moved_into_the_engine_package():
-    from autocurricula.engine.logprobs import completion_logprobs
-    from autocurricula.training import update
-
-    with pytest.warns(DeprecationWarning, match="autocurricula.engine.logprobs"):
-        assert update.completion_logprobs is completion_logprobs
-
-
 def test_the_engine_package_imports_nothing_above_it_and_its_scheduler_not_the_engine():
     for path in (PKG / "engine").glob("*.py"):
         src = path.read_text()

@@ -210,7 +210,7 @@ def test_rock_paper_scissors_is_uniform():
 def test_an_even_league_is_uniform_and_alpha_rank_agrees_on_rps():
     np.testing.assert_allclose(meta.nash_mixture(np.full((3, 3), 0.5)), [1 / 3] * 3)
     pytest.importorskip("open_spiel")
-    from autocurricula.rating import alpha_rank
+    from autocurricula.loop.rating import alpha_rank
 
     with np.errstate(over="ignore"):
         ranks = alpha_rank((np.array([[0, -1, 1], [1, 0, -1], [-1, 1, 0]]) + 1) / 2)
@@ -340,7 +340,7 @@ def test_meta_inputs_are_checked():
 @pytest.fixture(scope="module")
 def tiny_engine(tmp_path_factory):
     from autocurricula.engine import Engine
-    from autocurricula.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model
 
     path = build_tiny_model(tmp_path_factory.mktemp("eval") / "tiny", hidden_size=64, num_layers=1, num_heads=4,
                             intermediate_size=128)
@@ -352,9 +352,9 @@ def tiny_engine(tmp_path_factory):
 def _fake_trainer(engine, ids, tmp=None):
     import tempfile
 
-    from autocurricula.config import RatingConfig
-    from autocurricula.rating import Payoff
-    from autocurricula.standings import Standings
+    from autocurricula.loop.config import RatingConfig
+    from autocurricula.loop.rating import Payoff
+    from autocurricula.loop.standings import Standings
 
     players = [{"id": pid, "frozen": i > 0, "role": "main_agent"} for i, pid in enumerate(ids)]
     return SimpleNamespace(engine=engine, players=players + [{"id": "random", "policy": print, "frozen": True}],
@@ -365,7 +365,7 @@ def _fake_trainer(engine, ids, tmp=None):
 def test_best_response_callback_reads_the_engines_greedy_policy(tiny_engine):
     from autocurricula.engine import LoraSpec
     from autocurricula.eval.tictactoe import greedy_table
-    from autocurricula.pool import fresh_adapter
+    from autocurricula.loop.pool import fresh_adapter
 
     engine, _ = tiny_engine
     engine.load_adapter("main", fresh_adapter(engine.linear_dims, LoraSpec(r=2), np.random.default_rng(0)))
@@ -419,7 +419,7 @@ def test_read_strategy_scores_each_information_sets_action_words():
 
 def test_exploitability_callback_on_a_tiny_model(tiny_engine):
     from autocurricula.engine import LoraSpec
-    from autocurricula.pool import fresh_adapter
+    from autocurricula.loop.pool import fresh_adapter
 
     engine, _ = tiny_engine
     for pid in ("k-main", "k-snap"):
@@ -437,7 +437,7 @@ def test_tictactoe_epoch_evaluator_reports_the_best_response(tiny_engine):
     """The examples' per-epoch evaluator puts the best-response booleans in every row and the summary."""
     from autocurricula.engine import LoraSpec
     from autocurricula.eval.tictactoe import EpochEvaluator
-    from autocurricula.pool import fresh_adapter
+    from autocurricula.loop.pool import fresh_adapter
 
     engine, _ = tiny_engine
     engine.load_adapter("ex-main", fresh_adapter(engine.linear_dims, LoraSpec(r=2), np.random.default_rng(2)))

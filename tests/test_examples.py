@@ -178,8 +178,8 @@ def test_diagnostics_count_whom_the_main_agent_met(tmp_path):
 def test_warmup_teaches_the_format_and_is_cached(tmp_path):
     from autocurricula.engine import Engine
     from autocurricula.games import tictactoe
-    from autocurricula.tiny import build_tiny_model
-    from autocurricula.warmup import sft_warmup
+    from autocurricula.engine.tiny import build_tiny_model
+    from autocurricula.training.warmup import sft_warmup
 
     base = build_tiny_model(tmp_path / "base", hidden_size=64, num_layers=1, num_heads=2, intermediate_size=128)
     examples = tictactoe.warmup_examples(2000, seed=0)
@@ -260,7 +260,7 @@ def test_continue_with_trl_example(tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from autocurricula.export import import_peft
+    from autocurricula.publish.export import import_peft
 
     run = tmp_path / "run"
     out = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1",

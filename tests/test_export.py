@@ -10,7 +10,7 @@ import pytest
 
 import autocurricula  # noqa: F401
 from autocurricula.engine import AdapterError, AdapterWeights, Engine, EngineConfig, LoraSpec
-from autocurricula.export import export_mlx, export_peft, import_peft
+from autocurricula.publish.export import export_mlx, export_peft, import_peft
 
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
@@ -74,7 +74,7 @@ def test_exported_mlx_adapter_loads_in_mlx_lm(engine, tiny_model_path, tmp_path)
 
 
 def test_export_mlx_finds_the_block_count_itself(engine, tiny_model_path, tmp_path):
-    from autocurricula.export import model_num_layers
+    from autocurricula.publish.export import model_num_layers
 
     assert model_num_layers(tiny_model_path) == model_num_layers(engine.linear_dims) == 4
     spec = LoraSpec(r=4, lora_alpha=8)
@@ -160,8 +160,8 @@ def test_gpt2_and_neox_export_under_transformers_names_and_import_back(tmp_path_
     from safetensors.numpy import load_file
 
     from autocurricula.engine.module_names import hf_module_path, mlx_module_path
-    from autocurricula.export import model_num_layers
-    from autocurricula.tiny import build_family_model
+    from autocurricula.publish.export import model_num_layers
+    from autocurricula.engine.tiny import build_family_model
 
     base = build_family_model(tmp_path_factory.mktemp("families") / family, family)
     eng = Engine(str(base), config=EngineConfig(max_slots=2))
@@ -198,10 +198,3 @@ def test_gpt2_and_neox_export_under_transformers_names_and_import_back(tmp_path_
         eng.close()
 
 
-def test_the_block_name_mapping_answers_from_export_with_a_warning():
-    from autocurricula.engine import module_names
-    from autocurricula import export
-
-    for name in ("HF_BLOCKS", "hf_module_path", "mlx_module_path", "base_config"):
-        with pytest.warns(DeprecationWarning, match=f"autocurricula.engine.module_names.{name}"):
-            assert getattr(export, name) is getattr(module_names, name)

@@ -10,9 +10,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from autocurricula.check_model import CHECKS, check_model, format_table  # noqa: E402
+from autocurricula.publish.check_model import CHECKS, check_model, format_table  # noqa: E402
 from autocurricula.engine.models import UnsupportedModelError, refusal  # noqa: E402
-from autocurricula.tiny import build_family_model  # noqa: E402
+from autocurricula.engine.tiny import build_family_model  # noqa: E402
 
 SERVED = ["opt", "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "olmo2",
           "mistral_window", "phi3_window", "gemma2", "gemma3", "qwen3_5", "lfm2"]

@@ -8,7 +8,7 @@ import autocurricula  # noqa: F401
 from autocurricula.credit import ConstantCredit
 from autocurricula.engine import AdapterWeights, Engine, LoraSpec, SamplingParams
 from autocurricula.records import Turn
-from autocurricula.rounds import check_advantages
+from autocurricula.loop.rounds import check_advantages
 from autocurricula.training import Updater
 from autocurricula.training.config import GRPOConfig
 from autocurricula.training.update import MAX_NONFINITE_IN_A_ROW, NonFiniteUpdateError

@@ -4,8 +4,8 @@ from concurrent.futures import Future
 
 import autocurricula  # noqa: F401
 from autocurricula.engine import AdapterWeights, Engine, LoraSpec, SamplingParams, UnknownPlayerError
-from autocurricula.remote import RemoteEngine
-from autocurricula.server import create_app
+from autocurricula.fleet.remote import RemoteEngine
+from autocurricula.serve.server import create_app
 
 from helpers import running_server
 

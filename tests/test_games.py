@@ -21,7 +21,7 @@ from autocurricula.games import highest_string as hs
 from autocurricula.games import kuhn_poker as kuhn
 from autocurricula.games import negotiation as neg
 from autocurricula.games import tictactoe as ttt
-from autocurricula.game import Game, ListsMoves, Stateful, as_play, game_moves
+from autocurricula.arena.game import Game, ListsMoves, Stateful, as_play, game_moves
 from autocurricula.records import call_scripted
 
 GAME_MODULES = sorted(m.name for m in pkgutil.iter_modules(games_pkg.__path__) if not m.name.startswith("_"))
@@ -48,7 +48,7 @@ class FakeModel:
 
     async def play(self, sub_play, players, *, group=None, trainable=True, name=None, **kwargs):
         """A nested game on this same fake model (grouping and training do not apply here)."""
-        from autocurricula.arena import GameResult, game_result
+        from autocurricula.arena.arena import GameResult, game_result
 
         rewards, extras = game_result(await sub_play(players, self, None, **kwargs), len(players))
         return GameResult(rewards, extras)
@@ -172,22 +172,6 @@ def test_a_game_object_plays_through_as_play_and_keeps_its_abilities():
         as_play(importlib.import_module("autocurricula.games._tasks"))
 
 
-def test_a_play_function_carrying_moves_still_works_with_a_warning():
-    async def play(players, model, tokenizer=None):
-        return [0.0, 0.0]
-
-    play.moves = ttt.moves
-    with pytest.warns(DeprecationWarning, match="declare moves"):
-        assert game_moves(play) is ttt.moves
-
-
-def test_call_policy_is_call_scripted_with_a_warning():
-    from autocurricula.games import _common
-
-    with pytest.warns(DeprecationWarning, match="autocurricula.records.call_scripted"):
-        assert _common.call_policy is call_scripted
-
-
 @pytest.mark.parametrize("name", GAME_MODULES)
 def test_random_playouts_end_with_finite_rewards(name):
     mod = game_module(name)
@@ -240,14 +224,14 @@ def engine(tiny_model_path):
 
 
 def arena_run(engine, games, seed=0):
-    from autocurricula.arena import Arena
+    from autocurricula.arena.arena import Arena
 
     return asyncio.run(Arena(engine, seed=seed).run(games))
 
 
 @pytest.mark.parametrize("name", GAME_MODULES)
 def test_scripted_games_through_the_arena(engine, name):
-    from autocurricula.arena import GameRecord
+    from autocurricula.arena.arena import GameRecord
 
     mod = game_module(name)
     n = n_players(mod)
@@ -268,7 +252,7 @@ def test_scripted_games_through_the_arena(engine, name):
 
 
 def test_arena_game_seed_is_stable_per_game(engine):
-    from autocurricula.arena import GameRecord
+    from autocurricula.arena.arena import GameRecord
 
     seen = {}
 
@@ -289,7 +273,7 @@ def test_arena_game_seed_is_stable_per_game(engine):
 
 @pytest.mark.parametrize("mod", [ttt, kuhn, neg, hs], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_llm_player_through_the_arena(engine, mod):
-    from autocurricula.arena import GameRecord
+    from autocurricula.arena.arena import GameRecord
 
     llm = {"id": "llm", "adapter": None}  # the base tiny model: mostly garbage, so mostly penalties
     games = []
@@ -654,7 +638,7 @@ def test_textarena_kuhn_poker_and_unknown_ids():
 def test_scripted_policies_any_callable_and_exact_prompt(engine):
     """Scripted players get the game's prompt text as written, whether the callable takes an rng,
     is a per-game lambda or is not hashable (the arena caches what it learns about each policy)."""
-    from autocurricula.arena import GameRecord
+    from autocurricula.arena.arena import GameRecord
 
     class Unhashable:
         __hash__ = None
@@ -677,7 +661,7 @@ def test_scripted_policies_any_callable_and_exact_prompt(engine):
             out.append((functools.partial(ttt.play, seed=i), players, GameRecord(f"g{i}", players), "ttt"))
         return out
 
-    import autocurricula.arena as arena_module
+    import autocurricula.arena.arena as arena_module
 
     calls = []
     real_signature = arena_module.inspect.signature
@@ -793,7 +777,7 @@ def test_moves_come_in_answer_tags_when_the_prompt_asks_for_them():
 
 
 def test_with_options_keeps_the_game_name_and_moves():
-    from autocurricula.game import game_name
+    from autocurricula.arena.game import game_name
 
     game = ttt.with_options(chat=True, reasoning=True)
     play = as_play(game)
@@ -811,7 +795,7 @@ def test_an_instruct_style_game_trains_end_to_end(tiny_model_path, tmp_path):
     """Tic-tac-toe with chat=True and the reasoning format, on the tiny model's ChatML template,
     through a trainer for one round: turns carry the templated prompt and the whole reply."""
     from autocurricula import SelfPlayConfig, SelfPlayTrainer
-    from autocurricula.callbacks import TrainerCallback
+    from autocurricula.views.callbacks import TrainerCallback
     from autocurricula.games._common import PromptStyle
 
     seen = []

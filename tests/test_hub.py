@@ -8,7 +8,7 @@ import pytest
 huggingface_hub = pytest.importorskip("huggingface_hub")
 
 from autocurricula.engine import AdapterWeights, LoraSpec  # noqa: E402
-from autocurricula.hub import push_to_hub  # noqa: E402
+from autocurricula.publish.hub import push_to_hub  # noqa: E402
 
 DIMS = {f"model.layers.{i}.self_attn.{m}": (256, 256) for i in range(4) for m in ("q_proj", "v_proj")}
 
@@ -57,7 +57,7 @@ def hub_answers():
                                            (401, r"the Hub rejected the token \(401\)"),
                                            (403, r"the token may not write there \(403\)")])
 def test_a_push_that_the_hub_refuses_names_the_repo_the_cause_and_the_login(hub_answers, answer, cause):
-    from autocurricula.hub import HubAccessError
+    from autocurricula.publish.hub import HubAccessError
 
     hub_answers["with"] = answer
     w = AdapterWeights.random(DIMS, LoraSpec(r=8, lora_alpha=16), seed=0)
@@ -68,7 +68,7 @@ def test_a_push_that_the_hub_refuses_names_the_repo_the_cause_and_the_login(hub_
 
 
 def test_the_login_check_names_a_missing_token_and_the_login_command(hub_answers, monkeypatch, tmp_path):
-    from autocurricula.hub import HubAccessError, check_hub_access
+    from autocurricula.publish.hub import HubAccessError, check_hub_access
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # no stored token either
@@ -80,7 +80,7 @@ def test_the_login_check_names_a_missing_token_and_the_login_command(hub_answers
 
 
 def test_a_hub_id_that_cannot_be_fetched_names_the_id_and_the_offline_options(hub_answers, monkeypatch, tmp_path):
-    from autocurricula.hub import ModelNotFoundError, check_model_source
+    from autocurricula.publish.hub import ModelNotFoundError, check_model_source
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))  # nothing cached
     hub_answers["with"] = "offline"
@@ -96,10 +96,10 @@ def test_a_hub_id_that_cannot_be_fetched_names_the_id_and_the_offline_options(hu
 def test_the_league_card_puts_the_deployable_mixture_beside_the_one_over_every_player(tmp_path):
     from types import SimpleNamespace
 
-    from autocurricula.config import RatingConfig
-    from autocurricula.hub import league_card
-    from autocurricula.rating import Elo, Payoff, RelativePayoff
-    from autocurricula.standings import Standings
+    from autocurricula.loop.config import RatingConfig
+    from autocurricula.publish.hub import league_card
+    from autocurricula.loop.rating import Elo, Payoff, RelativePayoff
+    from autocurricula.loop.standings import Standings
 
     payoff, elo, relative = Payoff(), Elo(), RelativePayoff()
     for _ in range(20):  # the scripted minimax beats both adapters; main beats snap

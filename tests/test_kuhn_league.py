@@ -15,7 +15,7 @@ import pytest
 from autocurricula.eval import kuhn
 from autocurricula.eval.meta import nash_mixture, zero_sum_nash
 from autocurricula.games import kuhn_poker
-from autocurricula.rating import Elo, Payoff, RelativePayoff, format_leaderboard, leaderboard_rows, nash_weights
+from autocurricula.loop.rating import Elo, Payoff, RelativePayoff, format_leaderboard, leaderboard_rows, nash_weights
 
 from league_doubles import ListedPlayers
 
@@ -65,8 +65,8 @@ def test_warmup_targets_hold_the_private_card():
 def _league(strategies: dict, frozen=(), payoff=None, relative=None):
     import tempfile
 
-    from autocurricula.config import RatingConfig
-    from autocurricula.standings import Standings
+    from autocurricula.loop.config import RatingConfig
+    from autocurricula.loop.standings import Standings
 
     players = [{"id": pid, "role": "main_agent", "frozen": pid in frozen} for pid in strategies]
     players.append({"id": "random", "role": "random", "policy": kuhn_poker.random_policy, "frozen": True})
@@ -141,9 +141,9 @@ def test_leaderboard_prints_the_leagues_nash_weight():
 
 
 def test_the_trainers_leaderboard_and_the_hub_card_carry_the_meta_strategy(tmp_path):
-    from autocurricula.config import RatingConfig
-    from autocurricula.hub import league_card
-    from autocurricula.standings import Standings
+    from autocurricula.loop.config import RatingConfig
+    from autocurricula.publish.hub import league_card
+    from autocurricula.loop.standings import Standings
 
     payoff, elo = Payoff(), Elo()
     standings = Standings(RatingConfig(bt_bootstrap=0), tmp_path, seed=0)

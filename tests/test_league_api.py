@@ -10,14 +10,14 @@ import pytest
 
 import autocurricula  # noqa: F401
 from autocurricula import GRPOConfig, LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer
-from autocurricula.arena import GameRecord
-from autocurricula.config import coerce_grpo_config
+from autocurricula.arena.arena import GameRecord
+from autocurricula.loop.config import coerce_grpo_config
 from autocurricula.credit import (CREDIT_METHODS, ConstantCredit, Credit, GRPOCredit, QCredit, RAECredit, make_credit,
                                   register_credit)
 from autocurricula.records import Turn
 from autocurricula.leagues import FictitiousConfig, FictitiousPlayTrainer
-from autocurricula.pool import call_scripted, is_scripted, snapshot_spec, takes_rng
-from autocurricula.trainer import AutocurriculumTrainer
+from autocurricula.loop.pool import call_scripted, is_scripted, snapshot_spec, takes_rng
+from autocurricula.loop.trainer import AutocurriculumTrainer
 
 from league_doubles import ListedPlayers, PooledPlayers, fake_pool
 from toy_games import digits
@@ -172,31 +172,8 @@ def test_a_registered_credit_method_drives_the_trainer(tiny_model_path, tmp_path
                                                                           "rng.json").read_text())
 
 
-def test_a_credit_object_in_the_config_runs_as_its_flat_fields(tiny_model_path, tmp_path):
-    spec = RAECredit(alpha=0.5)
-    runs = []
-    for name, credit in (("object", dict(credit=spec)), ("fields", dict(credit="rae", rae_alpha=0.5))):
-        # the deprecated flat field still works, with a warning that names the credit object
-        with pytest.warns(DeprecationWarning, match=r"rae_alpha are now options of the credit object: pass "
-                          r"credit=RAECredit\(") if name == "fields" else contextlib.nullcontext():
-            config = SelfPlayConfig(epochs=1, rounds=2, games_per_round=2, output_dir=str(tmp_path / name),
-                                    **credit, **FAST)
-        t = SelfPlayTrainer(config)
-        t.train(str(tiny_model_path), digits)
-        learner = next(p["id"] for p in t.players if not p["frozen"])
-        runs.append(([(g["game_id"], g["rewards"]) for g in t.match_history], t.engine.adapter_weights(learner),
-                     t.credit.state_dict()))
-        t.engine.close()
-    (games, weights, state), (games2, weights2, state2) = runs
-    assert games == games2 and state == state2 and state["rae"]["baselines"]
-    for path, (a, b) in weights.modules.items():
-        assert (np.asarray(a) == np.asarray(weights2.modules[path][0])).all(), path
-        assert (np.asarray(b) == np.asarray(weights2.modules[path][1])).all(), path
-    assert not spec.rae.baselines  # the trainer learnt on its own copy
-
-
 def test_rewards_the_arena_set_are_kept():
-    from autocurricula.rounds import rewarded_turns, rollout_metrics
+    from autocurricula.loop.rounds import rewarded_turns, rollout_metrics
 
     sub = Turn("a", "g0/sub", "r", [1], [2], [0.0], reward=0.25, seat=0)  # a sub-game's reward
     own = Turn("a", "g0", "r", [1], [2], [0.0], seat=1)
@@ -231,7 +208,7 @@ def test_a_checkpoint_with_a_python_rng_entry_still_resumes(tiny_model_path, tmp
     data = json.loads(rng.read_text())
     data["python"] = [3, list(range(625)), None]  # as such checkpoints carry it
     rng.write_text(json.dumps(data))
-    from autocurricula.checkpoint import MANIFEST
+    from autocurricula.loop.checkpoint import MANIFEST
 
     manifest = json.loads((tmp_path / "checkpoint-0" / MANIFEST).read_text())  # the edited file's new size and hash
     manifest["files"]["rng.json"] = {"size": rng.stat().st_size, "sha256": hashlib.sha256(rng.read_bytes()).hexdigest()}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autocurricula.leagues import LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer, pfsp
-from autocurricula.rating import Payoff
+from autocurricula.loop.rating import Payoff
 
 from league_doubles import ListedPlayers
 
@@ -232,35 +232,6 @@ def test_a_subclass_changes_one_roles_rule_through_its_public_method():
     assert len(games) == 60 and all("main-old" in {x["id"] for x in g} for g in games if mexp in g)
 
 
-def test_deprecated_league_fields_warn_name_the_replacement_and_still_work():
-    with pytest.warns(DeprecationWarning, match="learning_rate_of.*KuhnLeague"):
-        cfg = LeagueConfig(exploiter_learning_rate=3e-2, progress=False)
-    t = League(cfg)
-    t.listed = [p("main", "main_agent"), p("mexp", "main_exploiter"), p("lexp", "league_exploiter")]
-    t.grpo = type("G", (), {"learning_rate": 1e-3})()
-    assert [t.learning_rate_of(i) for i in ("main", "mexp", "lexp")] == [1e-3, 3e-2, 3e-2]
-    with pytest.warns(DeprecationWarning, match=r"LeagueTrainer\(config\) instead of"):
-        LeagueConfig(scripted_in_pool=False, progress=False)
-
-
-def test_a_pure_league_by_the_deprecated_field_is_a_league_without_fixed_players():
-    import warnings
-
-    scripted = [{"id": "random", "role": "random", "policy": str}, {"id": "minimax", "role": "minimax", "policy": str}]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        by_field = League(LeagueConfig(scripted_in_pool=False, seed=3, progress=False), opponents=scripted)
-    without = League(LeagueConfig(seed=3, progress=False))
-    assert [s["role"] for s in by_field.entry()] == [s["role"] for s in without.entry()]
-    players = [p("main_agent-0", "main_agent"), p("main_agent-1", "main_agent", True, snapshot_of="main_agent-0"),
-               p("main_exploiter-0", "main_exploiter"), p("league_exploiter-0", "league_exploiter"),
-               p("league_exploiter-1", "league_exploiter")]
-    for t in (by_field, without):
-        t.listed, t.payoff, t.step = players, Payoff(), 0
-    for _ in range(3):  # the same games from the same random stream
-        assert [[x["id"] for x in g] for g in by_field.match()] == [[x["id"] for x in g] for g in without.match()]
-
-
 def test_a_built_in_league_promotes_the_base_config_or_refuses_a_foreign_one(caplog):
     import logging
 
@@ -286,8 +257,8 @@ def test_a_built_in_league_promotes_the_base_config_or_refuses_a_foreign_one(cap
 
 
 def test_mirror_selfplay_deploys_its_last_iterate_and_fictitious_selfplay_its_meta_strategy(tmp_path):
-    from autocurricula.config import RatingConfig
-    from autocurricula.standings import Standings
+    from autocurricula.loop.config import RatingConfig
+    from autocurricula.loop.standings import Standings
 
     class SelfPlay(ListedPlayers, SelfPlayTrainer):
         pass
@@ -305,8 +276,8 @@ def test_mirror_selfplay_deploys_the_average_of_its_last_iterates(tmp_path):
     """``past_share=0``: the main player and its latest snapshots, newest first, equally weighted, in
     ``deployable_mixture()`` and the leaderboard's deploy column alike, even where games among them
     were recorded (a run resumed from ``past_share > 0``)."""
-    from autocurricula.config import RatingConfig
-    from autocurricula.standings import Standings
+    from autocurricula.loop.config import RatingConfig
+    from autocurricula.loop.standings import Standings
 
     class SelfPlay(ListedPlayers, SelfPlayTrainer):
         pass

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from autocurricula import SelfPlayConfig, SelfPlayTrainer
-from autocurricula.config import GRPOConfig, coerce_grpo_config
+from autocurricula.loop.config import GRPOConfig, coerce_grpo_config
 from autocurricula.training import Updater
 from autocurricula.training.optim import scheduled_lr
 from toy_games import digits
@@ -120,18 +120,19 @@ def test_a_league_updates_with_the_scheduled_rate_and_resumes_on_it(tiny_model_p
 def test_a_league_gives_its_exploiters_their_own_rate(tiny_model_path, tmp_path, monkeypatch):
     from autocurricula import LeagueConfig, LeagueTrainer
 
-    with pytest.warns(DeprecationWarning, match="exploiter_learning_rate is deprecated"), \
-            pytest.raises(ValueError, match="exploiter_learning_rate"):
-        LeagueConfig(exploiter_learning_rate=0.0)
+    class Exploiters(LeagueTrainer):  # the learning_rate_of hook, as examples/kuhn_league.py uses it
+        def learning_rate_of(self, player_id):
+            role = next(p["role"] for p in self.players if p["id"] == player_id)
+            return 3e-2 if role != "main_agent" else super().learning_rate_of(player_id)
+
     seen = _record_rates(monkeypatch)
     for schedule in ("constant", "linear"):
         seen.clear()
-        with pytest.warns(DeprecationWarning, match="exploiter_learning_rate is deprecated"):
-            config = LeagueConfig(epochs=1, rounds=2, main_exploiters=1, league_exploiters=1, games_per_learner=2,
-                                  exploiter_learning_rate=3e-2, output_dir=str(tmp_path / schedule), progress=False,
-                                  ratings={"bt_bootstrap": 0}, max_tokens=2, game_name="digits",
-                                  overwrite_output_dir=True)
-        t = LeagueTrainer(config)
+        config = LeagueConfig(epochs=1, rounds=2, main_exploiters=1, league_exploiters=1, games_per_learner=2,
+                              output_dir=str(tmp_path / schedule), progress=False,
+                              ratings={"bt_bootstrap": 0}, max_tokens=2, game_name="digits",
+                              overwrite_output_dir=True)
+        t = Exploiters(config)
         t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(learning_rate=1e-2, lr_scheduler_type=schedule))
         roles = {p["id"]: p["role"] for p in t.players if not p["frozen"]}
         t.engine.close()

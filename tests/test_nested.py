@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from autocurricula.arena import Arena, GameRecord, GameResult
-from autocurricula.credit import RAE, assign_credit
+from autocurricula.arena.arena import Arena, GameRecord, GameResult
+from autocurricula.credit import GRPOCredit, RAECredit
 
 PROPOSER = {"id": "proposer", "adapter": None}  # the base tiny model, trainable (no "frozen")
 SOLVER = {"id": "solver", "adapter": None}
@@ -83,7 +83,7 @@ def test_sub_game_rewards_and_sibling_groups(engine):
 
 def test_two_level_tree_grpo_advantages_by_hand(engine):
     turns = fill_outer_rewards(two_level_tree(engine))
-    assign_credit(turns, "grpo")
+    GRPOCredit(scale_rewards="group").assign(turns)
     adv = [round(t.advantage, 4) for t in turns]
     # proposers compared with proposers: rewards 0.5 and 1.0, mean 0.75, std sqrt(0.125) = 0.353553
     # -> +-0.25 / 0.353653. Solvers with their siblings: A = [1, 0, 0, 0], mean 0.25, std 0.5
@@ -94,8 +94,9 @@ def test_two_level_tree_grpo_advantages_by_hand(engine):
 
 def test_two_level_tree_rae_advantages_by_hand(engine):
     turns = fill_outer_rewards(two_level_tree(engine))
-    rae = RAE(alpha=0.95)
-    assign_credit(turns, "rae", rae=rae)
+    credit = RAECredit(alpha=0.95)
+    credit.assign(turns)
+    rae = credit.rae
     adv = [round(t.advantage, 6) for t in turns]
     # one baseline per (game, role): "ps|seat0" for proposers, "ps/solve|solver" for solvers; every
     # attempt is an episode: A = R - b with b read first, then b <- 0.95 b + 0.05 R

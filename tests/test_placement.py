@@ -3,7 +3,7 @@ worker with the fewest players, the base model to the least busy one."""
 
 from types import SimpleNamespace
 
-from autocurricula.placement import pick_worker
+from autocurricula.fleet.placement import pick_worker
 
 
 def workers(*inflight):

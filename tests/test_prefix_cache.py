@@ -142,7 +142,7 @@ def test_refine_games_reuse_their_own_earlier_turns(tiny_model_path):
     import asyncio
     import functools
 
-    from autocurricula.arena import Arena, GameRecord
+    from autocurricula.arena.arena import Arena, GameRecord
     from autocurricula.games import refine
 
     eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=4))  # the default cache
@@ -161,7 +161,7 @@ def test_refine_games_reuse_their_own_earlier_turns(tiny_model_path):
 def test_server_stats_report_prefix_hits(tiny_model_path):
     from fastapi.testclient import TestClient
 
-    from autocurricula.server import create_app
+    from autocurricula.serve.server import create_app
 
     eng = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2), name="tiny")
     try:
@@ -178,7 +178,7 @@ def test_server_stats_report_prefix_hits(tiny_model_path):
 
 
 def test_trainer_and_serve_settings_reach_the_engine(monkeypatch, tiny_model_path, tmp_path):
-    import autocurricula.server as server
+    import autocurricula.serve.server as server
     from autocurricula import AutocurriculumConfig, SelfPlayConfig, SelfPlayTrainer
     from autocurricula.cli import build_parser
 

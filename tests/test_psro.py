@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from autocurricula.eval.meta import exploitability, regret_matching, robust_mixture, zero_sum_nash
-from autocurricula.rating import RelativePayoff, meta_weights
+from autocurricula.loop.rating import RelativePayoff, meta_weights
 
 BIASED_RPS = np.array([[0.0, -1.0, 2.0], [1.0, 0.0, -1.0], [-2.0, 1.0, 0.0]])  # Nash (1/4, 1/2, 1/4)
 
@@ -43,7 +43,7 @@ def test_robust_mixture_is_lp_nash_on_known_entries_and_distrusts_uncertain_ones
 def test_relative_payoffs_see_payoff_sizes_that_win_rates_cannot():
     """Rock-paper-scissors where rock's win pays 2: the equilibrium is (1/4, 1/2, 1/4); win rates
     see plain rock-paper-scissors and give (1/3, 1/3, 1/3)."""
-    from autocurricula.rating import Payoff, nash_weights
+    from autocurricula.loop.rating import Payoff, nash_weights
 
     ids = ["rock", "paper", "scissors"]
     rel, wins = RelativePayoff(decay=1.0), Payoff(decay=1.0)
@@ -110,7 +110,7 @@ def test_matrix_game_rules_and_forfeits():
 def test_matrix_game_plays_through_the_game_protocol():
     import asyncio
 
-    from autocurricula.game import Game, game_moves
+    from autocurricula.arena.game import Game, game_moves
     from autocurricula.games.matrix import MatrixGame
 
     g = MatrixGame([[1.0, -1.0], [-1.0, 1.0]])
@@ -146,7 +146,7 @@ def test_a_league_can_play_duplicate_pairs(tmp_path):
     (their games share a deal: tests/test_replay.py; one sample per deal: test_psro_units)."""
     from autocurricula import PSROConfig, PSROTrainer
     from autocurricula.records import Deal
-    from autocurricula.standings import Standings
+    from autocurricula.loop.standings import Standings
 
     me = {"id": "responder-0", "frozen": False}
     pop = [{"id": f"population-{i}", "frozen": True} for i in range(3)]
@@ -205,8 +205,8 @@ def test_psro_units():
 
 def _warm(tmp_path, seed=0):
     from autocurricula.games.matrix import random_game
-    from autocurricula.tiny import build_tiny_model
-    from autocurricula.warmup import sft_warmup
+    from autocurricula.engine.tiny import build_tiny_model
+    from autocurricula.training.warmup import sft_warmup
 
     base = build_tiny_model(tmp_path / "base", hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128,
                             seed=seed)
@@ -273,8 +273,8 @@ def test_read_played_matches_the_replies_the_game_parses(tmp_path):
     from autocurricula.engine import Engine, SamplingParams
     from autocurricula.eval.kuhn import prompt_of, read_played
     from autocurricula.games import kuhn_poker
-    from autocurricula.tiny import build_tiny_model
-    from autocurricula.warmup import sft_warmup
+    from autocurricula.engine.tiny import build_tiny_model
+    from autocurricula.training.warmup import sft_warmup
 
     base = build_tiny_model(tmp_path / "tiny", hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
     warm = sft_warmup(base, tmp_path / "warm", kuhn_poker.warmup_examples(2000, 0, (0.1, 0.9)), steps=25,

@@ -1,12 +1,12 @@
-"""A pure league (``LeagueConfig.scripted_in_pool=False``): the scripted players stay out of the pool."""
+"""A pure league (a ``LeagueTrainer`` given no fixed ``opponents``): no scripted player enters the pool."""
 
 from collections import Counter
 
 import pytest
 
 from autocurricula.leagues import LeagueConfig, LeagueTrainer
-from autocurricula.pool import is_scripted
-from autocurricula.rating import Payoff
+from autocurricula.loop.pool import is_scripted
+from autocurricula.loop.rating import Payoff
 
 SCRIPTED = [{"id": "random", "role": "random", "policy": str}, {"id": "minimax", "role": "minimax", "policy": str}]
 
@@ -31,8 +31,8 @@ def pool_from_entry(trainer: LeagueTrainer) -> list[dict]:
     return players
 
 
-def league(**cfg) -> LeagueTrainer:
-    t = LeagueTrainer(LeagueConfig(progress=False, **cfg), opponents=[dict(o) for o in SCRIPTED])
+def league(pure: bool = False, **cfg) -> LeagueTrainer:
+    t = LeagueTrainer(LeagueConfig(progress=False, **cfg), opponents=None if pure else [dict(o) for o in SCRIPTED])
     t.current_epoch, t.step, t.payoff = 0, 0, Payoff()
     return t
 
@@ -40,8 +40,7 @@ def league(**cfg) -> LeagueTrainer:
 def test_entry_leaves_scripted_players_out_only_when_pure():
     ids = {s.get("id") for s in league().entry()}
     assert {"random", "minimax"} <= ids  # default: they join the pool as historical players
-    with pytest.warns(DeprecationWarning, match="scripted_in_pool is deprecated"):
-        pure = league(scripted_in_pool=False).entry()
+    pure = league(pure=True).entry()
     assert not any(s.get("id") in ("random", "minimax") or is_scripted(s) for s in pure)
     assert [s["role"] for s in pure if "snapshot_of" not in s] == ["main_agent", "main_exploiter",
                                                                    "league_exploiter", "league_exploiter"]
@@ -58,8 +57,7 @@ def test_default_league_still_sends_main_agent_games_to_scripted_players(anchor_
 
 
 def test_pure_league_main_agent_never_meets_a_scripted_player():
-    with pytest.warns(DeprecationWarning, match="scripted_in_pool is deprecated"):
-        t = league(scripted_in_pool=False, main_exploiters=1, league_exploiters=1, games_per_learner=64)
+    t = league(pure=True, main_exploiters=1, league_exploiters=1, games_per_learner=64)
     players = pool_from_entry(t)
     # a later league: snapshots of every role join the pool
     players += [{"id": f"main_agent-s{i}", "role": "main_agent", "frozen": True, "snapshot_of": "main_agent-0"}
@@ -82,10 +80,8 @@ def test_pure_league_main_agent_never_meets_a_scripted_player():
 
 
 def test_pure_league_refuses_anchor_share():
-    with pytest.warns(DeprecationWarning, match="scripted_in_pool is deprecated"), \
-            pytest.raises(ValueError, match="anchor_share=0"):
-        LeagueConfig(scripted_in_pool=False, anchor_share=0.5)
-    assert LeagueConfig().scripted_in_pool is True
+    with pytest.raises(ValueError, match="anchor_share=0"):
+        league(pure=True, anchor_share=0.5)
 
 
 @pytest.mark.slow  # subprocesses: the example's warm-up, an epoch and a resumed one, twice

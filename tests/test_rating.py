@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from autocurricula.rating import (
+from autocurricula.loop.rating import (
     Elo,
     Payoff,
     alpha_rank,
@@ -145,7 +145,7 @@ def test_payoff_matrix_match_and_state_dict():
 
 
 def test_a_duplicate_pair_is_one_relative_payoff_sample():
-    from autocurricula.rating import RelativePayoff
+    from autocurricula.loop.rating import RelativePayoff
 
     rel = RelativePayoff(decay=1.0)
     # one deal, seats swapped: a wins 2 as the first seat and loses 1 as the second; a lone game

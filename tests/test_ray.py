@@ -11,7 +11,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from autocurricula.cluster import RayEngine, RayUpdater  # noqa: E402
+from autocurricula.fleet.cluster import RayEngine, RayUpdater  # noqa: E402
 from autocurricula.engine import AdapterWeights, LoraSpec, SamplingParams  # noqa: E402
 from autocurricula.engine.fingerprint import BaseModelMismatchError  # noqa: E402
 from helpers import assert_same_adam_updates  # noqa: E402
@@ -109,7 +109,7 @@ def test_learner_actors_give_the_fused_update_and_survive_a_killed_learner(local
     import numpy as np
 
     from autocurricula.bench.train import _turns
-    from autocurricula.config import GRPOConfig
+    from autocurricula.loop.config import GRPOConfig
     from autocurricula.engine import Engine
     from autocurricula.training import Updater
 
@@ -171,8 +171,9 @@ def test_bad_arguments_say_what_to_pass(tiny_model_path):
 def test_cli_train_plays_on_ray_actors(monkeypatch):
     """`autocurricula train --ray-actors N --ray-learners M` passes a RayEngine as servers and closes
     it after training; --server with it is refused."""
-    from autocurricula import cli, cluster
-    from autocurricula.trainer import AutocurriculumTrainer
+    from autocurricula import cli
+    from autocurricula.fleet import cluster
+    from autocurricula.loop.trainer import AutocurriculumTrainer
 
     seen = {}
 

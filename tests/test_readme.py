@@ -69,7 +69,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server():
-    from autocurricula.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model
 
     build_tiny_model(MODEL)
     port = free_port()
@@ -121,7 +121,7 @@ HEADLINE_PRELUDE = """
 import functools, tempfile
 import mlx_lm.utils
 from autocurricula.leagues import LeagueConfig, LeagueTrainer
-from autocurricula.tiny import build_tiny_model
+from autocurricula.engine.tiny import build_tiny_model
 
 _tiny = str(build_tiny_model({model!r}))
 _real = mlx_lm.utils.snapshot_download

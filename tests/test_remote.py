@@ -14,11 +14,11 @@ import time
 import httpx
 import pytest
 
-from autocurricula.client import AuthError, Client, ConflictError, NotFoundError
+from autocurricula.fleet.client import AuthError, Client, ConflictError, NotFoundError
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams, UnknownPlayerError
 from autocurricula.engine.fingerprint import BaseModelMismatchError, fingerprint_engine, fingerprint_folder
 from autocurricula.engine.protocol import RolloutEngine
-from autocurricula.remote import RemoteEngine
+from autocurricula.fleet.remote import RemoteEngine
 
 KEY = "remote-test-key"
 
@@ -85,7 +85,7 @@ def engine(tiny_model_path):
 
 @pytest.fixture(scope="module")
 def other_model(tmp_path_factory):
-    from autocurricula.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-other-seed", seed=1)
 
@@ -359,7 +359,7 @@ def test_a_league_played_through_a_server_gives_the_in_process_games(tiny_model_
 
 def test_cli_train_takes_servers_and_their_key(monkeypatch):
     from autocurricula import cli
-    from autocurricula.trainer import AutocurriculumTrainer
+    from autocurricula.loop.trainer import AutocurriculumTrainer
 
     seen = {}
 
@@ -396,7 +396,7 @@ class HeldServer:
 def test_a_server_holding_a_player_at_a_newer_version_is_adopted_or_refused_explicitly():
     import asyncio
 
-    from autocurricula.remote import HttpWorker, PlayerVersionConflict
+    from autocurricula.fleet.remote import HttpWorker, PlayerVersionConflict
 
     adopt = HttpWorker("http://127.0.0.1:9", known_players="adopt")
     adopt.client = HeldServer()

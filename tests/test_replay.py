@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from autocurricula import SelfPlayConfig, SelfPlayTrainer
-from autocurricula.arena import Arena, GameRecord, GameResult
-from autocurricula.checkpoint import latest_checkpoint
-from autocurricula.credit import RAE, BranchCredit, branch_advantage, branch_value, credit_from_fields, pick_positions
-from autocurricula.replay import ReplayDiverged, Replayer, turn_positions
+from autocurricula.arena.arena import Arena, GameRecord, GameResult
+from autocurricula.loop.checkpoint import latest_checkpoint
+from autocurricula.credit import RAE, BranchCredit, branch_advantage, branch_value, pick_positions
+from autocurricula.arena.replay import ReplayDiverged, Replayer, turn_positions
 
 from toy_games import digits, first_digit_policy, nested, seed_style
 
@@ -78,14 +78,10 @@ def test_branch_maths_by_hand():
 
 
 def test_branch_settings_are_checked():
-    assert credit_from_fields("branch", {"branch_samples": 3, "branch_turns_per_game": 2, "branch_advantage": "td"}) \
-        == BranchCredit(samples=3, turns_per_game=2, advantage="td")
+    assert BranchCredit(samples=3, turns_per_game=2, advantage="td").samples == 3
     for bad in (dict(samples=0), dict(samples=1.5), dict(turns_per_game=-1), dict(advantage="gae")):
         with pytest.raises(ValueError, match=next(iter(bad))):
             BranchCredit(**bad)
-        field = f"branch_{next(iter(bad))}"
-        with pytest.raises(ValueError, match=field):  # the flat config field it came from is named
-            credit_from_fields("branch", {field: next(iter(bad.values()))})
 
 
 # ---------------------------------------------------------------------- replay reproduces the game
@@ -409,9 +405,9 @@ async def seeds_seen(players, model, tokenizer=None):
 def test_games_of_one_deal_draw_the_same_chance():
     """GameRecord.deal: mirrored games (seats swapped) share model.seed, in their sub-games too,
     and a branch keeps it; games without a deal keep the seed of their game id."""
-    from autocurricula.arena import GameHandle, derive_seed
+    from autocurricula.arena.arena import GameHandle, derive_seed
     from autocurricula.records import Deal
-    from autocurricula.rounds import match_games
+    from autocurricula.loop.rounds import match_games
 
     arena = Arena(DigitEngine(), seed=4)
     p0, p1 = {"id": "p0"}, {"id": "p1"}
@@ -436,7 +432,7 @@ def test_a_kuhn_duplicate_pair_deals_each_seat_the_same_card(tiny_model_path):
     from autocurricula.engine import Engine
     from autocurricula.games import kuhn_poker
     from autocurricula.records import Deal
-    from autocurricula.rounds import match_games
+    from autocurricula.loop.rounds import match_games
 
     eng = Engine(str(tiny_model_path))
     try:

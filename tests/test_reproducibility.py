@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from autocurricula.arena import Arena, GameRecord
+from autocurricula.arena.arena import Arena, GameRecord
 
 # ------------------------------------------------------------------ the lockstep tick, without a model
 
@@ -77,7 +77,7 @@ def test_a_tick_that_goes_without_a_busy_game_warns(caplog):
     engine = TickEngine()
     arena = Arena(engine, lockstep=True)
     games = [(fn, [{"id": "p", "frozen": True}], GameRecord(name, []), "g") for name, fn in (("a", slow), ("b", quick))]
-    with caplog.at_level("WARNING", logger="autocurricula.arena"):
+    with caplog.at_level("WARNING", logger="autocurricula.arena.arena"):
         asyncio.run(arena.run(games, max_concurrent=2))
     assert engine.ticks == [[1, 3], [4], [2]]
     assert arena.split_ticks == 1 and "rerun may differ" in caplog.text
@@ -110,7 +110,7 @@ RUN = r"""
 import asyncio, hashlib, json, random, sys
 import numpy as np
 from autocurricula import LeagueConfig, LeagueTrainer
-from autocurricula.callbacks import TrainerCallback
+from autocurricula.views.callbacks import TrainerCallback
 from autocurricula.credit import QCredit
 from autocurricula.games import kuhn_poker
 

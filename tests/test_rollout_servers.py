@@ -6,11 +6,11 @@ import pytest
 
 import autocurricula  # noqa: F401
 from autocurricula import SelfPlayConfig, SelfPlayTrainer
-from autocurricula.callbacks import TrainerCallback
+from autocurricula.views.callbacks import TrainerCallback
 from autocurricula.engine import Engine
-from autocurricula.remote import RemoteEngine
-from autocurricula.rounds import GameError
-from autocurricula.server import create_app
+from autocurricula.fleet.remote import RemoteEngine
+from autocurricula.loop.rounds import GameError
+from autocurricula.serve.server import create_app
 
 from helpers import running_server
 from toy_games import digits

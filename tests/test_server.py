@@ -13,7 +13,7 @@ from safetensors.numpy import save, save_file
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
 from autocurricula.engine.adapters import to_safetensors_bytes
-from autocurricula.server import create_app
+from autocurricula.serve.server import create_app
 from helpers import running_server, write_peft
 from server_fixtures import client, engine, root  # noqa: F401  (shared fixtures)
 

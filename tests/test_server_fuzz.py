@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
 from autocurricula.engine import Engine, EngineConfig  # noqa: E402
-from autocurricula.server import create_app  # noqa: E402
+from autocurricula.serve.server import create_app  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,11 @@ from fastapi.testclient import TestClient
 from safetensors.numpy import save
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
-from autocurricula.client import Client
+from autocurricula.fleet.client import Client
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams
 from autocurricula.engine.adapters import to_safetensors_bytes
 from autocurricula.engine.scheduler import RequestError
-from autocurricula.server import create_app
+from autocurricula.serve.server import create_app
 from helpers import running_server, write_peft
 from server_fixtures import client, engine, root  # noqa: F401  (shared fixtures)
 
@@ -383,7 +383,7 @@ def test_serve_passes_keep_alive_and_limits_to_uvicorn(tiny_model_path, monkeypa
     with TestClient(seen["app"]) as c:
         error_of(c.post("/v1/completions", json={"prompt": "x" * 2000}), 413)
     with pytest.raises(ValueError, match="timeout_keep_alive"):
-        from autocurricula.server import serve
+        from autocurricula.serve.server import serve
 
         serve(str(tiny_model_path), timeout_keep_alive=0)
 

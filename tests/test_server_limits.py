@@ -14,14 +14,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
-from autocurricula.client import Client, InsufficientStorageError, TooManyRequestsError
+from autocurricula.fleet.client import Client, InsufficientStorageError, TooManyRequestsError
 from autocurricula.engine import AdapterError, Engine, EngineConfig, SamplingParams
 from autocurricula.engine import adapters as adapters_module
 from autocurricula.engine.adapters import (MAX_HEADER_BYTES, MAX_TENSORS, check_name, from_safetensors_bytes,
                                            read_safetensors, to_safetensors_bytes)
 from autocurricula.engine.scheduler import QueueTimeoutError
-from autocurricula.http_limits import header_timeout_protocol
-from autocurricula.server import create_app
+from autocurricula.serve.http_limits import header_timeout_protocol
+from autocurricula.serve.server import create_app
 from helpers import running_server
 from server_fixtures import client, engine, root  # noqa: F401  (shared fixtures)
 from test_server_hardening import error_of, put, weights

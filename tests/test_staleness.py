@@ -13,11 +13,11 @@ from dataclasses import replace
 import pytest
 
 from autocurricula import SelfPlayConfig, SelfPlayTrainer
-from autocurricula.config import AutocurriculumConfig, GRPOConfig
-from autocurricula.callbacks import TrainerCallback
+from autocurricula.loop.config import AutocurriculumConfig, GRPOConfig
+from autocurricula.views.callbacks import TrainerCallback
 from autocurricula.records import Turn
 from autocurricula.engine import AdapterWeights, Engine, LoraSpec
-from autocurricula.rounds import drop_stale
+from autocurricula.loop.rounds import drop_stale
 from autocurricula.training import Updater
 from test_remote import KEY, start_all
 from toy_games import digits
@@ -46,7 +46,7 @@ def test_drop_stale_keeps_turns_within_k_versions():
 
 def test_cli_train_takes_max_staleness(monkeypatch):
     from autocurricula import cli
-    from autocurricula.trainer import AutocurriculumTrainer
+    from autocurricula.loop.trainer import AutocurriculumTrainer
 
     seen = {}
 
@@ -165,7 +165,7 @@ def last_ends(t):
 
 
 def test_in_process_runs_the_pipelined_schedule_serially(tiny_model_path, tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="autocurricula.trainer"):
+    with caplog.at_level(logging.WARNING, logger="autocurricula.loop.trainer"):
         t = league(tiny_model_path, tmp_path / "k1", epochs=1, max_staleness=1, pause=0.2)
     assert "in-process engine" in caplog.text and "no overlap in time" in caplog.text
     # round r+1 is played by the adapters from before round r's update: round 1 by version 1 too
@@ -181,7 +181,7 @@ def test_turns_more_than_k_versions_behind_are_dropped_and_counted(tiny_model_pa
     """num_iterations=2: an update adds two versions, so the turns of the round played during it
     are two behind: dropped with max_staleness=1 (and said at the start), kept with 2."""
     grpo = GRPOConfig(num_iterations=2)
-    with caplog.at_level(logging.WARNING, logger="autocurricula.trainer"):
+    with caplog.at_level(logging.WARNING, logger="autocurricula.loop.trainer"):
         k1 = league(tiny_model_path, tmp_path / "k1", epochs=1, max_staleness=1, grpo=grpo)
     assert "max_staleness=1 < num_iterations=2" in caplog.text
     k2 = league(tiny_model_path, tmp_path / "k2", epochs=1, max_staleness=2, grpo=grpo)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from autocurricula.artifacts import ArtifactStore
+from autocurricula.arena.artifacts import ArtifactStore
 from autocurricula.games import dataset as ds
 from autocurricula.games import proposer_solver as ps
 from test_games import FakeModel, replies, run, scripted

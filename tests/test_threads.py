@@ -3,9 +3,7 @@ OpenBLAS setting they change (restored after train())."""
 
 import pytest
 
-from autocurricula import _blas
-
-
+from autocurricula.engine import blas as _blas
 def test_set_threads_changes_the_preloaded_openblas():
     if _blas.ACTIVE["library"] is None:
         assert _blas.set_threads(1) is False and _blas.get_threads() is None  # nothing to set: said so
@@ -45,7 +43,7 @@ def test_train_runs_on_config_threads_and_gives_the_previous_count_back(tiny_mod
 
 
 def test_cli_passes_threads_to_serve_and_train(monkeypatch, tiny_model_path, tmp_path):
-    import autocurricula.server as server
+    import autocurricula.serve.server as server
     from autocurricula import cli
 
     seen = []
@@ -63,8 +61,7 @@ def test_cli_passes_threads_to_serve_and_train(monkeypatch, tiny_model_path, tmp
         configs.append(self.config)
         raise Stop
 
-    from autocurricula import trainer
-
+    from autocurricula.loop import trainer
     monkeypatch.setattr(trainer.AutocurriculumTrainer, "train", fake_train)
     args = cli.build_parser().parse_args(["train", "--model", str(tiny_model_path), "--game", "tictactoe",
                                           "--threads", "1", "--output-dir", str(tmp_path / "o")])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import autocurricula  # noqa: F401  (preloads BLAS before mlx is imported)
-from autocurricula.tiny import MARKER, build_tiny_model
+from autocurricula.engine.tiny import MARKER, build_tiny_model
 
 MODEL_TYPES = ["llama", "qwen2"]
 TEXTS = [
@@ -41,7 +41,7 @@ def mlx_loaded(models):
 
 
 def test_import_is_light():
-    code = "import sys, autocurricula.tiny; print(sorted({'mlx', 'torch', 'transformers'} & set(sys.modules)))"
+    code = "import sys, autocurricula.engine.tiny; print(sorted({'mlx', 'torch', 'transformers'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -224,7 +224,7 @@ def test_quantized(tmp_path, models, mlx_loaded, bits):
 
 
 def test_failed_build_leaves_old_model_and_no_debris(tmp_path, monkeypatch):
-    import autocurricula.tiny as tiny
+    import autocurricula.engine.tiny as tiny
 
     path = build_tiny_model(tmp_path / "m", **SMALL)
     before = (path / "model.safetensors").read_bytes()

@@ -13,8 +13,8 @@ import pytest
 
 import autocurricula  # noqa: F401
 from autocurricula import AutocurriculumConfig, AutocurriculumTrainer, GRPOConfig, LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer
-from autocurricula.callbacks import TrainerCallback
-from autocurricula.checkpoint import latest_checkpoint, list_checkpoints
+from autocurricula.views.callbacks import TrainerCallback
+from autocurricula.loop.checkpoint import latest_checkpoint, list_checkpoints
 from autocurricula.credit import QCredit, ValueCredit
 
 from toy_games import digits, first_digit_policy, seed_style
@@ -329,19 +329,3 @@ def test_default_league_trains_tictactoe_as_in_the_seed(tiny_model_path, tmp_pat
     trainer.engine.close()
 
 
-def test_flat_names_of_grouped_settings_still_work_with_a_warning():
-    """Settings that moved into ``engine``/``arena``/``ratings`` are still accepted flat, and read, with a
-    DeprecationWarning naming the new place; the grouped spelling gives the same config and no warning."""
-    import warnings
-
-    from autocurricula.config import AutocurriculumConfig
-
-    with pytest.warns(DeprecationWarning, match=r"max_slots is now engine\.max_slots.*bt_bootstrap is now ratings"):
-        flat = AutocurriculumConfig(max_slots=8, bt_bootstrap=0, max_concurrent_games=3)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        grouped = AutocurriculumConfig(engine={"max_slots": 8}, ratings={"bt_bootstrap": 0},
-                                       arena={"max_concurrent_games": 3})
-    assert flat == grouped
-    with pytest.warns(DeprecationWarning, match=r"max_slots is now engine\.max_slots"):
-        assert flat.max_slots == 8

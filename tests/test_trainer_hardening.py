@@ -18,11 +18,11 @@ import pytest
 
 import autocurricula  # noqa: F401
 from autocurricula import LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer
-from autocurricula.seed_compat import normalise_rewards
-from autocurricula.checkpoint import CheckpointError, list_checkpoints, resume_checkpoint, verify_checkpoint
-from autocurricula.config import coerce_lora_spec
-from autocurricula.hub import HubAccessError, ModelNotFoundError, check_model_source, hub_base_model, model_card
-from autocurricula.trainer import GameError
+from autocurricula.arena.seed_compat import normalise_rewards
+from autocurricula.loop.checkpoint import CheckpointError, list_checkpoints, resume_checkpoint, verify_checkpoint
+from autocurricula.loop.config import coerce_lora_spec
+from autocurricula.publish.hub import HubAccessError, ModelNotFoundError, check_model_source, hub_base_model, model_card
+from autocurricula.loop.trainer import GameError
 
 from toy_games import digits, first_digit_policy, seed_style
 
@@ -75,7 +75,7 @@ def minimax_like(prompt):
 # ---------------------------------------------------------------- 9, 10: failing games
 def test_play_that_always_raises_stops_with_its_traceback(tiny_model_path, tmp_path, caplog):
     t = SelfPlayTrainer(SelfPlayConfig(epochs=3, rounds=2, games_per_round=4, output_dir=str(tmp_path), **FAST))
-    with caplog.at_level(logging.ERROR, logger="autocurricula.trainer"), pytest.raises(GameError) as info:
+    with caplog.at_level(logging.ERROR, logger="autocurricula.loop.trainer"), pytest.raises(GameError) as info:
         t.train(str(tiny_model_path), exploding)
     t.engine.close()
     msg = str(info.value)
@@ -137,7 +137,7 @@ def test_timed_out_sync_game_cannot_generate_again():
     import asyncio
     import threading
 
-    from autocurricula.arena import Arena, GameCancelled, GameRecord
+    from autocurricula.arena.arena import Arena, GameCancelled, GameRecord
 
     class Engine:  # answers every request at once; a game that never calls it needs nothing else
         tokenizer = None
@@ -284,7 +284,7 @@ def test_damaged_checkpoint_is_skipped_for_the_previous_one(tiny_model_path, tmp
                  "players.json"]:
         f = cp1 / name
         f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])  # truncated by a full disk or a kill
-        with caplog.at_level(logging.WARNING, logger="autocurricula.checkpoint"):
+        with caplog.at_level(logging.WARNING, logger="autocurricula.loop.checkpoint"):
             caplog.clear()
             assert resume_checkpoint(tmp_path, True) == cp0, name
         assert any(str(cp1) in r.getMessage() and name in r.getMessage() for r in caplog.records), name
@@ -484,7 +484,7 @@ def test_stop_mid_epoch_then_resume_continues_that_epoch(tiny_model_path, tmp_pa
 
 
 def test_overwrite_deletes_every_run_file(tmp_path):
-    from autocurricula.checkpoint import RUN_FILES, prepare_output_dir
+    from autocurricula.loop.checkpoint import RUN_FILES, prepare_output_dir
 
     for name in RUN_FILES:
         (tmp_path / name).write_text("old run\n")
@@ -495,7 +495,7 @@ def test_overwrite_deletes_every_run_file(tmp_path):
 
 
 def test_a_game_that_hangs_is_named_by_the_watchdog_then_cancelled(caplog):
-    from autocurricula.arena import Arena
+    from autocurricula.arena.arena import Arena
     from autocurricula.records import GameRecord
 
     class Idle:  # no model calls at all: the game only waits
@@ -509,7 +509,7 @@ def test_a_game_that_hangs_is_named_by_the_watchdog_then_cancelled(caplog):
 
     players = [{"id": "a"}, {"id": "b"}]
     games = [(hangs, players, GameRecord("stuck-1", players), "g"), (quick, players, GameRecord("fine", players), "g")]
-    with caplog.at_level(logging.WARNING, logger="autocurricula.arena"):
+    with caplog.at_level(logging.WARNING, logger="autocurricula.arena.arena"):
         t0 = time.monotonic()
         records = asyncio.run(Arena(Idle(), lockstep=False).run(games, timeout_s=2.0))
     assert time.monotonic() - t0 < 10
@@ -518,7 +518,7 @@ def test_a_game_that_hangs_is_named_by_the_watchdog_then_cancelled(caplog):
 
 
 def test_games_have_a_finite_timeout_by_default():
-    from autocurricula.config import ArenaConfig
+    from autocurricula.loop.config import ArenaConfig
 
     assert ArenaConfig().game_timeout_s == 600.0
 
@@ -531,7 +531,7 @@ def test_learners_without_any_signal_are_named_once(tiny_model_path, tmp_path, c
 
     t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=4, games_per_round=2, output_dir=str(tmp_path),
                                        credit="grpo", **FAST))
-    with caplog.at_level(logging.WARNING, logger="autocurricula.trainer"):
+    with caplog.at_level(logging.WARNING, logger="autocurricula.loop.trainer"):
         t.train(str(tiny_model_path), always_a_draw)
     t.engine.close()
     named = [r.getMessage() for r in caplog.records if "no non-zero advantage" in r.getMessage()]

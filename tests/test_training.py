@@ -273,8 +273,8 @@ def test_entropy_bonus_raises_entropy_and_keeps_zero_advantage_turns(engine):
 def test_remote_servers_receive_the_new_weights(tiny_model_path, engine):
     from helpers import running_server
 
-    from autocurricula.client import Client
-    from autocurricula.server import create_app
+    from autocurricula.fleet.client import Client
+    from autocurricula.serve.server import create_app
 
     remote = Engine(str(tiny_model_path), config=EngineConfig(max_slots=2))
     try:

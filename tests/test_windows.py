@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams  # noqa: E402
 from autocurricula.engine.models import refusal  # noqa: E402
-from autocurricula.tiny import build_family_model  # noqa: E402
+from autocurricula.engine.tiny import build_family_model  # noqa: E402
 
 WINDOWED = ["gemma3", "mistral_window", "phi3_window", "gemma2"]
 RECURRENT = ["lfm2", "qwen3_5"]

@@ -21,9 +21,7 @@ import time
 from pathlib import Path
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
-from autocurricula import _blas
-
-
+from autocurricula.engine import blas as _blas
 def gemm_ceiling(sizes=(512, 1024, 2048), seconds: float = 0.5) -> float:
     """Best dense fp32 matmul FLOP/s over a few square sizes (the machine's matmul ceiling)."""
     import mlx.core as mx
@@ -42,7 +40,7 @@ def gemm_ceiling(sizes=(512, 1024, 2048), seconds: float = 0.5) -> float:
 
 def model_config(model: str) -> dict:
     """The base model's ``config.json`` (a folder or Hub id), read as the engine's loader reads it."""
-    from autocurricula.check_model import resolve
+    from autocurricula.publish.check_model import resolve
 
     return json.loads((resolve(model) / "config.json").read_text())
 
@@ -136,7 +134,7 @@ def run(model: str | None = None, hidden: int = 256, layers: int = 4, heads: int
 
     from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
     from autocurricula.engine.adapters import write_mlx_folder
-    from autocurricula.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model
 
     work = Path(tempfile.mkdtemp(prefix="ac-bench-"))
     if model is None:

@@ -13,7 +13,7 @@ change in the machine's load reaches every setting alike:
 - ``server1_pipelined``: the same server, ``max_staleness=1``, the trainer's matmuls on the other
   cores (``threads``; the serial settings keep every core, which serves them as well or better);
 - ``server2``: two servers, serial;
-- ``ray2``: a local Ray instance with 2 rollout actors (:class:`~autocurricula.cluster.RayEngine`),
+- ``ray2``: a local Ray instance with 2 rollout actors (:class:`~autocurricula.fleet.cluster.RayEngine`),
   serial; left out (``null``) when Ray is not installed.
 
 Each setting runs 2 epochs; the first warms up (model load, compilation, first uploads), the
@@ -53,13 +53,13 @@ def base_model(quick: bool = False) -> Path:
     supervised warm-up on legal moves (the example's cache, so a run of the example reuses it).
     ``quick``: the tiny model without warm-up (its games mostly end at an illegal first move)."""
     from autocurricula.games import tictactoe
-    from autocurricula.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model
 
     base = build_tiny_model(CACHE / "tiny-h128-l2-a32", hidden_size=128, num_layers=2, num_heads=32,
                             intermediate_size=256, seed=0)
     if quick:
         return base
-    from autocurricula.warmup import sft_warmup
+    from autocurricula.training.warmup import sft_warmup
 
     return sft_warmup(base, CACHE / f"{base.name}-ttt-warm400", tictactoe.warmup_examples(20000, 0), steps=400,
                       batch_size=64, learning_rate=1e-3, seed=0)
@@ -203,8 +203,7 @@ def run(model: str | None = None, quick: bool = False, settings: tuple[str, ...]
     ratio the median of the repeats' own ratios, with its min and max beside it."""
     import mlx.core as mx
 
-    from autocurricula import _blas
-
+    from autocurricula.engine import blas as _blas
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
     model = str(model or base_model(quick))
@@ -241,7 +240,7 @@ def _ray_league(model: str, out: Path, quick: bool) -> dict | None:
         import ray
     except ImportError:
         return None
-    from autocurricula.cluster import RayEngine
+    from autocurricula.fleet.cluster import RayEngine
 
     started = not ray.is_initialized()
     if started:

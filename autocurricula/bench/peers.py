@@ -114,7 +114,7 @@ LOSS_TOL = {"cpu": (1e-4, 1e-3), "gpu": (1e-3, 2e-2)}
 # ---------------------------------------------------------------- inputs (parent; numpy only)
 def model_folder(shape: str) -> Path:
     """The shape's random model folder (built once into ``~/.cache/autocurricula``)."""
-    from autocurricula.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model
 
     s = dict(SHAPES[shape])
     model_vocab = s.pop("model_vocab", None)
@@ -182,7 +182,7 @@ def build_spec(work: Path, model: Path, turns: int, players: int, prompt_len: in
     import mlx.core as mx
 
     from autocurricula.engine.adapters import AdapterWeights, LoraSpec
-    from autocurricula.export import export_mlx, export_peft
+    from autocurricula.publish.export import export_mlx, export_peft
 
     config = json.loads((model / "config.json").read_text())
     tok_vocab = json.loads((model / "autocurricula_tiny.json").read_text())["vocab_size"]
@@ -578,7 +578,7 @@ def run_peers(spec: dict, rows: list[dict], work: Path, pythons: dict, reps: dic
 
     ``rows``: the engine's sampled warm-up turns; the mlx-lm-lora phase trains on them with the
     sampler's own logprobs (its loss is on-policy only, so only then are the losses the same)."""
-    from autocurricula._blas import ACTIVE
+    from autocurricula.engine.blas import ACTIVE
 
     turns = work / "turns-on-policy.json"
     turns.write_text(json.dumps(training_turns(rows, spec["order"], noise=0.0)))

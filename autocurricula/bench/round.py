@@ -5,7 +5,7 @@ random,minimax``, both scripted players): 64 games of its three learners (main a
 the scripted random and minimax players, each game after 0-4 random opening moves, every model
 turn 2 tokens sampled at temperature 1, then one GRPO step of every learner (LoRA r=8 on every
 linear, the example's learning rate 2e-3 and loss "grpo"). Both sides play the same games through
-the same :class:`~autocurricula.arena.Arena` in lockstep (every tick is one batch of all the games'
+the same :class:`~autocurricula.arena.arena.Arena` in lockstep (every tick is one batch of all the games'
 pending turns), in this process:
 
 - ``ours``: the in-process :class:`~autocurricula.engine.Engine` answers the ticks, then the fused
@@ -108,9 +108,9 @@ async def scripted_board_game(players: list[dict], model, tokenizer=None) -> lis
 
 
 def play_round(engine, seed: int, games: int) -> list:
-    """The round's games through an :class:`~autocurricula.arena.Arena` on ``engine`` (lockstep);
+    """The round's games through an :class:`~autocurricula.arena.arena.Arena` on ``engine`` (lockstep);
     their records, or an error naming the first game that failed."""
-    from autocurricula.arena import Arena, run_async
+    from autocurricula.arena.arena import Arena, run_async
     from autocurricula.records import GameRecord
 
     who = roster()
@@ -313,7 +313,7 @@ class VllmTorchPeft:
 def starting_adapters(model: Path, work: Path) -> dict[str, str]:
     """The learners' random starting adapters (r=8, every linear), exported as peft folders."""
     from autocurricula.engine.adapters import AdapterWeights, LoraSpec
-    from autocurricula.export import export_peft
+    from autocurricula.publish.export import export_peft
 
     config = json.loads((model / "config.json").read_text())
     spec = LoraSpec(r=RANK, lora_alpha=2 * RANK, target_modules="all-linear")

@@ -18,9 +18,7 @@ import time
 import numpy as np
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
-from autocurricula import _blas
-
-
+from autocurricula.engine import blas as _blas
 def _turns(names, per_player, prompt_len, completion_len, vocab, seed=0):
     from autocurricula.records import Turn
 
@@ -85,7 +83,7 @@ def run(model: str | None = None, players: int = 8, per_player: int = 16, prompt
 
     from autocurricula.training.config import GRPOConfig
     from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
-    from autocurricula.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model
     from autocurricula.training import Updater
 
     if model is None:

@@ -10,8 +10,6 @@ constructor is its config, validated there:
 The trainer's ``credit`` option takes one of those objects or a registered name; :func:`make_credit`
 builds and binds it, :func:`register_credit` names a method of your own."""
 
-from autocurricula._deprecation import moved
-from autocurricula.credit.assign import assign_credit
 from autocurricula.credit.base import Credit, episodes, game_moves, rewards
 from autocurricula.credit.branch import (BranchCredit, MoveScorer, branch_advantage, branch_value, check_replays,
                                          listed_moves, mirror_distribution, move_advantages, move_distribution,
@@ -19,15 +17,12 @@ from autocurricula.credit.branch import (BranchCredit, MoveScorer, branch_advant
 from autocurricula.credit.grpo import ConstantCredit, GRPOCredit, constant_advantages, grpo_advantages
 from autocurricula.credit.mirror import MirrorCredit, catch_up_step, table_average
 from autocurricula.credit.rae import RAE, RAECredit
-from autocurricula.credit.registry import (CREDIT_METHODS, LEGACY_CREDIT_FIELDS, credit_from_fields, make_credit,
-                                           register_credit)
+from autocurricula.credit.registry import CREDIT_METHODS, make_credit, register_credit
 from autocurricula.credit.values import QCredit, StateValues, ValueCredit
 
-__all__ = ["assign_credit", "branch_advantage", "branch_value", "BranchCredit", "catch_up_step", "check_replays",
-           "constant_advantages", "ConstantCredit", "Credit", "credit_from_fields", "CREDIT_METHODS", "episodes",
-           "game_moves", "grpo_advantages", "GRPOCredit", "LEGACY_CREDIT_FIELDS", "listed_moves", "make_credit",
+__all__ = ["branch_advantage", "branch_value", "BranchCredit", "catch_up_step", "check_replays",
+           "constant_advantages", "ConstantCredit", "Credit", "CREDIT_METHODS", "episodes",
+           "game_moves", "grpo_advantages", "GRPOCredit", "listed_moves", "make_credit",
            "mirror_distribution", "MirrorCredit", "move_advantages", "move_distribution", "MoveScorer",
            "pick_positions", "pool_values", "QCredit", "RAE", "RAECredit", "register_credit", "rewards", "StateValues",
            "table_average", "ValueCredit"]
-
-__getattr__ = moved("autocurricula.credit", {"Turn": "autocurricula.records:Turn"})

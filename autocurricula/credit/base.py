@@ -7,12 +7,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Iterable
 
-from autocurricula.game import game_moves
+from autocurricula.arena.game import game_moves
 from autocurricula.records import Turn
 
 if TYPE_CHECKING:
     from autocurricula.records import GameRecord
-    from autocurricula.replay import Replayer
+    from autocurricula.arena.replay import Replayer
 
 
 class Credit:

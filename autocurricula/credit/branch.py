@@ -1,7 +1,7 @@
 """Branch credit (VinePPO-style, Kazemnejad et al., arXiv 2410.01679): per-move credit with no lookup table.
 
 For a turn t of a learner, the state before it, s_t, is the recorded game up to that call. K branch
-games replay the game to s_t (earlier answers forced, :mod:`autocurricula.replay`), sample the move
+games replay the game to s_t (earlier answers forced, :mod:`autocurricula.arena.replay`), sample the move
 at s_t and everything after it with seeds of their own, and play out; ``V(s_t)`` is the mean return
 of the turn's seat over the K branches. The turn's advantage is
 
@@ -51,11 +51,11 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from autocurricula.arena import derive_seed
+from autocurricula.arena.arena import derive_seed
 from autocurricula.credit.base import Credit, game_moves
 from autocurricula.credit.rae import RAE
 from autocurricula.records import GameRecord, Generation, Turn
-from autocurricula.replay import ReplayDiverged, Replayer, turn_positions
+from autocurricula.arena.replay import ReplayDiverged, Replayer, turn_positions
 
 ADVANTAGES = ("return", "td", "moves")
 
@@ -195,7 +195,7 @@ class BranchCredit(Credit):
     them).
 
     The trainer logs every call of a round's games (``replays = True``) and calls :meth:`see_round`
-    with the round's records and a :class:`~autocurricula.replay.Replayer` before :meth:`assign`.
+    with the round's records and a :class:`~autocurricula.arena.replay.Replayer` before :meth:`assign`.
     Checkpointed as ``"rae"`` (the fallback's baselines)."""
 
     samples: int = 4

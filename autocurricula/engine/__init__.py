@@ -1,19 +1,23 @@
-"""Multi-LoRA MLX inference: continuous batching across players, hot-swap, LRU slots."""
+"""Multi-LoRA MLX inference: continuous batching across players, hot-swap, LRU slots.
 
-from autocurricula.engine.adapters import AdapterError, AdapterWeights, LoraSpec, load_folder
-from autocurricula.engine.engine import Completion, Engine, EngineConfig, TokenEvent
-from autocurricula.engine.errors import EngineDeadError, UnknownPlayerError
-from autocurricula.engine.protocol import RolloutEngine, TrainableEngine
-from autocurricula.engine.sampling import SamplingParams
+Names resolve lazily so that ``autocurricula.engine.blas`` and ``autocurricula.engine.tiny`` can
+be imported before mlx (OpenBLAS must be preloaded first).
+"""
 
-__all__ = ["AdapterError", "AdapterWeights", "Completion", "Engine", "EngineConfig", "EngineDeadError",
-           "LoraSpec", "RolloutEngine", "SamplingParams", "TokenEvent", "TrainableEngine", "UnknownPlayerError",
-           "load_folder"]
+_LAZY = {
+    "AdapterError": "autocurricula.engine.adapters", "AdapterWeights": "autocurricula.engine.adapters", "LoraSpec": "autocurricula.engine.adapters", "load_folder": "autocurricula.engine.adapters",
+    "Completion": "autocurricula.engine.engine", "Engine": "autocurricula.engine.engine", "EngineConfig": "autocurricula.engine.engine", "TokenEvent": "autocurricula.engine.engine",
+    "EngineDeadError": "autocurricula.engine.errors", "UnknownPlayerError": "autocurricula.engine.errors",
+    "RolloutEngine": "autocurricula.engine.protocol", "TrainableEngine": "autocurricula.engine.protocol",
+    "SamplingParams": "autocurricula.engine.sampling",
+}
+
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str):
-    if name == "EngineProtocol":
-        from autocurricula.engine import protocol
+    if name in _LAZY:
+        import importlib  # cheap; keeps mlx out of `import autocurricula.engine.blas`
 
-        return protocol.__getattr__(name)  # warns, naming RolloutEngine
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,9 +7,9 @@ Two protocols, one inside the other:
   players (:meth:`~RolloutEngine.sync_from`) and say who updates them
   (:meth:`~RolloutEngine.make_updater`). The arena and the trainer see only this. Three backends
   implement it: the in-process :class:`~autocurricula.engine.Engine` (the default),
-  :class:`~autocurricula.remote.RemoteEngine` (``autocurricula serve`` servers over HTTP) and
-  :class:`~autocurricula.cluster.RayEngine` (Ray actors, each with its own Engine); the last two
-  are one :class:`~autocurricula.fleet.Fleet` over two worker transports.
+  :class:`~autocurricula.fleet.remote.RemoteEngine` (``autocurricula serve`` servers over HTTP) and
+  :class:`~autocurricula.fleet.cluster.RayEngine` (Ray actors, each with its own Engine); the last two
+  are one :class:`~autocurricula.fleet.fleet.Fleet` over two worker transports.
 - :class:`TrainableEngine`: adds what updates and scoring need from the engine whose weights
   change: the host copy of an adapter, hot-swapping a result in, jobs on the engine thread, the
   multi-LoRA stacks lent to a training forward, and completion log-probabilities. The in-process
@@ -138,13 +138,3 @@ class TrainableEngine(RolloutEngine, Protocol):
         under a player's adapter (branch credit scores moves with it)."""
         ...
 
-
-def __getattr__(name: str):
-    if name == "EngineProtocol":
-        import warnings
-
-        warnings.warn("autocurricula.engine.protocol.EngineProtocol is now RolloutEngine "
-                      "(autocurricula.engine.RolloutEngine); TrainableEngine adds what updates need",
-                      DeprecationWarning, stacklevel=2)
-        return RolloutEngine
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ Nash-averaged league, Vinyals et al. 2019). Everything here is pure numpy:
   each entry is only known to within a confidence interval: the maximin of the lower bounds.
 * ``exploitability(A, x, y)``: what best responses gain against ``(x, y)``, half the NashConv.
 
-α-Rank (Omidshafiei et al. 2019) is ``autocurricula.rating.alpha_rank`` (needs OpenSpiel).
+α-Rank (Omidshafiei et al. 2019) is ``autocurricula.loop.rating.alpha_rank`` (needs OpenSpiel).
 """
 
 from __future__ import annotations

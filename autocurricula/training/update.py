@@ -33,18 +33,6 @@ class NonFiniteUpdateError(RuntimeError):
     """Several updates in a row had a non-finite loss, gradient or result; none was applied."""
 
 
-def __getattr__(name: str):
-    if name == "completion_logprobs":  # the engine owns the computation the sampler and the update share
-        import warnings
-
-        from autocurricula.engine.logprobs import completion_logprobs
-
-        warnings.warn("autocurricula.training.update.completion_logprobs moved to "
-                      "autocurricula.engine.logprobs.completion_logprobs", DeprecationWarning, stacklevel=2)
-        return completion_logprobs
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @dataclass
 class Row:
     """One turn as the update sees it: its learner's index, prompt + completion ids and weights."""
@@ -117,7 +105,7 @@ def microbatches(rows: list[Row], budget: int) -> list[list[Row]]:
 class Updater:
     """Policy updates of the players loaded in ``engine`` from their :class:`~autocurricula.records.Turn`s.
 
-    ``remotes``: :class:`~autocurricula.client.Client`s of servers that also serve these players;
+    ``remotes``: :class:`~autocurricula.fleet.client.Client`s of servers that also serve these players;
     every step uploads the new weights to them (hot-swap there too).
     """
 
@@ -169,7 +157,7 @@ class Updater:
                                     cfg.max_completion_length, [t.target for t in mine])
             for t, w in zip(mine, weights):
                 if t.advantage is None:
-                    raise ValueError(f"turn of {name} in game {t.game_id} has no advantage; run assign_credit first")
+                    raise ValueError(f"turn of {name} in game {t.game_id} has no advantage; assign credit first (Credit.assign)")
                 # zero weight, or zero advantage without a KL or entropy term, contributes nothing: skip it
                 if w == 0 or (cfg.drop_zero_advantage and cfg.beta == 0 and not cfg.entropy_coef and t.advantage == 0):
                     continue

@@ -14,7 +14,7 @@ and started as soon as round r's end, by the adapters from before round r's upda
 
 Subclasses override ``entry(self)`` and ``match(self)`` (and optionally ``play`` and
 ``on_round_end``), reading ``self.players``, ``self.current_epoch`` and ``self.rng``. Player specs
-are plain dicts; :func:`autocurricula.pool.snapshot_spec` makes the spec of a frozen copy.
+are plain dicts; :func:`autocurricula.loop.pool.snapshot_spec` makes the spec of a frozen copy.
 """
 
 from __future__ import annotations
@@ -29,24 +29,24 @@ from typing import Callable
 
 import numpy as np
 
-from autocurricula import checkpoint as ckpt
-from autocurricula._blas import threads_during
-from autocurricula.arena import Arena, run_async
-from autocurricula.callbacks import MetricsFile, Plots, Progress, Trackers, Transcripts, callback_list, run_banner
-from autocurricula.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
+from autocurricula.loop import checkpoint as ckpt
+from autocurricula.engine.blas import threads_during
+from autocurricula.arena.arena import Arena, run_async
+from autocurricula.views.callbacks import MetricsFile, Plots, Progress, Trackers, Transcripts, callback_list, run_banner
+from autocurricula.loop.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
 from autocurricula.credit import make_credit
 from autocurricula.engine import RolloutEngine
-from autocurricula.game import Game, as_play, game_name
-from autocurricula.pool import Pool
+from autocurricula.arena.game import Game, as_play, game_name
+from autocurricula.loop.pool import Pool
 from autocurricula.records import Deal, GameRecord, Turn, is_scripted
-from autocurricula.replay import Replayer
-from autocurricula.rounds import (ErrorGate, GameError, Played, SilenceWatch, check_advantages, drop_stale, fresh_turns,
+from autocurricula.arena.replay import Replayer
+from autocurricula.loop.rounds import (ErrorGate, GameError, Played, SilenceWatch, check_advantages, drop_stale, fresh_turns,
                                   match_games, rewarded_turns, rollout_metrics, silent_learners, update_metrics)
-from autocurricula.signals import graceful_stop
-from autocurricula.standings import Leaderboard, Standings
-from autocurricula.state import RunState
-from autocurricula.startup import explain_pipeline, explain_schedule, load_engine, open_rollout
-from autocurricula.tracking import make_trackers
+from autocurricula.loop.signals import graceful_stop
+from autocurricula.loop.standings import Leaderboard, Standings
+from autocurricula.loop.state import RunState
+from autocurricula.loop.startup import explain_pipeline, explain_schedule, load_engine, open_rollout
+from autocurricula.views.tracking import make_trackers
 from autocurricula.training import Updater
 from autocurricula.training.optim import round_rates
 
@@ -66,7 +66,6 @@ class AutocurriculumTrainer(RunState):
         self.opponents = list(opponents or [])
         config = ac_config if ac_config is not None else self.config_class()
         self.config = replace(config, **overrides) if overrides else config
-        self.ac_config = self.config  # the seed API's name for the same object
         self.current_epoch = self.current_round = self.step = 0
         self.engine = self.rollout = self.pool = self.elo = self.payoff = None
         self.stop_requested: str | None = None  # why the run stops after this round (a signal's name)
@@ -132,12 +131,12 @@ class AutocurriculumTrainer(RunState):
               api_key: str | None = None):
         """Train the league. ``model``: Hub id, local folder, an :class:`~autocurricula.engine.Engine`, or
         an already loaded ``(model, tokenizer)`` pair from ``mlx_lm.load``.
-        ``play``: the game's play function, or a :class:`~autocurricula.game.Game` module or object
+        ``play``: the game's play function, or a :class:`~autocurricula.arena.game.Game` module or object
         (``autocurricula.games.tictactoe``); defaults to ``self.play``. ``lora_config``: a ``peft.LoraConfig`` (or ours);
         ``grpo_config``: a ``trl.GRPOConfig`` (or ours). ``resume_from_checkpoint``: True (latest
         complete checkpoint in ``output_dir`` that passes verification) or a path. ``policies``:
         ``{player id: callable}`` for scripted players on resume that are not in ``opponents``.
-        ``callbacks``: :class:`~autocurricula.callbacks.TrainerCallback` objects, or functions
+        ``callbacks``: :class:`~autocurricula.views.callbacks.TrainerCallback` objects, or functions
         ``fn(trainer) -> dict`` called after every epoch whose metrics are logged. ``servers``: URLs
         of running ``autocurricula serve`` servers of the same base model (``api_key`` for them), or a
         :class:`~autocurricula.engine.RolloutEngine` such as a ``RayEngine``: games are then played
@@ -153,7 +152,7 @@ class AutocurriculumTrainer(RunState):
         if not resume_from_checkpoint:  # before anything slow: refuse (or clear) another run's files
             ckpt.prepare_output_dir(cfg.output_dir, cfg.overwrite_output_dir)
         if cfg.push_to_hub:  # fail now, not after all of training
-            from autocurricula.hub import check_hub_access
+            from autocurricula.publish.hub import check_hub_access
 
             check_hub_access(cfg.hub_model_id, private=cfg.hub_private_repo)
         self._setup(model, lora_config, grpo_config, play, servers, api_key, callbacks)
@@ -245,7 +244,7 @@ class AutocurriculumTrainer(RunState):
 
     def _start_play(self, play, rnd: int, background: ThreadPoolExecutor | None) -> Future:
         """Push the changed adapters, match round ``rnd``'s games and play them: in ``background``
-        when given, else now. A future of :class:`~autocurricula.rounds.Played`."""
+        when given, else now. A future of :class:`~autocurricula.loop.rounds.Played`."""
         retried = self._sync_rollout()
         self.current_round = rnd
         games = match_games(self.match() or [], play, self.game_name, self.current_epoch, rnd, self.config.matches,
@@ -352,7 +351,7 @@ class AutocurriculumTrainer(RunState):
     def _setup(self, model, lora_config, grpo_config, play, servers, api_key, callbacks) -> None:
         cfg = self.config
         self.lora_spec, self.grpo = coerce_lora_spec(lora_config), coerce_grpo_config(grpo_config)
-        self.credit = make_credit(cfg.credit, self.grpo, cfg.seed, config=cfg)
+        self.credit = make_credit(cfg.credit, self.grpo, cfg.seed)
         self.credit.check_game(play)  # e.g. moves credit needs the game's moves: say so before the model loads
         explain_schedule(self.grpo, cfg.epochs * cfg.rounds)
         self.engine, self.model_name = load_engine(model, cfg, self.lora_spec)

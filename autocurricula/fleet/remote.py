@@ -1,6 +1,6 @@
 """An engine made of ``autocurricula serve`` servers: rollouts over HTTP, adapters pushed to them.
 
-:class:`RemoteEngine` is a :class:`~autocurricula.fleet.Fleet` (placement, failover, re-sync:
+:class:`RemoteEngine` is a :class:`~autocurricula.fleet.fleet.Fleet` (placement, failover, re-sync:
 see there) over :class:`HttpWorker` transports, one per server of the same base model::
 
     remote = RemoteEngine(["http://127.0.0.1:8000", "http://127.0.0.1:8001"], base="path/to/model")
@@ -26,13 +26,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from autocurricula.client import AsyncClient, ConflictError, NotFoundError, ServerError, UnavailableError
+from autocurricula.fleet.client import AsyncClient, ConflictError, NotFoundError, ServerError, UnavailableError
 from autocurricula.engine.adapters import AdapterWeights, from_tensors, load_folder, to_safetensors_bytes
 from autocurricula.engine.fingerprint import BaseModelMismatchError, fingerprint_engine, fingerprint_folder
 from autocurricula.engine.protocol import RolloutEngine
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
-from autocurricula.fleet import AdapterLost, Fleet, WorkerDown
+from autocurricula.fleet.fleet import AdapterLost, Fleet, WorkerDown
 
 __all__ = ["BaseModelMismatchError", "HttpWorker", "PlayerVersionConflict", "RemoteEngine"]
 
@@ -45,7 +45,7 @@ class PlayerVersionConflict(RuntimeError):
 
 
 class HttpWorker:
-    """The :class:`~autocurricula.fleet.Worker` transport of one ``autocurricula serve`` server.
+    """The :class:`~autocurricula.fleet.fleet.Worker` transport of one ``autocurricula serve`` server.
 
     ``client`` carries generation and uploads (``timeout``: a request's limit before the server
     counts as failed); ``probe`` carries health and fingerprint with a short timeout.

@@ -52,7 +52,7 @@ class MetricsFile(TrainerCallback):
 
 
 class Trackers(TrainerCallback):
-    """wandb / trackio, as ``config.report_to`` names them (see :mod:`autocurricula.tracking`)."""
+    """wandb / trackio, as ``config.report_to`` names them (see :mod:`autocurricula.views.tracking`)."""
 
     def __init__(self, trackers: list):
         self.trackers = trackers
@@ -71,7 +71,7 @@ class Plots(TrainerCallback):
     """``elo.png`` and ``payoff.png`` in ``output_dir`` after every epoch."""
 
     def on_epoch_end(self, trainer) -> None:
-        from autocurricula.plots import plot_elo, plot_payoff
+        from autocurricula.views.plots import plot_elo, plot_payoff
 
         out = Path(trainer.config.output_dir)
         try:
@@ -86,7 +86,7 @@ class Transcripts(TrainerCallback):
     """The text of the last games of each pair, for ``autocurricula dashboard``."""
 
     def on_games(self, trainer, records: list) -> None:
-        from autocurricula.transcripts import write_transcripts
+        from autocurricula.views.transcripts import write_transcripts
 
         write_transcripts(trainer, records)
 

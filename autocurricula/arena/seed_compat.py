@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autocurricula.game import check_rewards
+from autocurricula.arena.game import check_rewards
 
 __all__ = ["GameCancelled", "SeedHandle", "is_sync_play", "normalise_rewards", "run_seed_play", "set_player",
            "split_seed_return"]

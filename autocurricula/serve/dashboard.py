@@ -16,7 +16,7 @@ It reads only what a trainer writes, so it works on a finished run and on one st
   run's ``payoff_decay``, as the league's PFSP sees them, ordered by role and then Elo;
 * lineage: parents, snapshots and resets from ``players.json`` of the latest checkpoint;
 * transcripts: ``transcripts.jsonl`` (the last games of each pair, see
-  :mod:`autocurricula.transcripts`);
+  :mod:`autocurricula.views.transcripts`);
 * adapters: each player's peft folder in the latest checkpoint, file by file or zipped.
 
 JSON endpoints: ``/api/summary``, ``/api/leaderboard``, ``/api/curves``, ``/api/elo``, ``/api/payoff``,
@@ -36,9 +36,9 @@ import zipfile
 from pathlib import Path
 from urllib.parse import quote
 
-from autocurricula.checkpoint import list_checkpoints
-from autocurricula.rating import Elo, Payoff, RelativePayoff, bradley_terry_bootstrap, leaderboard_rows, meta_weights
-from autocurricula.transcripts import FILENAME as TRANSCRIPTS, pair_key, read_transcripts
+from autocurricula.loop.checkpoint import list_checkpoints
+from autocurricula.loop.rating import Elo, Payoff, RelativePayoff, bradley_terry_bootstrap, leaderboard_rows, meta_weights
+from autocurricula.views.transcripts import FILENAME as TRANSCRIPTS, pair_key, read_transcripts
 
 log = logging.getLogger(__name__)
 HISTORY, METRICS = "match_history.jsonl", "metrics.jsonl"
@@ -110,7 +110,7 @@ class RunView:
             saved = {**saved["ratings"], "seed": saved.get("seed")}
         if all(k in saved for k in _RATING_KEYS):
             return {k: saved[k] for k in _RATING_KEYS}
-        from autocurricula.config import AutocurriculumConfig  # defaults (imports mlx: only when needed)
+        from autocurricula.loop.config import AutocurriculumConfig  # defaults (imports mlx: only when needed)
 
         default = AutocurriculumConfig()
         defaults = {**vars(default.ratings), "seed": default.seed}
@@ -329,7 +329,7 @@ def create_app(output_dir: str | Path, poll_seconds: float = 3.0):
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
-    from autocurricula.dashboard_page import render_page
+    from autocurricula.serve.dashboard_page import render_page
 
     view = RunView(output_dir)
     app = FastAPI(title="autocurricula dashboard", docs_url=None, redoc_url=None, openapi_url=None)

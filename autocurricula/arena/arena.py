@@ -4,7 +4,7 @@
 (text, token ids, logprobs). Every call for a trainable player is recorded as that player's turn in
 this game; ``play`` returns one reward per player (or a :class:`GameResult` with extras). A
 synchronous ``play`` in the seed's style (``set_player`` and transformers-style ``generate``) runs
-through :mod:`autocurricula.seed_compat`, which adapts it to this handle.
+through :mod:`autocurricula.arena.seed_compat`, which adapts it to this handle.
 
 Calls with ``trainable=False`` never become turns. A judge is ``await model.judge(prompt)`` (the
 base model, no adapter), ``model.judge(prompt, player=frozen_player)`` (that player's adapter) or
@@ -41,19 +41,15 @@ from typing import Callable
 
 import numpy as np
 
-from autocurricula._deprecation import moved
 from autocurricula.engine import SamplingParams
-from autocurricula.game import check_rewards
+from autocurricula.arena.game import check_rewards
 from autocurricula.records import Call, GameRecord, Generation, Turn, call_scripted, is_scripted
-from autocurricula.seed_compat import GameCancelled, is_sync_play, run_seed_play, set_player, split_seed_return
+from autocurricula.arena.seed_compat import GameCancelled, is_sync_play, run_seed_play, set_player, split_seed_return
 
 __all__ = ["Arena", "BASE_JUDGE", "Call", "GameCancelled", "GameHandle", "GameRecord", "GameResult", "Generation",
            "PlayTokenizer", "derive_seed", "game_result", "run_async", "set_player"]
 
 log = logging.getLogger(__name__)
-
-__getattr__ = moved(__name__, {"normalise_rewards": "autocurricula.seed_compat:normalise_rewards"})
-
 
 def run_async(coro):
     """``asyncio.run`` that also works when the caller already runs an event loop (Jupyter)."""
@@ -206,7 +202,7 @@ class GameHandle:
         else:
             ids = [int(t) for t in prompt]
         key = (self.level, self.node, call)
-        if self.record.replay is not None:  # autocurricula.replay: the recorded answer, or a branch's own seed
+        if self.record.replay is not None:  # autocurricula.arena.replay: the recorded answer, or a branch's own seed
             forced = self.record.replay.forced(key, player, ids)
             if forced is not None:
                 return self._logged(key, player, ids, forced, None, logged_seat)
@@ -236,7 +232,7 @@ class GameHandle:
 
     def _logged(self, key: tuple, player: dict, ids: list[int], gen: Generation, turn: Turn | None,
                 seat: int) -> Generation:
-        if self.record.calls is not None:  # kept for replays (autocurricula.replay)
+        if self.record.calls is not None:  # kept for replays (autocurricula.arena.replay)
             self.record.calls.append(Call(key, player["id"], list(ids), gen, turn, seat))
         return gen
 
@@ -244,7 +240,7 @@ class GameHandle:
     def play(self, sub_play: Callable, players: list[dict], *, group: str | None = None, trainable: bool = True,
              name: str | None = None, **kwargs):
         """Run ``sub_play(players, model, tokenizer, **kwargs)`` as a nested game; ``await`` its
-        :class:`GameResult`. A synchronous ``sub_play`` runs in a thread (:mod:`autocurricula.seed_compat`).
+        :class:`GameResult`. A synchronous ``sub_play`` runs in a thread (:mod:`autocurricula.arena.seed_compat`).
 
         The sub-game's rewards become the rewards of the turns made in it. Its turns carry
         ``level + 1``, this game as ``parent`` and a sibling ``group``: by default the call site

@@ -3,13 +3,13 @@
 :class:`Fleet` implements :class:`~autocurricula.engine.protocol.RolloutEngine` over workers that
 each serve the base model and hold some players' adapters. A worker is a small transport
 (:class:`Worker`: load, unload, complete, complete many, health, fingerprint); two exist, HTTP
-servers (:class:`~autocurricula.remote.RemoteEngine`) and Ray actors
-(:class:`~autocurricula.cluster.RayEngine`). Everything else is the fleet's, the same for both:
+servers (:class:`~autocurricula.fleet.remote.RemoteEngine`) and Ray actors
+(:class:`~autocurricula.fleet.cluster.RayEngine`). Everything else is the fleet's, the same for both:
 
 - At connect, and each time a worker comes back, its base model must have the fingerprint the
   fleet expects (config and weights); a mismatch raises
   :class:`~autocurricula.engine.fingerprint.BaseModelMismatchError` before any request.
-- Players are placed on workers (:func:`~autocurricula.placement.pick_worker`): sticky per
+- Players are placed on workers (:func:`~autocurricula.fleet.placement.pick_worker`): sticky per
   player, a new player goes to the worker with the fewest players, and is installed there when it
   is pushed. A worker that does not hold a player's current version gets it before the request; a
   new version goes at once to the workers that hold the player, to the others at its first
@@ -40,7 +40,7 @@ from autocurricula.engine.errors import UnknownPlayerError
 from autocurricula.engine.fingerprint import compare, fingerprint_engine
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
-from autocurricula.placement import pick_worker
+from autocurricula.fleet.placement import pick_worker
 
 __all__ = ["AdapterLost", "Fleet", "Worker", "WorkerDown"]
 

@@ -1,4 +1,4 @@
-"""HTTP clients for :mod:`autocurricula.server` (sync :class:`Client`, asyncio :class:`AsyncClient`).
+"""HTTP clients for :mod:`autocurricula.serve.server` (sync :class:`Client`, asyncio :class:`AsyncClient`).
 
 Both have the same methods; on :class:`AsyncClient` they are coroutines and the streaming ones
 return async iterators. Connection errors (refused, reset, or a kept-alive connection that the

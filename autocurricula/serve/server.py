@@ -71,7 +71,7 @@ from autocurricula.engine.fingerprint import fingerprint_engine, fingerprint_fol
 from autocurricula.engine.sampling import INT32_MAX, SEED_MAX
 from autocurricula.engine.spill import host_bytes
 from autocurricula.engine.scheduler import QueueTimeoutError, RequestError
-from autocurricula.http_limits import BodyError, BodyReader, ClientGone, header_timeout_protocol
+from autocurricula.serve.http_limits import BodyError, BodyReader, ClientGone, header_timeout_protocol
 
 log = logging.getLogger(__name__)
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -917,8 +917,7 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
     import uvicorn
 
     if threads is not None:
-        from autocurricula import _blas
-
+        from autocurricula.engine import blas as _blas
         _blas.use_threads(threads)
 
     _check_limits(dict(max_connections=max_connections),

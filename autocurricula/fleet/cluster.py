@@ -1,13 +1,13 @@
 """Rollouts on Ray actors: the engine protocol over a cluster (``pip install autocurricula[ray]``).
 
-:class:`RayEngine` is a :class:`~autocurricula.fleet.Fleet` (placement, failover, re-sync: see
+:class:`RayEngine` is a :class:`~autocurricula.fleet.fleet.Fleet` (placement, failover, re-sync: see
 there) over :class:`RayWorker` transports, one per Ray actor that owns an in-process
 :class:`~autocurricula.engine.Engine` of the same base model (loaded from the same path on its
 node). The trainer plays every game through it, exactly as through ``autocurricula serve``
 servers::
 
     import ray
-    from autocurricula.cluster import RayEngine
+    from autocurricula.fleet.cluster import RayEngine
 
     ray.init()                                   # or ray.init(address="auto") on a cluster node
     rollout = RayEngine("path/to/model", num_actors=4)
@@ -47,7 +47,7 @@ from autocurricula.engine.adapters import AdapterWeights, from_tensors, load_fol
 from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fingerprint_engine
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
-from autocurricula.fleet import Fleet, WorkerDown
+from autocurricula.fleet.fleet import Fleet, WorkerDown
 
 __all__ = ["ActorRestartedError", "BaseModelMismatchError", "LearnerActor", "RayEngine", "RayUpdater", "RayWorker",
            "RolloutActor", "require_ray"]
@@ -149,7 +149,7 @@ class LearnerActor:
 
 
 class RayWorker:
-    """The :class:`~autocurricula.fleet.Worker` transport of one :class:`RolloutActor`: its calls go
+    """The :class:`~autocurricula.fleet.fleet.Worker` transport of one :class:`RolloutActor`: its calls go
     through Ray, adapters through the object store (one ``ray.put`` per version, fetched by each
     actor that serves the player). Every call but ``health`` may take ``timeout`` seconds before
     the actor counts as failed."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autocurricula.rating import (Elo, Payoff, RelativePayoff, bradley_terry_bootstrap, format_leaderboard,
+from autocurricula.loop.rating import (Elo, Payoff, RelativePayoff, bradley_terry_bootstrap, format_leaderboard,
                                   leaderboard_rows, meta_weights)
 from autocurricula.records import GameRecord, is_scripted
 
@@ -38,7 +38,7 @@ class Leaderboard:
 
 
 class Standings:
-    """What the games said so far. ``ratings`` is a :class:`~autocurricula.config.RatingConfig`;
+    """What the games said so far. ``ratings`` is a :class:`~autocurricula.loop.config.RatingConfig`;
     the match history is appended to ``output_dir/match_history.jsonl``."""
 
     def __init__(self, ratings, output_dir: str | Path, seed: int):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import inspect
 import sys
-import warnings
 from types import ModuleType
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -67,10 +66,6 @@ def game_moves(game) -> Callable[[str], list[str]] | None:
     home = sys.modules.get(getattr(game, "__module__", None) or "")
     if home is not None and isinstance(home, Game) and home.play is game:
         return game_moves(home)
-    if isinstance(game, ListsMoves):  # a play function carrying its moves
-        warnings.warn("a play function's .moves attribute is deprecated: declare moves(prompt) on a Game module "
-                      "or object (autocurricula.game.Game) and pass the game", DeprecationWarning, stacklevel=2)
-        return game.moves
     return None
 
 
@@ -122,7 +117,7 @@ def as_play(game) -> Callable:
         if not isinstance(game, Game):
             missing = [n for n in ("play", "NUM_PLAYERS", "ZERO_SUM", "random_policy") if not hasattr(game, n)]
             raise TypeError(f"module {game.__name__} is not a Game: it lacks {', '.join(missing)}; "
-                            f"define them at module level (see autocurricula.game.Game)")
+                            f"define them at module level (see autocurricula.arena.game.Game)")
         return game.play
     if isinstance(game, Game):
         is_async, stateful = inspect.iscoroutinefunction(game.play), isinstance(game, Stateful)

@@ -23,17 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from autocurricula._deprecation import moved
 from autocurricula.engine import module_names
 from autocurricula.engine.adapters import (PEFT_PREFIX, AdapterError, AdapterWeights, load_folder, renamed,
                                            write_mlx_folder)
 
 # a module inside transformer block N: "layers.N" in most families, "h.N" in GPT-2 / GPT-NeoX (mlx-lm)
 _LAYER = re.compile(r"^(?:.*\.)?(?:layers|h)\.(\d+)\.(.+)$")
-
-__getattr__ = moved(__name__, {name: f"autocurricula.engine.module_names:{name}"
-                               for name in ("HF_BLOCKS", "hf_module_path", "mlx_module_path", "base_config")})
-
 
 def _atomic_folder(dest: Path):
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -12,11 +12,10 @@ dict of its fields. The update's settings are ``GRPOConfig`` (trl's names), pass
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, fields
 from typing import Any
 
-from autocurricula.credit import LEGACY_CREDIT_FIELDS, Credit, credit_from_fields
+from autocurricula.credit import Credit
 from autocurricula.engine import EngineConfig
 from autocurricula.training.config import GRPOConfig, LoraSpec, coerce_grpo_config, coerce_lora_spec, help_field
 
@@ -79,41 +78,10 @@ class RatingConfig:
 
 
 GROUPS = {"engine": EngineConfig, "arena": ArenaConfig, "ratings": RatingConfig}
-# names that moved into a group: still accepted (and readable) with a DeprecationWarning
-MOVED = {**{n: "engine" for n in ("max_slots", "max_batch", "prefix_cache_mb")},
-         **{f.name: "arena" for f in fields(ArenaConfig)}, **{f.name: "ratings" for f in fields(RatingConfig)}}
-
-
-class _AcceptsMovedNames(type):
-    """Lets ``AutocurriculumConfig(max_slots=..., rae_alpha=...)`` (and ``dataclasses.replace``)
-    name settings that moved into a group or into the credit object, with a warning."""
-
-    def __call__(cls, *args, **kwargs):
-        moved = [k for k in kwargs if k in MOVED]
-        credit_fields = {k: kwargs.pop(k) for k in list(kwargs) if k in LEGACY_CREDIT_FIELDS}
-        for group in {MOVED[k] for k in moved}:
-            given = kwargs.get(group)
-            values = {f.name: getattr(given, f.name) for f in fields(GROUPS[group])} if given is not None \
-                and not isinstance(given, dict) else dict(given or {})
-            values.update({k: kwargs.pop(k) for k in moved if MOVED[k] == group})
-            kwargs[group] = values
-        if moved:
-            warnings.warn(f"{cls.__name__}: {', '.join(f'{k} is now {MOVED[k]}.{k}' for k in moved)} "
-                          f"(e.g. {MOVED[moved[0]]}={{'{moved[0]}': ...}})", DeprecationWarning, stacklevel=2)
-        if credit_fields:
-            name = kwargs.get("credit", "rae")
-            if not isinstance(name, str):
-                raise ValueError(f"{sorted(credit_fields)} set a credit method's options, but credit is already a "
-                                 f"{type(name).__name__} object: set them on that object instead")
-            kwargs["credit"] = credit_from_fields(name, credit_fields)
-            warnings.warn(f"{cls.__name__}: {', '.join(sorted(credit_fields))} are now options of the credit "
-                          f"object: pass credit={type(kwargs['credit']).__name__}(...) instead",
-                          DeprecationWarning, stacklevel=2)
-        return super().__call__(*args, **kwargs)
 
 
 @dataclass
-class AutocurriculumConfig(metaclass=_AcceptsMovedNames):
+class AutocurriculumConfig:
     """The league loop's settings. ``epochs``, ``rounds`` and ``matches`` are the seed API's; the
     rest use ``transformers.TrainingArguments`` names where they overlap."""
 
@@ -214,20 +182,3 @@ class AutocurriculumConfig(metaclass=_AcceptsMovedNames):
 
         return replace(self.engine or EngineConfig(), initial_rank=initial_rank)
 
-
-def _moved_property(name: str, group: str) -> property:
-    def get(self):
-        warnings.warn(f"{type(self).__name__}.{name} is now {group}.{name}", DeprecationWarning, stacklevel=2)
-        return getattr(getattr(self, group) or EngineConfig(), name)
-
-    def put(self, value):
-        warnings.warn(f"{type(self).__name__}.{name} is now {group}.{name}", DeprecationWarning, stacklevel=2)
-        from dataclasses import replace
-
-        setattr(self, group, replace(getattr(self, group) or EngineConfig(), **{name: value}))
-
-    return property(get, put)
-
-
-for _name, _group in MOVED.items():
-    setattr(AutocurriculumConfig, _name, _moved_property(_name, _group))

@@ -175,7 +175,7 @@ def _atomic_text(path: Path, text: str) -> None:
 
 def save_checkpoint(trainer, tag: int) -> Path:
     """Write ``checkpoint-<tag>`` for ``trainer`` and prune to ``save_total_limit``."""
-    from autocurricula.export import export_peft
+    from autocurricula.publish.export import export_peft
     from autocurricula.records import is_scripted
 
     cfg = trainer.config
@@ -235,7 +235,7 @@ def load_checkpoint(trainer, path: str | Path, policies: dict | None = None,
 
 
 def _load(trainer, path: Path, policies: dict | None, opponents: list[dict] | None) -> None:
-    from autocurricula.export import import_peft
+    from autocurricula.publish.export import import_peft
     from autocurricula.records import is_scripted
     from autocurricula.training.optim import AdamWState
 

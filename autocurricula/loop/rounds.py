@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autocurricula.game import FLOAT32_MAX
+from autocurricula.arena.game import FLOAT32_MAX
 from autocurricula.records import Deal, GameRecord, Turn
 
 log = logging.getLogger(__name__)

@@ -1,16 +1,15 @@
 """What a trainer keeps and hands out beyond its loop: the state a checkpoint saves and restores,
 the run's settings as JSON, and the players' adapters for peft, mlx-lm and the Hub.
-:class:`~autocurricula.trainer.AutocurriculumTrainer` is a :class:`RunState`."""
+:class:`~autocurricula.loop.trainer.AutocurriculumTrainer` is a :class:`RunState`."""
 
 from __future__ import annotations
 
 import json
 import os
-import warnings
 from dataclasses import asdict
 from pathlib import Path
 
-from autocurricula.game import Stateful
+from autocurricula.arena.game import Stateful
 
 
 class RunState:
@@ -50,12 +49,6 @@ class RunState:
     def history_path(self) -> Path:
         return self.standings.history_path
 
-    @property
-    def values(self):
-        """Deprecated: the tabular critic is ``trainer.credit.values`` (credit "value" or "q")."""
-        warnings.warn("trainer.values has moved: use trainer.credit.values", DeprecationWarning, stacklevel=2)
-        return self.credit.values
-
     def reset_player(self, player: dict) -> None:
         """Back to the base model; its optimizer state is dropped."""
         self.pool.reset(player)
@@ -64,7 +57,7 @@ class RunState:
     def export(self, player_id: str, folder: str | Path, format: str = "peft") -> Path:
         """Write a trained player's adapter: ``"peft"`` (``PeftModel.from_pretrained``) or ``"mlx"``
         (``mlx_lm.load(base, adapter_path=folder)``). Returns the folder."""
-        from autocurricula.export import export_player
+        from autocurricula.publish.export import export_player
 
         return export_player(self, player_id, folder, format)
 
@@ -76,7 +69,7 @@ class RunState:
     def deployable_mixture(self) -> dict[str, float]:
         """The policy to deploy: ``{player id: weight}`` over the meta-game's players that have an adapter, the
         league's meta-strategy among them (relative payoffs, each entry at its lower confidence
-        bound; :meth:`~autocurricula.standings.Standings.meta_strategy`). Draw one adapter per game
+        bound; :meth:`~autocurricula.loop.standings.Standings.meta_strategy`). Draw one adapter per game
         by these weights. Players with weight 0 are left out."""
         from autocurricula.records import is_scripted
 
@@ -101,7 +94,7 @@ class RunState:
                     revision: str | None = None, endpoint: str | None = None) -> str:
         """Every player as a peft adapter (a folder each, with its card) plus the league card,
         match history and plots, in one commit."""
-        from autocurricula.hub import push_league
+        from autocurricula.publish.hub import push_league
 
         return push_league(self, repo_id, private=private, token=token, revision=revision, endpoint=endpoint)
 

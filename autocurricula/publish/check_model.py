@@ -39,7 +39,7 @@ def resolve(model: str | Path) -> Path:
     """The local folder of a model folder or Hub id (downloaded as ``mlx_lm.load`` does)."""
     from mlx_lm.utils import _download
 
-    from autocurricula.hub import check_model_source
+    from autocurricula.publish.hub import check_model_source
 
     return Path(_download(check_model_source(model)))
 
@@ -176,7 +176,7 @@ class _Checks:
         return True, f"loss {metrics.get('loss', float('nan')):.4f}, logits moved by up to {moved:.3g}"
 
     def peft_export(self):
-        from autocurricula.export import export_peft
+        from autocurricula.publish.export import export_peft
 
         if self.reference is None:
             return None, "not run: no transformers weights (MLX-quantized folder)"
@@ -201,7 +201,7 @@ class _Checks:
         import mlx.core as mx
         from mlx_lm import load
 
-        from autocurricula.export import export_mlx
+        from autocurricula.publish.export import export_mlx
 
         self._install()
         name = self.players[2]

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from autocurricula.engine.adapters import AdapterWeights
-from autocurricula.export import export_peft
+from autocurricula.publish.export import export_peft
 from autocurricula.records import is_scripted
 
 

@@ -20,7 +20,7 @@ def load_engine(model, cfg, lora_spec) -> tuple[Engine, str]:
     if isinstance(model, tuple) and len(model) == 2:  # (model, tokenizer) from mlx_lm.load
         name = type(model[0]).__module__.rsplit(".", 1)[-1]  # mlx_lm.models.llama -> "llama"
         return Engine(model[0], model[1], config=cfg.engine_config(lora_spec.r), name=name), name
-    from autocurricula.hub import check_model_source
+    from autocurricula.publish.hub import check_model_source
 
     name = check_model_source(model, fetch=True)  # an id that cannot be fetched fails here, named
     return Engine(name, config=cfg.engine_config(lora_spec.r)), name
@@ -33,7 +33,7 @@ def open_rollout(servers, engine: Engine, api_key: str | None):
         return engine
     if isinstance(servers, RolloutEngine):
         return servers
-    from autocurricula.remote import RemoteEngine
+    from autocurricula.fleet.remote import RemoteEngine
 
     return RemoteEngine(servers, base=engine, api_key=api_key)
 

@@ -7,7 +7,7 @@ recorded game's id (and deal), so ``model.seed`` and every call's seed are the r
 a check that the same player is asked the same prompt, and the calls from ``position`` on are
 sampled again. A *branch* samples them with seeds of its own (``salt``), so K branches from one
 position are K independent continuations of the same state; that is what branch credit
-(:mod:`autocurricula.branch`) averages into a state value; :meth:`Replayer.branch_moves` answers
+(:mod:`autocurricula.credit.branch`) averages into a state value; :meth:`Replayer.branch_moves` answers
 the call at the position with a chosen move first, so its branches average into that move's value.
 Branches run through the arena together (:meth:`Replayer.run`: one ``Arena.run`` for all of them,
 so the engine batches them).
@@ -36,7 +36,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
-from autocurricula.arena import Arena, derive_seed, run_async
+from autocurricula.arena.arena import Arena, derive_seed, run_async
 from autocurricula.records import GameRecord, Generation
 
 
@@ -55,7 +55,7 @@ class ReplayPlan:
     temperature: float | None = None  # players' calls not forced are sampled at this (None: as the game asks)
 
     def forced(self, key: tuple, player: dict, ids: list[int]):
-        """The recorded :class:`~autocurricula.arena.Generation` of call ``key``, or None to sample it."""
+        """The recorded :class:`~autocurricula.arena.arena.Generation` of call ``key``, or None to sample it."""
         entry = self.answers.get(key)
         if entry is None:
             return None

@@ -1,0 +1,1 @@
+"""Games played: the turn loop, game protocol, replay and per-game artifacts."""

@@ -1,0 +1,1 @@
+"""Where games run: the fleet of rollout workers over HTTP servers and Ray actors."""

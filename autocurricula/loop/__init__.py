@@ -1,0 +1,1 @@
+"""The league loop: the trainer, its config, pool, ratings, rounds and checkpoints."""

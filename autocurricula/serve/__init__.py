@@ -1,0 +1,1 @@
+"""The OpenAI-compatible inference server and the run dashboard."""

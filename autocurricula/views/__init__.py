@@ -1,0 +1,1 @@
+"""What a run shows: callbacks, plots, transcripts and experiment trackers."""
