@@ -20,7 +20,8 @@ Three options on top of the core method, each through one of its hooks:
   raises the listed moves' total probability, which the
   residuals (they sum to zero) leave free to drift toward replies that are none of the moves.
 
-Mirror-descent steps toward the cross-entropy target are the core ``MirrorCredit`` (``credit="mirror"``).
+Mirror-descent steps toward the cross-entropy target are the core ``MirrorCredit`` (``credit="mirror"``);
+the TD advantage, catch-up steps and a table of move values are in ``examples/credit_variants.py``.
 
 Importing this module registers it as ``credit="best_reply"``.
 """
@@ -65,9 +66,9 @@ class BestReplyCredit(BranchCredit):
     def scores_moves(self) -> bool:
         return self.move_loss == "residual"  # the residuals need log pi; the cross-entropy target does not
 
-    def move_targets(self, values, logprobs, missed=1):
+    def move_targets(self, values, logprobs, state=None):
         if self.move_loss == "residual":
-            return super().move_targets(values, logprobs, missed)
+            return super().move_targets(values, logprobs, state)
         return move_distribution(values, self.move_temperature, self.move_clip)
 
     def branch_moves(self, asked, replayer, tok):

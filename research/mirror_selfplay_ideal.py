@@ -45,10 +45,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # credit_variants
 
 import numpy as np  # noqa: E402
 
-from autocurricula.credit import catch_up_step, mirror_distribution, move_distribution, table_average  # noqa: E402
+from autocurricula.credit import mirror_distribution, move_distribution  # noqa: E402
+from credit_variants import catch_up_step, table_average  # noqa: E402
 from autocurricula.eval.kuhn import INFOSETS, exploitability, mixture_strategy  # noqa: E402
 from autocurricula.games.matrix import random_game  # noqa: E402
 from kuhn_moves_fixed_point import move_values  # noqa: E402
@@ -63,7 +65,7 @@ def kuhn_curve(tau: float, step: float, rounds: int, start: dict[str, float] = W
     ``explore``: the share of the games' moves drawn uniformly, which weights the deals that reach a
     set (the values stay the policy's), as pooled values of exploring games would be. ``iterate``:
     "policy" steps from the policy, "table" plays softmax(Q / tau) of each set's averaged values
-    (``table_average``, ``MirrorCredit(iterate="table")``)."""
+    (``table_average``, ``MirrorVariantCredit(iterate="table")`` in examples/credit_variants.py)."""
     return [exploitability(p, backend="python") for p in kuhn_iterates(tau, step, rounds, start, explore, iterate)]
 
 
@@ -88,7 +90,7 @@ def kuhn_iterates(tau: float, step: float, rounds: int, start: dict[str, float] 
 
 def kuhn_average_exploitability(iterates: list[dict[str, float]], last: int) -> float:
     """Exploitability of drawing one of the ``last`` iterates uniformly per hand (``mixture_strategy``):
-    what deploying their average, as ``SelfPlayConfig.average_last`` does, would give."""
+    what deploying their average, as ``SelfPlayRules.average_last`` does, would give."""
     if not 1 <= last <= len(iterates):
         raise ValueError(f"average over the last 1 to {len(iterates)} rounds: got {last}")
     return exploitability(mixture_strategy(iterates[-last:], [1.0] * last), backend="python")
@@ -146,7 +148,7 @@ def tictactoe_curve(tau: float, step: float, rounds: int, games: int | None = No
     With ``games``: ``explore`` draws that share of the training games' moves uniformly (more
     positions met, the values still the policy's); ``catch_up`` steps a position met again after k
     rounds (k = rounds so far on its first visit) by ``catch_up_step(step, k)``: k steps at once,
-    this round's and the k - 1 it missed (``MirrorCredit(catch_up=True)``). ``iterate="table"``: a
+    this round's and the k - 1 it missed (``MirrorVariantCredit(catch_up=True)``). ``iterate="table"``: a
     position met plays softmax(Q / tau) of its values averaged over the rounds it was met
     (``table_average``; with catch_up, at the step of the rounds it missed). After each round:
     whether the policy's greedy moves lose to the exact best response as X / O, their value-losing
@@ -388,7 +390,8 @@ def main(argv=None):
     parser.add_argument("--kuhn-explore", type=float, default=0.0, help="Kuhn's deals weighted as if this share "
                         "of the games' moves were drawn uniformly (kuhn_curve's explore)")
     parser.add_argument("--iterate", choices=["policy", "table"], default="policy", help="each step from the "
-                        "policy, or from a table of each state's averaged move values (MirrorCredit(iterate=...))")
+                        "policy, or from a table of each state's averaged move values "
+                        "(MirrorVariantCredit(iterate=...))")
     parser.add_argument("--average-last", type=int, nargs="+", default=[], metavar="N",
                         help="also the exploitability of the uniform mixture of the last N rounds' iterates "
                         "(Kuhn and the matrix games): what deploying an average of iterates would give")

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import autocurricula  # noqa: E402,F401  (fast BLAS before mlx)
 from autocurricula.views.callbacks import TrainerCallback  # noqa: E402
 from autocurricula.credit import QCredit  # noqa: E402
-from autocurricula.credit.mirror import table_average  # noqa: E402
+from credit_variants import table_average  # noqa: E402
 from autocurricula.records import Turn, is_scripted  # noqa: E402
 
 

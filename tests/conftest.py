@@ -1,4 +1,6 @@
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +58,66 @@ def hub():
     yield calls, commits
     huggingface_hub.set_client_factory(old)
     huggingface_hub.close_session()
+
+
+# ---------------------------------------------------------------------- research/ stays out of the default tier
+RESEARCH = str(Path(__file__).resolve().parent.parent / "research") + os.sep
+_research_seen: list[str] = []  # research/ code run in this process, or research/ scripts started
+
+
+def _default_tier(config) -> bool:
+    """Whether this run deselects the slow tier (pytest's default ``-m 'not slow'``)."""
+    markexpr = config.getoption("markexpr", "") or ""
+    if not markexpr.strip():
+        return False
+    try:
+        from _pytest.mark.expression import Expression
+
+        return not Expression.compile(markexpr).evaluate(lambda name, **kwargs: name == "slow")
+    except Exception:  # another pytest's internals: read the expression as written
+        return "not slow" in markexpr
+
+
+def _under_research(path) -> bool:
+    return isinstance(path, (str, os.PathLike)) and "research" in str(path) \
+        and os.path.realpath(path).startswith(RESEARCH)
+
+
+def _research_audit(event: str, args: tuple) -> None:
+    """Notes code compiled from a research/ file being executed (an import, or a script loaded from
+    its path) and a process started on a research/ script."""
+    try:
+        if event == "exec":
+            name = getattr(args[0], "co_filename", "")
+            if _under_research(name):
+                _research_seen.append(name)
+        elif event == "subprocess.Popen":
+            argv = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
+            _research_seen.extend(f"a process: {a}" for a in argv if _under_research(a))
+    except Exception:  # an audit hook must never break what it watches
+        pass
+
+
+def pytest_configure(config):
+    if _default_tier(config):
+        sys.addaudithook(_research_audit)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The default tier never runs research/ (its tests are slow: tests/test_research.py): fail the
+    session when it imported, loaded or started anything under research/."""
+    if not _default_tier(session.config):
+        return
+    found = list(dict.fromkeys(_research_seen + [
+        f"{name} ({module.__file__})" for name, module in list(sys.modules.items())
+        if _under_research(getattr(module, "__file__", None) or "")]))
+    if found:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = ("the default tier ran research/ code (research scripts are tested in the slow tier only, "
+                   "tests/test_research.py): " + "; ".join(found[:5]) + (" ..." if len(found) > 5 else ""))
+        if reporter is not None:
+            reporter.write_line("")  # after the progress line
+            reporter.write_sep("=", message, red=True)
+        else:
+            print(message, file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

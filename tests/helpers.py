@@ -80,3 +80,39 @@ def hub_transport(respond):
         huggingface_hub.set_client_factory(old)
         huggingface_hub.close_session()
 
+
+def example_module(name: str):
+    """``examples/NAME.py`` as the module ``NAME``, as the examples import each other (``from
+    credit_variants import ...``): loaded once, so its classes are the ones the examples use."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    loaded = sys.modules.get(name)
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == path:
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_script(path, name: str):
+    """A script of examples/ or research/ as a module named ``name``, without running its command line
+    (registered only while it loads: dataclasses look their module up while the class is built)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    before = sys.modules.get(name)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if before is None:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = before
+    return module

@@ -13,16 +13,16 @@ builds and binds it, :func:`register_credit` names a method of your own."""
 from autocurricula.credit.base import Credit, episodes, game_moves, rewards
 from autocurricula.credit.branch import (BranchCredit, MoveScorer, branch_advantage, branch_value, check_replays,
                                          listed_moves, mirror_distribution, move_advantages, move_distribution,
-                                         pick_positions, pool_values)
+                                         pick_positions, pool_values, state_key)
 from autocurricula.credit.grpo import ConstantCredit, GRPOCredit, constant_advantages, grpo_advantages
-from autocurricula.credit.mirror import MirrorCredit, catch_up_step, table_average
+from autocurricula.credit.mirror import MirrorCredit
 from autocurricula.credit.rae import RAE, RAECredit
 from autocurricula.credit.registry import CREDIT_METHODS, make_credit, register_credit
 from autocurricula.credit.values import QCredit, StateValues, ValueCredit
 
-__all__ = ["branch_advantage", "branch_value", "BranchCredit", "catch_up_step", "check_replays",
+__all__ = ["branch_advantage", "branch_value", "BranchCredit", "check_replays",
            "constant_advantages", "ConstantCredit", "Credit", "CREDIT_METHODS", "episodes",
            "game_moves", "grpo_advantages", "GRPOCredit", "listed_moves", "make_credit",
            "mirror_distribution", "MirrorCredit", "move_advantages", "move_distribution", "MoveScorer",
-           "pick_positions", "pool_values", "QCredit", "RAE", "RAECredit", "register_credit", "rewards", "StateValues",
-           "table_average", "ValueCredit"]
+           "pick_positions", "pool_values", "QCredit", "RAE", "RAECredit", "register_credit", "rewards", "state_key",
+           "StateValues", "ValueCredit"]

@@ -6,9 +6,6 @@ at s_t and everything after it with seeds of their own, and play out; ``V(s_t)``
 of the turn's seat over the K branches. The turn's advantage is
 
 - ``advantage="return"`` (default): ``A_t = G - V(s_t)``, the game's return minus the branch value;
-- ``advantage="td"`` (VinePPO proper, rewards only at the end): ``A_t = V(s_{t+1}) - V(s_t)``, where
-  s_{t+1} is the state right after the move (branches that force the move too; after the game's
-  last call, ``V = G``). It judges the move by where it led, not by the later luck of the game;
 - ``advantage="moves"`` (games that list their moves: ``play.moves(prompt) -> list[str]``): every
   legal move m at s_t is forced in K branches of its own and ``Q(s_t, m)`` is their mean return.
   Each move becomes a training turn of its own whose advantage is the residual of a regression of
@@ -28,17 +25,16 @@ of the turn's seat over the K branches. The turn's advantage is
   the moves (``G - mean Q``, e.g. an invalid reply). The log-probs are scored at the sampling temperature.
 
 Nothing is kept by prompt text from one round to the next (``pool_states`` groups one round's
-turns), so it works for free-text games whose states never repeat. Cost:
-``samples`` x the branched turns of a round extra games per round (x2 for "td" when moves
-alternate between learners and others), all batched in one ``Arena.run``. Turns not branched
-(``turns_per_game``, turns of sub-games, branches that all failed) get the RAE advantage.
+turns), so it works for free-text games whose states never repeat. Cost: ``samples`` x the
+branched turns of a round extra games per round, all batched in one ``Arena.run``. Turns not
+branched (``turns_per_game``, turns of sub-games, branches that all failed) get the RAE advantage.
 
-Subclasses shape the branches through six hooks (:class:`~autocurricula.credit.MirrorCredit`
+Subclasses shape the branches through four hooks (:class:`~autocurricula.credit.MirrorCredit`
 steps toward the moves' targets; a one-ply reply search and greedy continuations live in
-``examples/best_reply_credit.py``): :meth:`BranchCredit.branch_temperature`,
-:meth:`BranchCredit.branch_moves`, :meth:`BranchCredit.scores_moves`,
-:meth:`BranchCredit.move_targets`, :meth:`BranchCredit.rounds_missed` and
-:meth:`BranchCredit.state_values`. The maths are the pure functions below.
+``examples/best_reply_credit.py``, the TD advantage, catch-up steps and a table of move values in
+``examples/credit_variants.py``): :meth:`BranchCredit.branch_temperature`,
+:meth:`BranchCredit.branch_moves`, :meth:`BranchCredit.scores_moves` and
+:meth:`BranchCredit.move_targets`. The maths are the pure functions below.
 """
 
 from __future__ import annotations
@@ -57,7 +53,7 @@ from autocurricula.credit.rae import RAE
 from autocurricula.records import GameRecord, Generation, Turn
 from autocurricula.arena.replay import ReplayDiverged, Replayer, turn_positions
 
-ADVANTAGES = ("return", "td", "moves")
+ADVANTAGES = ("return", "moves")
 
 
 @runtime_checkable
@@ -74,10 +70,9 @@ def branch_value(returns: list[float]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def branch_advantage(ret: float, value: float, next_value: float | None = None) -> float:
-    """``ret - value`` (``advantage="return"``), or ``next_value - value`` when ``next_value`` is
-    given (``advantage="td"``: the value of the state the move led to)."""
-    return (ret if next_value is None else next_value) - value
+def branch_advantage(ret: float, value: float) -> float:
+    """``ret - value`` (``advantage="return"``): the game's return minus the branch value."""
+    return ret - value
 
 
 def _centred_logits(values: list[float], temperature: float, max_logit: float) -> list[float]:
@@ -147,6 +142,11 @@ def listed_moves(call, moves_of, tok) -> list[Generation]:
     return out
 
 
+def state_key(turn: Turn) -> tuple:
+    """A turn's state as branch credit keys it: ``(player, game, prompt ids)``, all the player knows."""
+    return turn.player, turn.game, tuple(turn.prompt_ids)
+
+
 def pool_values(returns: dict, keys: dict) -> dict:
     """``pool_states``: each turn's per-move branch returns (``returns[turn] = [[return, ...] per
     move]``) replaced by those of every turn with the same key (player, game, prompt) and the same
@@ -187,7 +187,7 @@ def _is_number(x) -> bool:
 class BranchCredit(Credit):
     """``credit="branch"`` (see the module docstring): ``samples`` branch games per branched state,
     ``turns_per_game`` learner turns branched per game (0 = every top-level turn), ``advantage``
-    "return", "td" or "moves"; with "moves", ``move_temperature`` (tau) and ``move_clip`` (c, math.inf:
+    "return" or "moves"; with "moves", ``move_temperature`` (tau) and ``move_clip`` (c, math.inf:
     no bound) shape each state's target, and ``pool_states`` pools the move values of a player's
     turns at the same prompt in a round (:func:`pool_values`). ``alpha`` and ``per_player``
     configure the RAE fallback of turns not branched. :meth:`bind` takes the run's seed (which
@@ -215,8 +215,8 @@ class BranchCredit(Credit):
         if not isinstance(self.turns_per_game, int) or isinstance(self.turns_per_game, bool) or self.turns_per_game < 0:
             raise ValueError(f"turns_per_game must be an integer >= 0 (0 = all), got {self.turns_per_game!r}")
         if self.advantage not in ADVANTAGES:
-            raise ValueError(f"advantage must be 'return' (A = G - V), 'td' (A = V(next) - V) or 'moves' "
-                             f"(every legal move branched), got {self.advantage!r}")
+            raise ValueError(f"advantage must be 'return' (A = G - V) or 'moves' (every legal move branched), "
+                             f"got {self.advantage!r}")
         if not (_is_number(self.move_temperature) and math.isfinite(self.move_temperature)
                 and self.move_temperature > 0):
             raise ValueError(f"move_temperature must be a finite number > 0, got {self.move_temperature!r}")
@@ -258,23 +258,12 @@ class BranchCredit(Credit):
         """Whether :meth:`move_targets` needs the moves' log-probabilities under the learner's adapter."""
         return True
 
-    def move_targets(self, values: list[float], logprobs: list[float] | None, missed: int = 1) -> list[float]:
-        """The advantages of a state's move turns from the moves' values (and log-probabilities);
-        ``missed``: the rounds since the state last had targets (:meth:`rounds_missed`)."""
+    def move_targets(self, values: list[float], logprobs: list[float] | None,
+                     state: tuple | None = None) -> list[float]:
+        """The advantages of a state's move turns from the moves' values (and log-probabilities, when
+        :meth:`scores_moves`); ``state``: the turn's :func:`state_key`. Called once per branched turn,
+        in game order (with ``pool_states``, every visit of a state in a round has the same values)."""
         return move_advantages(values, logprobs, self.move_temperature, self.move_clip)
-
-    def rounds_missed(self, states: list[tuple]) -> dict:
-        """For each state ``(player, game, prompt ids)`` with targets this round, the rounds since it last
-        had targets (1: the previous round); states left out count 1. Called once per round. Branch
-        credit keeps no history: ``{}``."""
-        return {}
-
-    def state_values(self, values: dict, missed: dict) -> dict:
-        """The move values the targets are taken from, per state ``(player, game, prompt ids)``:
-        ``values`` holds this round's (pooled over the round's visits), ``missed`` the states'
-        :meth:`rounds_missed`. Called once per round, after it, only with ``pool_states=True`` (one
-        vector per state). Branch credit uses this round's."""
-        return values
 
     # ------------------------------------------------------------------ the protocol
     def check_game(self, play) -> None:
@@ -300,11 +289,9 @@ class BranchCredit(Credit):
                      if id(t) in pos and t.level == 0 and t.reward is not None and 0 <= t.seat < len(rec.rewards)}
             for p in pick_positions(list(cands), self.turns_per_game, derive_seed(self.seed, rec.game_id, "branch")):
                 chosen.append((cands[p], rec, p))
-                wanted = [p] + ([p + 1] if self.advantage == "td" and p + 1 < len(rec.calls) else [])
-                for q in wanted:
-                    if (rec.game_id, q) not in points:
-                        points[(rec.game_id, q)] = len(requests)
-                        requests.append((rec, q))
+                if (rec.game_id, p) not in points:
+                    points[(rec.game_id, p)] = len(requests)
+                    requests.append((rec, p))
         if self.advantage == "moves":
             return self._see_moves(chosen, requests, points, replayer, t0)
         branches = replayer.branch(requests, self.samples, temperature=self.branch_temperature())
@@ -316,14 +303,8 @@ class BranchCredit(Credit):
 
         for turn, rec, p in chosen:
             v = value(rec, p, turn.seat)
-            if v is None:
-                continue
-            nxt = None
-            if self.advantage == "td":
-                nxt = rec.rewards[turn.seat] if p + 1 >= len(rec.calls) else value(rec, p + 1, turn.seat)
-                if nxt is None:
-                    continue
-            self._adv[id(turn)] = branch_advantage(float(turn.reward), v, nxt)
+            if v is not None:
+                self._adv[id(turn)] = branch_advantage(float(turn.reward), v)
         n_games = sum(len(b) for b in branches)
         self._metrics = {"credit/branch_games": n_games, "credit/branched_turns": len(self._adv),
                          "credit/branch_errors": sum(b.error is not None for bs in branches for b in bs),
@@ -360,23 +341,16 @@ class BranchCredit(Credit):
         returns = {id(turn): [[g.rewards[turn.seat] for g in bs if g.error is None]
                               for bs in branches[points[(rec.game_id, p)]]] for turn, rec, p in chosen}
         if self.pool_states:
-            keys = {id(t): (t.player, t.game, tuple(t.prompt_ids)) for t, _, _ in chosen}
-            returns = pool_values(returns, keys)
+            returns = pool_values(returns, {id(t): state_key(t) for t, _, _ in chosen})
         respelled = 0  # legal replies the model wrote with other tokens than the listed move's
         values = {id(t): [branch_value(r) for r in returns[id(t)]] for t, _, _ in chosen}
         # a turn with a move with no finished branch keeps its fallback advantage
         valued = [c for c in chosen if values[id(c[0])] and all(v is not None for v in values[id(c[0])])]
-        state = {id(t): (t.player, t.game, tuple(t.prompt_ids)) for t, _, _ in valued}
-        missed = self.rounds_missed(list(dict.fromkeys(state.values())))
-        this_round = values  # an illegal reply's baseline: this round's values, not a kept average
-        if self.pool_states:  # one vector per state: a state's visits share their pooled values
-            kept = self.state_values({state[id(t)]: values[id(t)] for t, _, _ in valued}, missed)
-            values = {id(t): kept[state[id(t)]] for t, _, _ in valued}
         for turn, rec, p in valued:
             i, q = points[(rec.game_id, p)], values[id(turn)]
             logps = [scored[(id(turn), j)] for j in range(len(answers[i]))] if scores else None
-            adv = self.move_targets(q, logps, missed.get(state[id(turn)], 1))
-            mean = sum(this_round[id(turn)]) / len(q)
+            adv = self.move_targets(q, logps, state_key(turn))
+            mean = sum(q) / len(q)
             reply = tok.decode(list(turn.completion_ids), skip_special_tokens=True).strip()
             sampled = [t for t in turn.completion_ids if t != tok.eos_token_id]
             same_tokens = any(g.token_ids[:-1] == sampled for g in answers[i])
