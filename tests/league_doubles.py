@@ -4,7 +4,18 @@ public subclass API (``players``, ``reset_player``), so league rules are tested 
 import numpy as np
 
 
-class ListedPlayers:
+class RunParts:
+    """Mixin before a league class: the run's parts that league rules read (``engine``, ``pool``,
+    ``standings``, ``payoff``, ``elo``) as plain attributes a test sets one by one, with no run behind them."""
+
+    engine = pool = standings = payoff = elo = None
+
+    @property
+    def players(self) -> list[dict]:
+        return list(self.pool.players) if self.pool is not None else []
+
+
+class ListedPlayers(RunParts):
     """Mixin before a league class: ``players`` is ``self.listed``, a list of player dicts the test
     sets (no engine, no pool)."""
 
@@ -15,11 +26,9 @@ class ListedPlayers:
         return list(self.listed)
 
 
-class PooledPlayers:
+class PooledPlayers(RunParts):
     """Mixin before a league class: the players live in ``self.pool``, a :class:`Pool` over a
     :class:`FakeEngine`; ``reset_player`` resets them there."""
-
-    pool = None
 
     @property
     def players(self) -> list[dict]:

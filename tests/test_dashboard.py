@@ -33,10 +33,10 @@ def run(tiny_model_path, tmp_path_factory):
     # an older run's transcripts in the folder: the new run's first round drops them
     (out / "transcripts.jsonl").write_text(json.dumps({"game_id": "stale", "players": ["main_agent-0", "x"]}) + "\n")
     scripted = {"id": "random-digit", "role": "random", "policy": first_digit_policy}
-    t = LeagueTrainer(LeagueConfig(epochs=2, rounds=2, games_per_learner=4, snapshot_min_rounds=1,
-                                   snapshot_max_rounds=2, output_dir=str(out), progress=False,
-                                   ratings={"bt_bootstrap": 10}, max_tokens=4, transcripts_per_pair=PER_PAIR,
-                                   save_total_limit=None),
+    t = LeagueTrainer(LeagueConfig(epochs=2, rounds=2,
+                                   rules={"games_per_learner": 4, "snapshot_min_rounds": 1, "snapshot_max_rounds": 2},
+                                   output_dir=str(out), progress=False, ratings={"bt_bootstrap": 10}, max_tokens=4,
+                                   transcripts_per_pair=PER_PAIR, save_total_limit=None),
                       opponents=[scripted])
     t.train(str(tiny_model_path), digits)
     t.engine.close()
@@ -324,14 +324,14 @@ def fake_trainer(tmp_path, per_pair, step=0):
 
 def test_write_transcripts_decodes_only_the_games_it_keeps(tmp_path):
     t, records, decoded = fake_trainer(tmp_path, 2)
-    write_transcripts(t, records)
+    write_transcripts(tmp_path / "transcripts.jsonl", 2, records, t.engine.decode, 1, 2, fresh=True)
     got = read_transcripts(tmp_path / "transcripts.jsonl")
     assert [e["game_id"] for e in got] == ["g3", "g4"] and len(decoded) == 4  # 2 games x (prompt, completion)
     assert got[0]["turns"][0]["prompt"] == "bc" and got[0]["epoch"] == 1 and got[0]["round"] == 2
     assert len(got[0]["turns"][0]["completion"]) < 2100  # a runaway completion is clipped
     t0, records0, _ = fake_trainer(tmp_path / "off", 0)
     (tmp_path / "off").mkdir()
-    write_transcripts(t0, records0)
+    write_transcripts(tmp_path / "off" / "transcripts.jsonl", 0, records0, t0.engine.decode, 1, 2, fresh=True)
     assert not (tmp_path / "off" / "transcripts.jsonl").exists()
 
 

@@ -120,9 +120,10 @@ def test_the_league_card_puts_the_deployable_mixture_beside_the_one_over_every_p
     assert [r["id"] for r in board.rows][-1] == "late"  # no games: last, unrated
     text = str(board)
     assert "unrated" in text.splitlines()[-2] and text.splitlines()[-1].startswith("deploy: the meta-strategy over the")
-    trainer = SimpleNamespace(players=players, elo=elo, payoff=payoff, model_name="/nowhere/tiny", leaderboard=board,
-                              game_name="tictactoe", current_epoch=0, config_dict=lambda: {"seed": 0})
-    card = league_card(trainer)
+    run = SimpleNamespace(pool=SimpleNamespace(players=players), standings=standings, model_name="/nowhere/tiny",
+                          game_name="tictactoe")
+    mixture = {r["id"]: r["deploy"] for r in board.rows if r.get("deploy")}
+    card = league_card(run, board, mixture, {"seed": 0}, "LeagueTrainer", 1)
     assert "| deployable weight | Nash weight |" in card
     deployable = card.split("## Deployable mixture")[1].split("##")[0]
     meta = card.split("## Meta-strategy")[1].split("##")[0]

@@ -385,7 +385,7 @@ def test_mixture_figures_reads_frozen_players_once_and_scores_the_mixture():
         reads.append((player, temperature))
         return strategies[player], 0.01
 
-    trainer = SimpleNamespace(engine=None, grpo=SimpleNamespace(temperature=0.7), current_epoch=0,
+    trainer = SimpleNamespace(engine=None, run=SimpleNamespace(grpo=SimpleNamespace(temperature=0.7)), current_epoch=0,
                               players=[{"id": "a", "frozen": True}, {"id": "b", "frozen": False}],
                               deployable_mixture=lambda: {"a": 0.25, "b": 0.75})
     lines = []

@@ -7,6 +7,7 @@ import pytest
 from autocurricula.leagues import LeagueConfig, LeagueTrainer
 from autocurricula.loop.pool import is_scripted
 from autocurricula.loop.rating import Payoff
+from league_doubles import RunParts
 
 SCRIPTED = [{"id": "random", "role": "random", "policy": str}, {"id": "minimax", "role": "minimax", "policy": str}]
 
@@ -31,8 +32,12 @@ def pool_from_entry(trainer: LeagueTrainer) -> list[dict]:
     return players
 
 
-def league(pure: bool = False, **cfg) -> LeagueTrainer:
-    t = LeagueTrainer(LeagueConfig(progress=False, **cfg), opponents=None if pure else [dict(o) for o in SCRIPTED])
+class League(RunParts, LeagueTrainer):
+    pass
+
+
+def league(pure: bool = False, **rules) -> LeagueTrainer:
+    t = League(LeagueConfig(progress=False, rules=rules), opponents=None if pure else [dict(o) for o in SCRIPTED])
     t.current_epoch, t.step, t.payoff = 0, 0, Payoff()
     return t
 

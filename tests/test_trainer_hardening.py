@@ -74,7 +74,8 @@ def minimax_like(prompt):
 
 # ---------------------------------------------------------------- 9, 10: failing games
 def test_play_that_always_raises_stops_with_its_traceback(tiny_model_path, tmp_path, caplog):
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=3, rounds=2, games_per_round=4, output_dir=str(tmp_path), **FAST))
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=3, rounds=2, rules={"games_per_round": 4}, output_dir=str(tmp_path),
+                                       **FAST))
     with caplog.at_level(logging.ERROR, logger="autocurricula.loop.trainer"), pytest.raises(GameError) as info:
         t.train(str(tiny_model_path), exploding)
     t.engine.close()
@@ -93,19 +94,21 @@ def test_wrong_return_type_says_what_play_must_return(tiny_model_path, tmp_path)
             normalise_rewards(bad, 2)
         assert shown in str(info.value)
     assert normalise_rewards(([[True, False]], [["e1"], ["e2"]]), 2) == ([1.0, 0.0], [["e1"], ["e2"]])
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), **FAST))
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path),
+                                       **FAST))
     with pytest.raises(GameError, match=r"(?s)play must return one number per player.*it returned dict"):
         t.train(str(tiny_model_path), returns_dict)
     t.engine.close()
 
 
 def test_some_failing_games_are_tolerated_up_to_the_rate(tiny_model_path, tmp_path):
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=4, output_dir=str(tmp_path / "a"), **FAST))
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, rules={"games_per_round": 4}, output_dir=str(tmp_path / "a"),
+                                       **FAST))
     t.train(str(tiny_model_path), fails_first)  # 1 of 4 fails: under the default 0.5
     t.engine.close()
     assert [row["rollout/errors"] for row in t.metrics_log] == [1, 1] and len(t.match_history) == 6
-    strict = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=4, output_dir=str(tmp_path / "b"),
-                                            arena={"max_game_error_rate": 0.2}, **FAST))
+    strict = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, rules={"games_per_round": 4},
+                                            output_dir=str(tmp_path / "b"), arena={"max_game_error_rate": 0.2}, **FAST))
     with pytest.raises(GameError, match="1 of 4 games"):
         strict.train(str(tiny_model_path), fails_first)
     strict.engine.close()
@@ -119,7 +122,7 @@ def test_hung_game_times_out_and_counts_as_an_error(tiny_model_path, tmp_path, g
     RELEASE.clear()
     # lockstep off: in lockstep a hung game also slows the others' batches by up to a second a
     # call (they wait for it), which needs a longer timeout; the SIGINT test below runs that case
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=4, output_dir=str(tmp_path),
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, rules={"games_per_round": 4}, output_dir=str(tmp_path),
                                        arena={"game_timeout_s": 1.5, "lockstep": False}, **FAST))
     t0 = time.monotonic()
     t.train(str(tiny_model_path), game)
@@ -173,7 +176,7 @@ import sys
 sys.path.insert(0, {tests!r})
 from autocurricula import SelfPlayTrainer, SelfPlayConfig
 from test_trainer_hardening import {game}
-cfg = SelfPlayConfig(epochs=50, rounds=3, games_per_round=4, output_dir={out!r}, progress=False,
+cfg = SelfPlayConfig(epochs=50, rounds=3, rules={{"games_per_round": 4}}, output_dir={out!r}, progress=False,
                      ratings={{"bt_bootstrap": 0}}, max_tokens=4, save_strategy="no",
                      arena={{"game_timeout_s": {timeout}, "lockstep": {lockstep}}})
 t = SelfPlayTrainer(cfg)
@@ -214,7 +217,7 @@ def test_signal_saves_and_exits_within_the_game_timeout(tiny_model_path, tmp_pat
 
 # ---------------------------------------------------------------- 12: reused output_dir
 def test_fresh_run_refuses_a_used_output_dir(tiny_model_path, tmp_path):
-    cfg = dict(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), **FAST)
+    cfg = dict(epochs=1, rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path), **FAST)
     t = SelfPlayTrainer(SelfPlayConfig(**cfg))
     t.train(str(tiny_model_path), digits)
     t.engine.close()
@@ -223,7 +226,7 @@ def test_fresh_run_refuses_a_used_output_dir(tiny_model_path, tmp_path):
     with pytest.raises(FileExistsError, match=r"(?s)already holds a run.*overwrite_output_dir=True.*"
                                               r"resume_from_checkpoint=True"):
         again.train(str(tiny_model_path), digits)
-    assert again.engine is None  # refused before loading anything
+    assert again.run is None  # refused before loading anything
     (tmp_path / "checkpoint-7").mkdir()  # another run's checkpoint: deleted with the rest
     (tmp_path / "notes.txt").write_text("mine")  # not a run file: kept
     over = SelfPlayTrainer(SelfPlayConfig(**cfg, overwrite_output_dir=True))
@@ -240,7 +243,8 @@ def test_resume_without_a_checkpoint_starts_clean(tiny_model_path, tmp_path):
     (tmp_path / "match_history.jsonl").write_text('{"game_id": "e0-r0-m0-0", "players": ["main-0", "main-0"]}\n' * 24)
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "epoch": 0}\n')
     (tmp_path / ".checkpoint-0.abc123.tmp" / "adapters").mkdir(parents=True)
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=3, output_dir=str(tmp_path), **FAST))
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, rules={"games_per_round": 3}, output_dir=str(tmp_path),
+                                       **FAST))
     t.train(str(tiny_model_path), digits, resume_from_checkpoint=True)
     t.engine.close()
     assert len(t.match_history) == 6  # this run's games only
@@ -250,7 +254,7 @@ def test_resume_without_a_checkpoint_starts_clean(tiny_model_path, tmp_path):
 
 
 def test_resume_cuts_metrics_and_history_back_to_the_checkpoint(tiny_model_path, tmp_path):
-    cfg = dict(rounds=2, games_per_round=3, output_dir=str(tmp_path), save_total_limit=None, **FAST)
+    cfg = dict(rounds=2, rules={"games_per_round": 3}, output_dir=str(tmp_path), save_total_limit=None, **FAST)
     t = SelfPlayTrainer(SelfPlayConfig(epochs=1, **cfg))
     t.train(str(tiny_model_path), digits)
     t.engine.close()
@@ -269,7 +273,7 @@ def test_resume_cuts_metrics_and_history_back_to_the_checkpoint(tiny_model_path,
 
 
 def test_damaged_checkpoint_is_skipped_for_the_previous_one(tiny_model_path, tmp_path, caplog):
-    cfg = dict(rounds=1, games_per_round=2, output_dir=str(tmp_path), save_total_limit=None, **FAST)
+    cfg = dict(rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path), save_total_limit=None, **FAST)
     t = SelfPlayTrainer(SelfPlayConfig(epochs=2, **cfg))
     t.train(str(tiny_model_path), digits)
     t.engine.close()
@@ -305,7 +309,7 @@ def test_damaged_checkpoint_is_skipped_for_the_previous_one(tiny_model_path, tmp
 
 
 def test_checkpoint_that_fails_to_load_is_named(tiny_model_path, tmp_path):
-    cfg = dict(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), **FAST)
+    cfg = dict(epochs=1, rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path), **FAST)
     t = SelfPlayTrainer(SelfPlayConfig(**cfg))
     t.train(str(tiny_model_path), digits)
     t.engine.close()
@@ -323,7 +327,7 @@ def test_checkpoint_that_fails_to_load_is_named(tiny_model_path, tmp_path):
 
 
 def test_a_checkpoint_without_its_manifest_is_refused_for_the_previous_one(tiny_model_path, tmp_path):
-    cfg = dict(rounds=1, games_per_round=2, output_dir=str(tmp_path), save_total_limit=None, **FAST)
+    cfg = dict(rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path), save_total_limit=None, **FAST)
     t = SelfPlayTrainer(SelfPlayConfig(epochs=2, **cfg))
     t.train(str(tiny_model_path), digits)
     t.engine.close()
@@ -339,7 +343,8 @@ def test_a_checkpoint_without_its_manifest_is_refused_for_the_previous_one(tiny_
 @pytest.mark.parametrize("with_id", [True, False])
 def test_league_resumes_with_its_scripted_opponents(tiny_model_path, tmp_path, with_id):
     scripted = {"role": "minimax", "policy": first_digit_policy, **({"id": "minimax"} if with_id else {})}
-    cfg = dict(rounds=1, games_per_learner=2, main_exploiters=0, league_exploiters=0, output_dir=str(tmp_path), **FAST)
+    cfg = dict(rounds=1, rules={"games_per_learner": 2, "main_exploiters": 0, "league_exploiters": 0},
+               output_dir=str(tmp_path), **FAST)
     t = LeagueTrainer(LeagueConfig(epochs=1, **cfg), opponents=[scripted])
     t.train(str(tiny_model_path), digits)
     t.engine.close()
@@ -357,7 +362,8 @@ def test_league_resumes_with_its_scripted_opponents(tiny_model_path, tmp_path, w
 # ---------------------------------------------------------------- 15: small ones
 def test_opponent_with_a_taken_looking_id_does_not_clash(tiny_model_path, tmp_path):
     bot = {"id": "main-1", "role": "bot", "policy": minimax_like}
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=3, rounds=1, games_per_round=2, output_dir=str(tmp_path), **FAST),
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=3, rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path),
+                                       **FAST),
                         opponents=[bot])
     t.train(str(tiny_model_path), digits)
     t.engine.close()
@@ -446,7 +452,7 @@ def test_push_to_hub_checks_the_login_before_training(tmp_path, hub_rejects_toke
                                        **FAST))
     with pytest.raises(HubAccessError, match=r"(?s)did not accept the login.*`hf auth login`.*push_to_hub=False"):
         t.train(str(tmp_path / "never-loaded"), digits)
-    assert any("whoami" in path for path in hub_rejects_token) and t.engine is None
+    assert any("whoami" in path for path in hub_rejects_token) and t.run is None
     assert not list(tmp_path.iterdir())  # nothing trained, nothing lost
 
 
@@ -462,7 +468,7 @@ class StopsMidEpoch(SelfPlayTrainer):
 def test_stop_mid_epoch_then_resume_continues_that_epoch(tiny_model_path, tmp_path):
     import numpy as np
 
-    cfg = dict(epochs=2, rounds=3, games_per_round=4, save_total_limit=None, seed=3, **FAST)
+    cfg = dict(epochs=2, rounds=3, rules={"games_per_round": 4}, save_total_limit=None, seed=3, **FAST)
     straight = SelfPlayTrainer(SelfPlayConfig(output_dir=str(tmp_path / "a"), **cfg))
     straight.train(str(tiny_model_path), digits)
     stopped = StopsMidEpoch(SelfPlayConfig(output_dir=str(tmp_path / "b"), **cfg))
@@ -529,7 +535,7 @@ def test_learners_without_any_signal_are_named_once(tiny_model_path, tmp_path, c
             await model.generate(p, "Name a digit:", max_tokens=2)
         return [0.0, 0.0]
 
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=4, games_per_round=2, output_dir=str(tmp_path),
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=4, rules={"games_per_round": 2}, output_dir=str(tmp_path),
                                        credit="grpo", **FAST))
     with caplog.at_level(logging.WARNING, logger="autocurricula.loop.trainer"):
         t.train(str(tiny_model_path), always_a_draw)

@@ -22,6 +22,10 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
+
+from autocurricula.publish.export import export_peft, import_peft
+from autocurricula.records import is_scripted
 
 log = logging.getLogger(__name__)
 
@@ -173,31 +177,30 @@ def _atomic_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(trainer, tag: int) -> Path:
-    """Write ``checkpoint-<tag>`` for ``trainer`` and prune to ``save_total_limit``."""
-    from autocurricula.publish.export import export_peft
-    from autocurricula.records import is_scripted
-
-    cfg = trainer.config
+def save_checkpoint(run, tag: int, state: dict, settings: dict) -> Path:
+    """Write ``checkpoint-<tag>`` of ``run`` (a :class:`~autocurricula.loop.run.Run`) with the
+    trainer's ``state`` and ``settings`` (JSON), and prune to ``save_total_limit``."""
+    cfg = run.config
     root = Path(cfg.output_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"checkpoint-{tag}"
     tmp = Path(tempfile.mkdtemp(prefix=f".checkpoint-{tag}.", suffix=".tmp", dir=root))
     try:
-        for p in trainer.players:
+        for p in run.pool.players:
             if is_scripted(p):
                 continue
-            export_peft(trainer.engine.adapter_weights(p["id"]), tmp / "adapters" / p["id"], trainer.model_name,
-                        use_rslora=trainer.lora_spec.use_rslora)
-            opt = trainer.updater.optim.get(p["id"])
+            export_peft(run.engine.adapter_weights(p["id"]), tmp / "adapters" / p["id"], run.model_name,
+                        use_rslora=run.lora.use_rslora)
+            opt = run.updater.optim.get(p["id"])
             if opt is not None:
                 opt.save(tmp / "optimizer" / p["id"])
-        _write_json(tmp / "players.json", trainer.pool.registry())
-        _write_json(tmp / "state.json", trainer.state_dict())
-        _write_json(tmp / "rng.json", {"numpy": trainer.rng.bit_generator.state})
-        _write_json(tmp / "config.json", trainer.config_dict())
-        if trainer.history_path.exists():
-            shutil.copyfile(trainer.history_path, tmp / "match_history.jsonl")
+        _write_json(tmp / "players.json", run.pool.registry())
+        _write_json(tmp / "state.json", state)
+        _write_json(tmp / "rng.json", {"numpy": run.rng.bit_generator.state})
+        _write_json(tmp / "config.json", settings)
+        history = run.standings.history_path
+        if history.exists():
+            shutil.copyfile(history, tmp / "match_history.jsonl")
         _write_json(tmp / MANIFEST, {"files": _manifest(tmp)})
         (tmp / MARKER).write_text("ok\n")
         old = None
@@ -218,65 +221,64 @@ def save_checkpoint(trainer, tag: int) -> Path:
     return final
 
 
-def load_checkpoint(trainer, path: str | Path, policies: dict | None = None,
+def load_checkpoint(run, path: str | Path, load_state: Callable[[dict], None], policies: dict | None = None,
                     opponents: list[dict] | None = None) -> None:
-    """Restore ``trainer`` (already set up on the same base model) from ``path``; a failure is a
-    :class:`CheckpointError` naming the checkpoint. Cuts ``metrics.jsonl`` back to its step."""
+    """Restore ``run``'s pool, adapters, optimizers, RNG and match history (already set up on the
+    same base model) from ``path``, and hand the trainer's saved state (``state.json``) to
+    ``load_state``; a failure is a :class:`CheckpointError` naming the checkpoint. Cuts
+    ``metrics.jsonl`` back to the checkpoint's step."""
     path = Path(path)
     if not (path / MARKER).is_file():
         raise CheckpointError(f"{path} is not a complete checkpoint (no {MARKER} marker)")
     try:
-        _load(trainer, path, policies, opponents)
+        state = _load(run, path, policies, opponents)
+        load_state(state)
     except CheckpointError:
         raise
     except Exception as exc:
         raise CheckpointError(f"checkpoint {path} could not be loaded: {type(exc).__name__}: {exc}") from exc
-    truncate_metrics(Path(trainer.config.output_dir) / "metrics.jsonl", trainer.step)
+    truncate_metrics(Path(run.config.output_dir) / "metrics.jsonl", state["step"])
 
 
-def _load(trainer, path: Path, policies: dict | None, opponents: list[dict] | None) -> None:
-    from autocurricula.publish.export import import_peft
-    from autocurricula.records import is_scripted
-    from autocurricula.training.optim import AdamWState
+def _load(run, path: Path, policies: dict | None, opponents: list[dict] | None) -> dict:
+    from autocurricula.training.optim import AdamWState  # mlx: the dashboard reads checkpoints without it
 
     registry = json.loads((path / "players.json").read_text())
-    trainer.pool.restore(registry, policies, opponents)
-    for p in trainer.players:
+    run.pool.restore(registry, policies, opponents)
+    for p in run.pool.players:
         if is_scripted(p):
             continue
-        trainer.engine.load_adapter(p["id"], import_peft(path / "adapters" / p["id"]), version=p.get("version"))
+        run.engine.load_adapter(p["id"], import_peft(path / "adapters" / p["id"]), version=p.get("version"))
         opt = path / "optimizer" / p["id"]
         if opt.is_dir():
-            trainer.updater.optim[p["id"]] = AdamWState.load(opt)
-    trainer.load_state_dict(json.loads((path / "state.json").read_text()))
+            run.updater.optim[p["id"]] = AdamWState.load(opt)
+    state = json.loads((path / "state.json").read_text())
     rng = json.loads((path / "rng.json").read_text())
-    trainer.rng.bit_generator.state = rng["numpy"]  # any other entry (e.g. "python") is ignored
+    run.rng.bit_generator.state = rng["numpy"]  # any other entry (e.g. "python") is ignored
+    history = run.standings.history_path
     if (path / "match_history.jsonl").is_file():  # the games up to the checkpoint, none replayed after it
-        shutil.copyfile(path / "match_history.jsonl", trainer.history_path)
+        shutil.copyfile(path / "match_history.jsonl", history)
     else:
-        trainer.history_path.unlink(missing_ok=True)
+        history.unlink(missing_ok=True)
+    return state
 
 
-def resume(trainer, resume_from_checkpoint, policies: dict | None = None) -> tuple[int, int]:
-    """``(epoch, round)`` where ``trainer`` starts: after the latest good checkpoint (or the one
-    named) when resuming, else ``(0, 0)``. A run killed before its first checkpoint starts over."""
-    from autocurricula.records import is_scripted
-
-    output_dir = trainer.config.output_dir
+def resume(run, resume_from_checkpoint, load_state: Callable[[dict], None], policies: dict | None = None,
+           opponents: list[dict] | None = None) -> Path | None:
+    """Restore ``run`` (and the trainer, through ``load_state``) from the latest good checkpoint, or
+    the one named, when resuming; the checkpoint, or None for a fresh start. A run killed before its
+    first checkpoint starts over."""
+    output_dir = run.config.output_dir
     remove_partial_checkpoints(output_dir)
     if not resume_from_checkpoint:
-        return 0, 0
+        return None
     path = resume_checkpoint(output_dir, resume_from_checkpoint)
     if path is None:  # its games and metrics are not kept
         log.warning("no complete checkpoint in %s: starting from scratch", output_dir)
         clear_run_files(output_dir)
-        return 0, 0
-    scripted = {o["id"]: o["policy"] for o in trainer.opponents if isinstance(o, dict) and "id" in o
+        return None
+    opponents = opponents or []
+    scripted = {o["id"]: o["policy"] for o in opponents if isinstance(o, dict) and "id" in o
                 and is_scripted(o)}  # the constructor's opponents bring their callables back
-    load_checkpoint(trainer, path, {**scripted, **(policies or {})}, trainer.opponents)
-    start, first_round = trainer.current_epoch, trainer.current_round + 1
-    if first_round >= trainer.config.rounds:  # saved at the end of its epoch
-        start, first_round = start + 1, 0
-    log.info("resumed from %s at epoch %d, round %d", path, start, first_round)
-    return start, first_round
-
+    load_checkpoint(run, path, load_state, {**scripted, **(policies or {})}, opponents)
+    return path

@@ -5,15 +5,17 @@ concept is shared (``output_dir``, ``seed``, ``logging_steps``, ``report_to``, `
 Settings of one part of the system sit in a group, each with its defaults defined once:
 ``engine`` (:class:`~autocurricula.engine.EngineConfig`), ``arena`` (:class:`ArenaConfig`: how
 games run), ``ratings`` (:class:`RatingConfig`) and ``credit`` (a method's name or a
-:class:`~autocurricula.credit.Credit` object carrying its own settings). A group may be given as a
-dict of its fields. The update's settings are ``GRPOConfig`` (trl's names), passed to ``train``.
+:class:`~autocurricula.credit.Credit` object carrying its own settings). A league's config adds
+one more group, ``rules``: the league's own settings, a dataclass that its ``rules_class`` names
+(``LeagueConfig.rules`` is a ``LeagueRules``). A group may be given as a dict of its fields. The
+update's settings are ``GRPOConfig`` (trl's names), passed to ``train``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, ClassVar
 
 from autocurricula.credit import Credit
 from autocurricula.engine import EngineConfig
@@ -83,7 +85,12 @@ GROUPS = {"engine": EngineConfig, "arena": ArenaConfig, "ratings": RatingConfig}
 @dataclass
 class AutocurriculumConfig:
     """The league loop's settings. ``epochs``, ``rounds`` and ``matches`` are the seed API's; the
-    rest use ``transformers.TrainingArguments`` names where they overlap."""
+    rest use ``transformers.TrainingArguments`` names where they overlap. A league's config sets
+    ``rules_class`` and declares a ``rules`` field of that class, coerced like the other groups."""
+
+    # the dataclass a league config's `rules` field takes; a subclass may only extend its parent's,
+    # because the parent's trainer reads those fields
+    rules_class: ClassVar[type | None] = None
 
     epochs: int = help_field("epochs; entry() adds players at the start of each", 4)
     rounds: int = help_field("rounds per epoch; each round plays match()'s games, then updates every learner once", 2)
@@ -131,7 +138,25 @@ class AutocurriculumConfig:
     arena: ArenaConfig = help_field("how games run (an ArenaConfig or a dict of its fields)", None)
     ratings: RatingConfig = help_field("Elo, payoff and Bradley-Terry settings (a RatingConfig or a dict)", None)
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        rules, parent = cls.rules_class, super(cls, cls).rules_class
+        if rules is not None and not (isinstance(rules, type) and is_dataclass(rules)):
+            raise TypeError(f"{cls.__name__}.rules_class must be a dataclass of the league's settings, got {rules!r}")
+        if parent is not None and not (rules is not None and issubclass(rules, parent)):
+            raise TypeError(f"{cls.__name__}.rules_class must be {parent.__name__} or a subclass of it (the league's "
+                            f"trainer reads its fields), got {rules!r}")
+
+    @classmethod
+    def _groups(cls) -> dict[str, type]:
+        """The settings groups and the class of each: ``engine``, ``arena``, ``ratings``, and ``rules``
+        when the config has a ``rules_class``."""
+        return GROUPS if cls.rules_class is None else {**GROUPS, "rules": cls.rules_class}
+
     def __post_init__(self):
+        if self.rules_class is not None and "rules" not in {f.name for f in fields(self)}:
+            raise TypeError(f"{type(self).__name__} sets rules_class but has no rules field: declare rules: "
+                            f"{self.rules_class.__name__} = help_field('...', None)")
         for name in ("epochs", "rounds", "matches", "logging_steps", "max_tokens"):
             _positive_int(type(self).__name__, name, getattr(self, name))
         if not isinstance(self.transcripts_per_pair, int) or self.transcripts_per_pair < 0:
@@ -142,7 +167,7 @@ class AutocurriculumConfig:
         if not (isinstance(self.credit, Credit) or (isinstance(self.credit, str) and self.credit)):
             raise ValueError(f"credit must be a method's name (e.g. 'rae') or a Credit object (e.g. "
                              f"autocurricula.credit.RAECredit()), got {self.credit!r}")
-        for group, cls in GROUPS.items():
+        for group, cls in self._groups().items():
             value = getattr(self, group)
             if isinstance(value, dict):
                 unknown = set(value) - {f.name for f in fields(cls)}

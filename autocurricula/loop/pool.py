@@ -14,6 +14,7 @@ is called as ``policy(prompt)`` or ``policy(prompt, rng)`` (:func:`call_scripted
 from __future__ import annotations
 
 import math
+from collections.abc import Generator, Iterable
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -121,19 +122,28 @@ class Pool:
         self.players.append(player)
         return player
 
-    def add_all(self, specs: list[dict], epoch: int) -> list[dict]:
+    def add_all(self, specs: Iterable[dict], epoch: int) -> list[dict]:
         """Add ``specs`` in order; a ``parent`` or ``snapshot_of`` that is an earlier spec of the same
-        list (see :func:`snapshot_spec`) becomes that new player's id. Returns the new players."""
+        list (see :func:`snapshot_spec`) becomes that new player's id. A generator (such as
+        ``on_round_end``) gets each new player back as the value of its ``yield``. Returns the new
+        players."""
         added: dict[int, dict] = {}  # id(spec) -> the player made from it
         out = []
-        for spec in specs:
-            resolved = spec
-            if isinstance(spec, dict):
-                links = {k: spec[k] for k in _REFERENCES if isinstance(spec.get(k), dict)}
-                resolved = {**spec, **{k: added[id(v)]["id"] if id(v) in added else _ref_id(k, v)
-                                       for k, v in links.items()}}
-            added[id(spec)] = player = self.add(resolved, epoch)
-            out.append(player)
+        generator = specs if isinstance(specs, Generator) else None
+        specs = iter(specs)
+        try:
+            spec = next(specs)
+            while True:
+                resolved = spec
+                if isinstance(spec, dict):
+                    links = {k: spec[k] for k in _REFERENCES if isinstance(spec.get(k), dict)}
+                    resolved = {**spec, **{k: added[id(v)]["id"] if id(v) in added else _ref_id(k, v)
+                                           for k, v in links.items()}}
+                added[id(spec)] = player = self.add(resolved, epoch)
+                out.append(player)
+                spec = generator.send(player) if generator is not None else next(specs)
+        except StopIteration:
+            pass
         return out
 
     def reset(self, player: dict) -> None:

@@ -3,9 +3,8 @@
 Pure Python + numpy; nothing here imports MLX.
 
 * ``Elo`` — online Elo (Elo 1978, *The Rating of Chessplayers*). Two players: the score is 1 for
-  the higher reward, 0 for the lower and 0.5 for a tie. Unlike the original autocurricula, which
-  skipped draws, draws count as 0.5. **N players**: every ordered pair (i, j) is a virtual
-  two-player game scored from their rewards, and
+  the higher reward, 0 for the lower and 0.5 for a tie. **N players**: every ordered pair (i, j)
+  is a virtual two-player game scored from their rewards, and
 
       delta_i = K / (N - 1) * sum_{j != i} (S_ij - E_ij),   E_ij = 1 / (1 + 10 ** ((r_j - r_i) / scale))
 
@@ -22,13 +21,11 @@ Pure Python + numpy; nothing here imports MLX.
   league's mixture, taking each entry at its lower confidence bound.
 * ``bradley_terry`` — batch maximum likelihood for the Bradley–Terry model (Bradley & Terry 1952;
   Hunter 2004, *MM algorithms for generalized Bradley–Terry models*), as the LMSYS Chatbot Arena
-  leaderboard does (Chiang et al. 2024) but with Newton's method on the logistic likelihood
-  instead of scikit-learn, fractional scores (a draw is half a win and half a loss) and a tiny
-  ridge (Gaussian prior on log-strengths) so that undefeated players stay finite. The ridge also
-  centres every connected component of the comparison graph. Ratings are on the Elo scale,
-  ``initial + scale * log_base(strength)``, anchored so that their **mean** is ``initial`` (the
-  Arena anchors one model at 1000 instead). ``bradley_terry_bootstrap`` gives percentile
-  intervals from resampling the records with replacement, as the Arena does.
+  leaderboard does (Chiang et al. 2024), by Newton's method, with fractional scores (a draw is half
+  a win and half a loss) and a tiny ridge (Gaussian prior on log-strengths) that keeps undefeated
+  players finite and centres every connected component of the comparison graph. Ratings are on
+  the Elo scale, ``initial + scale * log_base(strength)``, with their **mean** at ``initial``.
+  ``bradley_terry_bootstrap`` gives percentile intervals from resampling the records.
 * ``alpha_rank`` — α-Rank (Omidshafiei et al. 2019) through OpenSpiel, only when it is installed.
 """
 
@@ -38,6 +35,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from autocurricula.eval.meta import nash_mixture, robust_mixture
 
 __all__ = [
     "Elo",
@@ -66,7 +65,6 @@ class Elo:
     ``history[player]`` is a compact list of ``(step, rating)`` points, appended only when the
     player's rating changes (or it is first seen) and thinned to at most ``max_history`` points.
     """
-
     k: float = 20.0
     scale: float = 400.0
     initial: float = 1000.0
@@ -130,7 +128,6 @@ _RESULTS = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 
 class Payoff:
     """Decayed win/draw/loss counts per ordered pair (AlphaStar's payoff matrix)."""
-
     def __init__(self, decay: float = 0.99):
         self.decay = float(decay)
         self._stats: dict[str, dict[str, list[float]]] = {}  # a -> b -> [wins, draws, losses, games]
@@ -191,7 +188,6 @@ class RelativePayoff:
     ``d = (r_a - r_b) / 2`` from the first player's side (antisymmetric by construction). A pair
     with a learner in it is decayed by ``decay`` on each of its games, as :class:`Payoff` is (the
     learner's policy moves); a pair of frozen players keeps every game, so its error keeps falling."""
-
     def __init__(self, decay: float = 0.99):
         self.decay = float(decay)
         self._stats: dict[str, list[float]] = {}  # "a\tb" (a < b) -> [weight, sum, sum of squares, sum of weight^2]
@@ -273,8 +269,6 @@ def meta_weights(relative: RelativePayoff, ids: list[str], z: float = 1.0) -> di
     ``mean - z * stderr`` and an unplayed one at the worst relative reward seen
     (``autocurricula.eval.meta.robust_mixture``). A player with no game against the others gets 0
     (nothing is known of it); uniform before any game."""
-    from autocurricula.eval.meta import robust_mixture
-
     ids = list(ids)
     if not ids:
         return {}
@@ -398,7 +392,7 @@ def alpha_rank(payoff_matrix, players: list[str] | None = None, *, alpha: float 
     list of masses, or ``{player: mass}`` when ``players`` is given. Needs ``pip install open_spiel``.
     """
     try:
-        from open_spiel.python.egt import alpharank
+        from open_spiel.python.egt import alpharank  # open_spiel: optional (extra eval)
     except ImportError as e:
         raise ImportError("alpha_rank needs OpenSpiel; install it with `pip install open_spiel`") from e
     m = np.asarray(payoff_matrix, dtype=np.float64)
@@ -420,8 +414,6 @@ MIXTURE_NOTE = (f"{DEPLOY_COLUMN}: the meta-strategy over the players with an ad
 def nash_weights(payoff: Payoff, ids: list[str]) -> dict[str, float]:
     """The league's meta-strategy: each player's weight in the symmetric Nash mixture over the
     payoff matrix of ``ids`` (``autocurricula.eval.meta.nash_mixture``; uniform before any game)."""
-    from autocurricula.eval.meta import nash_mixture
-
     return nash_mixture(payoff.matrix(list(ids)), list(ids)) if ids else {}
 
 

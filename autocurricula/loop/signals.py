@@ -7,23 +7,24 @@ import contextlib
 import logging
 import signal
 import threading
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def graceful_stop(trainer):
-    """Inside the block, a signal calls ``trainer.request_stop(name)``; a second one raises
-    KeyboardInterrupt. Outside the main thread, signals cannot be caught and nothing changes."""
+def graceful_stop(request_stop: Callable[[str], bool]):
+    """Inside the block, a signal calls ``request_stop(name)``, which says whether a stop had been
+    requested already; then this one raises KeyboardInterrupt. Outside the main thread, signals
+    cannot be caught and nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
         name = signal.Signals(signum).name
-        if trainer.stop_requested:
+        if request_stop(name):
             raise KeyboardInterrupt(f"second {name}: stopped without saving this round")
-        trainer.request_stop(name)
         log.warning("%s: finishing this round, then saving a checkpoint and stopping (send it again to stop at "
                     "once, without saving)", name)
 

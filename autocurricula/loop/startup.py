@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from autocurricula.engine import Engine, RolloutEngine
+from autocurricula.publish.hub import check_model_source
 
 log = logging.getLogger(__name__)
 
@@ -20,22 +21,21 @@ def load_engine(model, cfg, lora_spec) -> tuple[Engine, str]:
     if isinstance(model, tuple) and len(model) == 2:  # (model, tokenizer) from mlx_lm.load
         name = type(model[0]).__module__.rsplit(".", 1)[-1]  # mlx_lm.models.llama -> "llama"
         return Engine(model[0], model[1], config=cfg.engine_config(lora_spec.r), name=name), name
-    from autocurricula.publish.hub import check_model_source
-
     name = check_model_source(model, fetch=True)  # an id that cannot be fetched fails here, named
     return Engine(name, config=cfg.engine_config(lora_spec.r)), name
 
 
-def open_rollout(servers, engine: Engine, api_key: str | None):
-    """Where games are played: ``engine`` itself, a RolloutEngine given as is, or the servers at
-    the given URLs (their base model is checked against ``engine``'s)."""
-    if servers is None or (not isinstance(servers, RolloutEngine) and not servers):
-        return engine
+def open_rollout(servers, engine: Engine, api_key: str | None) -> tuple[RolloutEngine, bool]:
+    """Where games are played, and whether that is elsewhere than ``engine``: ``engine`` itself, a
+    RolloutEngine given as is (e.g. a RayEngine), or the servers at the given URLs (their base
+    model is checked against ``engine``'s)."""
+    if servers is None or servers is engine or (not isinstance(servers, RolloutEngine) and not servers):
+        return engine, False
     if isinstance(servers, RolloutEngine):
-        return servers
-    from autocurricula.fleet.remote import RemoteEngine
+        return servers, True
+    from autocurricula.fleet.remote import RemoteEngine  # httpx clients: only when servers are named
 
-    return RemoteEngine(servers, base=engine, api_key=api_key)
+    return RemoteEngine(servers, base=engine, api_key=api_key), True
 
 
 def explain_schedule(grpo, total_rounds: int) -> None:

@@ -13,17 +13,20 @@ With ``max_staleness >= 1`` the same loop looks one round ahead: round r+1's gam
 and started as soon as round r's end, by the adapters from before round r's update.
 
 Subclasses override ``entry(self)`` and ``match(self)`` (and optionally ``play`` and
-``on_round_end``), reading ``self.players``, ``self.current_epoch`` and ``self.rng``. Player specs
-are plain dicts; :func:`autocurricula.loop.pool.snapshot_spec` makes the spec of a frozen copy.
+``on_round_end``), reading ``self.players``, ``self.current_epoch``, ``self.current_round`` and
+``self.rng``. Player specs are plain dicts; :func:`autocurricula.loop.pool.snapshot_spec` makes the
+spec of a frozen copy. What ``train`` builds is one typed :class:`~autocurricula.loop.run.Run`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
@@ -36,7 +39,7 @@ from autocurricula.views.callbacks import MetricsFile, Plots, Progress, Trackers
 from autocurricula.loop.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
 from autocurricula.credit import make_credit
 from autocurricula.engine import RolloutEngine
-from autocurricula.arena.game import Game, as_play, game_name
+from autocurricula.arena.game import Game, Stateful, as_play, game_name
 from autocurricula.loop.pool import Pool
 from autocurricula.records import Deal, GameRecord, Turn, is_scripted
 from autocurricula.arena.replay import Replayer
@@ -44,7 +47,8 @@ from autocurricula.loop.rounds import (ErrorGate, GameError, Played, SilenceWatc
                                   match_games, rewarded_turns, rollout_metrics, silent_learners, update_metrics)
 from autocurricula.loop.signals import graceful_stop
 from autocurricula.loop.standings import Leaderboard, Standings
-from autocurricula.loop.state import RunState
+from autocurricula.loop.run import Run
+from autocurricula.publish.export import export_player
 from autocurricula.loop.startup import explain_pipeline, explain_schedule, load_engine, open_rollout
 from autocurricula.views.tracking import make_trackers
 from autocurricula.training import Updater
@@ -55,7 +59,7 @@ __all__ = ["AutocurriculumTrainer", "GameError", "Leaderboard", "drop_stale", "r
 log = logging.getLogger(__name__)
 
 
-class AutocurriculumTrainer(RunState):
+class AutocurriculumTrainer:
     """Base trainer: override :meth:`entry` and :meth:`match` (see module docstring)."""
 
     config_class = AutocurriculumConfig
@@ -67,7 +71,7 @@ class AutocurriculumTrainer(RunState):
         config = ac_config if ac_config is not None else self.config_class()
         self.config = replace(config, **overrides) if overrides else config
         self.current_epoch = self.current_round = self.step = 0
-        self.engine = self.rollout = self.pool = self.elo = self.payoff = None
+        self.run: Run | None = None  # what train() builds
         self.stop_requested: str | None = None  # why the run stops after this round (a signal's name)
         self.metrics_log: list[dict] = []
         self.rng = np.random.default_rng(self.config.seed)  # schedules, seats and adapter init
@@ -75,7 +79,32 @@ class AutocurriculumTrainer(RunState):
     # ------------------------------------------------------------------ the user's API
     @property
     def players(self) -> list[dict]:
-        return list(self.pool.players) if self.pool is not None else []
+        return list(self.run.pool.players) if self.run is not None else []
+
+    # the run's parts that league rules, evaluators and users read
+    @property
+    def engine(self):
+        return self.run.engine
+
+    @property
+    def pool(self) -> Pool:
+        return self.run.pool
+
+    @property
+    def standings(self) -> Standings:
+        return self.run.standings
+
+    @property
+    def credit(self):
+        return self.run.credit
+
+    @property
+    def payoff(self):
+        return self.run.standings.payoff
+
+    @property
+    def elo(self):
+        return self.run.standings.elo
 
     def entry(self) -> list[dict]:
         """Specs of the players joining at ``self.current_epoch`` (default: one learner at epoch 0).
@@ -97,7 +126,7 @@ class AutocurriculumTrainer(RunState):
     def learning_rate_of(self, player_id: str) -> float:
         """A learner's peak learning rate, before the schedule: ``GRPOConfig.learning_rate``; a league
         may set it per role."""
-        return self.grpo.learning_rate
+        return self.run.grpo.learning_rate
 
     def random_seats(self, player: dict, opponent: dict) -> tuple[dict, dict]:
         """``(player, opponent)`` or ``(opponent, player)``, by a fair coin from ``self.rng``."""
@@ -155,19 +184,19 @@ class AutocurriculumTrainer(RunState):
             from autocurricula.publish.hub import check_hub_access
 
             check_hub_access(cfg.hub_model_id, private=cfg.hub_private_repo)
-        self._setup(model, lora_config, grpo_config, play, servers, api_key, callbacks)
-        start, first_round = ckpt.resume(self, resume_from_checkpoint, policies)
+        self.run = run = self._setup(model, lora_config, grpo_config, play, servers, api_key, callbacks)
+        start, first_round = self._resume(resume_from_checkpoint, policies)
         if cfg.progress:  # where everything goes, before the first bar
-            print(run_banner(cfg.output_dir, self.model_name), file=sys.stderr, flush=True)
+            print(run_banner(cfg.output_dir, run.model_name), file=sys.stderr, flush=True)
         self.stop_requested = None
         try:
-            with graceful_stop(self), threads_during(cfg.threads):
+            with graceful_stop(self.request_stop), threads_during(cfg.threads):
                 self._loop(play, start, first_round)
         finally:
-            for cb in self.callbacks:
+            for cb in run.callbacks:
                 cb.on_train_end(self)
-            if self.rollout is not self.engine and self.rollout is not servers:
-                self.rollout.close()  # the servers' connections it opened; an engine object passed in stays open
+            if run.plays_elsewhere and run.rollout is not servers:
+                run.rollout.close()  # the servers' connections it opened; an engine object passed in stays open
         if cfg.push_to_hub and not self.stop_requested:
             self.push_to_hub(cfg.hub_model_id, private=cfg.hub_private_repo)
         return self
@@ -185,16 +214,16 @@ class AutocurriculumTrainer(RunState):
             self.current_epoch = epoch
             rounds = range(first_round if epoch == start else 0, cfg.rounds)
             if rounds.start == 0:  # a run resumed mid-epoch had its entries already
-                self.pool.add_all(self.entry() or [], epoch)
+                self.run.pool.add_all(self.entry() or [], epoch)
             self._rounds(play, rounds)
             metrics = {}
-            for cb in self.callbacks:
+            for cb in self.run.callbacks:
                 metrics.update(cb.on_epoch_end(self) or {})
             if metrics:
                 self._log(metrics)
             if cfg.save_strategy == "epoch" or self.stop_requested:
-                ckpt.save_checkpoint(self, epoch)
-                self.engine.clear_prefix_cache()  # a resume from here starts with an empty cache too
+                ckpt.save_checkpoint(self.run, epoch, self.state_dict(), self.config_dict())
+                self.run.engine.clear_prefix_cache()  # a resume from here starts with an empty cache too
             if self.stop_requested:
                 log.warning("%s: saved checkpoint-%d (epoch %d, round %d) and stopped", self.stop_requested, epoch,
                             epoch, self.current_round)
@@ -203,11 +232,11 @@ class AutocurriculumTrainer(RunState):
     def _rounds(self, play, rounds: range) -> None:
         """The rounds of one epoch. With ``max_staleness >= 1`` the next round's games are matched and
         started as soon as this round's end, before its update (in the background when they play
-        elsewhere, see :meth:`_overlaps`); the look-ahead drains at the end of the epoch and on a stop
+        elsewhere, see :meth:`Run.overlaps`); the look-ahead drains at the end of the epoch and on a stop
         signal, so checkpoints never hold half a round."""
-        ahead = self.config.max_staleness > 0
+        run, ahead = self.run, self.config.max_staleness > 0
         background = ThreadPoolExecutor(1, thread_name_prefix="autocurricula-rollout") \
-            if ahead and self._overlaps() else None
+            if ahead and run.overlaps() else None
         pending, clock = None, time.perf_counter()
         try:
             for rnd in rounds:
@@ -218,14 +247,13 @@ class AutocurriculumTrainer(RunState):
                 self._results(played)
                 if ahead and rnd + 1 < rounds.stop and not self.stop_requested:
                     pending = self._start_play(play, rnd + 1, background)
-                    self.current_round = rnd
                 rating = self._rate(played.records)
                 turns, credit = self._credit(played.turns, played.records)
                 metrics = {**played.metrics, **credit, **self._update(turns), **self._league(played.records)}
                 if not ahead:
-                    self._sync_rollout()  # servers serve the new versions as soon as they exist
+                    run.sync_rollout()  # servers serve the new versions as soon as they exist
                 now = time.perf_counter()
-                metrics.update({"engine/occupancy": self.rollout.occupancy, "time/round_s": now - clock,
+                metrics.update({"engine/occupancy": run.rollout.occupancy, "time/round_s": now - clock,
                                 "time/rollout_s": played.seconds})
                 if ahead:
                     metrics["time/rollout_wait_s"] = waited if background is not None else 0.0
@@ -240,139 +268,231 @@ class AutocurriculumTrainer(RunState):
             if background is not None:  # after an error: the next round's games end before the servers close
                 background.shutdown(wait=True)
         if ahead:
-            self._sync_rollout()  # drained: the servers hold the epoch's last versions
+            run.sync_rollout()  # drained: the servers hold the epoch's last versions
 
     def _start_play(self, play, rnd: int, background: ThreadPoolExecutor | None) -> Future:
         """Push the changed adapters, match round ``rnd``'s games and play them: in ``background``
         when given, else now. A future of :class:`~autocurricula.loop.rounds.Played`."""
-        retried = self._sync_rollout()
-        self.current_round = rnd
-        games = match_games(self.match() or [], play, self.game_name, self.current_epoch, rnd, self.config.matches,
-                            self.credit.replays)
+        run = self.run
+        retried = run.sync_rollout()
+        games = match_games(self._matched(rnd), play, run.game_name, self.current_epoch, rnd, self.config.matches,
+                            run.credit.replays)
 
-        def run() -> Played:
+        def play_round() -> Played:
             t0 = time.perf_counter()
-            records = run_async(self.arena.run(games, self.config.arena.max_concurrent_games,
-                                               timeout_s=self.config.arena.game_timeout_s))
+            records = run_async(run.arena.run(games, self.config.arena.max_concurrent_games,
+                                              timeout_s=self.config.arena.game_timeout_s))
             return Played(records, time.perf_counter() - t0, retried)
 
         if background is not None:
-            return background.submit(run)
+            return background.submit(play_round)
         done = Future()
-        done.set_result(run())
+        done.set_result(play_round())
         return done
+
+    def _matched(self, rnd: int) -> list:
+        """``match()`` for round ``rnd``: ``current_round`` reads ``rnd`` while it runs (a look-ahead
+        matches the next round before this one's update), then the round being played again."""
+        playing, self.current_round = self.current_round, rnd
+        try:
+            return self.match() or []
+        finally:
+            self.current_round = playing
 
     def _results(self, played: Played) -> None:
         """A played round's turns (with rewards) and metrics; too many failed games stop here."""
-        elsewhere = self.rollout is not self.engine and any(r.error for r in played.records)
+        run = self.run
+        failed_elsewhere = run.plays_elsewhere and any(r.error for r in played.records)
         self.errors.check(played.records, f"epoch {self.current_epoch}, round {self.current_round}",
-                          self.rollout.health() if elsewhere else None)
+                          run.rollout.health() if failed_elsewhere else None)
         played.turns = rewarded_turns(played.records)
-        played.metrics = rollout_metrics(played.records, played.turns, self.players, self.arena.is_trainable)
+        played.metrics = rollout_metrics(played.records, played.turns, self.players, run.arena.is_trainable)
         if played.retried_before is not None:  # requests a failed server left, served by another
-            played.metrics["rollout/retried"] = self.rollout.stats["retried"] - played.retried_before
+            played.metrics["rollout/retried"] = run.rollout.stats["retried"] - played.retried_before
 
     def _rate(self, records: list[GameRecord]) -> dict:
         """The standings take the games and callbacks see them (transcripts); the players' Elo after them."""
-        self.standings.record(records, epoch=self.current_epoch, round_=self.current_round, step=self.step,
-                              frozen=self._frozen_ids())
-        for cb in self.callbacks:
+        standings = self.run.standings
+        standings.record(records, epoch=self.current_epoch, round_=self.current_round, step=self.step,
+                         frozen=self.run.frozen_ids())
+        for cb in self.run.callbacks:
             cb.on_games(self, records)
-        return {f"rating/elo/{p['id']}": self.standings.elo.rating(p["id"]) for p in self.players}
+        return {f"rating/elo/{p['id']}": standings.elo.rating(p["id"]) for p in self.players}
 
     def _credit(self, turns: list[Turn], records: list[GameRecord]) -> tuple[list[Turn], dict]:
         """Advantages for every turn, plus the credit method's extra turns for the learners. A method
         that replays games first sees the round's games and a replayer of them."""
         if not turns:
             return turns, {}
-        if self.credit.replays:
+        run, credit = self.run, self.run.credit
+        if credit.replays:
             arena = self.config.arena
-            self.credit.see_round(records, Replayer(self.arena, self._game, self.game_name,
-                                                    max_concurrent=arena.max_concurrent_games,
-                                                    timeout_s=arena.game_timeout_s, scorer=self.engine))
-        self.credit.assign(turns)
-        frozen = self._frozen_ids()
-        turns = turns + self.credit.extra_turns([t for t in turns if t.player not in frozen])
-        check_advantages(turns, self.credit.name)
+            credit.see_round(records, Replayer(run.arena, run.game, run.game_name,
+                                               max_concurrent=arena.max_concurrent_games,
+                                               timeout_s=arena.game_timeout_s, scorer=run.engine))
+        credit.assign(turns)
+        frozen = run.frozen_ids()
+        turns = turns + credit.extra_turns([t for t in turns if t.player not in frozen])
+        check_advantages(turns, credit.name)
         silent = silent_learners(turns, frozen)
         self.silence.see(silent)
-        return turns, {**self.credit.metrics(), "credit/silent_learners": len(silent)}
+        return turns, {**credit.metrics(), "credit/silent_learners": len(silent)}
 
     def _update(self, turns: list[Turn]) -> dict:
         """One fused update of every learner on its turns (frozen players' turns are skipped). With
         ``max_staleness`` k >= 1, turns more than k versions behind their player are dropped first."""
         if not turns:
             return {}
-        versions = {p["id"]: self.engine.adapter_info(p["id"])["version"] for p in self.players
+        run = self.run
+        versions = {p["id"]: run.engine.adapter_info(p["id"])["version"] for p in self.players
                     if not p["frozen"] and not is_scripted(p)} if self.config.max_staleness else {}
         turns, stale = fresh_turns(turns, versions, self.config.max_staleness)
         if not turns:
             return stale
         cfg = self.config  # the schedule runs over epochs x rounds; a resumed run continues it
-        lr, lr_metric = round_rates(self.grpo, {t.player: self.learning_rate_of(t.player) for t in turns},
+        lr, lr_metric = round_rates(run.grpo, {t.player: self.learning_rate_of(t.player) for t in turns},
                                     self.current_epoch * cfg.rounds + self.current_round, cfg.epochs * cfg.rounds)
         t0 = time.perf_counter()
-        out = self.updater.step(turns, lr=lr, skip=self._frozen_ids())
-        for cb in self.callbacks:
+        out = run.updater.step(turns, lr=lr, skip=run.frozen_ids())
+        for cb in run.callbacks:
             cb.on_update(self, turns, out)
-        self.pool.refresh_versions()
+        run.pool.refresh_versions()
         return {**update_metrics(out, time.perf_counter() - t0, lr_metric), **stale}
 
     def _league(self, records: list[GameRecord]) -> dict:
         """The players on_round_end() adds (snapshots), each joining before the next is decided."""
-        self.pool.add_all(self.on_round_end(records) or (), self.current_epoch)
+        self.run.pool.add_all(self.on_round_end(records) or (), self.current_epoch)
         return {}
 
     def _log(self, metrics: dict) -> None:
         row = {"step": self.step, "epoch": self.current_epoch, **metrics}
         self.metrics_log.append(row)
-        for cb in self.callbacks:
+        for cb in self.run.callbacks:
             cb.on_log(self, row)
 
-    def _frozen_ids(self) -> set[str]:
-        return {p["id"] for p in self.players if p["frozen"]}
-
-    # ------------------------------------------------------------------ where games run
-    def _overlaps(self) -> bool:
-        """Whether the next round's games can play while this round updates: only when they run
-        elsewhere (this process's engine thread runs the update), and not while a credit method
-        replays games through the same arena."""
-        return self.rollout is not self.engine and not self.credit.replays
-
-    def _sync_rollout(self) -> int | None:
-        """With servers: push every adapter that changed since the last round (updates, new players,
-        snapshots, resets) and drop removed players; returns the servers' retry count so far."""
-        if self.rollout is self.engine:
-            return None
-        self.rollout.sync_from(self.engine)
-        return self.rollout.stats["retried"]
-
-    # ------------------------------------------------------------------ setup and state
-    def _setup(self, model, lora_config, grpo_config, play, servers, api_key, callbacks) -> None:
+    # ------------------------------------------------------------------ setup
+    def _setup(self, model, lora_config, grpo_config, play, servers, api_key, callbacks) -> Run:
         cfg = self.config
-        self.lora_spec, self.grpo = coerce_lora_spec(lora_config), coerce_grpo_config(grpo_config)
-        self.credit = make_credit(cfg.credit, self.grpo, cfg.seed)
-        self.credit.check_game(play)  # e.g. moves credit needs the game's moves: say so before the model loads
-        explain_schedule(self.grpo, cfg.epochs * cfg.rounds)
-        self.engine, self.model_name = load_engine(model, cfg, self.lora_spec)
-        self.rollout = open_rollout(servers, self.engine, api_key)
-        self.game_name = cfg.game_name or game_name(play)
-        self._game = play  # a play object with state_dict / load_state_dict (e.g. an artifact store) is checkpointed
-        self.pool = Pool(self.engine, self.lora_spec, self.rng)
-        self.updater = self.rollout.make_updater(self.engine, self.grpo) or Updater(self.engine, self.grpo)
-        self.standings = Standings(cfg.ratings, cfg.output_dir, cfg.seed)
-        self.elo, self.payoff = self.standings.elo, self.standings.payoff  # what the league rules read
-        self.errors, self.silence = ErrorGate(cfg.arena.max_game_error_rate, self.game_name), SilenceWatch()
-        self.arena = Arena(self.rollout, seed=cfg.seed, temperature=self.grpo.temperature, max_tokens=cfg.max_tokens,
-                           lockstep=cfg.arena.lockstep)
+        lora, grpo = coerce_lora_spec(lora_config), coerce_grpo_config(grpo_config)
+        credit = make_credit(cfg.credit, grpo, cfg.seed)
+        credit.check_game(play)  # e.g. moves credit needs the game's moves: say so before the model loads
+        explain_schedule(grpo, cfg.epochs * cfg.rounds)
+        engine, model_name = load_engine(model, cfg, lora)
+        rollout, elsewhere = open_rollout(servers, engine, api_key)
+        name = cfg.game_name or game_name(play)
+        standings = Standings(cfg.ratings, cfg.output_dir, cfg.seed)
+        self.errors, self.silence = ErrorGate(cfg.arena.max_game_error_rate, name), SilenceWatch()
+        arena = Arena(rollout, seed=cfg.seed, temperature=grpo.temperature, max_tokens=cfg.max_tokens,
+                      lockstep=cfg.arena.lockstep)
+        updater = rollout.make_updater(engine, grpo) or Updater(engine, grpo)
         Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
-        trackers = make_trackers(cfg.report_to, "autocurricula", cfg.run_name, self.config_dict(), cfg.output_dir)
         shown = [Progress()] if cfg.progress else []
-        self.callbacks = [*callback_list(callbacks), *shown, Plots(), Transcripts(), MetricsFile(), Trackers(trackers)]
-        explain_pipeline(cfg.max_staleness, self.grpo.num_iterations, self.rollout is self.engine,
-                         self.credit.replays, self.credit.name)
+        run = Run(config=cfg, grpo=grpo, lora=lora, model_name=model_name, engine=engine, rollout=rollout,
+                  plays_elsewhere=elsewhere, game=play, game_name=name, pool=Pool(engine, lora, self.rng),
+                  updater=updater, standings=standings, credit=credit, rng=self.rng, arena=arena,
+                  callbacks=[*callback_list(callbacks), *shown, Plots(), Transcripts(), MetricsFile()])
+        self.run = run
+        trackers = make_trackers(cfg.report_to, "autocurricula", cfg.run_name, self.config_dict(), cfg.output_dir)
+        run.callbacks.append(Trackers(trackers))
+        explain_pipeline(cfg.max_staleness, grpo.num_iterations, not elsewhere, credit.replays, credit.name)
+        return run
 
-    def request_stop(self, reason: str = "stop requested") -> None:
+    def _resume(self, resume_from_checkpoint, policies: dict | None) -> tuple[int, int]:
+        """``(epoch, round)`` where training starts: after the checkpoint resumed from, else ``(0, 0)``."""
+        path = ckpt.resume(self.run, resume_from_checkpoint, self.load_state_dict, policies, self.opponents)
+        if path is None:
+            return 0, 0
+        start, first_round = self.current_epoch, self.current_round + 1
+        if first_round >= self.config.rounds:  # saved at the end of its epoch
+            start, first_round = start + 1, 0
+        log.info("resumed from %s at epoch %d, round %d", path, start, first_round)
+        return start, first_round
+
+    def request_stop(self, reason: str = "stop requested") -> bool:
         """Finish the running round, save a checkpoint and return from ``train`` (what SIGINT and
-        SIGTERM do)."""
-        self.stop_requested = reason
+        SIGTERM do). Whether a stop had been requested already."""
+        already = self.stop_requested is not None
+        self.stop_requested = self.stop_requested or reason
+        return already
+
+    # ------------------------------------------------------------------ state and publishing
+    def config_dict(self) -> dict:
+        """The run's settings as JSON: trainer, model, config, credit, GRPO and LoRA."""
+        run = self.run
+        out = {"trainer": type(self).__name__, "model": run.model_name, "config": asdict(self.config),
+               "credit": run.credit.name, "grpo": asdict(run.grpo), "lora": asdict(run.lora)}
+        return json.loads(json.dumps(out, default=str))
+
+    def state_dict(self) -> dict:
+        """The run's position, standings, credit state, subclass state and game state (JSON-able)."""
+        run = self.run
+        game = run.game.state_dict() if isinstance(run.game, Stateful) else None
+        return {"epoch": self.current_epoch, "round": self.current_round, "step": self.step,
+                "updater_steps": run.updater.steps, **run.standings.state_dict(), **run.credit.state_dict(),
+                "extra": self.extra_state(), "game": game}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Back to what :meth:`state_dict` returned (the adapters and optimizers load beside it)."""
+        run = self.run
+        self.current_epoch, self.current_round, self.step = state["epoch"], state["round"], state["step"]
+        run.updater.steps = state["updater_steps"]
+        run.standings.load_state_dict(state)
+        run.credit.load_state_dict(state)
+        self.load_extra_state(state.get("extra") or {})
+        if state.get("game") is not None and isinstance(run.game, Stateful):
+            run.game.load_state_dict(state["game"])
+
+    def extra_state(self) -> dict:
+        """Subclass state to checkpoint (JSON-able)."""
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        pass
+
+    def reset_player(self, player: dict) -> None:
+        """Back to the base model; its optimizer state is dropped."""
+        self.run.pool.reset(player)
+        self.run.updater.optim.pop(player["id"], None)
+
+    def export(self, player_id: str, folder: str | Path, format: str = "peft") -> Path:
+        """Write a trained player's adapter: ``"peft"`` (``PeftModel.from_pretrained``) or ``"mlx"``
+        (``mlx_lm.load(base, adapter_path=folder)``). Returns the folder."""
+        return export_player(self.run, player_id, folder, format)
+
+    def meta_population(self) -> list[dict]:
+        """The players of the league's meta-game, whose mixture the leaderboard and
+        :meth:`deployable_mixture` give: every player; a league may narrow it (PSRO: its frozen population)."""
+        return self.players
+
+    def deployable_mixture(self) -> dict[str, float]:
+        """The policy to deploy: ``{player id: weight}`` over the meta-game's players that have an adapter, the
+        league's meta-strategy among them (relative payoffs, each entry at its lower confidence
+        bound; :meth:`~autocurricula.loop.standings.Standings.meta_strategy`). Draw one adapter per game
+        by these weights. Players with weight 0 are left out."""
+        weights = self.standings.meta_strategy([p["id"] for p in self.meta_population() if not is_scripted(p)])
+        return {pid: w for pid, w in weights.items() if w > 0}
+
+    def export_mixture(self, folder: str | Path, format: str = "peft") -> Path:
+        """Write the deployable mixture: each adapter with weight > 0 in ``folder/<player id>``
+        (``format`` as :meth:`export`) and ``folder/mixture.json``, ``{"weights": {id: weight},
+        "base_model": ...}``, written last, so a folder with it is complete. Returns the folder."""
+        folder = Path(folder)
+        weights = self.deployable_mixture()
+        for pid in weights:
+            self.export(pid, folder / pid, format)
+        tmp = folder / "mixture.json.tmp"
+        tmp.write_text(json.dumps({"weights": weights, "base_model": str(self.run.model_name), "format": format,
+                                   "game": self.run.game_name}, indent=2))
+        os.replace(tmp, folder / "mixture.json")
+        return folder
+
+    def push_to_hub(self, repo_id: str, *, private: bool = False, token: str | None = None,
+                    revision: str | None = None, endpoint: str | None = None) -> str:
+        """Every player as a peft adapter (a folder each, with its card) plus the league card,
+        match history and plots, in one commit."""
+        from autocurricula.publish.hub import league_card, push_league  # huggingface_hub: optional
+
+        board, mixture = self.leaderboard, self.deployable_mixture()
+        card = league_card(self.run, board, mixture, self.config_dict(), type(self).__name__, self.current_epoch + 1)
+        return push_league(self.run, repo_id, board, card, mixture, private=private, token=token,
+                           revision=revision, endpoint=endpoint)

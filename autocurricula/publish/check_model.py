@@ -7,15 +7,22 @@ mlx-lm loads the exported mlx adapter. docs/models.md holds the table for every 
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams
 from autocurricula.engine.models import UnsupportedModelError, register
+from autocurricula.publish.export import export_mlx, export_peft
+from autocurricula.publish.hub import check_model_source
+from autocurricula.records import Turn
+from autocurricula.training import Updater
+from autocurricula.training.config import GRPOConfig
 
 CHECKS = ("load", "generate", "multi-lora", "prefix cache", "update", "peft export", "mlx export")
 PLAYERS = 4
@@ -37,9 +44,7 @@ class CheckResult:
 
 def resolve(model: str | Path) -> Path:
     """The local folder of a model folder or Hub id (downloaded as ``mlx_lm.load`` does)."""
-    from mlx_lm.utils import _download
-
-    from autocurricula.publish.hub import check_model_source
+    from mlx_lm.utils import _download  # mlx_lm imports transformers: not on import
 
     return Path(_download(check_model_source(model)))
 
@@ -115,7 +120,7 @@ class _Checks:
             want = _torch_greedy(self.reference, prompt, self.max_tokens)
             if got != want:
                 return False, f"engine {got} != transformers {want} after a {len(prompt)}-token prompt"
-        import torch
+        import torch  # torch: optional (extra hf); here only with a transformers reference
 
         with torch.no_grad():
             theirs = self.reference(torch.tensor([prompts[1]])).logits[0].float().numpy()
@@ -156,10 +161,6 @@ class _Checks:
         return True, f"{reused} of {len(prompt)} prompt tokens reused, same tokens"
 
     def update(self):
-        from autocurricula.records import Turn
-        from autocurricula.training import Updater
-        from autocurricula.training.config import GRPOConfig
-
         self._install()
         name = self.players[0]
         before = self.engine.logits(self.prompt, name)
@@ -176,10 +177,9 @@ class _Checks:
         return True, f"loss {metrics.get('loss', float('nan')):.4f}, logits moved by up to {moved:.3g}"
 
     def peft_export(self):
-        from autocurricula.publish.export import export_peft
-
         if self.reference is None:
             return None, "not run: no transformers weights (MLX-quantized folder)"
+        # torch and peft: optional (extra hf)
         import torch
         from peft import PeftModel
 
@@ -198,10 +198,7 @@ class _Checks:
         return True, f"PeftModel logits within {diff:.2g}"
 
     def mlx_export(self):
-        import mlx.core as mx
-        from mlx_lm import load
-
-        from autocurricula.publish.export import export_mlx
+        from mlx_lm import load  # mlx_lm imports transformers: not on import
 
         self._install()
         name = self.players[2]
@@ -219,11 +216,10 @@ class _Checks:
 
 def _load_reference(folder: Path):
     """transformers' float32 model of the folder, or None when it holds only MLX-quantized weights."""
-    import json
-
     config = json.loads((folder / "config.json").read_text())
     if "quantization" in config:
         return None
+    # torch (extra hf) and transformers: only for a reference on unquantized weights
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -231,7 +227,7 @@ def _load_reference(folder: Path):
 
 
 def _torch_greedy(model, prompt: list[int], steps: int) -> list[int]:
-    import torch
+    import torch  # torch: optional (extra hf)
 
     ids = list(prompt)
     with torch.no_grad():

@@ -22,8 +22,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from autocurricula.engine import module_names
+from autocurricula.records import is_scripted
 from autocurricula.engine.adapters import (PEFT_PREFIX, AdapterError, AdapterWeights, load_folder, renamed,
                                            write_mlx_folder)
 
@@ -84,7 +86,7 @@ def peft_config(weights: AdapterWeights, base_model_name_or_path: str, use_rslor
            "fan_in_fan_out": False, "use_rslora": use_rslora, "use_dora": False, "modules_to_save": None,
            "init_lora_weights": True, "inference_mode": True, "rank_pattern": {}, "alpha_pattern": {}}
     try:  # let peft fill in the fields of the installed version, so it loads without warnings
-        from peft import LoraConfig
+        from peft import LoraConfig  # peft: optional (extra hf), and it imports torch
 
         full = LoraConfig(**{k: v for k, v in cfg.items() if k != "peft_type"}).to_dict()
         full["target_modules"] = targets
@@ -107,8 +109,6 @@ def export_peft(weights: AdapterWeights, folder: str | Path, base_model_name_or_
     ``"gpt2"``) picks transformers' module names; it is read from the base model's ``config.json``
     (a local folder or the Hugging Face cache) when not given.
     """
-    from safetensors.numpy import save_file
-
     folder = Path(folder)
     if num_model_layers is None and (Path(base_model_name_or_path) / "config.json").is_file():
         num_model_layers = model_num_layers(base_model_name_or_path)
@@ -189,27 +189,26 @@ def import_peft(source: str | Path, *, revision: str | None = None, token: str |
     if not path.exists():
         if str(source).count("/") != 1 or str(source).startswith((".", "/")):
             raise AdapterError(f"{source} is neither an adapter folder nor a Hub repo id ('owner/name')")
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # huggingface_hub (extra hub): only for a Hub id
 
         path = Path(snapshot_download(str(source), revision=revision, token=token,
                                       allow_patterns=["adapter_config.json", "*.safetensors"]))
     return load_folder(path, model_type=model_type)
 
 
-def export_player(trainer, player_id: str, folder, format: str = "peft") -> Path:
-    """A trainer's player as a ``"peft"`` or ``"mlx"`` adapter folder (``trainer.export``)."""
-    from autocurricula.records import is_scripted
-
+def export_player(run, player_id: str, folder, format: str = "peft") -> Path:
+    """A player of ``run`` (a :class:`~autocurricula.loop.run.Run`) as a ``"peft"`` or ``"mlx"``
+    adapter folder (``trainer.export``)."""
     if format not in ("peft", "mlx"):
         raise ValueError(f"format must be 'peft' or 'mlx', got {format!r}")
-    player = next((p for p in trainer.players if p["id"] == player_id), None)
+    player = next((p for p in run.pool.players if p["id"] == player_id), None)
     if player is None:
         raise KeyError(f"no player {player_id!r} in the pool")
     if is_scripted(player):
         raise ValueError(f"{player_id} is a scripted player: it has no adapter to export")
-    weights = trainer.engine.adapter_weights(player_id)
-    layers = model_num_layers(trainer.engine.linear_dims)
+    weights = run.engine.adapter_weights(player_id)
+    layers = model_num_layers(run.engine.linear_dims)
     if format == "peft":
-        return export_peft(weights, folder, trainer.model_name, use_rslora=trainer.lora_spec.use_rslora,
+        return export_peft(weights, folder, run.model_name, use_rslora=run.lora.use_rslora,
                            num_model_layers=layers)
     return export_mlx(weights, folder, layers)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,7 +33,7 @@ class HubAccessError(RuntimeError):
 
 def hub_failure_cause(exc: BaseException) -> str:
     """Why a Hub call failed, in words: no network, no token, a rejected token, or no permission."""
-    from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
+    from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError  # huggingface_hub: optional (extra hub)
 
     if isinstance(exc, LocalTokenNotFoundError):
         return f"no Hugging Face token is set: log in with {LOGIN}"
@@ -61,7 +62,7 @@ def _hub_call(repo_id: str, doing: str, call):
 
 
 def _is_repo_id(text: str) -> bool:
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    from huggingface_hub.utils import HFValidationError, validate_repo_id  # huggingface_hub: optional (extra hub)
 
     try:
         validate_repo_id(text)
@@ -92,6 +93,7 @@ def check_model_source(model, *, fetch: bool = False) -> str:
 def fetch_model(repo_id: str) -> Path:
     """The local folder of Hub model ``repo_id``, downloaded (or found in the cache) as ``mlx_lm.load``
     does; a :class:`ModelNotFoundError` without the download's traceback when it cannot be had."""
+    # huggingface_hub (extra hub) and mlx_lm (it imports transformers): only when a model is fetched
     from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
     from mlx_lm.utils import _download  # the very download of mlx_lm.load, so the engine finds it cached
 
@@ -136,7 +138,7 @@ def check_hub_access(repo_id: str, *, private: bool = False, token: str | None =
                      endpoint: str | None = None) -> None:
     """Before training with ``push_to_hub=True``: the token is accepted (``whoami``) and the repo
     can be created (as ``transformers.Trainer`` does at start); a :class:`HubAccessError` otherwise."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # huggingface_hub: optional (extra hub)
 
     api = HfApi(endpoint=endpoint, token=token)
     try:
@@ -187,7 +189,7 @@ def push_to_hub(weights: AdapterWeights, repo_id: str, base_model: str, *, name:
     """Export ``weights`` as a peft adapter with its model card and upload it; returns the commit URL.
 
     ``path_in_repo`` puts the player in a folder (one repo, a folder per player)."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # huggingface_hub: optional (extra hub)
 
     api = HfApi(endpoint=endpoint, token=token)
     _hub_call(repo_id, "create", lambda: api.create_repo(repo_id, private=private, exist_ok=True, token=token))
@@ -202,28 +204,27 @@ def push_to_hub(weights: AdapterWeights, repo_id: str, base_model: str, *, name:
     return str(info)
 
 
-def league_card(trainer) -> str:
-    """README.md of a league repo: leaderboard, the deployable mixture (Nash over the players with
-    an adapter) beside the league's meta-strategy (Nash over every player), payoff matrix, lineage
-    and config."""
-    import json
-
-    rows = trainer.leaderboard.rows
-    ids = [p["id"] for p in trainer.players]
-    matrix = trainer.payoff.matrix(ids)
-    base = hub_base_model(trainer.model_name)
+def league_card(run, leaderboard, mixture: dict, settings: dict, trainer_name: str, epochs: int) -> str:
+    """README.md of a league repo (``run``: a :class:`~autocurricula.loop.run.Run`): leaderboard, the
+    deployable ``mixture`` (Nash over the players with an adapter) beside the league's meta-strategy
+    (Nash over every player), payoff matrix, lineage and the run's ``settings``."""
+    rows = leaderboard.rows
+    players = run.pool.players
+    ids = [p["id"] for p in players]
+    matrix = run.standings.payoff.matrix(ids)
+    base = hub_base_model(run.model_name)
     lines = ["---", "library_name: peft"] + ([f"base_model: {base}"] if base else [])
     lines += ["tags:", "- autocurricula", "- lora", "- peft", "- self-play", "- league", "---", "",
-              f"# League: {trainer.game_name}", "",
-              f"{len(ids)} players of `{base or Path(str(trainer.model_name)).name}`"
+              f"# League: {run.game_name}", "",
+              f"{len(ids)} players of `{base or Path(str(run.model_name)).name}`"
               f"{'' if base else ' (a local base model, not on the Hub: no base_model in the metadata)'}"
               ", trained with autocurricula "
-              f"(`{type(trainer).__name__}`, {trainer.current_epoch + 1} epochs). Each player is a peft LoRA adapter "
+              f"(`{trainer_name}`, {epochs} epochs). Each player is a peft LoRA adapter "
               "in the folder named after it.", "", "## Leaderboard", "",
               "| rank | player | role | epoch | frozen | Elo | BT (95% CI) | games | deployable weight | Nash weight |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     nash = {r["id"]: r["nash"] for r in rows if r.get("nash") is not None}
-    deploy = {r["id"]: r["deploy"] for r in rows if r.get("deploy")}  # = trainer.deployable_mixture()
+    deploy = {pid: w for pid, w in mixture.items() if w}
     for r in rows:
         bt = "-" if r.get("bt") is None else f"{r['bt']:.0f} ({r['bt_low']:.0f}-{r['bt_high']:.0f})"
         elo = f"{r['elo']:.1f}" if r.get("games") else "unrated"
@@ -250,41 +251,39 @@ def league_card(trainer) -> str:
     lines += [f"| {a} | " + " | ".join(f"{v:.2f}" for v in row) + " |" for a, row in zip(ids, matrix)]
     lines += ["", "## Lineage", ""]
     lines += [f"- `{p['id']}` ← `{p.get('parent') or 'base'}`" + (" (frozen)" if p.get("frozen") else "")
-              for p in trainer.players]
-    lines += ["", "## Config", "", "```json", json.dumps(trainer.config_dict(), indent=1), "```", ""]
+              for p in players]
+    lines += ["", "## Config", "", "```json", json.dumps(settings, indent=1), "```", ""]
     return "\n".join(lines)
 
 
-def push_league(trainer, repo_id: str, *, private: bool = False, token: str | None = None,
-                revision: str | None = None, endpoint: str | None = None) -> str:
-    """Stage every player (peft folder + card), the league card, match history and plots, and
-    upload them in one commit; returns the commit URL."""
-    import shutil
-
-    from huggingface_hub import HfApi
+def push_league(run, repo_id: str, leaderboard, card: str, mixture: dict, *, private: bool = False,
+                token: str | None = None, revision: str | None = None, endpoint: str | None = None) -> str:
+    """Stage every player of ``run`` (peft folder + card), the league ``card``, the deployable
+    ``mixture``, match history and plots, and upload them in one commit; returns the commit URL."""
+    from huggingface_hub import HfApi  # huggingface_hub: optional (extra hub)
 
     api = HfApi(endpoint=endpoint, token=token)
     _hub_call(repo_id, "create", lambda: api.create_repo(repo_id, private=private, exist_ok=True, token=token))
-    elo = {r["id"]: r for r in trainer.leaderboard.rows}
-    base = hub_base_model(trainer.model_name)
+    elo = {r["id"]: r for r in leaderboard.rows}
+    base = hub_base_model(run.model_name)
     with tempfile.TemporaryDirectory() as tmp:
         stage = Path(tmp)
-        for p in trainer.players:
+        for p in run.pool.players:
             if is_scripted(p):
                 continue
             row = elo.get(p["id"], {})
-            card = model_card(p["id"], base, role=p.get("role"), parent=p.get("parent") or "base",
-                              elo=row.get("elo"), games=row.get("games"), epoch=p.get("epoch"))
-            export_peft(trainer.engine.adapter_weights(p["id"]), stage / p["id"], base or trainer.model_name,
-                        use_rslora=trainer.lora_spec.use_rslora, readme=card)
-        (stage / "README.md").write_text(league_card(trainer))
-        (stage / "mixture.json").write_text(json.dumps({"weights": trainer.deployable_mixture(),
-                                                        "base_model": base or str(trainer.model_name)}, indent=2))
-        out = Path(trainer.config.output_dir)
+            player_card = model_card(p["id"], base, role=p.get("role"), parent=p.get("parent") or "base",
+                                     elo=row.get("elo"), games=row.get("games"), epoch=p.get("epoch"))
+            export_peft(run.engine.adapter_weights(p["id"]), stage / p["id"], base or run.model_name,
+                        use_rslora=run.lora.use_rslora, readme=player_card)
+        (stage / "README.md").write_text(card)
+        (stage / "mixture.json").write_text(json.dumps({"weights": mixture,
+                                                        "base_model": base or str(run.model_name)}, indent=2))
+        out = Path(run.config.output_dir)
         for name in ("match_history.jsonl", "elo.png", "payoff.png"):
             if (out / name).is_file():
                 shutil.copyfile(out / name, stage / name)
         info = _hub_call(repo_id, "upload to", lambda: api.upload_folder(
             repo_id=repo_id, folder_path=str(stage), revision=revision, token=token,
-            commit_message=f"League of {len(trainer.players)} players (autocurricula)"))
+            commit_message=f"League of {len(run.pool.players)} players (autocurricula)"))
     return str(info)

@@ -11,6 +11,11 @@ import logging
 from pathlib import Path
 from typing import Callable
 
+from tqdm.auto import tqdm
+
+from autocurricula.views.plots import plot_elo, plot_payoff
+from autocurricula.views.transcripts import FILENAME as TRANSCRIPTS, write_transcripts
+
 log = logging.getLogger(__name__)
 
 
@@ -71,8 +76,6 @@ class Plots(TrainerCallback):
     """``elo.png`` and ``payoff.png`` in ``output_dir`` after every epoch."""
 
     def on_epoch_end(self, trainer) -> None:
-        from autocurricula.views.plots import plot_elo, plot_payoff
-
         out = Path(trainer.config.output_dir)
         try:
             plot_elo(trainer.standings.elo.history, out / "elo.png")
@@ -86,9 +89,9 @@ class Transcripts(TrainerCallback):
     """The text of the last games of each pair, for ``autocurricula dashboard``."""
 
     def on_games(self, trainer, records: list) -> None:
-        from autocurricula.views.transcripts import write_transcripts
-
-        write_transcripts(trainer, records)
+        cfg = trainer.config
+        write_transcripts(Path(cfg.output_dir) / TRANSCRIPTS, cfg.transcripts_per_pair, records, trainer.engine.decode,
+                          trainer.current_epoch, trainer.current_round, fresh=trainer.step == 0)
 
 
 class Progress(TrainerCallback):
@@ -102,8 +105,6 @@ class Progress(TrainerCallback):
         if "rollout/games" not in row:  # a round's row; the epoch's callbacks log their own
             return
         if self.bar is None:
-            from tqdm.auto import tqdm
-
             rounds = trainer.config.rounds
             self.bar = tqdm(total=rounds, initial=min(trainer.current_round, rounds), leave=False, unit="round",
                             desc=f"epoch {trainer.current_epoch} rounds")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # matplotlib: only when a plot is drawn, and its backend set before pyplot loads
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt

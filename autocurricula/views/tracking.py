@@ -62,14 +62,14 @@ def make_trackers(report_to: list[str], project: str, run_name: str | None, conf
     for name in report_to:
         try:
             if name == "wandb":
-                import wandb
+                import wandb  # wandb: optional (extra wandb)
 
                 if "WANDB_MODE" not in os.environ and not os.environ.get("WANDB_API_KEY"):
                     os.environ["WANDB_MODE"] = "offline"  # no key: log locally, never prompt or wait
                 wandb.init(project=project, name=run_name, config=config, dir=output_dir)
                 t = _Tracker(wandb)
             elif name == "trackio":
-                import trackio
+                import trackio  # trackio: optional, not a dependency
 
                 trackio.init(project=project, name=run_name, config=config)
                 t = _Tracker(trackio)

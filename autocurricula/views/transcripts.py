@@ -86,14 +86,11 @@ def update_transcripts(path: str | Path, new: list[dict], per_pair: int, fresh: 
         raise
 
 
-def write_transcripts(trainer, records) -> None:
-    """The trainer's hook after each round: text of the round's finished games, last N per pair."""
-    per_pair = getattr(trainer.config, "transcripts_per_pair", 0)
+def write_transcripts(path: Path, per_pair: int, records, decode, epoch: int, round_: int, *, fresh: bool) -> None:
+    """After each round: the text of the round's finished games into ``path``, the last
+    ``per_pair`` of each pair (0 = off). ``fresh`` (a run's first round) drops an older run's games."""
     if not per_pair:
         return
     done = keep_last([{"game_id": r.game_id, "players": [p["id"] for p in r.players], "record": r}
                       for r in records if not r.error], per_pair)  # decode only what will be kept
-    new = [game_entry(e["record"], trainer.engine.decode, trainer.current_epoch, trainer.current_round)
-           for e in done]
-    # step 0 is a run's first round (a resumed run restores its step): an older run's games go
-    update_transcripts(Path(trainer.config.output_dir) / FILENAME, new, per_pair, fresh=trainer.step == 0)
+    update_transcripts(path, [game_entry(e["record"], decode, epoch, round_) for e in done], per_pair, fresh=fresh)
