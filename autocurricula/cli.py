@@ -105,8 +105,11 @@ def _train(args) -> None:
     known = {f.name for f in dataclasses.fields(config_cls)}
     unknown = set(settings) - known
     if unknown:
+        league_own = sorted(unknown & {f.name for f in dataclasses.fields(config_cls.rules_class)})
+        where = f"; {league_own} are {config_cls.rules_class.__name__} settings: put them under 'rules:'" \
+            if league_own else ""
         raise SystemExit(f"unknown {config_name} settings {sorted(unknown)}; known: {sorted(known)} "
-                         "(plus 'grpo:' and 'lora:' sections)")
+                         f"(plus 'grpo:' and 'lora:' sections){where}")
     module, _, fn = args.game.partition(":")
     name = module if ("." in module or fn) else f"autocurricula.games.{module}"
     if "" not in sys.path and os.getcwd() not in sys.path:
@@ -256,7 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--model", required=True, help="Hugging Face id or local folder")
     tr.add_argument("--game", default="tictactoe", help="a module of autocurricula.games, or module.path:function")
     tr.add_argument("--league", default="league", choices=sorted(LEAGUES))
-    tr.add_argument("--config", default=None, help="YAML with config fields, plus optional 'grpo:' and 'lora:' sections")
+    tr.add_argument("--config", default=None,
+                    help="YAML of the league config's fields; the league's own settings (LeagueRules, SelfPlayRules, "
+                         "...: main_agents, games_per_round...) go in a 'rules:' mapping; optional 'grpo:' and "
+                         "'lora:' sections")
     tr.add_argument("--epochs", type=int, default=None)
     tr.add_argument("--rounds", type=int, default=None)
     tr.add_argument("--seed", type=int, default=None)

@@ -1,14 +1,20 @@
 """The records every layer shares: what a game hands back (:class:`Generation`), what it logs
 (:class:`Call`), what it produced (:class:`GameRecord`) and what a learner trains on
-(:class:`Turn`), the match entry whose games share a deal (:class:`Deal`), plus the test of a
-scripted player. Plain data, no MLX and no engine."""
+(:class:`Turn`), the match entry whose games share a deal (:class:`Deal`), the test of a scripted
+player, and :func:`help_field`, the field every config declares. Plain data, no MLX and no engine."""
 
 from __future__ import annotations
 
 import inspect
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from typing import Any, Callable, NamedTuple
+
+
+def help_field(text: str, default=MISSING, *, default_factory=MISSING):
+    """A dataclass field with its help text (shown by ``autocurricula train --help``); a mutable
+    default comes from ``default_factory``."""
+    return field(default=default, default_factory=default_factory, metadata={"help": text})
 
 
 @dataclass

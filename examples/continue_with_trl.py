@@ -51,8 +51,8 @@ def export_league_player(out: Path, rounds: int) -> tuple[Path, Path]:
                       batch_size=32, learning_rate=3e-3)
     adapter = out / "league-player"
     if not (adapter / "adapter_config.json").is_file():
-        trainer = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=rounds, games_per_round=16, max_tokens=2,
-                                                 progress=False, output_dir=str(out / "league"),
+        trainer = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=rounds, rules={"games_per_round": 16},
+                                                 max_tokens=2, progress=False, output_dir=str(out / "league"),
                                                  overwrite_output_dir=True))
         trainer.train(str(warm), tictactoe.play)
         player = trainer.players[-1]["id"]

@@ -87,12 +87,12 @@ class Solo(AutocurriculumTrainer):
     config_class = SelfPlayConfig
 
     def match(self):
-        return [(self.players[0],)] * self.config.games_per_round
+        return [(self.players[0],)] * self.config.rules.games_per_round
 
 
 before = figures(None)
 print(json.dumps({"before": before}), flush=True)
-config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.prompts, credit="grpo",
+config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, rules={"games_per_round": args.prompts}, credit="grpo",
                         output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=4,
                         ratings={"bt_bootstrap": 0}, progress=False, logging_steps=10)
 trainer = Solo(config)

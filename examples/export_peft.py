@@ -17,8 +17,8 @@ from autocurricula import SelfPlayConfig, SelfPlayTrainer, build_tiny_model
 from autocurricula.games import highest_string
 
 base = str(build_tiny_model("runs/export-peft/tiny-llama"))
-trainer = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=16, max_tokens=4, progress=False,
-                                         output_dir="runs/export-peft/run", overwrite_output_dir=True))
+trainer = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, rules={"games_per_round": 16}, max_tokens=4,
+                                         progress=False, output_dir="runs/export-peft/run", overwrite_output_dir=True))
 trainer.train(base, highest_string.play)
 player = trainer.players[0]["id"]
 folder = trainer.export(player, "runs/export-peft/adapter")  # format="mlx" for mlx_lm.load(adapter_path=...)

@@ -35,13 +35,15 @@ line is one JSON object with the figures.
 import argparse
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
-from autocurricula import LeagueConfig, LeagueTrainer
+from autocurricula import LeagueConfig, LeagueRules, LeagueTrainer
 from autocurricula.games import kuhn_poker
 from autocurricula.leagues.league import EXPLOITER_ROLES
+from autocurricula.training.config import help_field
 
 CURVES = ("mixture", "latest", "selfplay")
 
@@ -69,14 +71,15 @@ def parse_args(argv=None):
                         "(per legal move with --branch-advantage moves)")
     parser.add_argument("--branch-advantage", default="moves", choices=["moves", "return", "td"],
                         help="credit branch: 'moves' (default) branches both legal moves and regresses the policy "
-                        "toward softmax(Q / tau), bounded; 'return' is A = G - V(s) on the sampled move")
+                        "toward softmax(Q / tau), bounded; 'return' is A = G - V(s) on the sampled move; 'td' "
+                        "is V(s') - V(s) (TDBranchCredit, credit_variants.py)")
     parser.add_argument("--move-temperature", type=float, default=0.15, help="tau of --branch-advantage moves")
     parser.add_argument("--move-clip", type=float, default=6.0, help="bound on the centred target logit of moves")
     parser.add_argument("--move-loss", default="residual", choices=["residual", "cross_entropy"],
                         help="the moves' loss (BestReplyCredit.move_loss, examples/best_reply_credit.py)")
     parser.add_argument("--learning-rate", type=float, default=5e-3)
     parser.add_argument("--exploiter-learning-rate", type=float, default=1e-2,
-                        help="the exploiters' learning rate (KuhnLeagueConfig.exploiter_learning_rate): higher than "
+                        help="the exploiters' learning rate (KuhnLeagueRules.exploiter_learning_rate): higher than "
                         "the main agent's, so that each exploiter snapshot is nearer a best response")
     parser.add_argument("--lr-schedule", default="constant", choices=["constant", "linear", "cosine"],
                         help="learning-rate schedule over the run's rounds (GRPOConfig.lr_scheduler_type)")
@@ -153,6 +156,12 @@ def credit_of(args):
 
     branch = dict(samples=args.branch_samples, advantage=args.branch_advantage, move_temperature=args.move_temperature,
                   move_clip=args.move_clip)
+    if args.branch_advantage == "td":
+        from credit_variants import TDBranchCredit
+
+        if args.move_loss != "residual":
+            raise ValueError("--move-loss shapes the listed moves' targets: it needs --branch-advantage moves")
+        return TDBranchCredit(samples=args.branch_samples)
     if args.move_loss == "residual":
         return BranchCredit(**branch)
     from best_reply_credit import BestReplyCredit
@@ -168,18 +177,26 @@ def common(args, output_dir: str) -> dict:
 
 
 @dataclass
-class KuhnLeagueConfig(LeagueConfig):
-    """``LeagueConfig`` plus the exploiters' own learning rate."""
+class KuhnLeagueRules(LeagueRules):
+    """``LeagueRules`` plus the exploiters' own learning rate."""
 
-    exploiter_learning_rate: float | None = field(default=None, metadata={
-        "help": "peak learning rate of the main and league exploiters (None = GRPOConfig.learning_rate); "
-                "GRPOConfig's schedule scales it alike. Higher lets an exploiter reach a best response sooner"})
+    exploiter_learning_rate: float | None = help_field("peak learning rate of the main and league exploiters (None = "
+                                                       "GRPOConfig.learning_rate); GRPOConfig's schedule scales it "
+                                                       "alike. Higher lets an exploiter reach a best response sooner",
+                                                       None)
 
     def __post_init__(self):
         if self.exploiter_learning_rate is not None and not self.exploiter_learning_rate > 0:
-            raise ValueError(f"exploiter_learning_rate must be > 0 (None = GRPOConfig.learning_rate), got "
-                             f"{self.exploiter_learning_rate}")
+            raise ValueError(f"KuhnLeagueRules.exploiter_learning_rate must be > 0 (None = "
+                             f"GRPOConfig.learning_rate), got {self.exploiter_learning_rate}")
         super().__post_init__()
+
+
+@dataclass
+class KuhnLeagueConfig(LeagueConfig):
+    """``LeagueConfig`` whose rules carry the exploiters' own learning rate."""
+
+    rules_class: ClassVar[type] = KuhnLeagueRules
 
 
 class KuhnLeague(LeagueTrainer):
@@ -189,7 +206,7 @@ class KuhnLeague(LeagueTrainer):
     config_class = KuhnLeagueConfig
 
     def learning_rate_of(self, player_id: str) -> float:
-        rate = self.config.exploiter_learning_rate
+        rate = self.config.rules.exploiter_learning_rate
         if rate is not None and any(p["id"] == player_id and p.get("role") in EXPLOITER_ROLES for p in self.players):
             return rate
         return super().learning_rate_of(player_id)
@@ -232,12 +249,13 @@ class MixtureLeague(KuhnLeague):
 
 
 def run_league(args, engine, start: float) -> tuple:
-    config = KuhnLeagueConfig(main_agents=1, main_exploiters=args.main_exploiters,
-                              league_exploiters=args.league_exploiters, games_per_learner=args.games,
-                              exploiter_games=args.exploiter_games, anchor_share=0.0,
-                              league_exploiter_reset_prob=args.league_exploiter_reset,
-                              exploiter_learning_rate=args.exploiter_learning_rate,
-                              snapshot_min_rounds=args.snapshot_rounds, snapshot_max_rounds=args.snapshot_rounds,
+    config = KuhnLeagueConfig(rules={"main_agents": 1, "main_exploiters": args.main_exploiters,
+                                     "league_exploiters": args.league_exploiters, "games_per_learner": args.games,
+                                     "exploiter_games": args.exploiter_games, "anchor_share": 0.0,
+                                     "league_exploiter_reset_prob": args.league_exploiter_reset,
+                                     "exploiter_learning_rate": args.exploiter_learning_rate,
+                                     "snapshot_min_rounds": args.snapshot_rounds,
+                                     "snapshot_max_rounds": args.snapshot_rounds},
                               **common(args, str(Path(args.output_dir) / "league")))
     curve = Curve("league", args.meta, start)
     trainer = MixtureLeague(config, curve.league) if args.exploiters_vs == "nash" else KuhnLeague(config)
@@ -251,7 +269,7 @@ def run_selfplay(args, engine, start: float) -> tuple:
     from autocurricula.leagues.selfplay import SelfPlayConfig, SelfPlayTrainer
 
     games = args.games + args.exploiter_games * (args.main_exploiters + args.league_exploiters)  # the league's games
-    config = SelfPlayConfig(games_per_round=games, past_share=0.0,
+    config = SelfPlayConfig(rules={"games_per_round": games, "past_share": 0.0},
                             **common(args, str(Path(args.output_dir) / "selfplay")))
     trainer = SelfPlayTrainer(config)
     curve = Curve("selfplay", args.meta, start)

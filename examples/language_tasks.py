@@ -42,10 +42,10 @@ for name, mod, options in [("debate", debate, {}), ("red_blue", red_blue, {}),
                            ("refine", refine, {"critic_trainable": False})]:
     play = functools.partial(mod.play, max_tokens=args.max_tokens, **options)
     play.__module__ = mod.__name__
-    config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round,
-                            past_share=0.0, credit="grpo", output_dir=f"{args.output_dir}/{name}",
-                            overwrite_output_dir=True, max_tokens=args.max_tokens, ratings={"bt_bootstrap": 0},
-                            progress=False)
+    config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds,
+                            rules={"games_per_round": args.games_per_round, "past_share": 0.0}, credit="grpo",
+                            output_dir=f"{args.output_dir}/{name}", overwrite_output_dir=True,
+                            max_tokens=args.max_tokens, ratings={"bt_bootstrap": 0}, progress=False)
     trainer = SelfPlayTrainer(config)
     trainer.train(engine, play)
     per_epoch = {}  # seat -> epoch -> rewards (mirror self-play: the learner sits in both seats)

@@ -53,7 +53,8 @@ def parse_args():
                         "rollouts; 'rae' = one baseline per role; both need no table)")
     parser.add_argument("--branch-samples", type=int, default=4, help="branch games per branched state")
     parser.add_argument("--branch-turns", type=int, default=2, help="learner turns branched per game (0 = all)")
-    parser.add_argument("--branch-advantage", default="return", choices=["return", "td"])
+    parser.add_argument("--branch-advantage", default="return", choices=["return", "td"],
+                        help="A = G - V(s) ('return') or V(s') - V(s) ('td': TDBranchCredit, credit_variants.py)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--max-turns", type=int, default=4, help="turns per negotiation")
     parser.add_argument("--eval-games", type=int, default=600, help="deals of the final base/trained comparison")
@@ -138,15 +139,21 @@ def main():
     print("warm-up base:", json.dumps({"deal_value": round(mean_ci(base_values)[0], 4),
                                        "curve_games_deal_value": round(mean_ci(base_values[:args.curve_games])[0], 4)}),
           flush=True)
-    credit = BranchCredit(samples=args.branch_samples, turns_per_game=args.branch_turns,
-                          advantage=args.branch_advantage) if args.credit == "branch" else args.credit
-    config = LeagueConfig(
-        epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner, exploiter_games=16,
-        main_agents=1, main_exploiters=args.main_exploiters, league_exploiters=0, anchor_share=args.anchor_share,
-        snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),
-        output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=10,
-        game_name="negotiation", credit=credit,
-        arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0}, progress=False)
+    credit = args.credit
+    if args.credit == "branch" and args.branch_advantage == "td":
+        from credit_variants import TDBranchCredit
+
+        credit = TDBranchCredit(samples=args.branch_samples, turns_per_game=args.branch_turns)
+    elif args.credit == "branch":
+        credit = BranchCredit(samples=args.branch_samples, turns_per_game=args.branch_turns)
+    config = LeagueConfig(epochs=args.epochs, rounds=args.rounds,
+                          rules={"games_per_learner": args.games_per_learner, "exploiter_games": 16, "main_agents": 1,
+                                 "main_exploiters": args.main_exploiters, "league_exploiters": 0,
+                                 "anchor_share": args.anchor_share, "snapshot_min_rounds": max(4, args.rounds // 2),
+                                 "snapshot_max_rounds": max(8, args.rounds)}, output_dir=args.output_dir,
+                          overwrite_output_dir=True, seed=args.seed, max_tokens=10, game_name="negotiation",
+                          credit=credit, arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0},
+                          progress=False)
     trainer = LeagueTrainer(config, opponents=[dict(SCRIPTED)])
     curve = DealValueCurve(args.curve_games, args.max_turns, start)
     trainer.train(engine, make_play(args.max_turns), lora_config=LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),

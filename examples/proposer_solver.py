@@ -75,7 +75,7 @@ class Duo(AutocurriculumTrainer):
         return [{"role": "proposer"}, {"role": "solver", "frozen": not args.solver_trainable}]
 
     def match(self):
-        return [tuple(self.players[:2])] * self.config.games_per_round
+        return [tuple(self.players[:2])] * self.config.rules.games_per_round
 
 
 rows, seen = [], [0]
@@ -94,9 +94,10 @@ def report(trainer):
             "eval/store_size": row["store_size"]}
 
 
-config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round, past_share=0.0,
-                        credit="grpo", output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed,
-                        max_tokens=6, ratings={"bt_bootstrap": 0}, progress=False)
+config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds,
+                        rules={"games_per_round": args.games_per_round, "past_share": 0.0}, credit="grpo",
+                        output_dir=args.output_dir, overwrite_output_dir=True, seed=args.seed, max_tokens=6,
+                        ratings={"bt_bootstrap": 0}, progress=False)
 trainer = Duo(config)  # checkpoints carry game.state_dict(): the store
 trainer.train(engine, game, lora_config=LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),
               grpo_config=GRPOConfig(learning_rate=args.learning_rate, temperature=1.0, loss_type="grpo"),

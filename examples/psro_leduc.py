@@ -105,7 +105,7 @@ def main(argv=None):
         figures = played_figures(name, args.seed, args.threshold)
         with tempfile.TemporaryDirectory() as out:
             config = cls.config_class(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out,
-                                      save_strategy="no", **credit_settings(name, args), **own)  # the trainer's bars: rounds, epochs, time left
+                                      save_strategy="no", **credit_settings(name, args, own))  # the trainer's bars: rounds, epochs, time left
             trainer = cls(config)
             trainer.train(str(base), leduc_poker, grpo_config=grpo_settings(args, LEARNING_RATE), callbacks=[figures])
             trainer.engine.close()

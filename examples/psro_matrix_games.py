@@ -64,10 +64,16 @@ def mirror_credit(samples: int | None = None, catch_up: bool = False, iterate: s
     self-play plays only its current policy (``past_share=0``) and deploys the average of its last
     third of epochs' iterates (``average_last``), and every trainer learns at ``MIRROR_RATE_SHARE``
     of the shared rate (``grpo_settings``). ``samples``: branch games per move (default
-    MirrorCredit's); ``catch_up``: MirrorCredit's, a position met again after k rounds takes k steps;
-    ``iterate``: MirrorCredit's, steps from the model's policy or from a table of averaged values."""
-    # its defaults: samples=2, move_temperature=0.15, no bound, pooled, step=0.045, no catch-up
-    return MirrorCredit(catch_up=catch_up, iterate=iterate, **({} if samples is None else {"samples": samples}))
+    MirrorCredit's); ``catch_up``: a position met again after k rounds takes k steps; ``iterate``: steps
+    from the model's policy or from a table of averaged values (both ``MirrorVariantCredit``,
+    examples/credit_variants.py)."""
+    # its defaults: samples=2, move_temperature=0.15, no bound, pooled, step=0.045
+    own = {} if samples is None else {"samples": samples}
+    if not catch_up and iterate == "policy":
+        return MirrorCredit(**own)
+    from credit_variants import MirrorVariantCredit
+
+    return MirrorVariantCredit(catch_up=catch_up, iterate=iterate, **own)
 
 
 CREDITS = {"rae": lambda samples: "rae", "moves": lambda samples: BranchCredit(advantage="moves", samples=samples or 2),
@@ -84,7 +90,7 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
                    "(mirror-descent steps toward pooled targets, tau 0.15; self-play then plays no past "
                    "snapshot and deploys its last third of epochs' iterates, equally weighted; every trainer's "
                    "learning rate is 0.3 times the shared one, or the shared one with --mirror-iterate table: mirror_credit)")
-    p.add_argument("--restart-rounds", type=int, default=None, help="PSRO's restart_rounds (default: PSROConfig's)")
+    p.add_argument("--restart-rounds", type=int, default=None, help="PSRO's restart_rounds (default: PSRORules')")
     p.add_argument("--responder-pairs", action="store_true", help="PSRO's responder_pairs: its responder's "
                    "games as duplicate pairs")
     p.add_argument("--steps-per-generation", type=int, default=1, help="every trainer's optimizer steps per pass "
@@ -96,10 +102,10 @@ def add_credit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--games-per-round", type=int, default=GAMES_PER_ROUND, help="self-play's and fictitious play's "
                    "games a round (PSRO's responders have their own)")
     p.add_argument("--catch-up", action="store_true", help="with --credit mirror: a position met again after k rounds "
-                   "takes the k mirror steps at once (MirrorCredit(catch_up=True))")
+                   "takes the k mirror steps at once (MirrorVariantCredit(catch_up=True), credit_variants.py)")
     p.add_argument("--mirror-iterate", choices=["policy", "table"], default="policy", help="with --credit mirror: "
                    "where each step is taken from, the model's policy or a table of averaged move values "
-                   "(MirrorCredit(iterate=...))")
+                   "(MirrorVariantCredit(iterate=...), credit_variants.py)")
 
 
 def check_credit_options(p: argparse.ArgumentParser, args) -> argparse.Namespace:
@@ -119,10 +125,11 @@ def check_credit_options(p: argparse.ArgumentParser, args) -> argparse.Namespace
     return args
 
 
-def credit_settings(name: str, args) -> dict:
-    """The trainer's config fields that ``--credit``, ``--restart-rounds`` and ``--responder-pairs`` set
-    (``--credit mirror`` also sets self-play's ``past_share`` to 0 and ``average_last`` to a third of the
-    epochs: it deploys the average of the last third of the epochs' iterates)."""
+def credit_settings(name: str, args, rules: dict | None = None) -> dict:
+    """The trainer's config fields that ``--credit``, ``--restart-rounds`` and ``--responder-pairs`` set:
+    ``credit`` and ``rules``, the league's own settings, with ``rules`` added (``--credit mirror`` also
+    sets self-play's ``past_share`` to 0 and ``average_last`` to a third of the epochs: it deploys the
+    average of the last third of the epochs' iterates)."""
     own = {"restart_rounds": args.restart_rounds} if name == "psro" and args.restart_rounds is not None else {}
     if name == "psro" and args.responder_pairs:
         own["responder_pairs"] = True
@@ -131,7 +138,7 @@ def credit_settings(name: str, args) -> dict:
         own["average_last"] = max(1, args.epochs // 3)  # deploys the average of the last third's iterates
     credit = mirror_credit(args.branch_samples, args.catch_up, args.mirror_iterate) if args.credit == "mirror" \
         else CREDITS[args.credit](args.branch_samples)
-    return {"credit": credit, **own}
+    return {"credit": credit, "rules": {**own, **(rules or {})}}
 
 
 def run_settings(args) -> dict:
@@ -196,7 +203,7 @@ def config_for(name: str, args, out: str):
     cls = TRAINERS[name].config_class
     own = {} if name == "psro" else {"games_per_round": args.games_per_round}
     return cls(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, progress=False,
-               save_strategy="no", **credit_settings(name, args), **own)
+               save_strategy="no", **credit_settings(name, args, own))
 
 
 def run_one(name: str, game, base: Path, args) -> dict:
@@ -206,7 +213,7 @@ def run_one(name: str, game, base: Path, args) -> dict:
         trainer.train(str(base), game, grpo_config=grpo_settings(args, args.learning_rate))
         seconds = time.perf_counter() - t0
         weights = trainer.deployable_mixture()
-        temperature = trainer.grpo.temperature
+        temperature = trainer.run.grpo.temperature
         policies = {pid: read_policy(trainer.engine, pid, game, temperature=temperature) for pid in weights}
         row = {"game": game.name, "shape": list(game.shape), "trainer": name, "seed": args.seed,
                **{k: round(v, 4) for k, v in figures(game, policies, weights).items()},

@@ -17,8 +17,8 @@ from autocurricula.games import highest_string
 
 def main(repo_id: str, output_dir: str = "runs/publish", **hub_kwargs) -> str:
     base = str(build_tiny_model(f"{output_dir}/tiny-llama"))
-    trainer = SelfPlayTrainer(SelfPlayConfig(epochs=2, rounds=1, games_per_round=8, max_tokens=4, progress=False,
-                                             output_dir=f"{output_dir}/run", overwrite_output_dir=True))
+    trainer = SelfPlayTrainer(SelfPlayConfig(epochs=2, rounds=1, rules={"games_per_round": 8}, max_tokens=4,
+                                             progress=False, output_dir=f"{output_dir}/run", overwrite_output_dir=True))
     trainer.train(base, highest_string.play)
     print(trainer.leaderboard)
     url = trainer.push_to_hub(repo_id, private=True, **hub_kwargs)  # token=, endpoint=, revision= as in huggingface_hub

@@ -69,18 +69,18 @@ def main(argv=None, credit=None, callbacks=()) -> None:
     trainer callbacks (research/ compares other credits)."""
     args = parse(argv)
     engine, figures = start(args)
-    config = LeagueConfig(
-        epochs=args.epochs, rounds=args.rounds, games_per_learner=args.games_per_learner,
-        exploiter_games=args.exploiter_games,
-        main_agents=1, main_exploiters=args.main_exploiters, league_exploiters=args.league_exploiters,
-        anchor_share=0.0 if args.pure else args.anchor_share,
-        selfplay_share=args.selfplay_share, pfsp_share=args.pfsp_share,
-        main_pfsp_weighting=args.pfsp_weighting,
-        snapshot_min_rounds=max(4, args.rounds // 2), snapshot_max_rounds=max(8, args.rounds),  # <= 2 per epoch
-        output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2,
-        game_name="tictactoe", credit=credit if credit is not None else credit_method(args),
-        arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 50}, progress=True,
-    )
+    config = LeagueConfig(epochs=args.epochs, rounds=args.rounds,
+                          rules={"games_per_learner": args.games_per_learner, "exploiter_games": args.exploiter_games,
+                                 "main_agents": 1, "main_exploiters": args.main_exploiters,
+                                 "league_exploiters": args.league_exploiters,
+                                 "anchor_share": 0.0 if args.pure else args.anchor_share,
+                                 "selfplay_share": args.selfplay_share, "pfsp_share": args.pfsp_share,
+                                 "main_pfsp_weighting": args.pfsp_weighting,
+                                 "snapshot_min_rounds": max(4, args.rounds // 2),
+                                 "snapshot_max_rounds": max(8, args.rounds)}, output_dir=args.output_dir,
+                          overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2, game_name="tictactoe",
+                          credit=credit if credit is not None else credit_method(args),
+                          arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 50}, progress=True)
     anchors = [] if args.pure else args.anchors.split(",")
     trainer = LeagueTrainer(config, opponents=[p for p in scripted_players() if p["id"] in anchors])
     evaluator = Evaluator(args.eval_games)

@@ -25,7 +25,7 @@ from ttt_common import Evaluator, credit_method, finish, game, parse_args, scrip
 
 
 def settings(args) -> tuple[dict, list | None, object, object]:
-    """The run's SelfPlayConfig fields of its own, its fixed opponents, and its LoRA and GRPO settings
+    """The run's SelfPlayRules fields, its fixed opponents, and its LoRA and GRPO settings
     (``--credit mirror``: the poker and matrix examples', from examples/psro_matrix_games.py)."""
     if args.credit != "mirror":
         return {"past_share": 0.5}, scripted_players(), *update_settings(args)
@@ -40,10 +40,11 @@ def main(argv=None):
                       mirror=True)  # the league's 256 + 2 x 32 games a round
     engine, figures = start(args)
     own, opponents, lora, grpo = settings(args)
-    config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds, games_per_round=args.games_per_round, **own,
-                            output_dir=args.output_dir, overwrite_output_dir=not args.resume, seed=args.seed,
-                            max_tokens=2, game_name="tictactoe", credit=credit_method(args),
-                            arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 50}, progress=True)
+    config = SelfPlayConfig(epochs=args.epochs, rounds=args.rounds,
+                            rules={"games_per_round": args.games_per_round, **own}, output_dir=args.output_dir,
+                            overwrite_output_dir=not args.resume, seed=args.seed, max_tokens=2, game_name="tictactoe",
+                            credit=credit_method(args), arena={"max_concurrent_games": 128},
+                            ratings={"bt_bootstrap": 50}, progress=True)
     trainer = SelfPlayTrainer(config, opponents=opponents)
     evaluator = Evaluator(args.eval_games)
     trainer.train(engine, game(args), lora_config=lora, grpo_config=grpo, callbacks=[evaluator],

@@ -66,14 +66,16 @@ def parse_args(doc: str, games_flag: str, games_default: int, output_dir: str, e
                         "branched position (V(s) = their mean return; default 4); with --credit mirror: per listed "
                         "move and visit (default MirrorCredit's, 2)")
     parser.add_argument("--catch-up", action="store_true", help="with --credit mirror: a position met again after "
-                        "k rounds takes the k mirror steps at once (MirrorCredit(catch_up=True))")
+                        "k rounds takes the k mirror steps at once (MirrorVariantCredit(catch_up=True), "
+                        "credit_variants.py)")
     parser.add_argument("--mirror-iterate", choices=["policy", "table"], default="policy", help="with --credit "
                         "mirror: where each step is taken from, the model's policy or a table of averaged move values "
-                        "(MirrorCredit(iterate=...))")
+                        "(MirrorVariantCredit(iterate=...), credit_variants.py)")
     parser.add_argument("--branch-turns", type=int, default=0, help="with --credit branch: learner turns branched "
                         "per game (0 = all)")
     parser.add_argument("--branch-advantage", default="return", choices=["return", "td", "moves"],
-                        help="with --credit branch: A = G - V(s) ('return'), V(s') - V(s) ('td'), or 'moves': "
+                        help="with --credit branch: A = G - V(s) ('return'), V(s') - V(s) ('td': TDBranchCredit, "
+                        "credit_variants.py), or 'moves': "
                         "every free cell branched --branch-samples times, the policy regressed toward "
                         "softmax(Q / tau), bounded")
     parser.add_argument("--move-temperature", type=float, default=0.25, help="tau of --branch-advantage moves")
@@ -144,11 +146,10 @@ def credit_method(args):
     from autocurricula.credit import BranchCredit, ConstantCredit, GRPOCredit, QCredit, RAECredit, ValueCredit
 
     if args.credit == "mirror":
-        from autocurricula.credit import MirrorCredit
+        from psro_matrix_games import mirror_credit
 
         # the poker and matrix examples' --credit mirror (and its --branch-samples)
-        return MirrorCredit(catch_up=args.catch_up, iterate=args.mirror_iterate,
-                            **({} if args.branch_samples is None else {"samples": args.branch_samples}))
+        return mirror_credit(args.branch_samples, args.catch_up, args.mirror_iterate)
     if args.credit != "branch":
         simple = {"rae": RAECredit, "value": ValueCredit, "grpo": GRPOCredit, "constant": ConstantCredit}
         return QCredit(target_coef=args.q_targets, backup=args.q_backup) if args.credit == "q" \
@@ -156,6 +157,14 @@ def credit_method(args):
     branch = dict(samples=4 if args.branch_samples is None else args.branch_samples, turns_per_game=args.branch_turns,
                   advantage=args.branch_advantage,
                   move_temperature=args.move_temperature, move_clip=args.move_clip)
+    if args.branch_advantage == "td":
+        from credit_variants import TDBranchCredit
+
+        if args.branch_replies or args.move_loss != "residual":
+            raise ValueError("--branch-replies and --move-loss shape the listed moves' values and targets: they need "
+                             "--branch-advantage moves")
+        del branch["advantage"]
+        return TDBranchCredit(**branch, continuation_temperature=args.branch_temperature)
     if args.branch_replies or args.branch_temperature is not None or args.move_loss != "residual":
         from best_reply_credit import BestReplyCredit
 

@@ -1,10 +1,11 @@
 """League schedules (installed as ``autocurricula.leagues``): one module per schedule."""
 
-from autocurricula.leagues.fictitious import FictitiousConfig, FictitiousPlayTrainer
-from autocurricula.leagues.league import LeagueConfig, LeagueTrainer, pfsp
-from autocurricula.leagues.psro import PSROConfig, PSROTrainer
-from autocurricula.leagues.round_robin import RoundRobinConfig, RoundRobinTrainer
-from autocurricula.leagues.selfplay import SelfPlayConfig, SelfPlayTrainer
+from autocurricula.leagues.fictitious import FictitiousConfig, FictitiousPlayTrainer, FictitiousRules
+from autocurricula.leagues.league import LeagueConfig, LeagueRules, LeagueTrainer, pfsp
+from autocurricula.leagues.psro import PSROConfig, PSRORules, PSROTrainer
+from autocurricula.leagues.round_robin import RoundRobinConfig, RoundRobinRules, RoundRobinTrainer
+from autocurricula.leagues.selfplay import SelfPlayConfig, SelfPlayRules, SelfPlayTrainer
 
-__all__ = ["FictitiousConfig", "FictitiousPlayTrainer", "LeagueConfig", "LeagueTrainer", "PSROConfig", "PSROTrainer", "RoundRobinConfig",
-           "RoundRobinTrainer", "SelfPlayConfig", "SelfPlayTrainer", "pfsp"]
+__all__ = ["FictitiousConfig", "FictitiousPlayTrainer", "FictitiousRules", "LeagueConfig", "LeagueRules",
+           "LeagueTrainer", "PSROConfig", "PSRORules", "PSROTrainer", "RoundRobinConfig", "RoundRobinRules",
+           "RoundRobinTrainer", "SelfPlayConfig", "SelfPlayRules", "SelfPlayTrainer", "pfsp"]

@@ -17,7 +17,8 @@ so a subclass changes one role's rule by overriding one method.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from autocurricula.loop.config import AutocurriculumConfig
 from autocurricula.leagues.promote import league_config
 from autocurricula.loop.pool import snapshot_spec
 from autocurricula.loop.trainer import AutocurriculumTrainer
+from autocurricula.training.config import help_field
 
 EXPLOITER_ROLES = ("main_exploiter", "league_exploiter")  # the roles exploiter_games sets
 
@@ -51,49 +53,61 @@ def pfsp(win_rates, weighting: str = "squared") -> np.ndarray:
 
 
 @dataclass
-class LeagueConfig(AutocurriculumConfig):
+class LeagueRules:
     """The league's roles, budgets and AlphaStar's constants (the defaults)."""
 
-    main_agents: int = field(default=1, metadata={"help": "main agents (AlphaStar: 1 per race)"})
-    main_exploiters: int = field(default=1, metadata={"help": "main exploiters"})
-    league_exploiters: int = field(default=2, metadata={"help": "league exploiters"})
-    games_per_learner: int = field(default=16, metadata={"help": "games each learner plays per round"})
-    exploiter_games: int | None = field(default=None, metadata={"help": "games each exploiter plays per round "
-                                        "(None = games_per_learner); fewer leaves the main agents more of the "
-                                        "compute on a small budget"})
-    selfplay_share: float = field(default=0.35, metadata={"help": "main agents: share of self-play"})
-    pfsp_share: float = field(default=0.5, metadata={"help": "main agents: share of PFSP over past players"})
-    main_pfsp_weighting: str = field(default="squared", metadata={"help": "main agents' PFSP weighting"})
-    exploiter_weighting: str = field(default="variance", metadata={"help": "main exploiters vs past main agents"})
-    league_exploiter_weighting: str = field(default="linear_capped", metadata={"help": "league exploiters' PFSP"})
-    selfplay_min_win_rate: float = field(default=0.3, metadata={"help": "below this vs a main agent, play its past instead"})
-    exploiter_min_win_rate: float = field(default=0.1, metadata={"help": "main exploiter: below this vs the main agent, play its past"})
-    verification_win_rate: float = field(default=0.3, metadata={"help": "main agents play exploiters they beat less than this"})
-    forgetting_win_rate: float = field(default=0.7, metadata={"help": "main agents replay past selves they beat less than this"})
-    snapshot_win_rate: float = field(default=0.7, metadata={"help": "snapshot when the min win rate vs opponents exceeds this"})
-    snapshot_min_rounds: int = field(default=2, metadata={"help": "rounds between snapshots at least (AlphaStar: 2e9 steps)"})
-    snapshot_max_rounds: int = field(default=4, metadata={"help": "snapshot anyway after this many rounds (AlphaStar: 4e9)"})
-    league_exploiter_reset_prob: float = field(default=0.25, metadata={"help": "league exploiters reset to base at a "
-                                               "snapshot with this probability (AlphaStar: 0.25)"})
-    anchor_share: float = field(default=0.0, metadata={"help": "main agents: share of games against the fixed "
-                                "`opponents` (e.g. scripted baselines), drawn uniformly; the league rules pick "
-                                "the rest. Not in AlphaStar (0): there they only join PFSP, where a growing "
-                                "pool of snapshots dilutes them"})
+    main_agents: int = help_field("main agents (AlphaStar: 1 per race)", 1)
+    main_exploiters: int = help_field("main exploiters", 1)
+    league_exploiters: int = help_field("league exploiters", 2)
+    games_per_learner: int = help_field("games each learner plays per round", 16)
+    exploiter_games: int | None = help_field("games each exploiter plays per round (None = games_per_learner); fewer "
+                                             "leaves the main agents more of the compute on a small budget", None)
+    selfplay_share: float = help_field("main agents: share of self-play", 0.35)
+    pfsp_share: float = help_field("main agents: share of PFSP over past players", 0.5)
+    main_pfsp_weighting: str = help_field("main agents' PFSP weighting", "squared")
+    exploiter_weighting: str = help_field("main exploiters vs past main agents", "variance")
+    league_exploiter_weighting: str = help_field("league exploiters' PFSP", "linear_capped")
+    selfplay_min_win_rate: float = help_field("below this vs a main agent, play its past instead", 0.3)
+    exploiter_min_win_rate: float = help_field("main exploiter: below this vs the main agent, play its past", 0.1)
+    verification_win_rate: float = help_field("main agents play exploiters they beat less than this", 0.3)
+    forgetting_win_rate: float = help_field("main agents replay past selves they beat less than this", 0.7)
+    snapshot_win_rate: float = help_field("snapshot when the min win rate vs opponents exceeds this", 0.7)
+    snapshot_min_rounds: int = help_field("rounds between snapshots at least (AlphaStar: 2e9 steps)", 2)
+    snapshot_max_rounds: int = help_field("snapshot anyway after this many rounds (AlphaStar: 4e9)", 4)
+    league_exploiter_reset_prob: float = help_field("league exploiters reset to base at a snapshot with this "
+                                                    "probability (AlphaStar: 0.25)", 0.25)
+    anchor_share: float = help_field("main agents: share of games against the fixed `opponents` (e.g. scripted "
+                                     "baselines), drawn uniformly; the league rules pick the rest. Not in AlphaStar "
+                                     "(0): there they only join PFSP, where a growing pool of snapshots dilutes "
+                                     "them", 0.0)
 
     def __post_init__(self):
-        super().__post_init__()
+        me = type(self).__name__
         if self.main_agents < 1:
-            raise ValueError("a league needs at least one main agent (main_agents >= 1)")
+            raise ValueError(f"a league needs at least one main agent: set {me}.main_agents >= 1, "
+                             f"got {self.main_agents}")
         if self.games_per_learner < 1 or (self.exploiter_games is not None and self.exploiter_games < 1):
-            raise ValueError("games_per_learner and exploiter_games must be >= 1 (exploiter_games None = "
+            raise ValueError(f"{me}.games_per_learner and exploiter_games must be >= 1 (exploiter_games None = "
                              "games_per_learner; for no exploiters set main_exploiters=0 and league_exploiters=0)")
         if not 0 <= self.anchor_share <= 1:
-            raise ValueError(f"anchor_share must be in [0, 1], got {self.anchor_share}")
+            raise ValueError(f"{me}.anchor_share must be in [0, 1], got {self.anchor_share}")
         if self.selfplay_share + self.pfsp_share > 1:
-            raise ValueError("selfplay_share + pfsp_share must be <= 1 (the rest is verification)")
-        for w in (self.main_pfsp_weighting, self.exploiter_weighting, self.league_exploiter_weighting):
+            raise ValueError(f"{me}.selfplay_share + pfsp_share must be <= 1 (the rest is verification), got "
+                             f"{self.selfplay_share} + {self.pfsp_share}")
+        for name, w in (("main_pfsp_weighting", self.main_pfsp_weighting),
+                        ("exploiter_weighting", self.exploiter_weighting),
+                        ("league_exploiter_weighting", self.league_exploiter_weighting)):
             if w not in WEIGHTINGS:
-                raise ValueError(f"unknown PFSP weighting {w!r}; use one of {sorted(WEIGHTINGS)}")
+                raise ValueError(f"{me}.{name} {w!r} is unknown; set one of {sorted(WEIGHTINGS)}")
+
+
+@dataclass
+class LeagueConfig(AutocurriculumConfig):
+    """The loop's settings plus the league's own, in ``rules``."""
+
+    rules_class: ClassVar[type] = LeagueRules
+    rules: LeagueRules = help_field("the league's roles, budgets and constants: a LeagueRules (the config's "
+                                    "rules_class) or a dict of its fields; None = AlphaStar's defaults", None)
 
 
 class LeagueTrainer(AutocurriculumTrainer):
@@ -108,9 +122,10 @@ class LeagueTrainer(AutocurriculumTrainer):
 
     def __init__(self, ac_config: LeagueConfig | None = None, opponents: list[dict] | None = None, **overrides):
         super().__init__(league_config(ac_config, self.config_class, type(self).__name__), opponents, **overrides)
-        if self.config.anchor_share > 0 and not self.opponents:
-            raise ValueError(f"anchor_share={self.config.anchor_share} sends games to the fixed opponents, but this "
-                             f"league has none: pass opponents=[...] or set anchor_share=0 for a pure league")
+        if self.config.rules.anchor_share > 0 and not self.opponents:
+            raise ValueError(f"rules.anchor_share={self.config.rules.anchor_share} sends games to the fixed "
+                             f"opponents, but this league has none: pass opponents=[...] or set rules.anchor_share=0 "
+                             f"for a pure league")
         self._last_snapshot: dict[str, int] = {}
 
     # who is who ----------------------------------------------------------
@@ -136,23 +151,23 @@ class LeagueTrainer(AutocurriculumTrainer):
     def entry(self) -> list[dict]:
         if self.current_epoch != 0:
             return []
-        cfg = self.config
+        rules = self.config.rules
         specs = []
-        for _ in range(cfg.main_agents):
+        for _ in range(rules.main_agents):
             main = {"role": "main_agent"}
             specs += [main, snapshot_spec(main)]  # AlphaStar seeds the league with the initial agent
-        for role, n in (("main_exploiter", cfg.main_exploiters), ("league_exploiter", cfg.league_exploiters)):
+        for role, n in (("main_exploiter", rules.main_exploiters), ("league_exploiter", rules.league_exploiters)):
             specs += [{"role": role, "init": "base"} for _ in range(n)]
         return specs + [dict(o) for o in self.opponents]
 
     # match -----------------------------------------------------------------
     def match(self) -> list[tuple]:
         games = []
-        cfg = self.config
+        rules = self.config.rules
         for learner in self.learners():
-            n = cfg.games_per_learner
-            if learner.get("role") in EXPLOITER_ROLES and cfg.exploiter_games is not None:
-                n = cfg.exploiter_games
+            n = rules.games_per_learner
+            if learner.get("role") in EXPLOITER_ROLES and rules.exploiter_games is not None:
+                n = rules.exploiter_games
             for _ in range(n):
                 games.append(self.random_seats(learner, self.opponent_for(learner)))
         return games
@@ -179,18 +194,18 @@ class LeagueTrainer(AutocurriculumTrainer):
         of the rest, ``pfsp_share`` PFSP over the historical players, ``selfplay_share`` self-play
         (:meth:`selfplay_opponent`) and the remainder :meth:`verification_opponent`, falling back to
         self-play."""
-        cfg = self.config
-        if cfg.anchor_share > 0:  # no draw at 0: the AlphaStar schedule keeps its random stream
+        rules = self.config.rules
+        if rules.anchor_share > 0:  # no draw at 0: the AlphaStar schedule keeps its random stream
             anchors = self.anchors()
-            if anchors and self.rng.random() < cfg.anchor_share:
+            if anchors and self.rng.random() < rules.anchor_share:
                 return anchors[int(self.rng.integers(len(anchors)))]
         coin = self.rng.random()
         historical = self.historical()
-        if coin < cfg.pfsp_share and historical:
-            return self.pfsp_opponent(player, historical, cfg.main_pfsp_weighting)
+        if coin < rules.pfsp_share and historical:
+            return self.pfsp_opponent(player, historical, rules.main_pfsp_weighting)
         mains = self.learners("main_agent")
         opponent = mains[int(self.rng.integers(len(mains)))]
-        if coin < 1 - cfg.selfplay_share:
+        if coin < 1 - rules.selfplay_share:
             found = self.verification_opponent(player, opponent)
             if found is not None:
                 return found
@@ -199,7 +214,8 @@ class LeagueTrainer(AutocurriculumTrainer):
     def selfplay_opponent(self, player: dict, opponent: dict) -> dict:
         """Self-play against the main agent ``opponent``, or, when ``player`` wins less than
         ``selfplay_min_win_rate`` against it, one of its past snapshots (PFSP, ``variance``)."""
-        if opponent is player or self.payoff.win_rate(player["id"], opponent["id"]) > self.config.selfplay_min_win_rate:
+        floor = self.config.rules.selfplay_min_win_rate
+        if opponent is player or self.payoff.win_rate(player["id"], opponent["id"]) > floor:
             return opponent
         past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
         return self.pfsp_opponent(player, past, "variance") if past else opponent
@@ -208,13 +224,13 @@ class LeagueTrainer(AutocurriculumTrainer):
         """A past main exploiter that ``player`` beats less than ``verification_win_rate``, else a
         past snapshot of the main agent ``opponent`` it beats less than ``forgetting_win_rate``
         (PFSP, ``squared``); None when there is neither."""
-        cfg = self.config
+        rules = self.config.rules
         exploiters = {p["id"] for p in self.players if p.get("role") == "main_exploiter"}
         exp_past = [p for p in self.historical() if p.get("snapshot_of") in exploiters]
-        if exp_past and self.win_rates(player, exp_past).min() < cfg.verification_win_rate:
+        if exp_past and self.win_rates(player, exp_past).min() < rules.verification_win_rate:
             return self.pfsp_opponent(player, exp_past, "squared")
         past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
-        if past and self.win_rates(player, past).min() < cfg.forgetting_win_rate:
+        if past and self.win_rates(player, past).min() < rules.forgetting_win_rate:
             return self.pfsp_opponent(player, past, "squared")
         return None
 
@@ -223,10 +239,10 @@ class LeagueTrainer(AutocurriculumTrainer):
         ``exploiter_min_win_rate`` against it, its past snapshots (PFSP, ``exploiter_weighting``)."""
         mains = self.learners("main_agent")
         opponent = mains[int(self.rng.integers(len(mains)))]
-        if self.payoff.win_rate(player["id"], opponent["id"]) > self.config.exploiter_min_win_rate:
+        if self.payoff.win_rate(player["id"], opponent["id"]) > self.config.rules.exploiter_min_win_rate:
             return opponent
         past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
-        return self.pfsp_opponent(player, past, self.config.exploiter_weighting) if past else opponent
+        return self.pfsp_opponent(player, past, self.config.rules.exploiter_weighting) if past else opponent
 
     def league_exploiter_opponent(self, player: dict) -> dict:
         """A league exploiter's opponent: PFSP over every historical player
@@ -234,7 +250,7 @@ class LeagueTrainer(AutocurriculumTrainer):
         historical = self.historical()
         if not historical:
             return self.learners("main_agent")[0]
-        return self.pfsp_opponent(player, historical, self.config.league_exploiter_weighting)
+        return self.pfsp_opponent(player, historical, self.config.rules.league_exploiter_weighting)
 
     # snapshots ---------------------------------------------------------------
     def on_round_end(self, records):
@@ -249,22 +265,22 @@ class LeagueTrainer(AutocurriculumTrainer):
                     self.reset_player(player)
 
     def ready_to_snapshot(self, player: dict) -> bool:
-        cfg = self.config
+        rules = self.config.rules
         passed = self.step + 1 - self._last_snapshot.get(player["id"], 0)
-        if passed < cfg.snapshot_min_rounds:
+        if passed < rules.snapshot_min_rounds:
             return False
         if player.get("role") == "main_exploiter":
             opponents = self.learners("main_agent")
         else:
             opponents = self.historical()
         rates = self.win_rates(player, opponents) if opponents else np.array([0.0])
-        return bool(rates.min() > cfg.snapshot_win_rate or passed >= cfg.snapshot_max_rounds)
+        return bool(rates.min() > rules.snapshot_win_rate or passed >= rules.snapshot_max_rounds)
 
     def resets_after_snapshot(self, player: dict) -> bool:
         """Main exploiters always restart from the base; league exploiters with a probability."""
         role = player.get("role")
         return role == "main_exploiter" or (role == "league_exploiter"
-                                            and self.rng.random() < self.config.league_exploiter_reset_prob)
+                                            and self.rng.random() < self.config.rules.league_exploiter_reset_prob)
 
     def extra_state(self) -> dict:
         return {"last_snapshot": dict(self._last_snapshot)}

@@ -32,7 +32,8 @@ The deployed policy is the meta-strategy over the population's adapters
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -41,47 +42,56 @@ from autocurricula.leagues.promote import league_config
 from autocurricula.loop.pool import snapshot_spec
 from autocurricula.records import GameRecord
 from autocurricula.loop.trainer import AutocurriculumTrainer
+from autocurricula.training.config import help_field
+
+
+@dataclass
+class PSRORules:
+    """PSRO's budgets and its joining rule (the defaults need no change per game)."""
+
+    responders: int = help_field("learners trained as best responses to the meta-strategy", 1)
+    games_per_round: int = help_field("each responder's games per round, against opponents drawn from the "
+                                      "meta-strategy", 64)
+    eval_games: int = help_field("games per round between population members, on the restricted game's most "
+                                 "uncertain entries", 64)
+    join_z: float = help_field("a responder joins when its mean relative reward against the mixture exceeds 0 by "
+                               "join_z standard errors", 2.0)
+    join_window: int = help_field("rounds of a responder's games (since it last joined) that the joining test pools", 4)
+    restart_rounds: int = help_field("a responder that has not joined for this many rounds starts again from the base "
+                                     "model (0 = never)", 12)
+    reset_on_join: bool = help_field("a responder that joins starts again from the base model (False: it goes on "
+                                     "from its own weights)", True)
+    responder_pairs: bool = help_field("play each responder's games as duplicate pairs (both seat orders on one deal "
+                                       "against one drawn opponent), so that the joining test sees its gain without "
+                                       "the deal's luck: for games of chance", False)
+
+    def __post_init__(self):
+        me = type(self).__name__
+        if self.responders < 1:
+            raise ValueError(f"PSRO needs at least one responder: set {me}.responders >= 1, got {self.responders}")
+        if self.games_per_round < 2 or self.eval_games < 0:
+            raise ValueError(f"{me}.games_per_round must be >= 2 (a standard error needs two games) and eval_games "
+                             f">= 0, got {self.games_per_round} and {self.eval_games}")
+        if self.restart_rounds < 0:
+            raise ValueError(f"{me}.restart_rounds must be >= 0 (0 = never), got {self.restart_rounds}")
+        if not isinstance(self.responder_pairs, bool):
+            raise ValueError(f"{me}.responder_pairs must be True or False, got {self.responder_pairs!r}")
+        if self.responder_pairs and (self.games_per_round % 2 or self.games_per_round < 4):
+            raise ValueError(f"{me}.responder_pairs plays games_per_round in pairs, and a standard error needs two: "
+                             f"make games_per_round even and >= 4, got {self.games_per_round}")
+        if self.join_window < 1:
+            raise ValueError(f"{me}.join_window must be >= 1 round, got {self.join_window}")
+        if not self.join_z >= 0:
+            raise ValueError(f"{me}.join_z must be >= 0, got {self.join_z}")
 
 
 @dataclass
 class PSROConfig(AutocurriculumConfig):
-    """PSRO's budgets and its joining rule (the defaults need no change per game)."""
+    """The loop's settings plus PSRO's own, in ``rules``."""
 
-    responders: int = field(default=1, metadata={"help": "learners trained as best responses to the meta-strategy"})
-    games_per_round: int = field(default=64, metadata={"help": "each responder's games per round, against "
-                                                       "opponents drawn from the meta-strategy"})
-    eval_games: int = field(default=64, metadata={"help": "games per round between population members, on the "
-                                                  "restricted game's most uncertain entries"})
-    join_z: float = field(default=2.0, metadata={"help": "a responder joins when its mean relative reward against the "
-                                                 "mixture exceeds 0 by join_z standard errors"})
-    join_window: int = field(default=4, metadata={"help": "rounds of a responder's games (since it last joined) that "
-                                                  "the joining test pools"})
-    restart_rounds: int = field(default=12, metadata={"help": "a responder that has not joined for this many rounds "
-                                                      "starts again from the base model (0 = never)"})
-    reset_on_join: bool = field(default=True, metadata={"help": "a responder that joins starts again from the base "
-                                                        "model (False: it goes on from its own weights)"})
-    responder_pairs: bool = field(default=False, metadata={"help": "play each responder's games as duplicate pairs "
-                                                           "(both seat orders on one deal against one drawn "
-                                                           "opponent), so that the joining test sees its gain "
-                                                           "without the deal's luck: for games of chance"})
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.responders < 1:
-            raise ValueError(f"PSRO needs at least one responder (responders >= 1), got {self.responders}")
-        if self.games_per_round < 2 or self.eval_games < 0:
-            raise ValueError("games_per_round must be >= 2 (a standard error needs two games) and eval_games >= 0")
-        if self.restart_rounds < 0:
-            raise ValueError(f"restart_rounds must be >= 0 (0 = never), got {self.restart_rounds}")
-        if not isinstance(self.responder_pairs, bool):
-            raise ValueError(f"responder_pairs must be True or False, got {self.responder_pairs!r}")
-        if self.responder_pairs and (self.games_per_round % 2 or self.games_per_round < 4):
-            raise ValueError(f"responder_pairs plays games_per_round in pairs, and a standard error needs two: make "
-                             f"it even and >= 4, got {self.games_per_round}")
-        if self.join_window < 1:
-            raise ValueError(f"join_window must be >= 1 round, got {self.join_window}")
-        if not self.join_z >= 0:
-            raise ValueError(f"join_z must be >= 0, got {self.join_z}")
+    rules_class: ClassVar[type] = PSRORules
+    rules: PSRORules = help_field("PSRO's own settings: a PSRORules (the config's rules_class) or a dict of its "
+                                  "fields; None = the defaults", None)
 
 
 def _games(records: list[GameRecord], player: str, opponents: set[str]):
@@ -162,20 +172,20 @@ class PSROTrainer(AutocurriculumTrainer):
         if self.current_epoch != 0:
             return []
         specs = []
-        for _ in range(self.config.responders):
+        for _ in range(self.config.rules.responders):
             me = {"role": "responder"}
             specs += [me, snapshot_spec(me, role="population")]  # the population starts with the initial policy
         return specs + [dict(o) for o in self.opponents]
 
     def match(self) -> list[tuple]:
-        games = []
+        games, rules = [], self.config.rules
         for me in self.responders():
-            if self.config.responder_pairs:
-                for i in range(self.config.games_per_round // 2):
+            if rules.responder_pairs:
+                for i in range(rules.games_per_round // 2):
                     games += self.mirrored(me, self.responder_opponent(me), f"{me['id']}/{i}")
                 continue
-            games += [self.random_seats(me, self.responder_opponent(me)) for _ in range(self.config.games_per_round)]
-        return games + self.eval_pairs(self.config.eval_games)
+            games += [self.random_seats(me, self.responder_opponent(me)) for _ in range(rules.games_per_round)]
+        return games + self.eval_pairs(rules.eval_games)
 
     def responder_opponent(self, player: dict) -> dict:
         """A responder's opponent: a population member drawn by the meta-strategy."""
@@ -197,22 +207,20 @@ class PSROTrainer(AutocurriculumTrainer):
     def on_round_end(self, records):
         """Each responder that has beaten the mixture over its last ``join_window`` rounds joins
         the population (a frozen copy)."""
-        members = {p["id"] for p in self.population()}
+        members, rules = {p["id"] for p in self.population()}, self.config.rules
         for me in self.responders():
             rounds = self._since_join.setdefault(me["id"], [])
             rounds.append(relative_rewards(records, me["id"], members).tolist())
-            del rounds[:-self.config.join_window]
+            del rounds[:-rules.join_window]
             self._tried[me["id"]] = self._tried.get(me["id"], 0) + 1
-            if beats_mixture(np.asarray([r for rnd in rounds for r in rnd]), self.config.join_z):
+            if beats_mixture(np.asarray([r for rnd in rounds for r in rnd]), rules.join_z):
                 rounds.clear()
                 self._tried[me["id"]] = 0
-                yield snapshot_spec(me, role="population")
-                member = self.players[-1]  # the pool added the snapshot before this generator resumed
-                if member.get("snapshot_of") == me["id"]:
-                    self.first_estimates(member, deal_samples(records, me["id"], members))
-                if self.config.reset_on_join:
+                member = yield snapshot_spec(me, role="population")  # the pool sends the new player back
+                self.first_estimates(member, deal_samples(records, me["id"], members))
+                if rules.reset_on_join:
                     self.reset_player(me)
-            elif self.config.restart_rounds and self._tried[me["id"]] >= self.config.restart_rounds:
+            elif rules.restart_rounds and self._tried[me["id"]] >= rules.restart_rounds:
                 rounds.clear()
                 self._tried[me["id"]] = 0
                 self.reset_player(me)

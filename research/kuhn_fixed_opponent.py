@@ -47,8 +47,8 @@ def main(argv=None):
     base = warm_base(example_args([]))
     engine = Engine(str(base), name=str(base))
     uniform = dict.fromkeys(INFOSETS, 0.5)
-    config = LeagueConfig(main_agents=1, main_exploiters=0, league_exploiters=0, games_per_learner=args.games,
-                          anchor_share=1.0, epochs=1, rounds=args.rounds, output_dir=args.output_dir,
+    config = LeagueConfig(rules={"main_agents": 1, "main_exploiters": 0, "league_exploiters": 0,
+                                 "games_per_learner": args.games, "anchor_share": 1.0}, epochs=1, rounds=args.rounds, output_dir=args.output_dir,
                           overwrite_output_dir=True, seed=0, max_tokens=3,
                           credit=BranchCredit(samples=args.branch_samples, advantage=args.branch_advantage,
                                               move_temperature=args.move_temperature, move_clip=args.move_clip),

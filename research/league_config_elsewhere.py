@@ -79,13 +79,14 @@ def league(args, out: str, game, progress: bool = False) -> tuple[LeagueTrainer,
                                                       "pfsp_share": min(0.5, 1 - args.selfplay_share)}
     snapshots = {"snapshot_min_rounds": args.snapshot_min_rounds, "snapshot_max_rounds": args.snapshot_max_rounds}
     config = LeagueConfig(epochs=args.epochs, rounds=args.rounds, seed=args.seed, output_dir=out, save_strategy="no",
-                          progress=progress, main_exploiters=1, league_exploiters=1,
-                          games_per_learner=args.games_per_round,
-                          exploiter_games=args.exploiter_games or max(1, args.games_per_round // 8),
-                          **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueConfig's
-                          **shares,
+                          progress=progress,
+                          rules={"main_exploiters": 1, "league_exploiters": 1,
+                                 "games_per_learner": args.games_per_round,
+                                 "exploiter_games": args.exploiter_games or max(1, args.games_per_round // 8),
+                                 **{k: v for k, v in snapshots.items() if v is not None},  # None: LeagueRules'
+                                 **shares,
+                                 "anchor_share": ANCHOR_SHARE if args.random_anchor else 0.0},
                           credit=credit(args, ttt),
-                          anchor_share=ANCHOR_SHARE if args.random_anchor else 0.0,
                           **({"ratings": {"meta_z": args.meta_z}} if args.meta_z is not None else {}))
     anchors = [{"id": "random", "role": "random", "policy": game.random_policy}] if args.random_anchor else []
     callbacks = ([AnchorGames()] if args.anchor_off_table else []) + ([ListedMoves(game)] if args.listed else [])
@@ -118,7 +119,7 @@ class MainAgentFigures:
         self.figures, self.rows, self.cache, self.last, self.recent = figures, [], {}, last, []
 
     def __call__(self, trainer) -> dict:
-        f, temperature = self.figures, trainer.grpo.temperature
+        f, temperature = self.figures, trainer.run.grpo.temperature
         main = main_agent(trainer)
         snapshots = [p["id"] for p in trainer.players if p.get("snapshot_of") == main]
         for pid in snapshots:
@@ -157,7 +158,7 @@ class PopulationNash:
         from autocurricula.eval.kuhn import INFOSETS, least_exploitable_mixture, meta_mixture
         from autocurricula.records import is_scripted
 
-        f, temperature = self.figures, trainer.grpo.temperature
+        f, temperature = self.figures, trainer.run.grpo.temperature
         players = [p for p in trainer.players if not is_scripted(p)]
         for p in players:
             if p["frozen"] and p["id"] not in self.cache:
@@ -187,7 +188,7 @@ def replies(trainer, game, top: int = 8) -> list[dict]:
     ``top`` most likely next tokens (an invalid reply's mass, token by token)."""
     from autocurricula.eval.matrix import read_policy
 
-    engine, main, temperature = trainer.engine, main_agent(trainer), trainer.grpo.temperature
+    engine, main, temperature = trainer.engine, main_agent(trainer), trainer.run.grpo.temperature
     out = []
     for seat, probs in enumerate(read_policy(engine, main, game, temperature=temperature)):
         logits = np.asarray(engine.logits(engine.encode(game.prompt(seat)), main), dtype=np.float64)[-1] / temperature
@@ -217,7 +218,7 @@ def matrix(args) -> dict:
             t0 = time.perf_counter()
             trainer.train(str(base), game, **keywords)
             weights = trainer.deployable_mixture()
-            policies = {pid: read_policy(trainer.engine, pid, game, temperature=trainer.grpo.temperature)
+            policies = {pid: read_policy(trainer.engine, pid, game, temperature=trainer.run.grpo.temperature)
                         for pid in weights}
             row = {"game": game.name, "shape": list(game.shape), "seed": args.seed,
                    **{k: round(v, 4) for k, v in figures(game, policies, weights).items()},
@@ -244,9 +245,9 @@ def main(argv=None):
                    "(default: an eighth of --games-per-round, the example's share)")
     p.add_argument("--games", type=int, default=20, help="with --game matrix: random-F ... random-(F+N-1)")
     p.add_argument("--first-game", type=int, default=0)
-    p.add_argument("--snapshot-min-rounds", type=int, default=None, help="default: LeagueConfig's (2); the "
+    p.add_argument("--snapshot-min-rounds", type=int, default=None, help="default: LeagueRules' (2); the "
                    "example takes max(4, rounds // 2), at most two snapshots an epoch")
-    p.add_argument("--snapshot-max-rounds", type=int, default=None, help="default: LeagueConfig's (4); the "
+    p.add_argument("--snapshot-max-rounds", type=int, default=None, help="default: LeagueRules' (4); the "
                    "example takes max(8, rounds)")
     p.add_argument("--random-anchor", action="store_true", help="the game's random player in the pool, with "
                    "the example's share of the main agent's games against it (ANCHOR_SHARE)")
@@ -269,7 +270,7 @@ def main(argv=None):
                    "default one table that every learner's games update)")
     p.add_argument("--selfplay-share", type=float, default=None, help="the main agent's share of self-play (PFSP "
                    "over past players takes min(0.5, the rest), verification games what is left; default "
-                   "LeagueConfig's 0.35 and 0.5)")
+                   "LeagueRules' 0.35 and 0.5)")
     p.add_argument("--loss-type", choices=["grpo", "bnpo", "dr_grpo", "dapo"], default=None, help="GRPOConfig."
                    "loss_type (default the example's 'grpo': each sampled reply's tokens averaged, so its weight falls "
                    "with its length; the credit's target turns weigh alike)")

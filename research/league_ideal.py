@@ -58,8 +58,8 @@ from kuhn_psro_ideal import WARM_BASE, restricted_game  # noqa: E402
 
 EDGE = 1 / (1 + math.exp(30))  # a logit of ±30 at most: every move keeps a finite log-probability, as a model's does
 EPOCH = 8  # rounds per epoch, as the trained runs report them
-SHARES = {"self": 0.35, "pfsp": 0.5}  # LeagueConfig's; the rest goes to the exploiters
-LEAGUE_RESET = 0.25  # LeagueConfig.league_exploiter_reset_prob
+SHARES = {"self": 0.35, "pfsp": 0.5}  # LeagueRules'; the rest goes to the exploiters
+LEAGUE_RESET = 0.25  # LeagueRules.league_exploiter_reset_prob
 EXPLOITER_GAMES = 1 / 8  # the trained runs' exploiters play an eighth of the main agent's games
 
 

@@ -196,7 +196,7 @@ def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) ->
     credit = RecordingMirror(samples=args.branch_samples, once_per_state=args.once_per_state,
                              train_on=exact_targets(base) if args.train_on == "exact" else None)
     with tempfile.TemporaryDirectory() as out:
-        config = SelfPlayConfig(epochs=1, rounds=1, games_per_round=args.games_per_round, past_share=0.0,
+        config = SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": args.games_per_round, "past_share": 0.0},
                                 seed=args.seed, output_dir=out, save_strategy="no", progress=False, credit=credit,
                                 **extras)
         trainer = SelfPlayTrainer(config)
@@ -211,7 +211,7 @@ def one_round(base: Path, play, extras: dict, args, passes: int, rate: float) ->
             key = (t.player, tuple(t.prompt_ids))
             moves.setdefault(key, {})[tuple(t.completion_ids)] = float(t.advantage)
             count[key] += 1
-        temperature = trainer.grpo.temperature
+        temperature = trainer.run.grpo.temperature
         result = {}
         for player in sorted({k[0] for k in moves}):
             keys = [k for k in moves if k[0] == player]
@@ -259,7 +259,7 @@ def exact_figures(trainer, states: dict) -> dict:
 
     from autocurricula.games.tictactoe import legal_moves, reachable_positions
 
-    engine, temperature, tok = trainer.engine, trainer.grpo.temperature, trainer.engine.tokenizer
+    engine, temperature, tok = trainer.engine, trainer.run.grpo.temperature, trainer.engine.tokenizer
     (player,) = {k[0] for k in states}  # self-play with past_share=0: one learner
     print("--exact: scoring the base and the player at all 4,520 positions (about 2 minutes) ...", file=sys.stderr,
           flush=True)

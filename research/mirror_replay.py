@@ -67,7 +67,7 @@ def tictactoe(args) -> None:
         "--seed", str(args.seed)])
     engine, figures = start(ttt)
     own, _, lora, grpo = settings(ttt)
-    config = SelfPlayConfig(epochs=ttt.epochs, rounds=ttt.rounds, games_per_round=ttt.games_per_round, **own,
+    config = SelfPlayConfig(epochs=ttt.epochs, rounds=ttt.rounds, rules={"games_per_round": ttt.games_per_round, **own},
                             output_dir=ttt.output_dir, overwrite_output_dir=True, seed=ttt.seed, max_tokens=2,
                             game_name="tictactoe", credit=ReplayMirror(keep_rounds=args.keep_rounds),
                             arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 50}, progress=True)
@@ -92,10 +92,11 @@ def kuhn(args) -> None:
                      "--seed", str(args.seed), "--epochs", str(args.epochs)])
     base = warm_base(kuhn_args(["--seed", "0"]))  # the Kuhn figures' base (--base-seed 0)
     figures = played_figures("selfplay", args.seed)
-    own = {**credit_settings("selfplay", run), "credit": ReplayMirror(keep_rounds=args.keep_rounds)}
+    own = {**credit_settings("selfplay", run, {"games_per_round": run.games_per_round}),
+           "credit": ReplayMirror(keep_rounds=args.keep_rounds)}
     with tempfile.TemporaryDirectory() as out:
         config = SelfPlayConfig(epochs=run.epochs, rounds=run.rounds, seed=run.seed, output_dir=out,
-                                save_strategy="no", games_per_round=run.games_per_round, **own)
+                                save_strategy="no", **own)
         trainer = SelfPlayTrainer(config)
         trainer.train(str(base), kuhn_poker, grpo_config=grpo_settings(run, LEARNING_RATE), callbacks=[figures])
         trainer.engine.close()

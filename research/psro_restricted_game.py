@@ -61,7 +61,7 @@ def main(argv=None) -> None:
         trainer = pm.TRAINERS["psro"](config)
         try:
             trainer.train(str(base), game, grpo_config={"learning_rate": run_args.learning_rate})
-            t = trainer.grpo.temperature
+            t = trainer.run.grpo.temperature
             deployed = trainer.deployable_mixture()
             ids = [m["id"] for m in trainer.population()]
             pols = {pid: read_policy(trainer.engine, pid, game, temperature=t) for pid in ids}

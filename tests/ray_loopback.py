@@ -84,8 +84,8 @@ def drive(model: str, address: str, out: str, pgids: str) -> dict:
              for n in ray.nodes()]
     # each node has one CPU and each actor takes one: Ray has to put one actor on each node
     rollout = RayEngine(model, num_actors=2, num_cpus=1, timeout=60, poll_s=0.5, connect_timeout=60)
-    trainer = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=4, past_share=0.5, output_dir=out,
-                                             progress=False, max_tokens=4, ratings={"bt_bootstrap": 0}))
+    trainer = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, rules={"games_per_round": 4, "past_share": 0.5},
+                                             output_dir=out, progress=False, max_tokens=4, ratings={"bt_bootstrap": 0}))
     try:
         actor_nodes = [ray.get(a.handle.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()),
                                timeout=60) for a in rollout.actors]

@@ -19,11 +19,13 @@ import pytest
 from autocurricula import SelfPlayConfig
 from autocurricula.arena.arena import Arena, GameRecord, Generation
 from autocurricula.loop.config import GRPOConfig
-from autocurricula.credit import (BranchCredit, MirrorCredit, catch_up_step, game_moves,
-                                  make_credit, mirror_distribution, move_advantages, move_distribution, pool_values)
+from autocurricula.credit import (BranchCredit, MirrorCredit, game_moves, make_credit, mirror_distribution,
+                                  move_advantages, move_distribution, pool_values)
 from autocurricula.arena.game import as_play
 from autocurricula.games import kuhn_poker
 from autocurricula.arena.replay import Replayer
+
+from helpers import example_module
 
 
 def best_reply_module():
@@ -36,6 +38,9 @@ def best_reply_module():
 
 
 BestReplyCredit = best_reply_module().BestReplyCredit
+variants = example_module("credit_variants")  # examples/credit_variants.py: catch-up steps, the table iterate
+MirrorVariantCredit, catch_up_step, table_average = variants.MirrorVariantCredit, variants.catch_up_step, \
+    variants.table_average
 
 
 class CharTokenizer:
@@ -564,7 +569,7 @@ def test_mirror_catch_up_steps_a_state_by_the_rounds_it_missed():
     for seed in (11, 12):
         arena = Arena(DigitEngine(bias={"7": 1.0}), seed=seed)
         rounds.append((arena, logged(arena, dice, 3, prefix=f"r{seed}-")))
-    credit = MirrorCredit(samples=4, step=0.25, catch_up=True)
+    credit = MirrorVariantCredit(samples=4, step=0.25, catch_up=True)
     first = targets(credit, rounds[0])
     state = json.loads(json.dumps(credit.state_dict()))
     second = targets(credit, rounds[1])
@@ -580,30 +585,42 @@ def test_mirror_catch_up_steps_a_state_by_the_rounds_it_missed():
     for key in new:
         assert second[key] == pytest.approx(plain[2][key]) and second[key] != pytest.approx(plain[1][key])
     assert credit.metrics()["credit/caught_up_states"] == len({k for k in new})
-    resumed = MirrorCredit(samples=4, step=0.25, catch_up=True)
+    resumed = MirrorVariantCredit(samples=4, step=0.25, catch_up=True)
     resumed.load_state_dict(state)
     assert targets(resumed, rounds[1]) == second
     for bad in ("yes", 1):
         with pytest.raises(ValueError, match="catch_up"):
-            MirrorCredit(catch_up=bad)
+            MirrorVariantCredit(catch_up=bad)
 
 
 def test_mirror_rounds_missed_counts_each_players_rounds():
     """A state met in rounds 1 and 3 of its player missed one: k = 2; a player that starts later counts
     its own rounds; a state dropped from the bounded table counts from the latest round dropped; the
     table survives a JSON checkpoint with its order; off, nothing is counted."""
+    def met(credit, *states):  # one round in which ``states`` have targets, each asked twice
+        credit.start_round()
+        out = {state: credit.rounds_missed(state) for state in states}
+        assert {state: credit.rounds_missed(state) for state in states} == out  # once per round
+        return out
+
     a, b, c = ("p", "g", (1,)), ("p", "g", (2,)), ("p", "g", (3,))
-    credit = MirrorCredit(catch_up=True, max_states=3)
-    assert credit.rounds_missed([a, b]) == {a: 1, b: 1}
-    assert credit.rounds_missed([a]) == {a: 1}
-    assert credit.rounds_missed([b, ("q", "g", (1,))]) == {b: 2, ("q", "g", (1,)): 1}  # q's first round
+    credit = MirrorVariantCredit(catch_up=True, max_states=3)
+    assert met(credit, a, b) == {a: 1, b: 1}
+    assert met(credit, a) == {a: 1}
+    assert met(credit, b, ("q", "g", (1,))) == {b: 2, ("q", "g", (1,)): 1}  # q's first round
     saved = json.loads(json.dumps(credit.state_dict()))
-    assert credit.rounds_missed([c]) == {c: 4}  # first met in p's 4th round; the table drops a (last met in 2)
-    assert credit.rounds_missed([a]) == {a: 3}  # counted from round 2, the latest dropped
-    resumed = MirrorCredit(catch_up=True, max_states=3)
+    assert met(credit, c) == {c: 4}  # first met in p's 4th round; the table drops a (last met in 2)
+    assert met(credit, a) == {a: 3}  # counted from round 2, the latest dropped
+    resumed = MirrorVariantCredit(catch_up=True, max_states=3)
     resumed.load_state_dict(saved)
-    assert resumed.rounds_missed([c]) == {c: 4} and resumed.rounds_missed([a]) == {a: 3}
-    assert MirrorCredit().rounds_missed([a, b]) == {}
+    assert met(resumed, c) == {c: 4} and met(resumed, a) == {a: 3}
+    assert met(MirrorVariantCredit(), a, b) == {a: 1, b: 1}  # off: every state one step
+
+
+def table_round(credit, values: dict) -> dict:
+    """One round of ``iterate="table"`` in which each state of ``values`` has these move values."""
+    credit.start_round()
+    return {state: credit.table_values(state, q) for state, q in values.items()}
 
 
 def test_mirror_table_averages_each_states_values_and_targets_their_softmax():
@@ -612,33 +629,33 @@ def test_mirror_table_averages_each_states_values_and_targets_their_softmax():
     are not needed; the table is bounded, drops the least recently met state first, restarts a state that
     lists other moves and survives a JSON checkpoint."""
     a, b = ("p", "g", (1,)), ("p", "g", (2,))
-    credit = MirrorCredit(iterate="table", step=0.25, move_temperature=0.5, max_states=2)
+    credit = MirrorVariantCredit(iterate="table", step=0.25, move_temperature=0.5, max_states=2)
     assert not credit.scores_moves()
     v1, v2, v3, v4 = [1.0, 0.0, -1.0], [0.0, 1.0, 0.0], [0.5, 0.5, 0.5], [1.0, 1.0, -1.0]
-    assert credit.state_values({a: v1}, {}) == {a: v1}  # first met: the round's values
-    assert credit.state_values({a: v2, b: v3}, {})[a] == pytest.approx([0.5, 0.5, -0.5])  # w = 1/2
-    third = credit.state_values({a: v4}, {})[a]  # w = max(1/3, 1/4)
+    assert table_round(credit, {a: v1}) == {a: v1}  # first met: the round's values
+    assert table_round(credit, {a: v2, b: v3})[a] == pytest.approx([0.5, 0.5, -0.5])  # w = 1/2
+    third = table_round(credit, {a: v4})[a]  # w = max(1/3, 1/4)
     assert third == pytest.approx([0.5 + (1.0 - 0.5) / 3, 0.5 + 0.5 / 3, -0.5 - 0.5 / 3])
-    fourth = credit.state_values({a: v4}, {})[a]  # w = max(1/4, 1/4)
+    fourth = table_round(credit, {a: v4})[a]  # w = max(1/4, 1/4)
     assert fourth == pytest.approx([t + 0.25 * (v - t) for t, v in zip(third, v4)])
-    assert credit.move_targets(fourth, None) == pytest.approx(move_distribution(fourth, 0.5))
+    # the round's targets: softmax of the table after its one step, whatever the visit
+    assert credit.move_targets(v4, None, a) == pytest.approx(move_distribution(fourth, 0.5))
     assert credit.metrics()["credit/table_states"] == 2
     saved = json.loads(json.dumps(credit.state_dict()))
-    resumed = MirrorCredit(iterate="table", step=0.25, move_temperature=0.5, max_states=2)
+    resumed = MirrorVariantCredit(iterate="table", step=0.25, move_temperature=0.5, max_states=2)
     resumed.load_state_dict(saved)
     c = ("p", "g", (3,))
     for table in (credit, resumed):  # c joins alone: b (met before a) is dropped, a keeps its values
-        assert table.state_values({c: v3}, {}) == {c: v3}
-        fifth = table.state_values({a: v1}, {})[a]
+        assert table_round(table, {c: v3}) == {c: v3}
+        fifth = table_round(table, {a: v1})[a]
         assert fifth == pytest.approx([t + 0.25 * (v - t) for t, v in zip(fourth, v1)])
-        assert table.state_values({b: v1}, {}) == {b: v1}
-    assert credit.state_values({a: [0.0, 1.0]}, {}) == {a: [0.0, 1.0]}  # other moves listed: a new state
-    assert credit.state_values({a: v1}, {}) == {a: v1}
-    assert MirrorCredit().state_values({a: v1}, {}) == {a: v1}  # the policy form keeps no values
+        assert table_round(table, {b: v1}) == {b: v1}
+    assert table_round(credit, {a: [0.0, 1.0]}) == {a: [0.0, 1.0]}  # other moves listed: a new state
+    assert table_round(credit, {a: v1}) == {a: v1}
     with pytest.raises(ValueError, match="iterate"):
-        MirrorCredit(iterate="model")
+        MirrorVariantCredit(iterate="model")
     with pytest.raises(ValueError, match="pool_states=True"):
-        MirrorCredit(iterate="table", pool_states=False)
+        MirrorVariantCredit(iterate="table", pool_states=False)
 
 
 def test_mirror_table_with_catch_up_weighs_a_return_by_the_rounds_missed():
@@ -647,14 +664,14 @@ def test_mirror_table_with_catch_up_weighs_a_return_by_the_rounds_missed():
     a, b = ("p", "g", (1,)), ("p", "g", (2,))
     v1, v2, v3 = [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]
     for catch_up, w in ((True, 1 - 0.75 ** 3), (False, 0.5)):  # 1 - 0.75^3 = 0.578 > 1/2
-        credit = MirrorCredit(iterate="table", step=0.25, catch_up=catch_up)
-        credit.state_values({a: v1}, credit.rounds_missed([a]))  # p's round 1
+        credit = MirrorVariantCredit(iterate="table", step=0.25, catch_up=catch_up)
+        table_round(credit, {a: v1})  # p's round 1
         for _ in range(2):  # p's rounds 2 and 3 meet only b
-            credit.state_values({b: v3}, credit.rounds_missed([b]))
-        assert credit.rounds_missed([a]) == ({a: 3} if catch_up else {})
-        second = credit.state_values({a: v2}, {a: 3})[a]  # off, the count given is ignored
+            table_round(credit, {b: v3})
+        second = table_round(credit, {a: v2})[a]
+        assert credit.rounds_missed(a) == (3 if catch_up else 1)  # off, the rounds missed do not count
         assert second == pytest.approx([1 - w, w])
-        third = credit.state_values({a: v3}, credit.rounds_missed([a]))[a]  # the next round: max(1/3, step)
+        third = table_round(credit, {a: v3})[a]  # the next round: max(1/3, step)
         assert third == pytest.approx([t + (v - t) / 3 for t, v in zip(second, v3)])
 
 
@@ -662,7 +679,6 @@ def test_mirror_table_is_the_policy_step_when_the_fit_is_exact():
     """Self-play on a matrix game with exact values and exact fits: playing softmax(Q_table / tau) of the
     averaged values is the mirror step from the policy with step max(1/t, w) in round t (the module
     docstring's claim), round by round."""
-    from autocurricula.credit import table_average
     from autocurricula.games.matrix import random_game
 
     payoff, tau, w = np.array(random_game(5).payoff), 0.15, 0.045
@@ -696,7 +712,7 @@ def test_mirror_table_targets_follow_the_pooled_values_over_rounds():
                                move_clip=math.inf, pool_states=True)
 
     engine = DigitEngine(bias={"9": 1.0})
-    table = MirrorCredit(samples=20, move_temperature=0.5, iterate="table")  # unbounded: values = tau log p
+    table = MirrorVariantCredit(samples=20, move_temperature=0.5, iterate="table")  # unbounded: values = tau log p
     first, _ = targets(table, engine, 21)
     assert engine.scored == []
     want, _ = targets(plain(), DigitEngine(), 21)
@@ -719,9 +735,9 @@ def test_mirror_table_in_a_trainer_keeps_each_prompts_rounds_and_resumes(tiny_mo
     from autocurricula.games.matrix import random_game
 
     def run(out, resume=False):
-        config = SelfPlayConfig(credit=MirrorCredit(iterate="table", samples=1), past_share=0.0, epochs=2, rounds=1,
-                                games_per_round=4, output_dir=str(out), seed=0, progress=False,
-                                overwrite_output_dir=not resume)
+        config = SelfPlayConfig(credit=MirrorVariantCredit(iterate="table", samples=1),
+                                rules={"past_share": 0.0, "games_per_round": 4}, epochs=2, rounds=1,
+                                output_dir=str(out), seed=0, progress=False, overwrite_output_dir=not resume)
         trainer = SelfPlayTrainer(config)
         trainer.train(tiny_model_path, random_game(0), grpo_config={"learning_rate": 1e-3},
                       resume_from_checkpoint=resume)
@@ -788,7 +804,7 @@ def test_trainer_refuses_moves_for_a_game_without_them_before_playing(tiny_model
     from toy_games import digits
 
     trainer = SelfPlayTrainer(SelfPlayConfig(credit=BranchCredit(advantage="moves"), epochs=1, rounds=1,
-                                             games_per_round=2, output_dir=str(tmp_path), progress=False,
+                                             rules={"games_per_round": 2}, output_dir=str(tmp_path), progress=False,
                                              game_name="digits", ratings={"bt_bootstrap": 0}))
     with pytest.raises(ValueError, match="moves\\(prompt\\)"):
         trainer.train(str(tiny_model_path), digits)
@@ -802,8 +818,8 @@ def test_moves_credit_through_a_server_equals_in_process(tiny_model_path, tmp_pa
     from test_remote import start_all
 
     def run(out, servers=None):
-        t = SelfPlayTrainer(SelfPlayConfig(credit=BranchCredit(advantage="moves", samples=1), epochs=1,
-                                           rounds=2, games_per_round=4, past_share=0.0, output_dir=str(out),
+        t = SelfPlayTrainer(SelfPlayConfig(credit=BranchCredit(advantage="moves", samples=1), epochs=1, rounds=2,
+                                           rules={"games_per_round": 4, "past_share": 0.0}, output_dir=str(out),
                                            progress=False, game_name="kuhn_poker", ratings={"bt_bootstrap": 0},
                                            max_tokens=2, save_total_limit=1))
         t.train(str(tiny_model_path), kuhn_poker.play, servers=servers, api_key=KEY if servers else None)
@@ -846,11 +862,12 @@ def test_kuhn_learner_separates_its_cards_against_a_fixed_opponent(tmp_path):
                       batch_size=64, learning_rate=3e-3, seed=0)
     engine = Engine(str(warm), name=str(warm))
     try:
-        cfg = LeagueConfig(main_agents=1, main_exploiters=0, league_exploiters=0, games_per_learner=64,
-                           anchor_share=1.0, epochs=1, rounds=30, output_dir=str(tmp_path / "run"), seed=0,
-                           max_tokens=3, credit=BranchCredit(samples=2, advantage="moves"),
-                           game_name="kuhn_poker", arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0},
-                           progress=False, save_total_limit=1)
+        cfg = LeagueConfig(rules={"main_agents": 1, "main_exploiters": 0, "league_exploiters": 0,
+                                  "games_per_learner": 64, "anchor_share": 1.0}, epochs=1, rounds=30,
+                           output_dir=str(tmp_path / "run"), seed=0, max_tokens=3,
+                           credit=BranchCredit(samples=2, advantage="moves"), game_name="kuhn_poker",
+                           arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0}, progress=False,
+                           save_total_limit=1)
         trainer = LeagueTrainer(cfg, opponents=[{"id": "random", "role": "random",
                                                  "policy": kuhn_poker.random_policy}])
         trainer.train(engine, kuhn_poker.play, lora_config=LoraSpec(r=8, lora_alpha=16, target_modules="all-linear"),

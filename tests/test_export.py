@@ -135,8 +135,9 @@ def test_trainer_export_writes_what_peft_and_mlx_lm_load(tiny_model_path, hf_bas
 
     from autocurricula import SelfPlayConfig, SelfPlayTrainer
 
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, games_per_round=4, output_dir=str(tmp_path / "run"),
-                                       progress=False, ratings={"bt_bootstrap": 0}, max_tokens=2))
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": 4},
+                                       output_dir=str(tmp_path / "run"), progress=False, ratings={"bt_bootstrap": 0},
+                                       max_tokens=2))
     t.train(str(tiny_model_path), digits, lora_config=LoraSpec(r=4, lora_alpha=8, target_modules="all-linear"))
     pid = t.players[0]["id"]
     folder = t.export(pid, tmp_path / "peft")

@@ -159,8 +159,8 @@ def test_seed_snippet_trains_an_opt_folder(family_dir, tmp_path):
     from autocurricula import SelfPlayConfig, SelfPlayTrainer
 
     path = build_family_model(family_dir / "opt", "opt")
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, games_per_round=4, output_dir=str(tmp_path / "run"),
-                                       progress=False))
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": 4},
+                                       output_dir=str(tmp_path / "run"), progress=False))
     t.train(str(path), seed_style)
     assert t.engine.adapter_weights(t.players[0]["id"]).modules
     t.engine.close()

@@ -805,11 +805,11 @@ def test_an_instruct_style_game_trains_end_to_end(tiny_model_path, tmp_path):
             seen.extend(turns)
 
     game = ttt.with_options(chat=True, reasoning=True, thinking_tokens=12, opening_moves=2)
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, games_per_round=4, output_dir=str(tmp_path / "run"),
-                                       progress=False))
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": 4},
+                                       output_dir=str(tmp_path / "run"), progress=False))
     try:
         t.train(str(tiny_model_path), game, callbacks=[Turns()])
-        assert t.game_name == "tictactoe" and seen
+        assert t.run.game_name == "tictactoe" and seen
         for turn in seen:
             text = t.engine.decode(turn.prompt_ids)  # the template's special tokens are not decoded
             position = text.split("\nuser\n", 1)[1].removesuffix("\nassistant\n")

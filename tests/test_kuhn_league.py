@@ -154,13 +154,12 @@ def test_the_trainers_leaderboard_and_the_hub_card_carry_the_meta_strategy(tmp_p
     players = [{"id": "main", "role": "main_agent", "frozen": False, "epoch": 0},
                {"id": "snap", "role": "main_agent", "frozen": True, "epoch": 0, "parent": "main"}]
     standings.elo, standings.payoff = elo, payoff
-    trainer = SimpleNamespace(players=players, elo=elo, payoff=payoff, model_name="/nowhere/tiny",
-                              game_name="kuhn_poker", current_epoch=0, config_dict=lambda: {"seed": 0})
+    run = SimpleNamespace(pool=SimpleNamespace(players=players), standings=standings, model_name="/nowhere/tiny",
+                          game_name="kuhn_poker")
     board = standings.leaderboard(players)
     assert [(r["id"], r["nash"]) for r in board.rows] == [("main", 1.0), ("snap", 0.0)]
     assert str(board).splitlines()[1].split()[-1] == "1.000"
-    trainer.leaderboard = board
-    card = league_card(trainer)
+    card = league_card(run, board, {"main": 1.0}, {"seed": 0}, "LeagueTrainer", 1)
     assert "| Nash weight |" in card and "| 1.000 |" in card.split("| main |")[1].splitlines()[0]
     section = card.split("## Meta-strategy")[1].split("##")[0]
     assert "`main` 1.000" in section and "`snap`" not in section  # only players with weight > 0 are listed
@@ -199,14 +198,15 @@ def test_the_examples_exploiters_learn_at_their_own_rate(recwarn):
     class League(ListedPlayers, kuhn_league.KuhnLeague):
         pass
 
-    t = League(kuhn_league.KuhnLeagueConfig(exploiter_learning_rate=1e-2, league_exploiter_reset_prob=0.0))
+    t = League(kuhn_league.KuhnLeagueConfig(rules={"exploiter_learning_rate": 1e-2,
+                                                   "league_exploiter_reset_prob": 0.0}))
     t.listed = [{"id": "main", "role": "main_agent", "frozen": False},
                 {"id": "lexp", "role": "league_exploiter", "frozen": False}]
-    t.grpo = SimpleNamespace(learning_rate=5e-3)
+    t.run = SimpleNamespace(grpo=SimpleNamespace(learning_rate=5e-3))
     assert (t.learning_rate_of("main"), t.learning_rate_of("lexp")) == (5e-3, 1e-2)
     assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]  # the example's own field
     with pytest.raises(ValueError, match="exploiter_learning_rate"):
-        kuhn_league.KuhnLeagueConfig(exploiter_learning_rate=0.0)
+        kuhn_league.KuhnLeagueConfig(rules={"exploiter_learning_rate": 0.0})
 
 
 def test_the_callback_logs_both_meta_games(monkeypatch):

@@ -40,7 +40,8 @@ def policy(prompt):
 
 def test_entry_returns_specs_without_touching_the_pool():
     opponents = [{"id": "bot", "role": "bot", "policy": policy}]
-    league = PooledLeague(LeagueConfig(main_exploiters=1, league_exploiters=2, **FAST), opponents=opponents)
+    league = PooledLeague(LeagueConfig(rules={"main_exploiters": 1, "league_exploiters": 2}, **FAST),
+                          opponents=opponents)
     specs = league.entry()  # no engine, no pool: entry only describes the newcomers
     assert [s["role"] for s in specs] == ["main_agent", "main_agent", "main_exploiter", "league_exploiter",
                                           "league_exploiter", "bot"]
@@ -68,8 +69,9 @@ def test_snapshot_spec_of_a_pool_player_and_unknown_references():
 
 
 def test_on_round_end_snapshots_join_one_by_one_then_exploiters_reset():
-    league = pooled(PooledLeague(LeagueConfig(main_exploiters=1, league_exploiters=0, snapshot_min_rounds=1,
-                                                  snapshot_max_rounds=99, snapshot_win_rate=0.7, **FAST)))
+    league = pooled(PooledLeague(LeagueConfig(rules={"main_exploiters": 1, "league_exploiters": 0,
+                                                     "snapshot_min_rounds": 1, "snapshot_max_rounds": 99,
+                                                     "snapshot_win_rate": 0.7}, **FAST)))
     league.payoff = type("P", (), {"win_rates": lambda self, a, ids: [1.0 if i == "main_exploiter-0" or a == "x"
                                                                       else 0.9 for i in ids],
                                    "win_rate": lambda self, a, b: 0.5})()
@@ -158,7 +160,8 @@ class Halves(Credit):
 
 
 def test_a_registered_credit_method_drives_the_trainer(tiny_model_path, tmp_path):
-    config = SelfPlayConfig(epochs=1, rounds=2, games_per_round=2, credit="halves", output_dir=str(tmp_path), **FAST)
+    config = SelfPlayConfig(epochs=1, rounds=2, rules={"games_per_round": 2}, credit="halves", output_dir=str(tmp_path),
+                            **FAST)
     register_credit("halves", Halves)  # after its config: the name is looked up when training starts
     try:
         t = SelfPlayTrainer(config)
@@ -200,7 +203,7 @@ def test_trl_fields_without_effect_are_accepted_and_ignored():
 
 
 def test_a_checkpoint_with_a_python_rng_entry_still_resumes(tiny_model_path, tmp_path):
-    cfg = dict(epochs=2, rounds=1, games_per_round=2, output_dir=str(tmp_path), **FAST)
+    cfg = dict(epochs=2, rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path), **FAST)
     t = SelfPlayTrainer(SelfPlayConfig(**cfg, save_total_limit=None))
     t.train(str(tiny_model_path), digits)
     t.engine.close()

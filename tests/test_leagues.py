@@ -31,8 +31,8 @@ class League(ListedPlayers, LeagueTrainer):
     pass
 
 
-def league(players, payoff=None, **cfg):
-    t = League(LeagueConfig(progress=False, **cfg))
+def league(players, payoff=None, opponents=None, **rules):
+    t = League(LeagueConfig(progress=False, rules=rules), opponents=opponents)
     t.listed = players
     t.payoff = payoff or Payoff()
     t.step = 0
@@ -60,8 +60,8 @@ def test_anchor_share_sends_main_agents_to_the_fixed_opponents():
     rnd, mm = p("random", "random", True, policy=str), p("minimax", "minimax", True, policy=str)
     past = [p(f"main-old{i}", "main_agent", True, snapshot_of="main") for i in range(20)]
     for share in (0.0, 0.5):
-        t = league([main, exp, *past, rnd, mm], anchor_share=share)
-        t.opponents = [{"id": "random", "policy": str}, {"id": "minimax", "policy": str}]
+        t = league([main, exp, *past, rnd, mm], opponents=[{"id": "random", "policy": str},
+                                                           {"id": "minimax", "policy": str}], anchor_share=share)
         counts = Counter(t.opponent_for(main)["id"] for _ in range(20000))
         fixed = (counts["random"] + counts["minimax"]) / 20000
         if share == 0:  # AlphaStar: the anchors are two of 22 past players in PFSP
@@ -74,7 +74,7 @@ def test_anchor_share_sends_main_agents_to_the_fixed_opponents():
     with pytest.raises(ValueError, match="'id'"):
         t.opponent_for(main)
     with pytest.raises(ValueError, match="anchor_share"):
-        LeagueConfig(anchor_share=1.5)
+        LeagueConfig(rules={"anchor_share": 1.5})
 
 
 def test_exploiter_games_sets_the_exploiters_share_of_a_round():
@@ -87,13 +87,13 @@ def test_exploiter_games_sets_the_exploiters_share_of_a_round():
         # the league exploiter's games are against the pool's past, never the live main agent
         assert sum(any(x["id"] == "lexp" for x in g) for g in games) == per_exploiter
     with pytest.raises(ValueError, match="main_exploiters=0"):
-        LeagueConfig(exploiter_games=0)  # an exploiter that never plays would still be snapshotted
+        LeagueConfig(rules={"exploiter_games": 0})  # an exploiter that never plays would still be snapshotted
 
 
 def fixed_share_without(t):
-    share, t.config.anchor_share = t.config.anchor_share, 0.0
+    share, t.config.rules.anchor_share = t.config.rules.anchor_share, 0.0
     counts = Counter(t.opponent_for({"id": "main", "role": "main_agent", "frozen": False})["id"] for _ in range(20000))
-    t.config.anchor_share = share
+    t.config.rules.anchor_share = share
     return (counts["random"] + counts["minimax"]) / 20000
 
 
@@ -153,7 +153,7 @@ def test_selfplay_share_of_past_opponents():
     class SelfPlay(ListedPlayers, SelfPlayTrainer):
         pass
 
-    t = SelfPlay(SelfPlayConfig(games_per_round=4000, past_share=0.25, progress=False))
+    t = SelfPlay(SelfPlayConfig(rules={"games_per_round": 4000, "past_share": 0.25}, progress=False))
     main = p("main", "main")
     t.listed = [main, p("main-old", "main", True)]
     games = t.match()
@@ -165,15 +165,9 @@ def test_selfplay_share_of_past_opponents():
 
 def test_config_errors_name_the_fix():
     with pytest.raises(ValueError, match="main_agents"):
-        LeagueConfig(main_agents=0)
+        LeagueConfig(rules={"main_agents": 0})
     with pytest.raises(ValueError, match="selfplay_share"):
-        LeagueConfig(selfplay_share=0.8, pfsp_share=0.5)
-    with pytest.raises(ValueError, match="credit='q'"):
-        LeagueConfig(q_target_coef=0.5)  # the targets come from the (state, move) table
-    with pytest.raises(ValueError, match="q_target_min_visits"):
-        LeagueConfig(credit="q", q_target_min_visits=0)
-    with pytest.raises(ValueError, match="finite"):
-        LeagueConfig(credit="q", q_target_coef=float("nan"))
+        LeagueConfig(rules={"selfplay_share": 0.8, "pfsp_share": 0.5})
 
 
 def test_fictitious_play_samples_past_by_pfsp():
@@ -182,7 +176,7 @@ def test_fictitious_play_samples_past_by_pfsp():
     class Fictitious(ListedPlayers, FictitiousPlayTrainer):
         pass
 
-    t = Fictitious(FictitiousConfig(games_per_round=3000, weighting="squared", progress=False))
+    t = Fictitious(FictitiousConfig(rules={"games_per_round": 3000, "weighting": "squared"}, progress=False))
     me = p("me", "learner")
     weak, strong = p("weak", "learner", True), p("strong", "learner", True)
     payoff = Payoff()
@@ -192,7 +186,7 @@ def test_fictitious_play_samples_past_by_pfsp():
     opponents = Counter(next(q["id"] for q in g if q["id"] != "me") for g in t.match())
     assert opponents["strong"] > 0.95 * 3000  # PFSP "squared": beaten opponents are rarely replayed
     with pytest.raises(ValueError, match="weighting"):
-        FictitiousConfig(weighting="cubic")
+        FictitiousConfig(rules={"weighting": "cubic"})
 
 
 def test_round_robin_plays_every_pair_in_both_seat_orders(tiny_model_path, tmp_path):
@@ -200,8 +194,9 @@ def test_round_robin_plays_every_pair_in_both_seat_orders(tiny_model_path, tmp_p
     from toy_games import digits, first_digit_policy
 
     scripted = {"id": "digits", "role": "scripted", "policy": first_digit_policy}
-    t = RoundRobinTrainer(RoundRobinConfig(roles=["red", "blue"], epochs=2, rounds=1, matches=2, max_tokens=2,
-                                           progress=False, ratings={"bt_bootstrap": 0}, output_dir=str(tmp_path)),
+    t = RoundRobinTrainer(RoundRobinConfig(rules={"roles": ["red", "blue"]}, epochs=2, rounds=1, matches=2,
+                                           max_tokens=2, progress=False, ratings={"bt_bootstrap": 0},
+                                           output_dir=str(tmp_path)),
                           opponents=[scripted])
     t.train(str(tiny_model_path), digits)
     ids = [p["id"] for p in t.players]
@@ -211,7 +206,7 @@ def test_round_robin_plays_every_pair_in_both_seat_orders(tiny_model_path, tmp_p
     assert {g: games.count(g) for g in set(games)} == {(a, b): 4 for a in ids for b in ids if a != b}
     assert {row["id"] for row in t.leaderboard.rows} == set(ids)
     with pytest.raises(ValueError, match="roles"):
-        RoundRobinConfig(roles=[])
+        RoundRobinConfig(rules={"roles": []})
     t.engine.close()
 
 
@@ -223,7 +218,7 @@ def test_a_subclass_changes_one_roles_rule_through_its_public_method():
         def main_exploiter_opponent(self, player):
             return self.pfsp_opponent(player, self.historical(), "uniform")
 
-    t = OldSelves(LeagueConfig(progress=False, games_per_learner=20))
+    t = OldSelves(LeagueConfig(progress=False, rules={"games_per_learner": 20}))
     t.listed, t.payoff, t.step = [main, mexp, lexp, old], Payoff(), 0
     assert {t.opponent_for(mexp)["id"] for _ in range(50)} == {"main-old"}  # the override
     assert {t.opponent_for(lexp)["id"] for _ in range(50)} == {"main-old"}  # PFSP over the one frozen player
@@ -242,17 +237,17 @@ def test_a_built_in_league_promotes_the_base_config_or_refuses_a_foreign_one(cap
                                 ratings={"bt_bootstrap": 0})
     with caplog.at_level(logging.INFO, logger="autocurricula.leagues.promote"):
         t = SelfPlayTrainer(base, epochs=2)
-    assert type(t.config) is SelfPlayConfig and "SelfPlayConfig with its defaults for" in caplog.text
+    assert type(t.config) is SelfPlayConfig and "SelfPlayConfig with the default SelfPlayRules" in caplog.text
     assert (t.config.epochs, t.config.rounds, t.config.seed, t.config.max_tokens) == (2, 3, 7, 2)
     assert t.config.credit == base.credit and t.config.ratings == base.ratings
-    assert t.config.games_per_round == SelfPlayConfig().games_per_round  # the league's own default
+    assert t.config.rules == SelfPlayConfig().rules  # the league's own defaults
     for trainer, config_class in ((LeagueTrainer, LeagueConfig), (FictitiousPlayTrainer, FictitiousConfig),
                                   (RoundRobinTrainer, RoundRobinConfig)):
         assert type(trainer(base).config) is config_class
-    own = SelfPlayConfig(games_per_round=5)
+    own = SelfPlayConfig(rules={"games_per_round": 5})
     assert SelfPlayTrainer(own).config is own  # the league's own config, as given
-    with pytest.raises(TypeError, match=r"LeagueTrainer needs a LeagueConfig .*got a SelfPlayConfig.*build a "
-                                        r"LeagueConfig\(\.\.\.\)"):
+    with pytest.raises(TypeError, match=r"LeagueTrainer needs a LeagueConfig \(its rules: LeagueRules\).*got a "
+                                        r"SelfPlayConfig.*build a LeagueConfig\(rules="):
         LeagueTrainer(own)
 
 
@@ -265,7 +260,7 @@ def test_mirror_selfplay_deploys_its_last_iterate_and_fictitious_selfplay_its_me
 
     main, old = p("main", "main"), p("main-old", "main", True, snapshot_of="main")
     for share, expected in ((0.0, {"main": 1.0}), (0.25, {"main": 0.5, "main-old": 0.5})):
-        t = SelfPlay(SelfPlayConfig(past_share=share, progress=False))
+        t = SelfPlay(SelfPlayConfig(rules={"past_share": share}, progress=False))
         t.listed = [main, old]
         t.standings = Standings(RatingConfig(), tmp_path, 0)
         # no game between them yet: a meta-game over both would be uniform, one over the main alone is the main
@@ -286,7 +281,7 @@ def test_mirror_selfplay_deploys_the_average_of_its_last_iterates(tmp_path):
     other, scripted = p("other-old", "main", True, snapshot_of="x"), p("random", "random", True, policy=lambda q: "1")
     everyone = ["main"] + [f"main-{i}" for i in (4, 3, 2, 1, 0)]  # newest first; other-old is not main's
     for last, expected in ((1, everyone[:1]), (3, everyone[:3]), (9, everyone)):
-        t = SelfPlay(SelfPlayConfig(past_share=0.0, average_last=last, progress=False))
+        t = SelfPlay(SelfPlayConfig(rules={"past_share": 0.0, "average_last": last}, progress=False))
         t.listed = [scripted, p("main", "main"), *snaps[:2], other, *snaps[2:]]
         t.standings = Standings(RatingConfig(bt_bootstrap=0), tmp_path, 0)
         for _ in range(30):  # main beats its newest snapshot: a meta-game over them would drop main-4
@@ -298,4 +293,4 @@ def test_mirror_selfplay_deploys_the_average_of_its_last_iterates(tmp_path):
     for bad, hint in (({"average_last": 0}, "average_last must be >= 1"),
                       ({"average_last": 2, "past_share": 0.2}, "set past_share=0 or average_last=1")):
         with pytest.raises(ValueError, match=hint):
-            SelfPlayConfig(progress=False, **bad)
+            SelfPlayConfig(progress=False, rules=bad)

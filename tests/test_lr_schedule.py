@@ -77,7 +77,7 @@ def _record_rates(monkeypatch) -> list[dict]:
 
 def _run(tiny_model_path, out, monkeypatch, *, epochs=2, resume=False, stop=False, schedule="linear", decay=None):
     seen = _record_rates(monkeypatch)
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=epochs, rounds=2, games_per_round=4, past_share=0.0,
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=epochs, rounds=2, rules={"games_per_round": 4, "past_share": 0.0},
                                        output_dir=str(out), progress=False, ratings={"bt_bootstrap": 0}, max_tokens=4,
                                        game_name="digits", overwrite_output_dir=not resume, save_total_limit=None))
     t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(learning_rate=1e-2, lr_scheduler_type=schedule,
@@ -128,10 +128,10 @@ def test_a_league_gives_its_exploiters_their_own_rate(tiny_model_path, tmp_path,
     seen = _record_rates(monkeypatch)
     for schedule in ("constant", "linear"):
         seen.clear()
-        config = LeagueConfig(epochs=1, rounds=2, main_exploiters=1, league_exploiters=1, games_per_learner=2,
-                              output_dir=str(tmp_path / schedule), progress=False,
-                              ratings={"bt_bootstrap": 0}, max_tokens=2, game_name="digits",
-                              overwrite_output_dir=True)
+        config = LeagueConfig(epochs=1, rounds=2,
+                              rules={"main_exploiters": 1, "league_exploiters": 1, "games_per_learner": 2},
+                              output_dir=str(tmp_path / schedule), progress=False, ratings={"bt_bootstrap": 0},
+                              max_tokens=2, game_name="digits", overwrite_output_dir=True)
         t = Exploiters(config)
         t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(learning_rate=1e-2, lr_scheduler_type=schedule))
         roles = {p["id"]: p["role"] for p in t.players if not p["frozen"]}

@@ -272,8 +272,9 @@ def test_sub_game_rewards_reach_the_update(tiny_model_path, tmp_path):
         await model.generate(players[0], "outer:", max_tokens=3)
         return [5.0, 5.0]
 
-    t = Capture(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), credit="grpo",
-                               progress=False, ratings={"bt_bootstrap": 0}, max_tokens=3, past_share=0.0))
+    t = Capture(SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": 2, "past_share": 0.0},
+                               output_dir=str(tmp_path), credit="grpo", progress=False, ratings={"bt_bootstrap": 0},
+                               max_tokens=3))
     t.train(str(tiny_model_path), outer)
     turns = t.seen[0]
     t.engine.close()

@@ -186,8 +186,8 @@ def test_trainer_and_serve_settings_reach_the_engine(monkeypatch, tiny_model_pat
 
     with pytest.raises(ValueError, match="prefix_cache_mb"):
         AutocurriculumConfig(engine={"prefix_cache_mb": -1})
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), progress=False,
-                                       max_tokens=2, save_strategy="no", engine={"prefix_cache_mb": 0}))
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path),
+                                       progress=False, max_tokens=2, save_strategy="no", engine={"prefix_cache_mb": 0}))
     t.train(str(tiny_model_path), digits)
     try:
         assert t.engine.config.prefix_cache_mb == 0 and t.engine.prefix_cache is None

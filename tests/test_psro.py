@@ -8,6 +8,7 @@ import pytest
 
 from autocurricula.eval.meta import exploitability, regret_matching, robust_mixture, zero_sum_nash
 from autocurricula.loop.rating import RelativePayoff, meta_weights
+from league_doubles import RunParts
 
 BIASED_RPS = np.array([[0.0, -1.0, 2.0], [1.0, 0.0, -1.0], [-2.0, 1.0, 0.0]])  # Nash (1/4, 1/2, 1/4)
 
@@ -151,14 +152,14 @@ def test_a_league_can_play_duplicate_pairs(tmp_path):
     me = {"id": "responder-0", "frozen": False}
     pop = [{"id": f"population-{i}", "frozen": True} for i in range(3)]
 
-    class Duplicate(PSROTrainer):
+    class Duplicate(RunParts, PSROTrainer):
         players = property(lambda self: [me, *pop])
 
         def match(self):
-            return [g for i in range(self.config.games_per_round // 2)
+            return [g for i in range(self.config.rules.games_per_round // 2)
                     for g in self.mirrored(me, self.responder_opponent(me), f"r{i}")]
 
-    trainer = Duplicate(PSROConfig(seed=0, output_dir=str(tmp_path), progress=False, games_per_round=8))
+    trainer = Duplicate(PSROConfig(seed=0, output_dir=str(tmp_path), progress=False, rules={"games_per_round": 8}))
     trainer.standings = Standings(trainer.config.ratings, tmp_path, 0)
     games = trainer.match()
     assert len(games) == 8 and all(isinstance(g, Deal) and me in g for g in games)
@@ -166,11 +167,11 @@ def test_a_league_can_play_duplicate_pairs(tmp_path):
         assert a.key == b.key and tuple(a) == tuple(b)[::-1]
     assert len({g.key for g in games}) == 4
 
-    class Population(PSROTrainer):  # the same pairs from the config, evaluation games single
+    class Population(RunParts, PSROTrainer):  # the same pairs from the config, evaluation games single
         players = property(lambda self: [me, *pop])
 
-    trainer = Population(PSROConfig(seed=0, output_dir=str(tmp_path), progress=False, games_per_round=8,
-                                    eval_games=4, responder_pairs=True))
+    trainer = Population(PSROConfig(seed=0, output_dir=str(tmp_path), progress=False,
+                                    rules={"games_per_round": 8, "eval_games": 4, "responder_pairs": True}))
     trainer.standings = Standings(trainer.config.ratings, tmp_path, 0)
     games = trainer.match()
     assert len(games) == 12 and not any(isinstance(g, Deal) for g in games[8:])
@@ -178,7 +179,7 @@ def test_a_league_can_play_duplicate_pairs(tmp_path):
     assert all(tuple(a) == tuple(b)[::-1] and me in a for a, b in zip(games[0:8:2], games[1:8:2]))
     for bad in (dict(games_per_round=9), dict(games_per_round=2), dict(responder_pairs=1)):
         with pytest.raises(ValueError, match="responder_pairs"):
-            PSROConfig(**{"responder_pairs": True, **bad})
+            PSROConfig(rules={"responder_pairs": True, **bad})
 
 
 def test_psro_units():
@@ -200,7 +201,7 @@ def test_psro_units():
     p = eval_priorities(w, se, n)
     assert p.sum() == pytest.approx(1.0) and p.argmax() == 2 and p.min() > 0
     with pytest.raises(ValueError, match="responders"):
-        PSROConfig(responders=0)
+        PSROConfig(rules={"responders": 0})
 
 
 def _warm(tmp_path, seed=0):
@@ -313,7 +314,8 @@ def test_meta_opponent_composes_with_the_alphastar_league(tmp_path, tiny_model_p
             drawn.append(opponent["id"])
             return opponent
 
-    trainer = MetaLeague(LeagueConfig(epochs=1, rounds=2, games_per_learner=4, main_exploiters=0, league_exploiters=1,
+    trainer = MetaLeague(LeagueConfig(epochs=1, rounds=2,
+                                      rules={"games_per_learner": 4, "main_exploiters": 0, "league_exploiters": 1},
                                       output_dir=str(tmp_path), progress=False, save_strategy="no",
                                       ratings={"bt_bootstrap": 0}))
     trainer.train(str(tiny_model_path), matrix)

@@ -56,8 +56,9 @@ def test_a_killed_rollout_actor_loses_no_game_and_comes_back(local_ray, tiny_mod
 
     play.__module__ = digits.__module__
     out = tmp_path / "run"
-    trainer = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=3, games_per_round=6, past_share=0.5, output_dir=str(out),
-                                             progress=False, max_tokens=4, ratings={"bt_bootstrap": 0}))
+    trainer = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=3, rules={"games_per_round": 6, "past_share": 0.5},
+                                             output_dir=str(out), progress=False, max_tokens=4,
+                                             ratings={"bt_bootstrap": 0}))
     try:
         trainer.train(str(tiny_model_path), play, servers=rollout)
         history = list(trainer.match_history)
@@ -84,8 +85,8 @@ def test_a_killed_rollout_actor_loses_no_game_and_comes_back(local_ray, tiny_mod
         assert [f.result(60).adapter_version for f in done] == [7] * 4
         assert killed["index"] in {rollout.placement(n) for n in news}
         # the learner's updates ran on the learner actors; their optimizer state is checkpointed
-        assert isinstance(trainer.updater, RayUpdater) and trainer.updater.owner("main-0") is not None
-        assert trainer.updater.optim["main-0"].step == trainer.updater.steps == 3
+        assert isinstance(trainer.run.updater, RayUpdater) and trainer.run.updater.owner("main-0") is not None
+        assert trainer.run.updater.optim["main-0"].step == trainer.run.updater.steps == 3
         assert (out / "checkpoint-0" / "optimizer" / "main-0" / "optimizer.json").is_file()
         # a request an actor refuses fails its future (a lockstep tick's too) and leaves the actor up
         for fut in (rollout.submit([5000], None, SamplingParams(max_tokens=2)),

@@ -127,8 +127,9 @@ _tiny = str(build_tiny_model({model!r}))
 _real = mlx_lm.utils.snapshot_download
 mlx_lm.utils.snapshot_download = lambda repo, **kw: _tiny if repo == {repo!r} else _real(repo, **kw)
 LeagueTrainer.config_class = functools.partial(
-    LeagueConfig, epochs=1, rounds=1, games_per_learner=4, main_exploiters=1, league_exploiters=0, max_tokens=2,
-    progress=False, ratings={{"bt_bootstrap": 0}}, output_dir=tempfile.mkdtemp(prefix="autocurricula-headline-"))
+    LeagueConfig, epochs=1, rounds=1, max_tokens=2, progress=False,
+    rules={{"games_per_learner": 4, "main_exploiters": 1, "league_exploiters": 0}}, ratings={{"bt_bootstrap": 0}},
+    output_dir=tempfile.mkdtemp(prefix="autocurricula-headline-"))
 """
 
 

@@ -315,8 +315,8 @@ def _selfplay(tiny_model_path, out, **train_kwargs):
     from autocurricula import SelfPlayConfig, SelfPlayTrainer
     from toy_games import digits
 
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=2, rounds=2, games_per_round=6, past_share=0.5, output_dir=str(out),
-                                       progress=False, ratings={"bt_bootstrap": 0}, max_tokens=4))
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=2, rounds=2, rules={"games_per_round": 6, "past_share": 0.5},
+                                       output_dir=str(out), progress=False, ratings={"bt_bootstrap": 0}, max_tokens=4))
     t.train(str(tiny_model_path), digits, **train_kwargs)
     history = [(g["game_id"], g["players"], g["rewards"], g["versions"]) for g in t.match_history]
     adapters = {p["id"]: t.engine.adapter_weights(p["id"]) for p in t.players}

@@ -19,6 +19,7 @@ from autocurricula.loop.checkpoint import latest_checkpoint
 from autocurricula.credit import RAE, BranchCredit, branch_advantage, branch_value, pick_positions
 from autocurricula.arena.replay import ReplayDiverged, Replayer, turn_positions
 
+from helpers import example_module
 from toy_games import digits, first_digit_policy, nested, seed_style
 
 
@@ -71,15 +72,15 @@ def test_branch_maths_by_hand():
     assert branch_value([1.0, -1.0, 1.0, 1.0]) == 0.5
     assert branch_value([]) is None and branch_value([None, 2.0]) == 2.0
     assert branch_advantage(1.0, 0.25) == 0.75  # G - V(s_t)
-    assert branch_advantage(1.0, 0.25, next_value=-0.5) == -0.75  # V(s_t+1) - V(s_t): the outcome is ignored
     assert pick_positions([5, 1, 3], 0, seed=1) == [1, 3, 5]  # 0 = all
     some = pick_positions(list(range(10)), 3, seed=7)
     assert len(some) == 3 and some == sorted(some) and some == pick_positions(list(range(10)), 3, seed=7)
 
 
 def test_branch_settings_are_checked():
-    assert BranchCredit(samples=3, turns_per_game=2, advantage="td").samples == 3
-    for bad in (dict(samples=0), dict(samples=1.5), dict(turns_per_game=-1), dict(advantage="gae")):
+    assert BranchCredit(samples=3, turns_per_game=2, advantage="moves").samples == 3
+    for bad in (dict(samples=0), dict(samples=1.5), dict(turns_per_game=-1), dict(advantage="gae"),
+                dict(advantage="td")):
         with pytest.raises(ValueError, match=next(iter(bad))):
             BranchCredit(**bad)
 
@@ -232,7 +233,8 @@ def test_branch_values_match_known_odds(mode):
     for r in records:
         for t in r.turns:
             t.reward = r.rewards[t.seat]
-    credit = BranchCredit(samples=400, advantage=mode)
+    td = example_module("credit_variants").TDBranchCredit  # examples/credit_variants.py
+    credit = BranchCredit(samples=400) if mode == "return" else td(samples=400)
     credit.see_round(records, Replayer(arena, dice))
     turns = [t for r in records for t in r.turns]
     adv = credit.advantages(turns)
@@ -362,8 +364,8 @@ def test_branch_credit_in_a_short_league(tiny_model_path, tmp_path, monkeypatch)
     monkeypatch.setattr(Arena, "run", counting_run)
     monkeypatch.setattr(BranchCredit, "see_round", see)
     monkeypatch.setattr(Replayer, "branch", branch)
-    cfg = dict(epochs=1, rounds=2, games_per_round=3, progress=False, ratings={"bt_bootstrap": 0}, max_tokens=4,
-               credit=BranchCredit(samples=3))
+    cfg = dict(epochs=1, rounds=2, rules={"games_per_round": 3}, progress=False, ratings={"bt_bootstrap": 0},
+               max_tokens=4, credit=BranchCredit(samples=3))
     t = SelfPlayTrainer(SelfPlayConfig(output_dir=str(tmp_path / "a"), **cfg))
     t.train(str(tiny_model_path), digits)
     t.engine.close()

@@ -150,8 +150,9 @@ class Recorded(TrainerCallback):
         with open(out + "/steps.jsonl", "a") as fh:
             fh.write(json.dumps(steps[-1]) + "\n")
 
-cfg = LeagueConfig(game_name="kuhn_poker", epochs=3, rounds=2, games_per_learner=4, main_exploiters=1, league_exploiters=2,
-                   snapshot_min_rounds=1, snapshot_max_rounds=2, arena={"max_concurrent_games": 5},
+cfg = LeagueConfig(game_name="kuhn_poker", epochs=3, rounds=2,
+                   rules={"games_per_learner": 4, "main_exploiters": 1, "league_exploiters": 2,
+                          "snapshot_min_rounds": 1, "snapshot_max_rounds": 2}, arena={"max_concurrent_games": 5},
                    credit=QCredit(target_coef=1.0), output_dir=out, seed=11, ratings={"bt_bootstrap": 0},
                    save_total_limit=None, progress=False)
 t = LeagueTrainer(cfg)
@@ -159,7 +160,7 @@ t.train(model, play, resume_from_checkpoint=resume or None, callbacks=[Recorded(
 final = {"players": t.pool.registry(), "elo": t.elo.ratings,
          "history": open(out + "/match_history.jsonl").read(),
          "weights": {p["id"]: of(t.engine.adapter_weights(p["id"]).modules) for p in t.players if "policy" not in p},
-         "moments": {n: [s.step, of(s.moments)] for n, s in t.updater.optim.items()}}
+         "moments": {n: [s.step, of(s.moments)] for n, s in t.run.updater.optim.items()}}
 open(out + "/final.json", "w").write(json.dumps(final))
 """
 

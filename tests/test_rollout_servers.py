@@ -29,7 +29,7 @@ def test_every_server_down_is_named_as_such_not_as_a_broken_game(tiny_model_path
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(running_server(create_app(serving)))
         remote = RemoteEngine([url], base=serving, timeout=2.0, poll_s=0.1)
-        t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=2, output_dir=str(tmp_path),
+        t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, rules={"games_per_round": 2}, output_dir=str(tmp_path),
                                            progress=False, max_tokens=2, ratings={"bt_bootstrap": 0}))
         try:
             with pytest.raises(GameError, match="no server or actor is reachable.*start them again"):
@@ -49,8 +49,9 @@ def test_after_training_the_server_holds_every_player_at_its_version(tiny_model_
     serving = Engine(str(tiny_model_path))
     try:
         with running_server(create_app(serving)) as url:
-            t = LeagueTrainer(LeagueConfig(epochs=2, rounds=2, games_per_learner=2, snapshot_min_rounds=1,
-                                           snapshot_max_rounds=1, output_dir=str(tmp_path), progress=False,
+            t = LeagueTrainer(LeagueConfig(epochs=2, rounds=2,
+                                           rules={"games_per_learner": 2, "snapshot_min_rounds": 1,
+                                                  "snapshot_max_rounds": 1}, output_dir=str(tmp_path), progress=False,
                                            max_tokens=2, max_staleness=staleness, ratings={"bt_bootstrap": 0}))
             t.train(str(tiny_model_path), digits, servers=[url])
             t.engine.close()

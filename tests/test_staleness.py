@@ -136,14 +136,14 @@ def league(tiny_model_path, out, *, epochs=2, rounds=3, resume=False, pause=0.0,
            servers=None, **overrides):
     GAME_STARTS.clear()
     GAME_ENDS.clear()
-    t = Timed(SelfPlayConfig(epochs=epochs, rounds=rounds, games_per_round=GAMES, past_share=0.5, output_dir=str(out),
-                             progress=False, ratings={"bt_bootstrap": 0}, max_tokens=4, game_name="digits",
-                             overwrite_output_dir=not resume, save_total_limit=None, **overrides))
+    t = Timed(SelfPlayConfig(epochs=epochs, rounds=rounds, rules={"games_per_round": GAMES, "past_share": 0.5},
+                             output_dir=str(out), progress=False, ratings={"bt_bootstrap": 0}, max_tokens=4,
+                             game_name="digits", overwrite_output_dir=not resume, save_total_limit=None, **overrides))
     t.update_starts, t.update_ends, t.stop_after, t.served = [], [], stop_after, []
 
     def served(t):  # after each epoch, before its checkpoint: what the servers hold
-        if t.rollout is not t.engine:
-            t.served.append({p["id"]: (p["version"], t.rollout.adapter_info(p["id"])) for p in t.players})
+        if t.run.plays_elsewhere:
+            t.served.append({p["id"]: (p["version"], t.run.rollout.adapter_info(p["id"])) for p in t.players})
 
     t.train(str(tiny_model_path), timed_digits, resume_from_checkpoint=resume or None, grpo_config=grpo,
             callbacks=[served, Timing(t, pause)], servers=servers, api_key=KEY if servers else None)

@@ -120,8 +120,9 @@ def test_artifact_store_grows_samples_by_weight_and_round_trips():
 def league(tmp_path, tiny_model_path, play, trainer_cls=None, **cfg):
     from autocurricula import SelfPlayConfig, SelfPlayTrainer
 
-    config = SelfPlayConfig(**{**dict(epochs=1, rounds=2, games_per_round=2, output_dir=str(tmp_path), progress=False,
-                                      ratings={"bt_bootstrap": 0}, max_tokens=6, past_share=0.0), **cfg})
+    config = SelfPlayConfig(**{**dict(epochs=1, rounds=2, rules={"games_per_round": 2, "past_share": 0.0},
+                                      output_dir=str(tmp_path), progress=False, ratings={"bt_bootstrap": 0},
+                                      max_tokens=6), **cfg})
     t = (trainer_cls or SelfPlayTrainer)(config)
     t.train(str(tiny_model_path), play)
     t.engine.close()
@@ -133,7 +134,7 @@ def test_dataset_league_run(tiny_model_path, tmp_path):
 
     class Solo(AutocurriculumTrainer):  # one learner, alone: a 1-player game
         def match(self):
-            return [(self.players[0],)] * self.config.games_per_round
+            return [(self.players[0],)] * self.config.rules.games_per_round
 
     def longer(completion, **columns):  # a random tiny model is never right: score something it varies
         return float(len(completion))
@@ -158,8 +159,9 @@ def test_proposer_solver_league_run_checkpoints_the_store(tiny_model_path, tmp_p
     fresh = ps.ProposerSolver(attempts=2)
     from autocurricula import SelfPlayConfig, SelfPlayTrainer
 
-    again = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, games_per_round=2, output_dir=str(tmp_path),
-                                           progress=False, ratings={"bt_bootstrap": 0}, max_tokens=6, past_share=0.0))
+    again = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=2, rules={"games_per_round": 2, "past_share": 0.0},
+                                           output_dir=str(tmp_path), progress=False, ratings={"bt_bootstrap": 0},
+                                           max_tokens=6))
     again.train(str(tiny_model_path), fresh, resume_from_checkpoint=True)
     again.engine.close()
     assert fresh.store.state_dict() == game.store.state_dict()

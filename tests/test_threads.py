@@ -35,7 +35,7 @@ def test_train_runs_on_config_threads_and_gives_the_previous_count_back(tiny_mod
         seen.append(calls[-1] if calls else None)  # the count in force while games run
         return await digits(players, model, tokenizer)
 
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path),
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path),
                                        progress=False, max_tokens=2, save_strategy="no", threads=1))
     t.train(str(tiny_model_path), play)
     t.engine.close()

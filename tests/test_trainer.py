@@ -48,7 +48,7 @@ class Seen(TrainerCallback):
 
 
 def test_async_play_records_trainable_calls_only(tiny_model_path, tmp_path):
-    t = Capture(SelfPlayConfig(epochs=1, rounds=1, games_per_round=6, output_dir=str(tmp_path), **FAST))
+    t = Capture(SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": 6}, output_dir=str(tmp_path), **FAST))
     t.train(str(tiny_model_path), digits)
     turns = t.seen[0]
     assert len(turns) == 6 * 2  # two trainable calls per game; the judge call is not a turn
@@ -59,7 +59,7 @@ def test_async_play_records_trainable_calls_only(tiny_model_path, tmp_path):
 
 
 def test_seed_style_sync_play_trains(tiny_model_path, tmp_path):
-    t = Capture(SelfPlayConfig(epochs=1, rounds=2, games_per_round=4, output_dir=str(tmp_path), **FAST))
+    t = Capture(SelfPlayConfig(epochs=1, rounds=2, rules={"games_per_round": 4}, output_dir=str(tmp_path), **FAST))
     t.train(str(tiny_model_path), seed_style)
     assert len(t.seen) == 2 and all(len(ts) == 8 for ts in t.seen)
     assert t.players[0]["version"] == 3
@@ -70,8 +70,9 @@ def test_seed_style_sync_play_trains(tiny_model_path, tmp_path):
 
 def test_league_trains_learners_not_frozen_and_scripted_rank(tiny_model_path, tmp_path):
     scripted = {"id": "random-digit", "role": "random", "policy": first_digit_policy}
-    t = LeagueTrainer(LeagueConfig(epochs=2, rounds=2, games_per_learner=4, snapshot_min_rounds=1,
-                                   snapshot_max_rounds=2, output_dir=str(tmp_path), **FAST), opponents=[scripted])
+    t = LeagueTrainer(LeagueConfig(epochs=2, rounds=2,
+                                   rules={"games_per_learner": 4, "snapshot_min_rounds": 1, "snapshot_max_rounds": 2},
+                                   output_dir=str(tmp_path), **FAST), opponents=[scripted])
     before = {}
 
     def remember(trainer):
@@ -101,7 +102,7 @@ def test_league_trains_learners_not_frozen_and_scripted_rank(tiny_model_path, tm
 
 
 def test_checkpoints_are_complete_pickle_free_and_limited(tiny_model_path, tmp_path):
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=3, rounds=1, games_per_round=2, save_total_limit=2,
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=3, rounds=1, rules={"games_per_round": 2}, save_total_limit=2,
                                        output_dir=str(tmp_path), **FAST))
     t.train(str(tiny_model_path), digits)
     t.engine.close()
@@ -126,7 +127,7 @@ def test_value_credit_trains_and_its_table_resumes(tiny_model_path, tmp_path, cr
     credit = credit[0] if credit.startswith("q") else credit
     lam = 1.0 if backup == "minimax" else 0.5  # minimax has no lambda-return
     spec = QCredit(lam=lam, target_coef=0.5, target_min_visits=1, backup=backup) if credit == "q" else ValueCredit(lam=0.5)
-    cfg = dict(epochs=2, rounds=2, games_per_round=4, output_dir=str(tmp_path), credit=spec, **FAST)
+    cfg = dict(epochs=2, rounds=2, rules={"games_per_round": 4}, output_dir=str(tmp_path), credit=spec, **FAST)
     t = Capture(SelfPlayConfig(**cfg))
     t.train(str(tiny_model_path), digits, grpo_config=GRPOConfig(entropy_coef=0.01))
     t.engine.close()
@@ -158,7 +159,7 @@ import sys, json
 sys.path.insert(0, {tests!r})
 from autocurricula import SelfPlayTrainer, SelfPlayConfig
 from toy_games import digits
-cfg = SelfPlayConfig(epochs=4, rounds=2, games_per_round=6, output_dir={out!r}, progress=False,
+cfg = SelfPlayConfig(epochs=4, rounds=2, rules={{"games_per_round": 6}}, output_dir={out!r}, progress=False,
                      ratings={{"bt_bootstrap": 0}}, max_tokens=4, save_total_limit=None, seed=7)
 t = SelfPlayTrainer(cfg)
 t.train({model!r}, digits, resume_from_checkpoint={resume!r})
@@ -237,7 +238,7 @@ def test_push_league_and_trackers(tiny_model_path, tmp_path, hub, monkeypatch):
     broken = types.SimpleNamespace(init=lambda **kw: None, log=lambda *a, **k: 1 / 0, finish=lambda: None)
     monkeypatch.setitem(sys.modules, "trackio", fake)
     monkeypatch.setitem(sys.modules, "wandb", broken)  # a failing tracker is disabled, never fatal
-    t = SelfPlayTrainer(SelfPlayConfig(epochs=2, rounds=1, games_per_round=2, output_dir=str(tmp_path),
+    t = SelfPlayTrainer(SelfPlayConfig(epochs=2, rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path),
                                        report_to=["trackio", "wandb"], **FAST))
     with pytest.warns(UserWarning, match="wandb logging failed"):
         t.train(str(tiny_model_path), digits)
@@ -264,7 +265,8 @@ def test_push_league_and_trackers(tiny_model_path, tmp_path, hub, monkeypatch):
 
 def test_cli_train_with_yaml(tiny_model_path, tmp_path):
     cfg = tmp_path / "league.yaml"
-    cfg.write_text("rounds: 1\ngames_per_learner: 2\nmain_exploiters: 0\nleague_exploiters: 1\nprogress: false\n"
+    cfg.write_text("rounds: 1\nrules:\n  games_per_learner: 2\n  main_exploiters: 0\n  league_exploiters: 1\n"
+                   "progress: false\n"
                    "ratings:\n  bt_bootstrap: 0\nmax_tokens: 4\n"
                    "grpo:\n  learning_rate: 0.0005\nlora:\n  r: 4\n  lora_alpha: 8\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
@@ -281,7 +283,8 @@ def test_cli_train_with_yaml(tiny_model_path, tmp_path):
 def test_nested_games_tag_turns_with_level_and_parent(tiny_model_path, tmp_path):
     from toy_games import nested
 
-    t = Capture(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), credit="grpo", **FAST))
+    t = Capture(SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path),
+                               credit="grpo", **FAST))
     t.train(str(tiny_model_path), nested)
     turns = t.seen[0]
     assert len(turns) == 2 * 2 * 2 and {x.level for x in turns} == {1}
@@ -299,7 +302,7 @@ def test_play_as_a_method_and_a_loaded_model(tiny_model_path, tmp_path):
         async def play(self, players, model, tokenizer):
             return await digits(players, model, tokenizer)
 
-    t = Mine(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path), **FAST))
+    t = Mine(SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path), **FAST))
     from autocurricula.engine import Engine
 
     def loaded():  # an already loaded mlx-lm model, handed over with its tokenizer
@@ -307,11 +310,12 @@ def test_play_as_a_method_and_a_loaded_model(tiny_model_path, tmp_path):
 
     engine = Engine(*loaded(), name="tiny")
     t.train(engine)
-    assert len(t.match_history) == 2 and t.model_name == "tiny"
+    assert len(t.match_history) == 2 and t.run.model_name == "tiny"
     engine.close()
-    pair = Mine(SelfPlayConfig(epochs=1, rounds=1, games_per_round=2, output_dir=str(tmp_path / "pair"), **FAST))
+    pair = Mine(SelfPlayConfig(epochs=1, rounds=1, rules={"games_per_round": 2}, output_dir=str(tmp_path / "pair"),
+                               **FAST))
     pair.train(loaded())  # the (model, tokenizer) pair mlx_lm.load returns, named by its architecture
-    assert len(pair.match_history) == 2 and pair.model_name == "llama"
+    assert len(pair.match_history) == 2 and pair.run.model_name == "llama"
     pair.engine.close()
 
 

@@ -93,7 +93,7 @@ class PlayTokenizer:
     def __call__(self, text, return_tensors=None, **kwargs):
         if return_tensors == "pt":
             try:
-                import torch  # noqa: F401
+                import torch  # noqa: F401 - torch: optional (extra hf), only probed
             except ImportError:
                 return_tensors = "np"
         return self._tok(text, return_tensors=return_tensors, **kwargs)

@@ -13,10 +13,8 @@ Branches run through the arena together (:meth:`Replayer.run`: one ``Arena.run``
 so the engine batches them).
 
 Which games qualify: those whose prompts and rewards depend only on ``model.seed`` (or a seed they
-are given) and the answers of earlier calls. Every built-in game does when it takes its randomness
-from ``model.seed``, as it does by default (tested: tictactoe and its openings, kuhn_poker's deal,
-negotiation's pool and values, highest_string, dataset's row, debate and refine with their judge
-calls, red_blue, textarena, and proposer_solver's module ``play``). What breaks a replay:
+are given) and the answers of earlier calls, as every built-in game's do when it takes its
+randomness from ``model.seed`` (the default). What breaks a replay:
 
 - randomness from elsewhere: module ``random`` or NumPy's global generator, ``os.urandom``
   (``games._common.make_rng(None)`` with no seed), the wall clock, or a ``seed=``/``rng=`` that

@@ -149,7 +149,7 @@ class SeedHandle:
         pad = getattr(self.tokenizer, "pad_token_id", None) or 0
         out = np.array([o + [pad] * (width - len(o)) for o in outs])
         if type(input_ids).__module__.startswith("torch"):
-            import torch
+            import torch  # torch: optional; installed, since the game passed torch tensors
 
             return torch.tensor(out)
         return out

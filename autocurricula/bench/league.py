@@ -126,10 +126,11 @@ def _league(model: str, out: Path, *, max_staleness: int, quick: bool, servers=N
 
     # the pipeline fills and drains once per epoch; the example runs 30 rounds
     rounds = rounds or (2 if quick else 8)
-    cfg = dict(epochs=2, rounds=rounds, games_per_learner=games_per_learner or (8 if quick else 64),
-               exploiter_games=exploiter_games or (4 if quick else 16),
-               main_agents=1, main_exploiters=1, league_exploiters=1, anchor_share=0.5,
-               snapshot_min_rounds=max(4, rounds // 2), snapshot_max_rounds=max(8, rounds),
+    cfg = dict(epochs=2, rounds=rounds,
+               rules={"games_per_learner": games_per_learner or (8 if quick else 64),
+                      "exploiter_games": exploiter_games or (4 if quick else 16), "main_agents": 1,
+                      "main_exploiters": 1, "league_exploiters": 1, "anchor_share": 0.5,
+                      "snapshot_min_rounds": max(4, rounds // 2), "snapshot_max_rounds": max(8, rounds)},
                output_dir=str(out), overwrite_output_dir=True, seed=seed, max_tokens=2, game_name="tictactoe",
                credit=QCredit(target_coef=1.0), arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0},
                progress=False, save_strategy="no")

@@ -4,6 +4,8 @@ Names resolve lazily so that ``autocurricula.engine.blas`` and ``autocurricula.e
 be imported before mlx (OpenBLAS must be preloaded first).
 """
 
+import importlib
+
 _LAZY = {
     "AdapterError": "autocurricula.engine.adapters", "AdapterWeights": "autocurricula.engine.adapters", "LoraSpec": "autocurricula.engine.adapters", "load_folder": "autocurricula.engine.adapters",
     "Completion": "autocurricula.engine.engine", "Engine": "autocurricula.engine.engine", "EngineConfig": "autocurricula.engine.engine", "TokenEvent": "autocurricula.engine.engine",
@@ -17,7 +19,5 @@ __all__ = sorted(_LAZY)
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib  # cheap; keeps mlx out of `import autocurricula.engine.blas`
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

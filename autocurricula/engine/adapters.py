@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import save, save_file
 
 from autocurricula.engine.module_names import base_model_type, has_hf_block_names, mlx_module_path
 
@@ -478,8 +479,6 @@ def from_safetensors_bytes(data, scale: float | None = None, max_rank: int | Non
 
 def to_safetensors_bytes(weights: AdapterWeights) -> bytes:
     """Serialise in mlx-lm key format with the scale in metadata (what the client uploads)."""
-    from safetensors.numpy import save
-
     tensors = {}
     for path, (a, b) in weights.modules.items():
         tensors[f"{path}.lora_a"] = np.ascontiguousarray(a, dtype=np.float32)
@@ -492,8 +491,6 @@ def write_mlx_folder(weights: AdapterWeights, path: str | Path, num_model_layers
     accepts. mlx-lm adapts the modules named in ``keys`` in the last ``num_layers`` blocks, so the
     adapter must cover such a tail with one rank; ``keys`` is the union over the blocks (hybrid
     models' blocks differ), and a named module a block lacks or leaves out starts at zero."""
-    from safetensors.numpy import save_file
-
     per_layer: dict[int, set[str]] = {}
     for p in weights.modules:
         m = re.match(r"^(?:.*\.)?(?:layers|h)\.(\d+)\.(.+)$", p)  # "h.N": GPT-2 / GPT-NeoX in mlx-lm

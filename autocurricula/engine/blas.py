@@ -1,13 +1,13 @@
 """Use a fast BLAS for MLX's CPU backend on Linux.
 
-The Linux ``mlx[cpu]`` wheel links a bundled reference BLAS (~6 GFLOP/s on a 2-core x86 box).
-Loading an OpenBLAS with ``RTLD_GLOBAL`` *before* ``mlx.core`` is imported makes the dynamic
-linker resolve MLX's ``cblas_*`` symbols to it (~15-30x faster GEMM). This module must be
-imported before anything imports ``mlx.core``; ``autocurricula/__init__.py`` does that.
+The Linux ``mlx[cpu]`` wheel links a slow bundled reference BLAS. Loading an OpenBLAS with
+``RTLD_GLOBAL`` *before* ``mlx.core`` is imported makes the dynamic linker resolve MLX's
+``cblas_*`` symbols to it (figures: docs/install.md). This module must be imported before
+anything imports ``mlx.core``; ``autocurricula/__init__.py`` does that.
 
 Control with ``AUTOCURRICULA_BLAS``: unset/"auto" searches the usual places, "none" keeps the
 bundled BLAS, a path loads that library. Note: the preload also serves torch's BLAS calls in
-the same process (torch then runs roughly 2x slower on CPU); set "none" where torch matters.
+the same process, which slows torch on CPU; set "none" where torch matters.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import glob
+import logging
 import os
 import sys
 import sysconfig
@@ -93,8 +94,6 @@ def use_threads(n: int) -> int | None:
     """:func:`set_threads`, warning when it cannot apply; returns the count before, to restore."""
     before = get_threads()
     if not set_threads(n):
-        import logging
-
         logging.getLogger("autocurricula").warning(
             "threads=%d has no effect: %s is in use, not a preloaded OpenBLAS", n, describe())
     return before

@@ -3,8 +3,8 @@
 MLX's Linux CPU wheel has three slow spots that dominate small-model steps:
 
 - quantized (``nn.QuantizedLinear`` / ``nn.QuantizedEmbedding``) and bf16/fp16 matmuls are
-  3-14x slower than float32 ones (no batching gain), so a quantized or half-precision base is
-  converted to float32 once at load (:func:`to_float32`);
+  slower than float32 ones and gain little from batching (docs/engine.md), so a quantized or
+  half-precision base is converted to float32 once at load (:func:`to_float32`);
 - transcendental functions run one element at a time (``exp`` calls libm per element), so
   SiLU in the SwiGLU MLP costs as much as the MLP's matmuls; :func:`fast_swiglu` computes it
   with a compiled rational ``tanh`` (multiplies and one divide, which the compiler vectorises).

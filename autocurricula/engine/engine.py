@@ -15,23 +15,31 @@ import itertools
 import logging
 import math
 import queue
+import sys
 import threading
 import time
 import weakref
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import mlx.core as mx
 import numpy as np
 
-from autocurricula.engine.adapters import AdapterError, AdapterWeights, check_name, load_folder
+from autocurricula.engine.adapters import AdapterError, AdapterWeights, check_name, from_tensors, load_folder
+from autocurricula.engine.cpu_kernels import prepare as prepare_cpu
 from autocurricula.engine.errors import EngineDeadError, UnknownPlayerError
 from autocurricula.engine.logprobs import completion_logprobs
+from autocurricula.engine.lora import MultiLoRAModel, linear_dims
+from autocurricula.engine.models import load as load_model
+from autocurricula.engine.prefix_cache import PrefixCache
+from autocurricula.engine.residency import Residency
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion, Request, Scheduler, TokenEvent, resolve
 from autocurricula.engine.slots import SlotTable
 from autocurricula.engine.spill import SpilledWeights, write_spill
+from autocurricula.records import help_field
 
 __all__ = ["Completion", "Engine", "EngineConfig", "EngineDeadError", "TokenEvent", "UnknownPlayerError"]
 
@@ -45,8 +53,6 @@ def _shutdown() -> None:
     # aborts at exit ("terminate called without an active exception"; mlx#4327).
     for engine in list(_LIVE):
         engine.close()
-    import sys
-
     if "mlx.core" in sys.modules:
         sys.modules["mlx.core"].clear_streams()
 
@@ -55,19 +61,39 @@ def _shutdown() -> None:
 class EngineConfig:
     """Capacity and limits of one engine."""
 
-    max_slots: int = field(default=64, metadata={"help": "adapters resident at once; more players than this are LRU-evicted to host memory"})
-    max_batch: int = field(default=64, metadata={"help": "rows decoded together in one step"})
-    initial_rank: int = field(default=8, metadata={"help": "LoRA rank the stacks start with; grows to the largest adapter loaded (smaller ranks are zero-padded)"})
-    max_context: int | None = field(default=None, metadata={"help": "prompt + completion token limit; default: the model's max_position_embeddings (or 4096)"})
-    prefill_chunk: int = field(default=512, metadata={"help": "prompt tokens per prefill forward pass (bounds activation memory)"})
-    max_prefill_tokens: int = field(default=8192, metadata={"help": "prompt tokens admitted per prefill, cached ones included (bounds memory and the pause of running rows; rows are prefilled in groups of similar length, so padding at most doubles this)"})
-    max_wait_steps: int = field(default=32, metadata={"help": "decode steps a request may wait for an adapter slot while requests of resident players pass it; then those queue behind it (no starvation)"})
-    preempt_after_steps: int | None = field(default=16, metadata={"help": "fair admission of requests submitted with a group (the server's): when every row is taken and a group has fewer rows than its share, rows of groups above their share that have run this many decode steps are paused and resume later, so a small request waits at most about this many steps for a row. None: never pause"})
-    stuck_after_s: float = field(default=120.0, metadata={"help": "health reports the engine stuck when one step or job runs longer than this"})
-    keep_quantized: bool = field(default=False, metadata={"help": "CPU backend only: keep a quantized or bf16/fp16 base as stored instead of converting it to float32 at load (MLX's CPU quantized and half-precision matmuls are 3-14x slower than float32; float32 takes 8x the memory of 4-bit). Metal and CUDA always keep the stored weights"})
-    prefix_cache_mb: float = field(default=64.0, metadata={"help": "memory for KV rows of earlier prompts and completions, reused when a new prompt starts with the same tokens for the same adapter version (chat histories, shared system prompts); least recently used blocks are evicted. 0 turns prefix caching off"})
-    prefix_block: int = field(default=4, metadata={"help": "tokens per prefix-cache block: prefixes are matched and reused in whole blocks, so a shared instruction is reused up to its last whole block (smaller blocks reach more of it, at more lookup and copy work per token)"})
-    cpu_fast_kernels: bool = field(default=True, metadata={"help": "CPU backend only: compute SiLU in SwiGLU MLPs with a compiled rational approximation (within 3e-7 * max(1, |x|) of the exact one) instead of MLX's per-element exp"})
+    max_slots: int = help_field("adapters resident at once; more players than this are LRU-evicted to host memory", 64)
+    max_batch: int = help_field("rows decoded together in one step", 64)
+    initial_rank: int = help_field("LoRA rank the stacks start with; grows to the largest adapter loaded (smaller "
+                                   "ranks are zero-padded)", 8)
+    max_context: int | None = help_field("prompt + completion token limit; default: the model's "
+                                         "max_position_embeddings (or 4096)", None)
+    prefill_chunk: int = help_field("prompt tokens per prefill forward pass (bounds activation memory)", 512)
+    max_prefill_tokens: int = help_field("prompt tokens admitted per prefill, cached ones included (bounds memory and "
+                                         "the pause of running rows; rows are prefilled in groups of similar length, "
+                                         "so padding at most doubles this)", 8192)
+    max_wait_steps: int = help_field("decode steps a request may wait for an adapter slot while requests of resident "
+                                     "players pass it; then those queue behind it (no starvation)", 32)
+    preempt_after_steps: int | None = help_field("fair admission of requests submitted with a group (the server's): "
+                                                 "when every row is taken and a group has fewer rows than its share, "
+                                                 "rows of groups above their share that have run this many decode "
+                                                 "steps are paused and resume later, so a small request waits at most "
+                                                 "about this many steps for a row. None: never pause", 16)
+    stuck_after_s: float = help_field("health reports the engine stuck when one step or job runs longer than this",
+                                      120.0)
+    keep_quantized: bool = help_field("CPU backend only: keep a quantized or bf16/fp16 base as stored instead of "
+                                      "converting it to float32 at load (MLX's CPU quantized and half-precision "
+                                      "matmuls are 3-14x slower than float32; float32 takes 8x the memory of 4-bit). "
+                                      "Metal and CUDA always keep the stored weights", False)
+    prefix_cache_mb: float = help_field("memory for KV rows of earlier prompts and completions, reused when a new "
+                                        "prompt starts with the same tokens for the same adapter version (chat "
+                                        "histories, shared system prompts); least recently used blocks are evicted. 0 "
+                                        "turns prefix caching off", 64.0)
+    prefix_block: int = help_field("tokens per prefix-cache block: prefixes are matched and reused in whole blocks, "
+                                   "so a shared instruction is reused up to its last whole block (smaller blocks "
+                                   "reach more of it, at more lookup and copy work per token)", 4)
+    cpu_fast_kernels: bool = help_field("CPU backend only: compute SiLU in SwiGLU MLPs with a compiled rational "
+                                        "approximation (within 3e-7 * max(1, |x|) of the exact one) instead of MLX's "
+                                        "per-element exp", True)
 
     def __post_init__(self):
         for name in ("max_slots", "max_batch", "initial_rank", "prefill_chunk", "max_prefill_tokens", "max_wait_steps",
@@ -242,8 +268,6 @@ class Engine:
         elif isinstance(source, AdapterWeights):
             weights = source
         elif isinstance(source, dict) and isinstance(source.get("tensors"), dict):
-            from autocurricula.engine.adapters import from_tensors
-
             weights = from_tensors({k: np.asarray(v) for k, v in source["tensors"].items()}, scale=source.get("scale"))
         else:
             raise AdapterError("source must be an adapter folder, AdapterWeights, or {'tensors': {...}, 'scale': s}")
@@ -338,8 +362,6 @@ class Engine:
         return self.call(self._logits, list(ids), player).result()
 
     def _logits(self, ids, player):
-        import mlx.core as mx
-
         rec = None
         if player is not None:
             rec = self.residency.acquire(player)
@@ -376,8 +398,6 @@ class Engine:
         return self.call(self._completion_logprobs, pairs, player, float(temperature)).result()
 
     def _completion_logprobs(self, pairs, player, temperature, rows: int = 64):
-        import mlx.core as mx
-
         rec = None
         if player is not None:
             rec = self.residency.acquire(player)
@@ -464,8 +484,6 @@ class Engine:
         try:
             self._serve(model, tokenizer, ready)
         finally:
-            import mlx.core as mx
-
             mx.clear_streams()  # this thread's streams; see _shutdown
 
     def _serve(self, model, tokenizer, ready: Future) -> None:
@@ -504,17 +522,11 @@ class Engine:
                     resolve(item[2], exc=reason)
 
     def _setup(self, model, tokenizer) -> None:
-        import mlx.core as mx
-
-        from autocurricula.engine.cpu_kernels import prepare as prepare_cpu
-        from autocurricula.engine.lora import MultiLoRAModel, linear_dims
-        from autocurricula.engine.residency import Residency
+        # runner imports mlx_lm, and with it transformers: loaded on the engine thread, not on import
         from autocurricula.engine.runner import make_batch_cache
 
         if isinstance(model, (str, Path)):
-            from autocurricula.engine.models import load
-
-            model, tokenizer = load(str(model))  # mlx-lm's loader, plus OPT and named refusals
+            model, tokenizer = load_model(str(model))  # mlx-lm's loader, plus OPT and named refusals
         if tokenizer is None:
             raise ValueError("pass the tokenizer together with an already loaded model")
         self.model, self.tokenizer = model, tokenizer
@@ -526,8 +538,6 @@ class Engine:
         self.lora = MultiLoRAModel(model, self.config.max_slots + 1, self.config.initial_rank)
         self.residency = Residency(self.slots, self.lora, self.config.initial_rank)
         if self.config.prefix_cache_mb > 0:
-            from autocurricula.engine.prefix_cache import PrefixCache
-
             self.prefix_cache = PrefixCache(int(self.config.prefix_cache_mb * 2**20), self.config.prefix_block)
             self.residency.on_change.append(self.prefix_cache.forget)  # new or dropped weights: stale KV
         self.linear_dims = {p: linear_dims(m) for p, m in self.lora.linear_paths().items()}

@@ -15,6 +15,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 __all__ = ["BaseModelMismatchError", "compare", "fingerprint_engine", "fingerprint_folder", "fingerprint_model",
            "model_folder"]
 
@@ -33,7 +35,7 @@ def model_folder(model: str | Path) -> Path | None:
     if path.is_dir():
         return path
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # huggingface_hub: optional (extra hub)
 
         return Path(snapshot_download(str(model), local_files_only=True, allow_patterns=["*.json", "*.safetensors"]))
     except Exception:  # noqa: BLE001 - not a Hub id, or not downloaded: no folder to hash
@@ -92,8 +94,7 @@ def fingerprint_folder(model: str | Path) -> dict:
 def fingerprint_model(model: Any, config: dict | None = None) -> dict:
     """Fingerprint of a loaded mlx-lm model from its parameters (for models given as objects,
     with no folder). Not comparable with :func:`fingerprint_folder`: the kinds differ."""
-    import mlx.core as mx
-    import numpy as np
+    import mlx.core as mx  # mlx: only for a model object; hashing a folder needs none
     from mlx.utils import tree_flatten
 
     if config is None:

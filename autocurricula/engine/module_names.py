@@ -40,7 +40,7 @@ def base_config(base: str | Path) -> dict | None:
     config = Path(base) / "config.json"
     if not config.is_file():
         try:
-            from huggingface_hub import try_to_load_from_cache
+            from huggingface_hub import try_to_load_from_cache  # huggingface_hub: optional (extra hub)
         except ImportError:
             return None
         try:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import mlx.core as mx
+
 from autocurricula.engine.adapters import AdapterWeights
 from autocurricula.engine.slots import AdapterRecord, SlotTable
 from autocurricula.engine.spill import SpilledWeights, discard, read_spill
@@ -92,8 +94,6 @@ class Residency:
 
     def write(self, rec: AdapterRecord) -> None:
         """Copy a record's host weights into its slot of every stack."""
-        import mlx.core as mx
-
         w = self.host_weights(rec)
         for path, layer in self.lora.layers.items():
             pair = w.modules.get(path)

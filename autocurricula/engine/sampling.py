@@ -171,8 +171,8 @@ def _truncated(lp: np.ndarray, k: int, p: float) -> np.ndarray:
 
 def sample_np(logits: np.ndarray, temps: np.ndarray, top_ps: np.ndarray, top_ks: np.ndarray,
               seeds: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """NumPy twin of :func:`sample`, used on the CPU backend where MLX's exp/log are scalar and
-    ~10x slower than NumPy's vectorised ones; same random numbers, so the same tokens.
+    """NumPy twin of :func:`sample`, used on the CPU backend where MLX's exp/log run one element
+    at a time and NumPy's are vectorised (docs/benchmarks.md); same random numbers, so the same tokens.
 
     One exp pass over the vocabulary (the log-softmax normaliser); the Gumbel noise is hashed
     only where a token can still win: a row's argmax token gives a key, and tokens whose

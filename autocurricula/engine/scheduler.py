@@ -25,6 +25,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import mlx.core as mx
 import numpy as np
 
 from autocurricula.engine.adapters import AdapterError
@@ -167,7 +168,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ admission
     def admit(self) -> None:
-        from autocurricula.engine.runner import prefill
+        from autocurricula.engine.runner import prefill  # runner: mlx_lm and transformers, not on import
 
         e, cfg = self.e, self.e.config
         self._expire()
@@ -311,7 +312,7 @@ class Scheduler:
         self.pending = kept
 
     def step(self) -> None:
-        from autocurricula.engine.runner import decode_step
+        from autocurricula.engine.runner import decode_step  # runner: mlx_lm and transformers, not on import
 
         try:
             tokens, logprobs, errors = decode_step(self.e, self.rows)
@@ -418,7 +419,7 @@ class Scheduler:
     def _cache_prefixes(self, done: list[int]) -> None:
         """Keep finished rows' KV (prompt and completion) for prompts that extend them, when every
         token was computed with the adapter version that is still current."""
-        from autocurricula.engine.runner import prefix_gather
+        from autocurricula.engine.runner import prefix_gather  # runner: mlx_lm and transformers, not on import
 
         pc, entries = self.e.prefix_cache, []
         gather = prefix_gather(self.cache, pc.block)
@@ -473,8 +474,6 @@ class Scheduler:
 
     def _remove(self, done: list[int]) -> None:
         """Drop rows (by index) from the batch and its KV cache."""
-        import mlx.core as mx
-
         done_set = set(done)
         keep = [i for i in range(len(self.rows)) if i not in done_set]
         self.rows = [self.rows[i] for i in keep]

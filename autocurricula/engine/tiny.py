@@ -18,6 +18,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from autocurricula.engine.models import register
+
 MARKER = "autocurricula_tiny.json"
 _ROPE_THETA = 10000.0
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2
@@ -167,8 +172,6 @@ def _write_hf_model(out, spec):
     out.mkdir()
     _write_tokenizer(out, spec["vocab_size"], spec["max_position_embeddings"])
     _write_configs(out, spec)
-    from safetensors.numpy import save_file
-
     save_file(_init_weights(spec), str(out / "model.safetensors"), metadata={"format": "pt"})
 
 
@@ -191,6 +194,7 @@ def _corpus(n_lines):
 
 
 def _write_tokenizer(out, vocab_size, max_length):
+    # tokenizers: only when a model is built (importing this module stays light)
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -232,7 +236,7 @@ def _write_tokenizer(out, vocab_size, max_length):
 
 
 def _write_configs(out, spec):
-    from transformers import AutoConfig, GenerationConfig
+    from transformers import AutoConfig, GenerationConfig  # transformers: only when a model is built
 
     eos, pad = SPECIAL_TOKENS.index("<|im_end|>"), SPECIAL_TOKENS.index("<|endoftext|>")
     AutoConfig.for_model(
@@ -254,8 +258,6 @@ def _write_configs(out, spec):
 
 
 def _init_weights(spec):
-    import numpy as np
-
     rng = np.random.default_rng(spec["seed"])
     h, inter, vocab = spec["hidden_size"], spec["intermediate_size"], spec["vocab_size"]
     hd = h // spec["num_heads"]
@@ -289,9 +291,7 @@ def _init_weights(spec):
 
 
 def _quantize(src, dst, bits):
-    from mlx_lm.convert import convert
-
-    from autocurricula.engine.models import register
+    from mlx_lm.convert import convert  # mlx_lm (mlx, transformers): only when a quantized model is built
 
     register()  # families mlx-lm lacks (OPT) convert through their definitions here
     with contextlib.redirect_stdout(io.StringIO()):  # convert prints progress lines
@@ -366,7 +366,7 @@ def build_family_model(path, family: str, *, seed: int = 0, quantize_bits: int |
 
 def family_config(family: str):
     """The transformers config of :func:`build_family_model`'s ``family`` model."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers: only when a model is built, not on import
 
     model_type, extra = FAMILIES[family]
     s = _FAMILY_SIZE
@@ -388,14 +388,13 @@ def family_config(family: str):
 def _to_hub_gpt2_layout(file):
     # the Hub's GPT-2 checkpoints are saved from GPT2Model: no "transformer." prefix, no tied
     # lm_head copy; mlx-lm reads only that layout
-    from safetensors.numpy import load_file, save_file
-
     w = load_file(str(file))
     w = {k.removeprefix("transformer."): v for k, v in w.items() if k != "lm_head.weight"}
     save_file(w, str(file), metadata={"format": "pt"})
 
 
 def _write_family_model(out, family, seed):
+    # torch and transformers: only when a family model is built
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 

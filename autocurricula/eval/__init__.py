@@ -9,11 +9,22 @@
   replicator dynamics.
 """
 
-from autocurricula.eval import kuhn, meta, tictactoe
-from autocurricula.eval.kuhn import exploitability, exploitability_callback, mixture_strategy, read_strategy
-from autocurricula.eval.meta import nash_mixture, replicator_dynamics, zero_sum_nash
-from autocurricula.eval.tictactoe import adversarial_figures, best_response, best_response_callback
+import importlib
 
-__all__ = ["adversarial_figures", "best_response", "best_response_callback", "exploitability",
-           "exploitability_callback", "kuhn", "meta", "mixture_strategy", "nash_mixture", "read_strategy",
-           "replicator_dynamics", "tictactoe", "zero_sum_nash"]
+_LAZY = {
+    "exploitability": "autocurricula.eval.kuhn", "exploitability_callback": "autocurricula.eval.kuhn",
+    "mixture_strategy": "autocurricula.eval.kuhn", "read_strategy": "autocurricula.eval.kuhn",
+    "nash_mixture": "autocurricula.eval.meta", "replicator_dynamics": "autocurricula.eval.meta",
+    "zero_sum_nash": "autocurricula.eval.meta",
+    "adversarial_figures": "autocurricula.eval.tictactoe", "best_response": "autocurricula.eval.tictactoe",
+    "best_response_callback": "autocurricula.eval.tictactoe",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    # lazy, so the ratings can use eval.meta (numpy) without loading the evaluators' mlx
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

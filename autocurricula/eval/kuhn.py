@@ -24,10 +24,15 @@ else the same number from the exact best response computed here (``backend="pyth
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
+
+from autocurricula.eval.meta import nash_mixture, row_mixture, zero_sum_nash
 from autocurricula.eval.played import check_weights, reach_weights, read_sets, resolve_backend
+from autocurricula.eval.players import main_agent
 from autocurricula.games._common import DEFAULT_INVALID_PENALTY
 from autocurricula.games.kuhn_poker import (CARDS, exact_value, first_action, is_terminal, legal_actions, payoff,
                                             render_prompt)
@@ -79,7 +84,7 @@ def _check(strategy: Mapping[str, float]) -> Mapping[str, float]:
 
 def openspiel_policy(strategy: Mapping[str, float], game=None, card_order: str = CARDS):
     """An OpenSpiel ``TabularPolicy`` for ``kuhn_poker`` holding ``strategy``."""
-    import pyspiel
+    import pyspiel  # open_spiel: optional (extra eval)
     from open_spiel.python import policy as os_policy
 
     _check(strategy)
@@ -113,7 +118,7 @@ def exploitability(strategy: Mapping[str, float], *, backend: str = "auto", card
         if card_order != CARDS:
             raise ValueError("card_order applies to the OpenSpiel mapping; use backend='openspiel'")
         return (best_response_value(strategy, 0) + best_response_value(strategy, 1)) / 2
-    try:
+    try:  # open_spiel: optional (extra eval)
         import pyspiel
         from open_spiel.python.algorithms import exploitability as os_exploitability
     except ImportError as e:
@@ -159,8 +164,6 @@ def read_strategy(engine, player: str | None, *, completion: Callable[[str], str
     end-of-sequence token too) is scored under the player's adapter (``None`` = the base model),
     and P(bet or call) is its probability normalised over the two legal actions.
     """
-    import numpy as np
-
     tok = engine.tokenizer
     out = {}
     for infoset in INFOSETS:
@@ -185,8 +188,6 @@ def chip_payoffs(strategies: Sequence[Mapping[str, float]]):
     """The exact meta-game of full Kuhn policies: ``M[i][j]`` = chips per hand that ``i`` wins from
     ``j``, averaged over the two seats (``exact_value`` both ways round). Antisymmetric, so the game
     between the policies is symmetric and zero-sum (PSRO's restricted game, without sampling noise)."""
-    import numpy as np
-
     for s in strategies:
         _check(s)
     n = len(strategies)
@@ -204,12 +205,6 @@ def least_exploitable_mixture(strategies: Sequence[Mapping[str, float]]):
     response's gain against a mixture is linear in the weights, so the minimum over the weights of the
     worst gain over the responder's 64 pure strategies per seat is a zero-sum game, solved by LP. A
     diagnostic for a population: no mixture of its members does better, whatever meta-solver picks it."""
-    import itertools
-
-    import numpy as np
-
-    from autocurricula.eval.meta import zero_sum_nash
-
     for s in strategies:
         _check(s)
     seats = [[k for k in INFOSETS if len(_split(k)[1]) % 2 == seat] for seat in (0, 1)]
@@ -228,10 +223,6 @@ def meta_mixture(strategies: Sequence[Mapping[str, float]], win_rates=None, *, m
     """Nash weights over players, from their strategies' exact chip meta-game (``meta="chips"``,
     ``chip_payoffs``) or from the league's win-rate matrix (``meta="league"``: ``win_rates``, e.g.
     ``trainer.payoff.matrix(ids)``, which counts a hand won by 1 chip as much as one won by 2)."""
-    import numpy as np
-
-    from autocurricula.eval.meta import nash_mixture, row_mixture
-
     if meta not in META_GAMES:
         raise ValueError(f"meta must be one of {META_GAMES}, got {meta!r}")
     if meta == "league":
@@ -281,8 +272,6 @@ class LeagueStrategies:
         return out
 
     def figures(self, trainer) -> dict:
-        from autocurricula.eval.players import main_agent
-
         strategies = self.strategies(trainer)
         ids = list(strategies)
         latest = main_agent(trainer)

@@ -130,7 +130,7 @@ def exploitability(strategy: Strategy, *, backend: str = "auto") -> float:
     _check(strategy, played=False)
     if resolve_backend(backend) == "python":
         return (_walk(0, strategy, 0, (0.0, 0.0)) + _walk(1, strategy, 1, (0.0, 0.0))) / 2
-    try:
+    try:  # open_spiel: optional (extra eval)
         import pyspiel
         from open_spiel.python.algorithms import exploitability as os_exploitability
     except ImportError as e:
@@ -142,7 +142,7 @@ def exploitability(strategy: Strategy, *, backend: str = "auto") -> float:
 def openspiel_policy(strategy: Strategy, game=None):
     """An OpenSpiel ``TabularPolicy`` for ``leduc_poker`` holding ``strategy`` at every suited
     information state of each of its sets."""
-    import pyspiel
+    import pyspiel  # open_spiel: optional (extra eval)
     from open_spiel.python import policy as os_policy
 
     _check(strategy, played=False)

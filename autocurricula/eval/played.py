@@ -18,6 +18,8 @@ import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
+import numpy as np
+
 __all__ = ["BACKENDS", "MixtureFigures", "check_weights", "reach_weights", "read_sets", "reply_masses",
            "resolve_backend"]
 
@@ -35,8 +37,6 @@ def reply_masses(engine, player: str | None, prompt_ids: Sequence[int], parse: C
     branch ends when it names a word (legal: its mass goes to the word; not legal: invalid), at an
     end token or at the token limit (invalid). A branch below ``threshold`` is not followed; its
     mass is ``unresolved`` (callers count it invalid: it may not be)."""
-    import numpy as np
-
     tok = engine.tokenizer
     eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
     prompt = list(prompt_ids)
@@ -104,7 +104,7 @@ def resolve_backend(backend: str) -> str:
     if backend != "auto":
         return backend
     try:
-        import pyspiel  # noqa: F401
+        import pyspiel  # noqa: F401 - open_spiel: optional (extra eval), only probed
         return "openspiel"
     except ImportError:
         return "python"
@@ -133,7 +133,7 @@ class MixtureFigures:
         for pid in weights:
             frozen = next(p for p in trainer.players if p["id"] == pid)["frozen"]
             if pid not in self.cache or not frozen:
-                self.cache[pid] = self.read(trainer.engine, pid, trainer.grpo.temperature)
+                self.cache[pid] = self.read(trainer.engine, pid, trainer.run.grpo.temperature)
             strategies.append(self.cache[pid][0])
             unresolved = max(unresolved, self.cache[pid][1])
         mix = self.mixture(strategies, list(weights.values()))

@@ -23,13 +23,15 @@ that this search finds.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from autocurricula.eval.players import main_agent
 from autocurricula.engine import SamplingParams
-from autocurricula.games.tictactoe import (EMPTY_BOARD, apply_move, legal_moves, optimal_moves, parse_move,
-                                            reachable_positions, render_prompt, to_move, winner)
+from autocurricula.games.tictactoe import (EMPTY_BOARD, apply_move, evaluate_table, legal_moves, optimal_moves,
+                                            parse_move, reachable_positions, render_prompt, to_move, winner)
 
 __all__ = ["BestResponse", "greedy_table", "EpochEvaluator", "adversarial_figures", "best_response", "best_response_callback", "policy_fn"]
 
@@ -190,16 +192,9 @@ class EpochEvaluator:
                     "block_rate", "loses_to_best_response_as_x", "loses_to_best_response_as_o", "value_losing_share")
 
     def __init__(self, games: int = 2000, *, printer: Callable | None = print):
-        import time
-
         self.games, self.printer, self.start, self.rows = games, printer, time.time(), []
 
     def __call__(self, trainer) -> dict:
-        import json
-        import time
-
-        from autocurricula.games.tictactoe import evaluate_table
-
         player = main_agent(trainer)
         table = greedy_table(trainer.engine, player)
         figures = evaluate_table(table, games=self.games)
@@ -216,8 +211,6 @@ class EpochEvaluator:
 
     def summary(self, trainer, base_figures: dict | None = None) -> dict:
         """The last epoch's figures, the run's minutes and the peak against random."""
-        import time
-
         if not self.rows:
             raise ValueError("no epoch was evaluated: pass the evaluator in train(..., callbacks=[evaluator])")
         last = self.rows[-1]

@@ -22,6 +22,8 @@ from urllib.parse import quote
 
 import httpx
 
+from autocurricula.engine.adapters import to_safetensors_bytes
+
 
 class ServerError(Exception):
     """An error answer from the server, or no answer (``status`` None: unreachable, timed out)."""
@@ -188,8 +190,6 @@ class _Base:
         when given (:class:`ConflictError` if the server holds that version or a newer one);
         returns ``{"name", "version"}``."""
         if not isinstance(weights, (bytes, bytearray, memoryview)):
-            from autocurricula.engine.adapters import to_safetensors_bytes
-
             weights = to_safetensors_bytes(weights)
         params = {k: v for k, v in (("scale", scale), ("version", version)) if v is not None}
         return self._run(_Req("PUT", f"/v1/adapters/{quote(name, safe='')}", content=bytes(weights),

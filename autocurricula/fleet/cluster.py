@@ -13,25 +13,20 @@ servers::
     rollout = RayEngine("path/to/model", num_actors=4)
     trainer.train("path/to/model", play, servers=rollout)
 
-- At the first sync, every actor's base model must have the fingerprint of the trainer's
-  (config and weights); a mismatch raises
-  :class:`~autocurricula.engine.fingerprint.BaseModelMismatchError` before any game.
 - Adapters travel through Ray's object store: one ``ray.put`` per version, fetched by each actor
   that serves the player.
-- An actor that dies (or does not answer within ``timeout``) is down; its in-flight requests go
-  to another actor (``stats["retried"]``), so every game finishes and none is played twice. Ray
-  restarts a dead actor (``max_restarts``); calls carry the actor instance they are meant for, so
-  a restarted actor refuses them until the poll has re-checked it and re-installed its players.
+- An actor that dies or does not answer within ``timeout`` is down: its requests go to another
+  (every game finishes, none is played twice). Ray restarts it (``max_restarts``); calls carry the
+  actor instance they are meant for, so a restarted actor refuses them until the poll has
+  re-checked it and re-installed its players.
 
-Learning is shared out by player with ``RayEngine(..., learners=N)``: N learner actors, each with
-its own Engine and :class:`~autocurricula.training.Updater`, own disjoint sets of players (sticky,
-least loaded first) and update them in parallel; players are independent learners (per-player
-loss weights, gradient clipping and optimizer state), so no gradient is all-reduced and the
-result is the fused update's. Each step ships a player's adapter and optimizer state through the
-object store and takes the new ones back into the trainer's engine, so checkpoints, export and
-the rollout sync work as with the in-process updater, and a learner that dies loses nothing: its
-share of the step runs again on another learner (``stats["learner_retried"]``).
-
+With ``RayEngine(..., learners=N)``, N learner actors (each an Engine and an
+:class:`~autocurricula.training.Updater`) own disjoint sets of players (sticky, least loaded
+first) and update them in parallel. Players are independent learners (per-player loss weights,
+clipping and optimizer state), so nothing is all-reduced and the result is the fused update's.
+Each step ships a player's adapter and optimizer state through the object store and back into
+the trainer's engine, so checkpoints, export and rollout sync work as in-process; a dead
+learner's share runs again on another (``stats["learner_retried"]``).
 """
 
 from __future__ import annotations
@@ -43,11 +38,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from autocurricula.engine import Engine, EngineConfig
 from autocurricula.engine.adapters import AdapterWeights, from_tensors, load_folder
 from autocurricula.engine.fingerprint import BaseModelMismatchError, compare, fingerprint_engine
 from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
 from autocurricula.fleet.fleet import Fleet, WorkerDown
+from autocurricula.training import Updater
+from autocurricula.training.config import coerce_grpo_config
 
 __all__ = ["ActorRestartedError", "BaseModelMismatchError", "LearnerActor", "RayEngine", "RayUpdater", "RayWorker",
            "RolloutActor", "require_ray"]
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 def require_ray():
     """``import ray``, or an ImportError that says how to install it."""
     try:
-        import ray
+        import ray  # ray: optional (extra ray)
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("Ray is not installed; install the extra: pip install 'autocurricula[ray]'") from exc
     return ray
@@ -75,8 +75,6 @@ class RolloutActor:
     requests at once, so the engine batches them."""
 
     def __init__(self, model: str, engine_config: dict | None = None, name: str | None = None):
-        from autocurricula.engine import Engine, EngineConfig
-
         self.engine = Engine(model, config=EngineConfig(**(engine_config or {})), name=name)
         self.instance = uuid.uuid4().hex  # a restarted actor has a new one: it holds no adapter
         self._fingerprint: dict | None = None
@@ -126,9 +124,6 @@ class LearnerActor:
 
     def __init__(self, model: str, engine_config: dict | None = None, grpo_config: Any = None,
                  name: str | None = None):
-        from autocurricula.engine import Engine, EngineConfig
-        from autocurricula.training import Updater
-
         self.engine = Engine(model, config=EngineConfig(**(engine_config or {})), name=name)
         self.updater = Updater(self.engine, grpo_config)
 
@@ -194,7 +189,7 @@ class RayWorker:
 
     async def _run(self, ref, timeout: float | None = None):
         """Await an actor call; a dead, restarted or silent actor raises WorkerDown."""
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError  # ray: optional (extra ray)
 
         try:
             return await asyncio.wait_for(_awaitable(ref), timeout or self.timeout)
@@ -300,8 +295,6 @@ class RayUpdater:
     def __init__(self, engine, config=None, model: str | Path | None = None, num_learners: int = 2, *,
                  engine_config: dict | None = None, actor_options: dict | None = None, name: str | None = None,
                  max_restarts: int = -1, connect_timeout: float = 300.0):
-        from autocurricula.training.config import coerce_grpo_config
-
         ray = require_ray()
         if not ray.is_initialized():
             ray.init()
@@ -319,7 +312,7 @@ class RayUpdater:
         cls = ray.remote(LearnerActor)
         self.learners = [cls.options(**opts).remote(self.model, engine_config, self.config, name or self.model)
                          for _ in range(num_learners)]
-        from ray.exceptions import GetTimeoutError
+        from ray.exceptions import GetTimeoutError  # ray: optional (extra ray)
 
         try:
             expected = fingerprint_engine(engine)
@@ -361,7 +354,7 @@ class RayUpdater:
         """One update of every player with turns (except ``skip``), each learner updating its own
         players in parallel; the new adapters are installed in the trainer's engine. Returns the
         merged metrics."""
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError  # ray: optional (extra ray)
 
         skip, lr = set(skip), dict(lr or {})
         turns = [t for t in turns if t.player not in skip]
@@ -434,13 +427,11 @@ def _weights_of(source: Any) -> AdapterWeights:
     if isinstance(source, (str, Path)):
         return load_folder(source)
     if isinstance(source, dict) and isinstance(source.get("tensors"), dict):
-        import numpy as np
-
         return from_tensors({k: np.asarray(v) for k, v in source["tensors"].items()}, scale=source.get("scale"))
     raise TypeError("source must be AdapterWeights, an adapter folder or {'tensors': {...}, 'scale': s}")
 
 
 def _load_tokenizer(model: str):
-    from mlx_lm.utils import load_tokenizer
+    from mlx_lm.utils import load_tokenizer  # mlx_lm imports transformers: only when no tokenizer is given
 
     return load_tokenizer(Path(model) if Path(model).exists() else str(model))

@@ -26,6 +26,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from autocurricula.fleet.client import AsyncClient, ConflictError, NotFoundError, ServerError, UnavailableError
 from autocurricula.engine.adapters import AdapterWeights, from_tensors, load_folder, to_safetensors_bytes
 from autocurricula.engine.fingerprint import BaseModelMismatchError, fingerprint_engine, fingerprint_folder
@@ -238,8 +240,6 @@ def _safetensors_of(source: Any) -> bytes:
     if isinstance(source, (str, Path)):
         source = load_folder(source)
     elif isinstance(source, dict) and isinstance(source.get("tensors"), dict):
-        import numpy as np
-
         source = from_tensors({k: np.asarray(v) for k, v in source["tensors"].items()}, scale=source.get("scale"))
     if not isinstance(source, AdapterWeights):
         raise TypeError("source must be AdapterWeights, an adapter folder, safetensors bytes or "
@@ -253,6 +253,6 @@ def _tokenizer_of(base: Any):
                          "can be tokenized as the servers do")
     if isinstance(base, RolloutEngine):
         return base.tokenizer
-    from mlx_lm.utils import load_tokenizer
+    from mlx_lm.utils import load_tokenizer  # mlx_lm imports transformers: only when no tokenizer is given
 
     return load_tokenizer(Path(base) if Path(base).exists() else str(base))

@@ -15,20 +15,16 @@ refused with an error."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 from autocurricula.engine.adapters import LoraSpec
+from autocurricula.records import help_field
 
 __all__ = ["GRPOConfig", "LoraSpec", "coerce_grpo_config", "coerce_lora_spec", "help_field"]
 
 _LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 _LR_SCHEDULES = ("constant", "linear", "cosine", "warmup_stable_decay")
 _TRL_IGNORED = ("num_generations", "gradient_accumulation_steps", "seed")  # see the module docstring
-
-
-def help_field(text: str, default):
-    """A dataclass field with its help text (shown by ``autocurricula train --help``)."""
-    return field(default=default, metadata={"help": text})
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 
 @dataclass
@@ -25,8 +26,6 @@ class AdamWState:
 
     def save(self, folder: str | Path) -> None:
         """``optimizer.safetensors`` + ``optimizer.json`` (no pickle)."""
-        from safetensors.numpy import save_file
-
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         tensors = {}
@@ -37,8 +36,6 @@ class AdamWState:
 
     @classmethod
     def load(cls, folder: str | Path) -> "AdamWState":
-        from safetensors.numpy import load_file
-
         folder = Path(folder)
         meta = json.loads((folder / "optimizer.json").read_text())
         flat = load_file(str(folder / "optimizer.safetensors"))

@@ -16,6 +16,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.utils import tree_flatten
+from tqdm.auto import tqdm
+
+from autocurricula.engine.models import load
+
 MARKER = "autocurricula_warmup.json"
 
 
@@ -25,14 +34,6 @@ def sft_warmup(base: str | Path, out: str | Path, examples: list[tuple[str, str]
     """Fine-tune every weight of ``base`` on ``examples`` (loss on completion tokens, eos appended)
     and save to ``out``; returns ``out``. Re-running with the same arguments reuses the folder.
     ``progress``: a tqdm bar over the steps, with their rate, the time left and the loss."""
-    import mlx.core as mx
-    import mlx.nn as nn
-    import mlx.optimizers as optim
-    import numpy as np
-    from mlx.utils import tree_flatten
-
-    from autocurricula.engine.models import load
-
     out = Path(out)
     key = hashlib.sha256(json.dumps([str(base), examples, steps, batch_size, learning_rate, seed]).encode()).hexdigest()
     marker = out / MARKER
@@ -55,8 +56,6 @@ def sft_warmup(base: str | Path, out: str | Path, examples: list[tuple[str, str]
 
     step_fn = nn.value_and_grad(model, loss_fn)
     opt = optim.AdamW(learning_rate=learning_rate, weight_decay=0.0, bias_correction=True)
-    from tqdm.auto import tqdm
-
     bar = tqdm(total=steps, desc=f"warm-up of {Path(base).name}", unit="step", disable=not progress)
     for step in range(steps):
         batch = [rows[i] for i in rng.integers(0, len(rows), batch_size)]

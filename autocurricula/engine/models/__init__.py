@@ -80,7 +80,7 @@ def register() -> None:
 
 
 def _install(model_type: str, module) -> None:
-    import mlx_lm.models
+    import mlx_lm.models  # mlx_lm imports transformers: only when a family is registered
 
     sys.modules[f"mlx_lm.models.{model_type}"] = module
     setattr(mlx_lm.models, model_type, module)
@@ -120,6 +120,7 @@ def check_supported(config: dict) -> None:
 def load(path_or_hub_id: str):
     """``(model, tokenizer)`` as ``mlx_lm.load`` returns them, for every family the engine serves;
     :class:`UnsupportedModelError` for one it refuses."""
+    # mlx_lm imports transformers: only when a model is loaded (refusal() and the tables need neither)
     from mlx_lm import load as mlx_load
     from mlx_lm.utils import _download, load_config
 
