@@ -1,4 +1,28 @@
-"""``autocurricula`` command line: train | serve | dashboard | tiny-model | env | bench."""
+"""``autocurricula`` command line: train | serve | check-model | dashboard | tiny-model | env | bench.
+
+Errors. A command that fails for a reason the user can act on prints one line (or a few) on
+stderr, ``autocurricula COMMAND: what went wrong, and the fix``, and exits with status 1; no
+traceback. ``autocurricula --debug COMMAND ...`` shows the traceback instead. Such a reason is
+(:func:`user_error`):
+
+- an error the project raises itself, whose message already names the problem and the fix
+  (:data:`PROJECT_ERRORS`): no such model folder or Hub id, the Hub unreachable or offline
+  (``ModelNotFoundError``, ``HubAccessError``), a model folder that cannot be loaded or a family
+  the engine refuses (``ModelLoadError``, ``UnsupportedModelError``), a bad adapter
+  (``AdapterError``, ``BaseModelMismatchError``), a broken checkpoint (``CheckpointError``), a game
+  that keeps failing (``GameError``), a server that refuses or cannot be reached (``ServerError``),
+  and the CLI's own :class:`UsageError` (settings or arguments that fail validation:
+  the league config, ``grpo:`` and ``lora:`` sections, a YAML file that does not parse);
+- anything raised while a model folder is read (mlx-lm's loader or the engine's): explained by
+  :func:`autocurricula.publish.check_model.explain_load_error` (no config.json, weights that do not
+  match the config, a missing config key, no tokenizer...);
+- ``OSError``: files and folders the user named (missing, existing, not writable), ports in use;
+- ``ModuleNotFoundError`` of an optional third-party package (an extra to install).
+
+Anything else is a bug and keeps its traceback. ``check-model`` answers every model that does
+not load with a table whose ``load`` row names the cause and the fix (exit status 1);
+``--debug`` adds the traceback of each failed row.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +30,54 @@ import argparse
 import json
 import os
 import sys
+
+DESCRIPTION = ("Train populations of LoRA players against each other. Commands: train, serve, check-model, dashboard, "
+               "tiny-model, env, bench; `autocurricula COMMAND --help` for each.")
+
+# module -> names of the exception classes the project raises for problems the user can fix; each
+# message names the problem and what to do (see the module docstring). Looked up in sys.modules only:
+# an exception of a class whose module was never imported cannot have been raised.
+PROJECT_ERRORS = {
+    "autocurricula.publish.hub": ("ModelNotFoundError", "HubAccessError"),
+    "autocurricula.publish.check_model": ("ModelLoadError",),
+    "autocurricula.engine.models": ("UnsupportedModelError",),
+    "autocurricula.engine.adapters": ("AdapterError",),
+    "autocurricula.engine.fingerprint": ("BaseModelMismatchError",),
+    "autocurricula.loop.checkpoint": ("CheckpointError",),
+    "autocurricula.loop.rounds": ("GameError",),
+    "autocurricula.fleet.client": ("ServerError",),
+}
+
+
+class UsageError(Exception):
+    """Arguments or settings of a command that cannot work; the message names them and the fix."""
+
+
+def _project_error_types() -> tuple[type, ...]:
+    types: list[type] = [UsageError]
+    for module, names in PROJECT_ERRORS.items():
+        mod = sys.modules.get(module)
+        types += [getattr(mod, n) for n in names if isinstance(getattr(mod, n, None), type)]
+    return tuple(types)
+
+
+def user_error(exc: BaseException, model=None) -> str | None:
+    """The message for ``exc`` when it is a problem the user can fix (module docstring), else None
+    (a bug: its traceback is shown). ``model``: the command's model, named by load failures."""
+    if isinstance(exc, _project_error_types()):
+        return str(exc)
+    if model is not None and ("mlx_lm" in sys.modules or "autocurricula.engine.models" in sys.modules):
+        import autocurricula.publish.check_model as check  # a model loader ran: its failures are explained
+
+        if check.raised_while_loading(exc):
+            return str(check.explain_load_error(exc, model))
+    if isinstance(exc, OSError):
+        return str(exc) or type(exc).__name__
+    if isinstance(exc, ModuleNotFoundError) and exc.name and not exc.name.startswith("autocurricula"):
+        return (f"this command needs the package {exc.name!r}, which is not installed: install it (pip install "
+                f"{exc.name.split('.')[0]}, or the extra that brings it: 'autocurricula[hf]', '[hub]', '[ray]'...; "
+                "docs/install.md)")
+    return None
 
 
 def _env(args) -> None:
@@ -33,8 +105,12 @@ def _env(args) -> None:
 def _tiny(args) -> None:
     from autocurricula.engine.tiny import build_tiny_model
 
-    path = build_tiny_model(args.path, model_type=args.model_type, hidden_size=args.hidden, num_layers=args.layers,
-                            vocab_size=args.vocab, quantize_bits=args.quantize_bits, overwrite=args.overwrite)
+    try:
+        path = build_tiny_model(args.path, model_type=args.model_type, hidden_size=args.hidden,
+                                num_layers=args.layers, vocab_size=args.vocab, quantize_bits=args.quantize_bits,
+                                overwrite=args.overwrite)
+    except ValueError as exc:  # the sizes: hidden / heads, vocabulary, quantization
+        raise UsageError(f"{exc}; change --hidden, --layers, --vocab or --quantize-bits") from exc
     print(path)
 
 
@@ -52,15 +128,26 @@ def _adapter_args(items: list[str] | None) -> dict[str, str]:
     return out
 
 
+def _check_loadable(model, *, fetch: bool) -> None:
+    """Before a model is loaded for training or serving: it is a folder or a Hub id (``fetch``: one
+    that is downloaded, or found in the cache, now), and a folder passes the checks that need no
+    weights loaded (config.json, a family the engine serves, weights). A ModelNotFoundError,
+    ModelLoadError or UnsupportedModelError naming the cause and the fix otherwise."""
+    from pathlib import Path
+
+    from autocurricula.publish.check_model import inspect_model_folder, resolve
+    from autocurricula.publish.hub import check_model_source
+
+    if fetch or Path(str(model)).expanduser().exists():
+        inspect_model_folder(resolve(model))
+    else:
+        check_model_source(model)  # train() fetches a Hub id itself, and names the failure
+
+
 def _serve(args) -> None:
-    from autocurricula.publish.hub import ModelNotFoundError, check_model_source
     from autocurricula.serve.server import serve
 
-    try:
-        check_model_source(args.model)
-    except ModelNotFoundError as exc:
-        raise SystemExit(f"autocurricula serve: {exc}") from None
-
+    _check_loadable(args.model, fetch=True)
     serve(args.model, host=args.host, port=args.port, api_key=args.api_key, max_slots=args.max_slots,
           adapter_root=args.adapter_root, served_model_name=args.served_model_name, max_batch=args.max_batch,
           max_request_bytes=args.max_request_bytes, max_upload_bytes=args.max_upload_bytes,
@@ -90,7 +177,10 @@ def _train(args) -> None:
     settings = {}
     if args.config:
         with open(args.config) as fh:
-            settings = yaml.safe_load(fh) or {}
+            try:
+                settings = yaml.safe_load(fh) or {}
+            except yaml.YAMLError as exc:
+                raise UsageError(f"--config {args.config} is not valid YAML: {exc}") from exc
         if not isinstance(settings, dict):
             raise SystemExit(f"{args.config}: expected a mapping of settings")
     grpo = settings.pop("grpo", None)
@@ -119,14 +209,19 @@ def _train(args) -> None:
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"--game {args.game}: {exc}. Use a module of autocurricula.games (e.g. tictactoe) or "
                          "an importable 'module.path:function'") from None
-    from autocurricula.loop.checkpoint import CheckpointError
-    from autocurricula.publish.hub import HubAccessError, ModelNotFoundError
-    from autocurricula.loop.trainer import GameError
+    from autocurricula.loop.config import coerce_grpo_config, coerce_lora_spec
 
     try:
         config = config_cls(**settings)
-    except ValueError as exc:
-        raise SystemExit(f"autocurricula train: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"{exc} (--config {args.config})" if args.config else str(exc)) from exc
+    for section, value, coerce in (("grpo", grpo, coerce_grpo_config), ("lora", lora, coerce_lora_spec)):
+        if value is not None:  # validated here, before any model loads; train() gets them as written
+            try:
+                coerce(value)
+            except (ValueError, TypeError) as exc:
+                raise UsageError(f"the '{section}:' section of --config {args.config}: {exc}") from exc
+    _check_loadable(args.model, fetch=False)
     trainer = getattr(leagues, trainer_name)(config)
     servers = args.server
     if args.ray_actors:  # rollout (and learner) actors on the Ray cluster RAY_ADDRESS names, or a local one
@@ -139,8 +234,6 @@ def _train(args) -> None:
     try:
         trainer.train(args.model, play, lora_config=lora, grpo_config=grpo, resume_from_checkpoint=args.resume or None,
                       servers=servers, api_key=args.api_key)
-    except (ModelNotFoundError, FileExistsError, CheckpointError, HubAccessError, GameError) as exc:
-        raise SystemExit(f"autocurricula train: {exc}") from None
     finally:
         if servers is not args.server:
             servers.close()
@@ -150,10 +243,7 @@ def _train(args) -> None:
 def _dashboard(args) -> None:
     from autocurricula.serve.dashboard import run_dashboard
 
-    try:
-        run_dashboard(args.output_dir, host=args.host, port=args.port)
-    except FileNotFoundError as exc:
-        raise SystemExit(str(exc)) from None
+    run_dashboard(args.output_dir, host=args.host, port=args.port)  # a missing folder: FileNotFoundError, named
 
 
 def _check_model(args) -> None:
@@ -162,9 +252,18 @@ def _check_model(args) -> None:
     if args.tiny_family:
         from autocurricula.engine.tiny import build_family_model
 
-        build_family_model(args.model, args.tiny_family)
-    results = check_model(args.model, max_tokens=args.max_tokens)
-    print(format_table(args.model, results))
+        try:
+            build_family_model(args.model, args.tiny_family)
+        except ValueError as exc:  # an unknown family
+            raise UsageError(f"--tiny-family {args.tiny_family}: {exc}") from exc
+    results = check_model(args.model, max_tokens=args.max_tokens)  # a model that does not load: a row
+    print(format_table(args.model, results), flush=True)
+    if args.debug:
+        import traceback
+
+        for r in results:
+            if r.error is not None:
+                print(f"--- {r.name}:", "".join(traceback.format_exception(r.error)), sep="\n", file=sys.stderr)
     if not passed(results):
         raise SystemExit(1)
 
@@ -184,7 +283,9 @@ def _bench(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="autocurricula", description=__doc__)
+    p = argparse.ArgumentParser(prog="autocurricula", description=DESCRIPTION)
+    p.add_argument("--debug", action="store_true",
+                   help="show the traceback of an error instead of the one-line message that names the fix")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="OpenAI-compatible multi-LoRA server")
@@ -334,12 +435,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="peers: single (64 independent turns a round) or multiturn (conversations whose prompts "
                         "grow turn by turn: engine, peft mixed and vLLM, with prefix-cache hit rates)")
     b.set_defaults(func=_bench)
+    for command in sub.choices.values():  # `autocurricula COMMAND ... --debug` works too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show the traceback of an error instead of the message that names the fix")
     return p
 
 
 def main(argv=None) -> None:
+    """Run a command. A problem the user can fix (:func:`user_error`) ends as
+    ``SystemExit("autocurricula COMMAND: message")`` (status 1, no traceback) unless ``--debug``."""
     args = build_parser().parse_args(argv)
-    args.func(args)
+    try:
+        args.func(args)
+    except Exception as exc:  # noqa: BLE001 - sorted into the user's problems and bugs
+        message = None if args.debug else user_error(exc, getattr(args, "model", None))
+        if message is None:
+            raise
+        raise SystemExit(f"autocurricula {args.command}: {message}") from None
 
 
 if __name__ == "__main__":

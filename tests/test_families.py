@@ -3,6 +3,9 @@ transformers from a config, run through every check of ``autocurricula check-mod
 
 Default tier: llama, OPT (the seed's model), Gemma 3 (sliding-window layers), LFM2 (recurrent
 hybrid), a 4-bit llama and one refused family; the slow tier runs every family. docs/models.md shows the same table.
+Folders saved by transformers 5 itself, and rewritten as transformers 4 wrote them
+(tests/config_models.py), run the same checks: Phi-3 longrope in the default tier, Llama 3, OLMo 2
+and StableLM in the slow one.
 """
 
 import pytest
@@ -33,6 +36,25 @@ def test_family_passes_every_check(family, family_dir):
     results = check_model(build_family_model(family_dir / family, family))
     table = format_table(family, results)
     assert [r.name for r in results] == list(CHECKS), table
+    assert all(r.ok is True for r in results), table
+
+
+# folders exactly as transformers 5's save_pretrained writes them (rotary settings only under
+# rope_parameters), and rewritten as transformers 4 wrote them (tests/config_models.py): Phi-3
+# longrope (Phi-3.5-mini, Phi-4-mini), Llama 3's llama3 scaling, OLMo 2's theta, StableLM's partial
+# rotation inside rope_parameters
+SAVED = ["phi3-longrope-4k", "llama-llama3", "olmo2-theta", "stablelm"]
+
+
+@pytest.mark.parametrize("style", ["5", "4"])
+@pytest.mark.parametrize("case", [pytest.param(c, marks=() if c == "phi3-longrope-4k" else pytest.mark.slow)
+                                  for c in SAVED])
+def test_folder_saved_by_transformers_passes_every_check(case, style, family_dir):
+    from config_models import build, tokenizer_source
+
+    path = build(family_dir / f"saved-{case}-v{style}", case, tokenizer_source(family_dir / "llama"), style)
+    results = check_model(path)
+    table = format_table(f"{case} (transformers {style} config)", results)
     assert all(r.ok is True for r in results), table
 
 

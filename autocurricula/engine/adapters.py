@@ -9,18 +9,21 @@ orientation plus one ``scale`` (mlx-lm's plain multiplier; peft's ``lora_alpha /
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save, save_file
 
-from autocurricula.engine.module_names import base_model_type, has_hf_block_names, mlx_module_path
+from autocurricula.engine.module_names import (base_model_type, default_lora_targets, has_hf_block_names,
+                                              mlx_module_path, peft_conflicts)
 
 PEFT_PREFIX = "base_model.model."
+log = logging.getLogger(__name__)
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,127}")  # used with fullmatch: no trailing newline
 
 
@@ -66,13 +69,17 @@ def check_name(name: str) -> str:
 class LoraSpec:
     """Rank and targets of an adapter, named as in ``peft.LoraConfig``.
 
-    ``target_modules`` holds module-name suffixes (``"q_proj"``, ``"self_attn.v_proj"``) or
-    ``"all-linear"`` (every linear except the output head).
+    ``target_modules`` holds module-name suffixes (``"q_proj"``, ``"self_attn.v_proj"``),
+    ``"all-linear"`` (every linear except the output head), or ``None``: the family's default, as
+    peft keeps one per ``model_type`` (:data:`autocurricula.engine.module_names.LORA_TARGETS`:
+    ``q_proj``/``v_proj`` for Llama-like models, ``c_attn`` for GPT-2, ``query_key_value`` for
+    GPT-NeoX, ``qkv_proj`` for Phi-3, every linear for the hybrids LFM2 and Qwen3.5), resolved
+    when the spec meets the model (:meth:`resolve` with the model's ``model_type``).
     """
 
     r: int = 8
     lora_alpha: float = 16.0
-    target_modules: list[str] | str = field(default_factory=lambda: ["q_proj", "v_proj"])
+    target_modules: list[str] | str | None = None
     use_rslora: bool = False
 
     def __post_init__(self):
@@ -80,6 +87,8 @@ class LoraSpec:
             raise ValueError(f"LoraSpec.r must be a positive int, got {self.r!r}")
         if isinstance(self.target_modules, str) and self.target_modules != "all-linear":
             self.target_modules = [self.target_modules]
+        elif self.target_modules is not None and not isinstance(self.target_modules, str):
+            self.target_modules = list(self.target_modules)
 
     @property
     def scale(self) -> float:
@@ -87,24 +96,69 @@ class LoraSpec:
 
     @classmethod
     def from_peft(cls, cfg) -> "LoraSpec":
-        """From a ``peft.LoraConfig`` (or any object/dict with the same field names)."""
+        """From a ``peft.LoraConfig`` (or any object/dict with the same field names); no
+        ``target_modules`` means the family's default, as in peft."""
         get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
-        targets = get("target_modules") or ["q_proj", "v_proj"]
-        if not isinstance(targets, str):
+        targets = get("target_modules") or None
+        if targets is not None and not isinstance(targets, str):
             targets = sorted(targets)
         return cls(r=int(get("r", 8)), lora_alpha=float(get("lora_alpha", 8)),
                    target_modules=targets, use_rslora=bool(get("use_rslora", False)))
 
-    def resolve(self, linear_paths) -> list[str]:
-        """The module paths of ``linear_paths`` this spec targets."""
-        paths = [p for p in linear_paths if not p.endswith(("lm_head", "embed_out"))]  # output heads (GPT-NeoX: embed_out)
-        if self.target_modules == "all-linear":
-            return paths
-        out = [p for p in paths if any(p == t or p.endswith("." + t) for t in self.target_modules)]
+    def targets_for(self, model_type: str | None, linear_paths) -> list[str] | str:
+        """``target_modules``, or for ``None`` the default of the ``model_type`` family."""
+        if self.target_modules is not None:
+            return self.target_modules
+        return default_lora_targets(model_type, [p for p in linear_paths if not _is_head(p)])
+
+    def resolve(self, linear_paths, model_type: str | None = None) -> list[str]:
+        """The module paths of ``linear_paths`` (the model's adaptable linears) this spec targets.
+
+        With the model's ``model_type`` (e.g. ``engine.model_type``), ``target_modules=None``
+        takes the family's default, and targets are checked against what a peft export can name
+        (:func:`autocurricula.engine.module_names.peft_conflicts`): a named target that peft
+        would not place where the engine does (an MoE router transformers does not build as a
+        Linear; a name peft reads as the fused routed experts) raises ``AdapterError`` naming
+        the modules and the fix, before any training; ``"all-linear"`` leaves them out, and
+        says so in the log."""
+        paths = [p for p in linear_paths if not _is_head(p)]
+        targets = self.targets_for(model_type, linear_paths)
+        conflicts = peft_conflicts(paths, model_type)
+        family = f" of {model_type}" if model_type else ""
+        if targets == "all-linear":
+            left_out = [p for p in paths if p in conflicts]
+            if left_out:
+                log.warning("all-linear leaves out %d linear layers%s that a peft export could not name: %s",
+                            len(left_out), family, _why(conflicts, left_out))
+            return [p for p in paths if p not in conflicts]
+        out = [p for p in paths if any(p == t or p.endswith("." + t) for t in targets)]
         if not out:
-            raise AdapterError(f"target_modules {self.target_modules} match no linear layer of the model; "
-                               f"available names end with: {sorted({p.rsplit('.', 1)[-1] for p in paths})}")
+            which = "the family's default target_modules" if self.target_modules is None else "target_modules"
+            raise AdapterError(f"{which} {targets} match no linear layer of the model{family}; available names end "
+                               f"with: {sorted({p.rsplit('.', 1)[-1] for p in paths})}. Pass target_modules=[...] "
+                               f"with some of them (e.g. the attention projections), or 'all-linear'")
+        if self.target_modules is None:
+            log.info("LoRA targets %s: the default of %s", targets, model_type or "a model of unknown family")
+        bad = [p for p in out if p in conflicts]
+        if bad:
+            keep = sorted({p.rsplit(".", 1)[-1] for p in out if p not in conflicts})
+            fix = (f"target_modules={keep}" if keep else "other target_modules (e.g. the attention projections)")
+            raise AdapterError(f"target_modules {targets} adapt {len(bad)} linear layers{family} that a peft export "
+                               f"cannot name: {_why(conflicts, bad)}. Leave them out: {fix} "
+                               f"('all-linear' leaves them out too)")
         return out
+
+
+def _is_head(path: str) -> bool:
+    return path.endswith(("lm_head", "embed_out"))  # output heads (GPT-NeoX: embed_out)
+
+
+def _why(conflicts: dict[str, str], paths: list[str]) -> str:
+    """``paths`` grouped by reason: 'a, b (reason); c (reason)', at most 4 paths a reason."""
+    by_reason: dict[str, list[str]] = {}
+    for p in paths:
+        by_reason.setdefault(conflicts[p], []).append(p)
+    return "; ".join(f"{', '.join(ps[:4])}{' ...' if len(ps) > 4 else ''} ({why})" for why, ps in by_reason.items())
 
 
 @dataclass
@@ -488,21 +542,30 @@ def to_safetensors_bytes(weights: AdapterWeights) -> bytes:
 
 def write_mlx_folder(weights: AdapterWeights, path: str | Path, num_model_layers: int) -> Path:
     """Write ``adapters.safetensors`` + ``adapter_config.json`` that ``mlx_lm.load(adapter_path=...)``
-    accepts. mlx-lm adapts the modules named in ``keys`` in the last ``num_layers`` blocks, so the
-    adapter must cover such a tail with one rank; ``keys`` is the union over the blocks (hybrid
-    models' blocks differ), and a named module a block lacks or leaves out starts at zero."""
+    accepts, for any set of adapted modules of one rank.
+
+    mlx-lm (``mlx_lm.tuner.utils.linear_to_lora_layers``) adds LoRA layers to the modules named in
+    ``keys`` inside each of the last ``num_layers`` blocks (names relative to the block), and to
+    every module of the whole model whose full path is in ``keys``; it then loads the tensors,
+    leaving any LoRA layer without tensors at its zero ``lora_b`` (no change). So ``num_layers``
+    runs from the first adapted block to the last block of the model, ``keys`` holds the union of
+    the adapted names within blocks (hybrid models' blocks differ) and the full paths of adapted
+    modules outside the blocks (OPT-350m's ``project_in``/``project_out``)."""
     per_layer: dict[int, set[str]] = {}
+    outside = set()
     for p in weights.modules:
         m = re.match(r"^(?:.*\.)?(?:layers|h)\.(\d+)\.(.+)$", p)  # "h.N": GPT-2 / GPT-NeoX in mlx-lm
-        if not m:
-            raise AdapterError(f"{p}: mlx-lm adapters can only adapt modules inside transformer blocks")
-        per_layer.setdefault(int(m.group(1)), set()).add(m.group(2))
-    keys = set().union(*per_layer.values())
-    first = num_model_layers - len(per_layer)
-    if sorted(per_layer) != list(range(first, num_model_layers)):
-        raise AdapterError("mlx-lm format needs adapted modules in each of the last N blocks; use the peft format")
+        if m:
+            per_layer.setdefault(int(m.group(1)), set()).add(m.group(2))
+        else:
+            outside.add(p)
+    if per_layer and max(per_layer) >= num_model_layers:
+        raise AdapterError(f"the adapter has modules in block {max(per_layer)}, but the model has {num_model_layers} "
+                           "blocks; pass the base model's block count (num_model_layers=) or its folder (base_model=)")
     if len({a.shape[1] for a, _ in weights.modules.values()}) != 1:
         raise AdapterError("mlx-lm format needs one rank for all modules; use the peft format")
+    num_layers = num_model_layers - min(per_layer, default=num_model_layers)
+    keys = set().union(*per_layer.values(), outside)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {}
@@ -510,7 +573,7 @@ def write_mlx_folder(weights: AdapterWeights, path: str | Path, num_model_layers
         tensors[f"{p}.lora_a"] = np.ascontiguousarray(a, dtype=np.float32)
         tensors[f"{p}.lora_b"] = np.ascontiguousarray(b, dtype=np.float32)
     save_file(tensors, str(path / "adapters.safetensors"))
-    config = {"fine_tune_type": "lora", "num_layers": len(per_layer),
+    config = {"fine_tune_type": "lora", "num_layers": num_layers,
               "lora_parameters": {"rank": weights.rank, "scale": weights.scale, "dropout": 0.0, "keys": sorted(keys)}}
     (path / "adapter_config.json").write_text(json.dumps(config, indent=2))
     return path

@@ -151,7 +151,13 @@ class Engine:
         self._thread = threading.Thread(target=self._main, args=(model, tokenizer, ready),
                                         name="autocurricula-engine", daemon=True)
         self._thread.start()
-        ready.result()  # re-raises a load error in the caller
+        try:
+            ready.result()  # re-raises a load error in the caller
+        except Exception:  # the thread's load error (not a Ctrl-C here, which must not wait)
+            # the thread ends at once (it clears its MLX streams): wait for it, or a process that exits
+            # on the error can abort ("terminate called without an active exception")
+            self._thread.join(timeout=30)
+            raise
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ public API (any thread)
@@ -542,7 +548,18 @@ class Engine:
             self.residency.on_change.append(self.prefix_cache.forget)  # new or dropped weights: stale KV
         self.linear_dims = {p: linear_dims(m) for p, m in self.lora.linear_paths().items()}
         args = getattr(model, "args", None)
+        # the family (config.json's model_type), which picks the default LoRA targets (LoraSpec.resolve)
+        self.model_type = getattr(model, "model_type", None) or getattr(args, "model_type", None)
         limit = getattr(args, "max_position_embeddings", None) or 4096
+        # longrope / dynamic rotary embeddings are computed as transformers computes them up to this
+        # length only (autocurricula/engine/models/rope.py): the context stops there
+        rope_limit = getattr(model, "rope_context_limit", None)
+        if rope_limit:
+            if self.config.max_context and self.config.max_context > rope_limit:
+                raise ValueError(f"EngineConfig.max_context={self.config.max_context} is longer than the "
+                                 f"{rope_limit} tokens this model's rotary embeddings are computed as transformers "
+                                 "computes them (docs/models.md, 'Config formats and RoPE types'); lower it")
+            limit = min(int(limit), int(rope_limit))
         self.max_context = self.config.max_context or int(limit)
         self.vocab_size = int(getattr(args, "vocab_size", 0) or model(mx.zeros((1, 1), dtype=mx.int32)).shape[-1])
         self.host_sampling = mx.default_device().type == mx.DeviceType.cpu

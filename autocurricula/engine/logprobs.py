@@ -3,6 +3,8 @@ logprobs, branch scoring and the policy update must agree on, so the engine owns
 
 from __future__ import annotations
 
+import inspect
+
 import mlx.core as mx
 
 __all__ = ["completion_logprobs"]
@@ -14,12 +16,25 @@ def _body_and_head(model):
     inner = getattr(model, "model", None)
     if inner is None or not callable(inner):
         return None
+    body = _without_cache(inner)
     if getattr(model, "lm_head", None) is not None:
-        return inner, model.lm_head
+        return body, model.lm_head
     embed = getattr(inner, "embed_tokens", None)
     if embed is not None and hasattr(embed, "as_linear"):
-        return inner, embed.as_linear
+        return body, embed.as_linear
     return None
+
+
+def _without_cache(inner):
+    """``inner`` called on the tokens alone: some mlx-lm bodies (StableLM, Phi-2, RWKV-7) take
+    ``cache`` as a required argument, which their ``Model`` passes (None here: no cache)."""
+    try:
+        params = list(inspect.signature(inner.__call__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return inner
+    if any(p.name == "cache" and p.default is p.empty for p in params):
+        return lambda ids: inner(ids, cache=None)
+    return inner
 
 
 def completion_logprobs(model, ids: mx.array, pos: mx.array, tgt: mx.array, temperature: float,

@@ -109,6 +109,7 @@ class TrainableEngine(RolloutEngine, Protocol):
     """A :class:`RolloutEngine` whose adapters the updater trains in place (the in-process Engine)."""
 
     linear_dims: dict  # adaptable module path -> (in, out) dims: the shapes an adapter may take
+    model_type: str | None  # the family (config.json's model_type): its default LoRA targets
 
     def adapter_weights(self, name: str) -> Any:
         """The host copy of a player's current ``AdapterWeights`` (what an update starts from)."""

@@ -3,23 +3,30 @@
 Each check loads nothing twice: one engine serves the model, transformers (when the folder holds
 weights it reads) is the reference for greedy tokens and for the exported peft adapter, and
 mlx-lm loads the exported mlx adapter. docs/models.md holds the table for every family.
+
+A model that does not load is an answer too: a ``load`` row that names the cause and the fix
+(:class:`ModelLoadError`), never a traceback. :func:`inspect_model_folder` runs the cheap part of
+that (config.json, family, weights) before anything is loaded; :func:`explain_load_error` turns
+what mlx-lm raises while loading into the same kind of message.
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import re
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams
-from autocurricula.engine.models import UnsupportedModelError, register
+from autocurricula.engine.models import UnsupportedModelError, check_supported, register
 from autocurricula.publish.export import export_mlx, export_peft
-from autocurricula.publish.hub import check_model_source
+from autocurricula.publish.hub import ModelNotFoundError, check_model_source, fetch_failure, fetch_model
 from autocurricula.records import Turn
 from autocurricula.training import Updater
 from autocurricula.training.config import GRPOConfig
@@ -40,34 +47,207 @@ class CheckResult:
     ok: bool | None
     detail: str = ""
     seconds: float = 0.0
+    error: BaseException | None = field(default=None, repr=False, compare=False)  # what failed (--debug)
+
+
+class ModelLoadError(ValueError):
+    """A model folder the engine cannot load. ``cause`` says why, ``fix`` what to do; the message
+    is both, in one or two sentences."""
+
+    def __init__(self, model, cause: str, fix: str):
+        self.model, self.cause, self.fix = str(model), cause, fix
+        super().__init__(f"model {self.model!r} cannot be loaded: {cause.rstrip('.')}. {fix}")
+
+
+_FOLDER = ("give the folder that holds the model's config.json, tokenizer and *.safetensors weights (a Hub "
+           "download, or `save_pretrained` of transformers), or build one with `autocurricula tiny-model PATH`")
+_FAMILIES = "Use a checkpoint of a family the engine serves: docs/models.md lists them"
 
 
 def resolve(model: str | Path) -> Path:
-    """The local folder of a model folder or Hub id (downloaded as ``mlx_lm.load`` does)."""
-    from mlx_lm.utils import _download  # mlx_lm imports transformers: not on import
+    """The local folder of a model folder or Hub id (downloaded as ``mlx_lm.load`` does, or found
+    in the Hugging Face cache); :class:`~autocurricula.publish.hub.ModelNotFoundError`, with the
+    offline options, when it is neither."""
+    source = check_model_source(model)
+    path = Path(source)
+    return path if path.exists() else fetch_model(source)
 
-    return Path(_download(check_model_source(model)))
+
+def inspect_model_folder(folder: str | Path) -> dict:
+    """The ``config.json`` of a model folder, after the checks that need no weights loaded: the
+    folder holds a readable config.json naming a ``model_type``, a family the engine serves
+    (:class:`UnsupportedModelError` for a refused one) and defines, and safetensors weights.
+    Anything else is a :class:`ModelLoadError` naming the cause and the fix."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelLoadError(folder, "it is a file, not a model folder" if folder.exists() else "no such folder",
+                             _FOLDER[0].upper() + _FOLDER[1:])
+    path = folder / "config.json"
+    if not path.is_file():
+        found = sorted(p.name for p in folder.iterdir())
+        held = f"it holds {', '.join(found[:6])}{', ...' if len(found) > 6 else ''}" if found else "it is empty"
+        raise ModelLoadError(folder, f"the folder has no config.json ({held}), so it is not a model folder",
+                             _FOLDER[0].upper() + _FOLDER[1:])
+    try:
+        config = json.loads(path.read_text())
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ModelLoadError(folder, f"its config.json is not valid JSON ({exc})",
+                             "Restore config.json from the model's source (download it again, or write it with "
+                             "transformers' `save_pretrained`)") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str) or not config["model_type"]:
+        raise ModelLoadError(folder, "its config.json names no model_type, so the model's family is unknown",
+                             "Use the config.json that transformers' `save_pretrained` writes: it names the "
+                             "family in \"model_type\" (e.g. \"llama\")")
+    check_supported(config)
+    _check_family(folder, config)
+    _check_weights(folder)
+    return config
+
+
+def _check_family(folder: Path, config: dict) -> None:
+    """A ``model_type`` for which neither mlx-lm nor this package has a definition is refused by name."""
+    if config.get("model_file"):  # a custom module: mlx-lm's own refusal says what to do
+        return
+    try:
+        from mlx_lm.utils import _get_classes  # mlx_lm imports transformers: not on import
+    except ImportError:
+        return
+    register()
+    try:
+        _get_classes(config)
+    except ValueError:
+        raise ModelLoadError(folder, f"model_type {config['model_type']!r} is not a family the engine defines "
+                             "(neither mlx-lm nor autocurricula has a definition of it)", _FAMILIES) from None
+
+
+def _check_weights(folder: Path) -> None:
+    if glob.glob(str(folder / "model*.safetensors")):
+        return
+    other = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".safetensors", ".gguf", ".pt", ".pth"))
+    cause = (f"it holds no model*.safetensors weights (only {', '.join(other[:4])})" if other else
+             "it holds no weights (no model*.safetensors file next to config.json)")
+    raise ModelLoadError(folder, cause, "Write the weights as safetensors: "
+                         "`AutoModelForCausalLM.from_pretrained(FOLDER).save_pretrained(NEW_FOLDER)` (transformers), "
+                         "or `mlx_lm.convert`; a Hub download of the model has them")
+
+
+_ADD_KEY = ("Add it with the value of the model's source (transformers 5 moves some config keys, e.g. under "
+            "rope_parameters or text_config); docs/models.md, Known gaps")
+_MISSING_ARG = re.compile(r"missing \d+ required (?:positional |keyword-only )?arguments?: (.+)$")
+
+
+def explain_load_error(exc: BaseException, model) -> BaseException:
+    """What a failure to load ``model`` (a folder or Hub id) means: the project's own errors as they
+    are, anything mlx-lm or transformers raised while reading the folder as a
+    :class:`ModelLoadError` naming the cause and the fix (chained to ``exc``)."""
+    if isinstance(exc, (ModelLoadError, UnsupportedModelError, ModelNotFoundError)):
+        return exc
+    text = str(exc).strip()
+    first = " ".join(text.split())  # mlx-lm lists missing parameters one a line
+    first = first if len(first) <= 300 else first[:297] + "..."
+    where = Path(str(model)).expanduser()
+    if not where.exists():  # a Hub id (or not even that): the download failed, or the name is no model's
+        try:
+            check_model_source(model)
+        except ModelNotFoundError as named:
+            return named
+        if type(exc).__module__.split(".")[0] in ("huggingface_hub", "httpx", "requests"):
+            return fetch_failure(str(model), exc)
+    if where.is_dir() and ((isinstance(exc, FileNotFoundError) and "config.json" in text)
+                           or "No safetensors found" in text):
+        try:  # the folder's own checks name it better than mlx-lm's message
+            inspect_model_folder(where)
+        except (ModelLoadError, UnsupportedModelError) as named:
+            return named
+    if isinstance(exc, ValueError) and ("Missing" in text and "parameters" in text or "not in model" in text
+                                        or "Expected shape" in text):
+        err = ModelLoadError(model, f"the weights do not match config.json ({first})",
+                             "Take config.json and the *.safetensors from the same checkpoint (download it "
+                             "again, or write both with `save_pretrained`); for a folder written by transformers "
+                             "5 whose weight names the engine does not read, see docs/models.md (Known gaps)")
+    elif isinstance(exc, ValueError) and text.startswith("Model type"):
+        err = ModelLoadError(model, f"{first.rstrip('.')}: no definition of this family", _FAMILIES)
+    elif isinstance(exc, TypeError) and _MISSING_ARG.search(first):
+        err = ModelLoadError(model, f"its config.json lacks {_MISSING_ARG.search(first).group(1)}, which the "
+                             f"family's definition needs ({type(exc).__name__}: {first})", _ADD_KEY)
+    elif isinstance(exc, KeyError):
+        err = ModelLoadError(model, f"the family's definition reads {first}, which config.json or the weights lack "
+                             f"(KeyError)", _ADD_KEY)
+    elif _raised_in(exc, "tokenizer_utils.py") or _raised_in(exc, "tokenization_"):
+        err = ModelLoadError(model, f"its tokenizer cannot be loaded ({type(exc).__name__}: {first})",
+                             "Put the model's tokenizer files (tokenizer.json, tokenizer_config.json) in the folder, "
+                             "e.g. with `AutoTokenizer.from_pretrained(SOURCE).save_pretrained(FOLDER)`")
+    else:
+        err = ModelLoadError(model, f"{type(exc).__name__}: {first}",
+                             "docs/models.md lists the families the engine serves and the known gaps of their "
+                             "folders; `autocurricula --debug ...` shows the traceback")
+    err.__cause__ = exc
+    return err
+
+
+def _raised_in(exc: BaseException, name: str) -> bool:
+    """Whether one of the frames ``exc`` passed through lies in a file whose name contains ``name``."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if name in Path(tb.tb_frame.f_code.co_filename).name:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+# (file, function) whose failure means the model folder could not be read: mlx-lm's loader, and
+# the engine's (autocurricula/engine/models/__init__.py: load)
+_LOADERS = {("utils.py", "load"), ("utils.py", "load_model"), ("utils.py", "load_config"),
+            ("utils.py", "_get_classes"), ("utils.py", "_download"), ("tokenizer_utils.py", "load"),
+            ("tokenizer_utils.py", "load_tokenizer")}
+
+
+def raised_while_loading(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a model folder was read: it passed through mlx-lm's loader
+    or ``autocurricula.engine.models.load`` (also on the engine's thread: the
+    :class:`~autocurricula.engine.Engine` constructor raises its load error again, frames kept)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        parts = Path(code.co_filename).parts
+        if len(parts) > 1 and parts[-2] == "mlx_lm" and (parts[-1], code.co_name) in _LOADERS:
+            return True
+        if parts[-3:] == ("engine", "models", "__init__.py") and code.co_name == "load":
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def check_model(model: str | Path, *, max_tokens: int = 12, work_dir: str | Path | None = None,
                 engine_config: EngineConfig | None = None) -> list[CheckResult]:
     """Run every check of :data:`CHECKS` on a model folder or Hub id and return one result each.
 
-    A refused family fails ``load`` with the engine's reason and skips the rest; a check that
-    raises fails with the error, and the following checks still run when they can.
+    A model that does not load (no such folder or Hub id, no config.json, a family the engine
+    refuses or does not define, no weights, weights that do not match the config...) fails
+    ``load`` with the cause and the fix, and the other checks are not run; nothing is raised. A
+    check that raises fails with the error, and the following checks still run when they can.
+    Each failed row keeps its exception in ``error``.
     """
-    folder = resolve(model)
+    start = time.perf_counter()
+    try:
+        folder = resolve(model)
+        inspect_model_folder(folder)
+    except (ModelNotFoundError, ModelLoadError, UnsupportedModelError) as exc:
+        return _not_loaded(exc, exc, time.perf_counter() - start)
     results: list[CheckResult] = []
     with tempfile.TemporaryDirectory(prefix="check-model-", dir=work_dir) as tmp:
-        start = time.perf_counter()
         try:
             engine = Engine(str(folder), config=engine_config or EngineConfig(max_slots=PLAYERS + 2))
-        except UnsupportedModelError as exc:
-            results.append(CheckResult("load", False, f"refused: {exc}", time.perf_counter() - start))
-            return results + [CheckResult(n, None, "not run: the model is refused") for n in CHECKS[1:]]
+        except Exception as exc:  # noqa: BLE001 - a model that does not load is a row of the table
+            return _not_loaded(explain_load_error(exc, folder), exc, time.perf_counter() - start)
         results.append(CheckResult("load", True, _describe(engine), time.perf_counter() - start))
         try:
-            run = _Checks(engine, folder, Path(tmp), max_tokens)
+            try:
+                run = _Checks(engine, folder, Path(tmp), max_tokens)
+            except Exception as exc:  # noqa: BLE001 - e.g. no linear layer to adapt: a row, not a crash
+                detail = _short(exc)
+                return results + [CheckResult(CHECKS[1], False, f"cannot set up the checks: {detail}", error=exc)] \
+                    + [CheckResult(n, None, "not run: the checks could not be set up") for n in CHECKS[2:]]
             for name, fn in (("generate", run.generate), ("multi-lora", run.multi_lora),
                              ("prefix cache", run.prefix_cache), ("update", run.update),
                              ("peft export", run.peft_export), ("mlx export", run.mlx_export)):
@@ -75,11 +255,26 @@ def check_model(model: str | Path, *, max_tokens: int = 12, work_dir: str | Path
                 try:
                     ok, detail = fn()
                 except Exception as exc:  # noqa: BLE001 - a failed check is a row of the table
-                    ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                results.append(CheckResult(name, ok, detail, time.perf_counter() - start))
+                    ok, detail, error = False, _short(exc), exc
+                else:
+                    error = None
+                results.append(CheckResult(name, ok, detail, time.perf_counter() - start, error))
         finally:
             engine.close()
     return results
+
+
+def _short(exc: BaseException) -> str:
+    return (f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:300]
+
+
+def _not_loaded(exc: BaseException, error: BaseException, seconds: float) -> list[CheckResult]:
+    """The table of a model that does not load: ``load`` fails with the cause and the fix."""
+    if isinstance(exc, UnsupportedModelError):
+        return [CheckResult("load", False, f"refused: {exc}", seconds, error)] + \
+            [CheckResult(n, None, "not run: the model is refused") for n in CHECKS[1:]]
+    return [CheckResult("load", False, str(exc), seconds, error)] + \
+        [CheckResult(n, None, "not run: the model did not load") for n in CHECKS[1:]]
 
 
 def _describe(engine) -> str:
@@ -95,7 +290,16 @@ class _Checks:
         self.paths = self.spec.resolve(engine.linear_dims)
         self.players = [f"player-{i}" for i in range(PLAYERS)]
         self.prompt = engine.encode(_PROMPT)
-        self.reference = _load_reference(folder)
+        # transformers' model of the folder; when it cannot be had, why (ok, detail) for the rows that need it
+        self.reference, self.no_reference = None, (None, "not run: no transformers weights (MLX-quantized folder)")
+        try:
+            self.reference = _load_reference(folder)
+        except ImportError as exc:  # torch / transformers: optional (extra hf)
+            self.no_reference = (None, f"not run: no transformers to compare with ({exc}; pip install "
+                                       "'autocurricula[hf]')")
+        except Exception as exc:  # noqa: BLE001 - the engine serves it, transformers does not read it
+            self.no_reference = (False, f"transformers cannot load this folder ({_short(exc)}), so neither can "
+                                        "the peft adapters exported for it")
 
     def _greedy(self, player=None, prompt=None) -> list[int]:
         params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens, ignore_eos=True)
@@ -115,7 +319,10 @@ class _Checks:
         prompts = [self.prompt, self.engine.encode(_LONG_PROMPT)]
         tokens = [self._greedy(prompt=p) for p in prompts]
         if self.reference is None:
-            return all(tokens), f"{len(tokens[0])} tokens (no transformers weights to compare: MLX-quantized)"
+            if self.no_reference[0] is False:
+                return self.no_reference
+            why = self.no_reference[1].removeprefix("not run: ")
+            return all(tokens), f"{len(tokens[0])} tokens ({why}; not compared)"
         for got, prompt in zip(tokens, prompts):
             want = _torch_greedy(self.reference, prompt, self.max_tokens)
             if got != want:
@@ -178,7 +385,7 @@ class _Checks:
 
     def peft_export(self):
         if self.reference is None:
-            return None, "not run: no transformers weights (MLX-quantized folder)"
+            return self.no_reference
         # torch and peft: optional (extra hf)
         import torch
         from peft import PeftModel
@@ -198,7 +405,9 @@ class _Checks:
         return True, f"PeftModel logits within {diff:.2g}"
 
     def mlx_export(self):
-        from mlx_lm import load  # mlx_lm imports transformers: not on import
+        # mlx_lm.load with the config read as the engine reads it (transformers 5's rope_parameters,
+        # renamed keys; autocurricula/engine/models/config.py): mlx-lm alone misreads such folders
+        from autocurricula.engine.models import load
 
         self._install()
         name = self.players[2]
@@ -241,7 +450,7 @@ def format_table(model: str | Path, results: list[CheckResult]) -> str:
     mark = {True: "pass", False: "FAIL", None: "-"}
     lines = [f"check-model {model}", "", "| check | result | seconds | detail |", "|---|---|---|---|"]
     for r in results:
-        detail = r.detail.replace("|", "\\|")
+        detail = " ".join(r.detail.split()).replace("|", "\\|")  # one line a row
         lines.append(f"| {r.name} | {mark[r.ok]} | {r.seconds:.1f} | {detail} |")
     return "\n".join(lines)
 

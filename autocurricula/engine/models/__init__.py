@@ -1,10 +1,15 @@
 """Which model families the engine serves, and the MLX definitions it adds to mlx-lm's.
 
-``load`` is ``mlx_lm.load`` after two steps: the families defined here (OPT and Qwen3.5 text,
+``load`` is ``mlx_lm.load`` after three steps: the families defined here (OPT and Qwen3.5 text,
 which mlx-lm lacks; GPT-NeoX, Llama/Mistral, Gemma 2, Gemma 3 text and Phi-3, whose mlx-lm
 definitions depart from transformers' in the MLP or the sliding windows) are registered under
-``mlx_lm.models``, so mlx-lm's own loader, converter and adapter loading use them; and a family
-the engine does not serve is refused by name, with the reason, before any weight is read.
+``mlx_lm.models``, so mlx-lm's own loader, converter and adapter loading use them; a family
+the engine does not serve is refused by name, with the reason, before any weight is read; and
+the config, written by transformers 4 or 5, is read as transformers reads it (``config.normalize``:
+the rotary settings under ``rope_parameters``, renamed keys), refusing by name every key that
+changes the model and that the family's definition does not read. After loading, scaled rotary
+embeddings (``llama3``, ``linear``, ``dynamic``, ``yarn``, ``longrope``) are computed as
+transformers computes them (``rope``).
 """
 
 from __future__ import annotations
@@ -12,6 +17,12 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
+
+from autocurricula.engine.models.config import FAMILIES, nested, normalize
+from autocurricula.engine.models.errors import UnsupportedModelError
+
+__all__ = ["ADDED", "REPLACED", "REFUSED", "UnsupportedModelError", "check_supported", "load", "read_config",
+           "refusal", "register"]
 
 # model_type -> the MLX definition this package adds (mlx-lm has none)
 ADDED = {"opt": "autocurricula.engine.models.opt", "qwen3_5_text": "autocurricula.engine.models.qwen3_5_text"}
@@ -54,10 +65,6 @@ REFUSED = {
     "rwkv7": _RECURRENT,
 }
 _RECURRENT_LAYERS = {"linear_attention", "conv", "mamba", "recurrent"}
-
-
-class UnsupportedModelError(ValueError):
-    """A model family the engine cannot serve; the message names the family and the reason."""
 
 
 def register() -> None:
@@ -117,15 +124,56 @@ def check_supported(config: dict) -> None:
                                     "See docs/models.md for the families it serves.")
 
 
-def load(path_or_hub_id: str):
-    """``(model, tokenizer)`` as ``mlx_lm.load`` returns them, for every family the engine serves;
-    :class:`UnsupportedModelError` for one it refuses."""
+def read_config(config: dict) -> dict:
+    """The config the engine's definition of this family reads (:func:`config.normalize` with the
+    fields of the ``ModelArgs`` mlx-lm builds for it); :class:`UnsupportedModelError` naming every
+    key that changes the model and that the definition does not read. ``ValueError`` (mlx-lm's)
+    for a ``model_type`` neither mlx-lm nor this package defines."""
+    import dataclasses
+
+    from mlx_lm.utils import _get_classes  # mlx_lm imports transformers: only when a model is read
+
+    register()
+    _, args_class = _get_classes(config)
+    fields = {f.name: f.default for f in dataclasses.fields(args_class)}
+    return normalize(config, fields)
+
+
+def load(path_or_hub_id: str, adapter_path: str | None = None):
+    """``(model, tokenizer)`` as ``mlx_lm.load`` returns them, for every family the engine serves,
+    with the config read as transformers reads it (:func:`read_config`) and the rotary embeddings
+    computed as transformers computes them; :class:`UnsupportedModelError` for a family or a
+    config the engine refuses. ``adapter_path``: an mlx-lm adapter folder to apply, as
+    ``mlx_lm.load(..., adapter_path=...)`` does.
+
+    A model whose rotation is only computed as transformers does it up to some length (longrope:
+    ``original_max_position_embeddings``; dynamic: ``max_position_embeddings``) gets that length
+    as ``model.rope_context_limit``, which the engine takes as its context limit."""
     # mlx_lm imports transformers: only when a model is loaded (refusal() and the tables need neither)
     from mlx_lm import load as mlx_load
     from mlx_lm.utils import _download, load_config
 
+    from autocurricula.engine.models.rope import context_limit, swap_ropes  # mlx: only when a model is loaded
+
     register()
     folder = _download(str(path_or_hub_id))
-    check_supported(load_config(Path(folder)))
-    return mlx_load(str(folder))
-
+    config = load_config(Path(folder))
+    check_supported(config)
+    if config.get("model_file"):  # a custom definition: mlx-lm's loader refuses it by name
+        return mlx_load(str(folder), adapter_path=adapter_path)
+    read = read_config(config)
+    model, tokenizer = mlx_load(str(folder), model_config=read, adapter_path=adapter_path)
+    rope = read.get("rope_parameters")
+    family = FAMILIES.get(config.get("model_type"))
+    if rope and not nested(rope) and rope.get("rope_type", "default") != "default" \
+            and not (family and family.own_rope):
+        if not swap_ropes(model, rope, read.get("max_position_embeddings")):
+            raise UnsupportedModelError(f"the autocurricula engine cannot serve this model: rope_type "
+                                        f"{rope['rope_type']!r} is set, and the definition of "
+                                        f"{config.get('model_type')!r} has no rotary module to apply it to")
+    limits = [context_limit(p, read.get("max_position_embeddings"))
+              for p in ((rope or {}).values() if nested(rope) else [rope]) if isinstance(p, dict) or p is None]
+    limits = [n for n in limits if n]
+    if limits:
+        model.rope_context_limit = min(limits)
+    return model, tokenizer

@@ -4,8 +4,9 @@ mlx-lm's definition places the full-attention layers by ``sliding_window_pattern
 sixth layer) and reads the mask of the first full layer from ``cache[pattern - 1]``, so a model
 whose ``layer_types`` say otherwise, or with fewer layers than the pattern, is computed wrong or
 fails. This one takes each layer's kind, rotary base and mask from ``layer_types`` (derived from
-the pattern when the config has none), and reads the rotary bases transformers 5 writes under
-``rope_parameters``.
+the pattern when the config has none), and reads the rotary settings transformers 5 writes under
+``rope_parameters``, one per layer kind, computed as transformers computes them (``rope.RoPE``:
+Gemma 3 4B and larger scale the full-attention layers' rotation linearly).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Optional
 
 import mlx.core as mx
 from mlx_lm.models import gemma3_text as mlx_gemma3
-from mlx_lm.models.rope_utils import initialize_rope
 
-from autocurricula.engine.models.windows import SLIDING, layer_masks, layer_types, make_cache
+from autocurricula.engine.models.rope import RoPE
+from autocurricula.engine.models.windows import FULL, SLIDING, layer_masks, layer_types, make_cache
 
 
 @dataclass
@@ -37,18 +38,30 @@ class ModelArgs(mlx_gemma3.ModelArgs):
                 self.rope_scaling = full
 
 
+def rope_settings(args: ModelArgs) -> dict:
+    """One rope dict per layer kind (``rope_type``, ``rope_theta`` and the type's factors): those
+    under ``rope_parameters`` (transformers 5, or as ``autocurricula.engine.models.load`` reads
+    either style), else the older top-level keys."""
+    rope = args.rope_parameters or {}
+    full = dict(rope.get(FULL) or args.rope_scaling or {})
+    full.setdefault("rope_type", full.pop("type", "default"))
+    full.setdefault("rope_theta", args.rope_theta)
+    if full["rope_type"] in ("llama3", "yarn", "longrope"):
+        full.setdefault("original_max_position_embeddings", args.max_position_embeddings)
+    sliding = dict(rope.get(SLIDING) or {})
+    sliding.setdefault("rope_type", sliding.pop("type", "default"))
+    sliding.setdefault("rope_theta", args.rope_local_base_freq)
+    return {FULL: full, SLIDING: sliding}
+
+
 class Gemma3Model(mlx_gemma3.Gemma3Model):
     def __init__(self, args: ModelArgs):
         super().__init__(args)
+        settings = rope_settings(args)
         for layer, kind in zip(self.layers, args.layer_types):
             attn = layer.self_attn
             attn.is_sliding = kind == SLIDING
-            if attn.is_sliding:
-                attn.rope = initialize_rope(dims=args.head_dim, base=args.rope_local_base_freq, traditional=False)
-            else:
-                attn.rope = initialize_rope(dims=args.head_dim, base=args.rope_theta, traditional=False,
-                                            max_position_embeddings=args.max_position_embeddings,
-                                            scaling_config=args.rope_scaling)
+            attn.rope = RoPE(args.head_dim, settings[kind], args.max_position_embeddings)
 
     def __call__(self, inputs: mx.array, cache=None, input_embeddings: Optional[mx.array] = None):
         h = input_embeddings if input_embeddings is not None else self.embed_tokens(inputs)

@@ -34,10 +34,8 @@ class ModelArgs(mlx_gpt_neox.ModelArgs):
 
     def __post_init__(self):
         super().__post_init__()
+        # a scaled rope_type is applied by the rotary module autocurricula.engine.models.load swaps in
         rope = self.rope_parameters or {}
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"GPT-NeoX rope_type {rope['rope_type']!r} is not supported (only 'default'); "
-                             "use a model without rope scaling")
         if self.rotary_emb_base is None:
             self.rotary_emb_base = rope.get("rope_theta", _ROPE_THETA)
         if self.rotary_pct is None:
