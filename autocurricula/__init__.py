@@ -38,6 +38,7 @@ _LAZY = {
     "GameResult": "autocurricula.arena.arena",
     "ArtifactStore": "autocurricula.arena.artifacts",
     "snapshot_spec": "autocurricula.loop.pool",
+    "Player": "autocurricula.records",
     "Credit": "autocurricula.credit",
     "register_credit": "autocurricula.credit",
 }

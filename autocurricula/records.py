@@ -1,13 +1,15 @@
 """The records every layer shares: what a game hands back (:class:`Generation`), what it logs
 (:class:`Call`), what it produced (:class:`GameRecord`) and what a learner trains on
-(:class:`Turn`), the match entry whose games share a deal (:class:`Deal`), the test of a scripted
-player, and :func:`help_field`, the field every config declares. Plain data, no MLX and no engine."""
+(:class:`Turn`), the match entry whose games share a deal (:class:`Deal`), a league's
+:class:`Player` and the test of a scripted one, and :func:`help_field`, the field every config
+declares. Plain data, no MLX and no engine."""
 
 from __future__ import annotations
 
 import inspect
 import weakref
-from dataclasses import MISSING, asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Callable, NamedTuple
 
 
@@ -79,7 +81,7 @@ class GameRecord:
     """What one game produced."""
 
     game_id: str
-    players: list[dict]
+    players: list  # each seat's Player, a copy with its seat (or the plain dicts a game or a test passes)
     rewards: list[float] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     experiences: Any = None
@@ -110,7 +112,162 @@ class Deal(tuple):
         return f"Deal({tuple(self)!r}, key={self.key!r})"
 
 
-def is_scripted(player: dict) -> bool:
+class PlayerKeyError(KeyError):
+    """A read or write of a key that no field of the player's class declares (a misspelt key)."""
+
+    def __str__(self) -> str:  # the message, not KeyError's quoted repr of it
+        return str(self.args[0]) if self.args else ""
+
+
+_SET_UNLESS = {"snapshot_of": None, "init": None, "resets": 0, "policy": None, "adapter": None, "seat_role": None,
+               "seat": None, "info": {}}  # optional fields: in the mapping only when they hold something else
+
+
+@dataclass(eq=False, kw_only=True, repr=False)
+class Player(Mapping):
+    """One player of a league, as the pool makes it from a spec dict (``{"role": "main_agent"}``).
+
+    The fields are the keys a player may have; the pool sets ``id``, ``epoch``, ``frozen``,
+    ``parent`` and ``version``. A player reads as a mapping of its fields as well as by attribute:
+    ``p["role"]``, ``p.get("snapshot_of")``, ``"policy" in p``, ``dict(p)`` and ``{**p}`` work as on the
+    player dicts of the seed API, and ``p.role`` too. A key that no field declares raises
+    :class:`PlayerKeyError` (a ``KeyError``) naming the known ones, ``get`` and ``in`` included, so
+    a misspelt key fails instead of reading None. The optional fields (``snapshot_of``, ``init``,
+    ``resets``, ``policy``, ``adapter``, ``seat_role``, ``seat``, ``info``) are in the mapping (``in``, ``get``,
+    iteration) once they hold something other than their default, as the keys a dict did not have;
+    read directly they give the default.
+
+    Custom fields: free-form ones go under ``info`` (``{"role": "generator", "info": {"skill": 3}}``,
+    then ``p.info["skill"]``); declared ones on a dataclass subclass, ``@dataclass class
+    MyPlayer(Player): skill: int = 0``, set as the trainer's ``player_class``. Equality is identity
+    and a player hashes by identity (a subclass's too), so it may key a dict; two players with the
+    same fields are different players."""
+
+    id: str
+    role: str = "player"
+    epoch: int = 0  # the epoch it joined
+    frozen: bool = False  # never trained (snapshots, scripted players)
+    parent: str | None = None  # the id of the player whose adapter it started from; None: the base model
+    version: int | None = None  # its adapter's version (None: scripted)
+    snapshot_of: str | None = None  # a frozen snapshot: the id of the player it copies
+    init: str | None = None  # "base": start from the base model, not the latest player of the same role
+    resets: int = 0  # times reset to the base model
+    policy: Callable | None = None  # a scripted player's ``policy(prompt[, rng]) -> reply``: no adapter
+    adapter: str | None = None  # the adapter that serves it when not the one under its id
+    seat_role: str | None = None  # the role its turns train under (default "seat<i>")
+    seat: int | None = None  # in a game: its seat (a game gets a copy of each player, with its seat)
+    info: dict = field(default_factory=dict)  # free-form fields of your own
+
+    def __init_subclass__(cls, **kwargs):
+        # before @dataclass sees the subclass: it keeps these, so a subclass's players compare and hash
+        # by identity and print as the dict they read as, whatever eq= and repr= its decorator says
+        super().__init_subclass__(**kwargs)
+        for name, method in (("__eq__", object.__eq__), ("__hash__", object.__hash__), ("__repr__", Player.__repr__)):
+            if name not in cls.__dict__:
+                setattr(cls, name, method)
+
+    def __post_init__(self):
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"a player's id must be a non-empty string, got {self.id!r}")
+
+    # -- the declared keys ----------------------------------------------------------------------
+    @classmethod
+    def known_keys(cls) -> tuple[str, ...]:
+        """The field names of this class, in declaration order."""
+        known = cls.__dict__.get("_known")
+        if known is None:
+            known = tuple(f.name for f in fields(cls))
+            type.__setattr__(cls, "_known", known)
+        return known
+
+    @classmethod
+    def _unknown(cls, key, what: str) -> str:
+        return (f"{what} {key!r} is not a field of {cls.__name__}; its fields are {', '.join(cls.known_keys())}. "
+                f"Put a field of your own under 'info' ({{'info': {{{key!r}: ...}}}}), or declare it on a "
+                f"{cls.__name__} subclass (a dataclass) set as the trainer's player_class")
+
+    @classmethod
+    def check_spec(cls, spec: Mapping) -> None:
+        """Refuse a spec (a dict as ``entry`` returns it) with a key that no field of this class
+        declares: a ``ValueError`` naming the key, the known ones and where a field of your own goes."""
+        unknown = [k for k in spec if k not in cls.known_keys()]
+        if unknown:
+            raise ValueError(cls._unknown(unknown[0], "player spec key") + f" (spec: {dict(spec)!r})")
+
+    @classmethod
+    def from_spec(cls, spec: Mapping, **values) -> "Player":
+        """A player of this class from a spec and ``values`` that override the spec's
+        (:meth:`check_spec` first)."""
+        cls.check_spec(spec)
+        given = {**spec, **values}
+        if isinstance(given.get("info"), Mapping):
+            given["info"] = dict(given["info"])  # a copy: a snapshot does not share its parent's
+        return cls(**given)
+
+    @staticmethod
+    def check_class(cls: type) -> type:
+        """``cls`` if it can be a trainer's ``player_class``: a dataclass subclass of :class:`Player`
+        (its fields declared) whose players compare and hash by identity; else a ``TypeError``."""
+        if not (isinstance(cls, type) and issubclass(cls, Player)):
+            raise TypeError(f"player_class must be Player or a subclass of it, got {cls!r}")
+        if cls.__dict__.get("__annotations__") and "__dataclass_fields__" not in cls.__dict__:
+            raise TypeError(f"{cls.__name__}'s fields are not declared: decorate it with @dataclass")
+        if cls.__hash__ is not object.__hash__ or cls.__eq__ is not object.__eq__:
+            raise TypeError(f"{cls.__name__} defines __eq__ or __hash__: a player is equal only to itself and "
+                            f"hashes by identity (two players may hold the same fields), which the trainer relies on")
+        return cls
+
+    def _check(self, key) -> None:
+        if key not in type(self).known_keys():
+            raise PlayerKeyError(type(self)._unknown(key, "key"))
+
+    def is_set(self, key: str) -> bool:
+        """Whether field ``key`` is in the mapping: always, except an optional field at its default."""
+        self._check(key)
+        if key not in _SET_UNLESS:
+            return True
+        value, default = getattr(self, key), _SET_UNLESS[key]
+        return value is not None if default is None else value != default
+
+    # -- the mapping of its fields --------------------------------------------------------------
+    def __getitem__(self, key):
+        self._check(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key, value) -> None:
+        self._check(key)
+        setattr(self, key, value)
+
+    def __iter__(self):
+        return (k for k in type(self).known_keys() if self.is_set(k))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, key) -> bool:
+        return self.is_set(key)
+
+    def get(self, key, default=None):
+        """The field's value when it is set (:meth:`is_set`), else ``default``; an undeclared key raises."""
+        return getattr(self, key) if self.is_set(key) else default
+
+    def __setattr__(self, name: str, value) -> None:
+        if not name.startswith("_") and name not in type(self).known_keys():
+            raise AttributeError(type(self)._unknown(name, "attribute"))
+        object.__setattr__(self, name, value)
+
+    __eq__ = object.__eq__  # identity: Mapping would compare the fields
+    __hash__ = object.__hash__
+
+    def to_dict(self) -> dict:
+        """The set fields as a plain dict (what ``dict(player)`` gives)."""
+        return dict(self)
+
+    def __repr__(self) -> str:  # the dict it reads as: Player({'id': 'main-0', 'role': 'main', ...})
+        return f"{type(self).__name__}({dict(self)!r})"
+
+
+def is_scripted(player: Mapping) -> bool:
     """A scripted player: a Python ``policy`` callable, no adapter, never trained."""
     return "policy" in player
 

@@ -12,6 +12,7 @@ from autocurricula.leagues.promote import league_config
 from autocurricula.leagues.league import WEIGHTINGS, pfsp
 from autocurricula.loop.pool import snapshot_spec
 from autocurricula.loop.trainer import AutocurriculumTrainer
+from autocurricula.records import Player
 from autocurricula.training.config import help_field
 
 
@@ -47,9 +48,9 @@ class FictitiousPlayTrainer(AutocurriculumTrainer):
     def __init__(self, ac_config: FictitiousConfig | None = None, opponents: list[dict] | None = None, **overrides):
         super().__init__(league_config(ac_config, self.config_class, type(self).__name__), opponents, **overrides)
 
-    def learner(self) -> dict:
+    def learner(self) -> Player:
         """The one player that trains."""
-        return next(p for p in self.players if not p["frozen"])
+        return next(p for p in self.players if not p.frozen)
 
     def entry(self) -> list[dict]:
         if self.current_epoch == 0:
@@ -61,9 +62,9 @@ class FictitiousPlayTrainer(AutocurriculumTrainer):
         me = self.learner()
         return [self.random_seats(me, self.opponent_for(me)) for _ in range(self.config.rules.games_per_round)]
 
-    def opponent_for(self, player: dict) -> dict:
+    def opponent_for(self, player: Player) -> Player:
         """A frozen player (a past snapshot or a fixed opponent), drawn by PFSP with ``weighting``
         on ``player``'s win rates against them."""
-        past = [p for p in self.players if p["frozen"]]
-        probs = pfsp(self.payoff.win_rates(player["id"], [p["id"] for p in past]), self.config.rules.weighting)
+        past = [p for p in self.players if p.frozen]
+        probs = pfsp(self.payoff.win_rates(player.id, [p.id for p in past]), self.config.rules.weighting)
         return past[int(self.rng.choice(len(past), p=probs))]

@@ -26,6 +26,7 @@ from autocurricula.loop.config import AutocurriculumConfig
 from autocurricula.leagues.promote import league_config
 from autocurricula.loop.pool import snapshot_spec
 from autocurricula.loop.trainer import AutocurriculumTrainer
+from autocurricula.records import Player
 from autocurricula.training.config import help_field
 
 EXPLOITER_ROLES = ("main_exploiter", "league_exploiter")  # the roles exploiter_games sets
@@ -129,19 +130,19 @@ class LeagueTrainer(AutocurriculumTrainer):
         self._last_snapshot: dict[str, int] = {}
 
     # who is who ----------------------------------------------------------
-    def learners(self, role: str | None = None) -> list[dict]:
+    def learners(self, role: str | None = None) -> list[Player]:
         """The players that train (not frozen), of ``role`` if given."""
-        return [p for p in self.players if not p["frozen"] and (role is None or p.get("role") == role)]
+        return [p for p in self.players if not p.frozen and (role is None or p.role == role)]
 
-    def historical(self) -> list[dict]:
+    def historical(self) -> list[Player]:
         """The frozen players: snapshots and the fixed ``opponents``."""
-        return [p for p in self.players if p["frozen"]]
+        return [p for p in self.players if p.frozen]
 
-    def win_rates(self, player: dict, others: list[dict]) -> np.ndarray:
+    def win_rates(self, player: Player, others: list[Player]) -> np.ndarray:
         """``player``'s win rate against each of ``others``, from the payoff matrix (0.5 before any game)."""
-        return np.array(self.payoff.win_rates(player["id"], [o["id"] for o in others]), dtype=np.float64)
+        return np.array(self.payoff.win_rates(player.id, [o.id for o in others]), dtype=np.float64)
 
-    def pfsp_opponent(self, player: dict, candidates: list[dict], weighting: str) -> dict:
+    def pfsp_opponent(self, player: Player, candidates: list[Player], weighting: str) -> Player:
         """One of ``candidates``, drawn by prioritised fictitious self-play (:func:`pfsp`) on
         ``player``'s win rates against them."""
         probs = pfsp(self.win_rates(player, candidates), weighting)
@@ -166,30 +167,30 @@ class LeagueTrainer(AutocurriculumTrainer):
         rules = self.config.rules
         for learner in self.learners():
             n = rules.games_per_learner
-            if learner.get("role") in EXPLOITER_ROLES and rules.exploiter_games is not None:
+            if learner.role in EXPLOITER_ROLES and rules.exploiter_games is not None:
                 n = rules.exploiter_games
             for _ in range(n):
                 games.append(self.random_seats(learner, self.opponent_for(learner)))
         return games
 
-    def opponent_for(self, player: dict) -> dict:
+    def opponent_for(self, player: Player) -> Player:
         """The opponent of one of ``player``'s games, by its role's rule."""
-        role = player.get("role")
+        role = player.role
         if role == "main_exploiter":
             return self.main_exploiter_opponent(player)
         if role == "league_exploiter":
             return self.league_exploiter_opponent(player)
         return self.main_agent_opponent(player)
 
-    def anchors(self) -> list[dict]:
+    def anchors(self) -> list[Player]:
         """The fixed ``opponents`` in the pool (scripted baselines), found by their ids."""
         if any("id" not in o for o in self.opponents):
             raise ValueError("anchor_share finds the fixed opponents by id: give every entry of `opponents` an "
                              "'id' (e.g. {'id': 'random', 'role': 'random', 'policy': fn})")
         ids = {o["id"] for o in self.opponents}
-        return [p for p in self.players if p["id"] in ids]
+        return [p for p in self.players if p.id in ids]
 
-    def main_agent_opponent(self, player: dict) -> dict:
+    def main_agent_opponent(self, player: Player) -> Player:
         """A main agent's opponent: ``anchor_share`` of the games against the fixed ``opponents``;
         of the rest, ``pfsp_share`` PFSP over the historical players, ``selfplay_share`` self-play
         (:meth:`selfplay_opponent`) and the remainder :meth:`verification_opponent`, falling back to
@@ -211,40 +212,40 @@ class LeagueTrainer(AutocurriculumTrainer):
                 return found
         return self.selfplay_opponent(player, opponent)
 
-    def selfplay_opponent(self, player: dict, opponent: dict) -> dict:
+    def selfplay_opponent(self, player: Player, opponent: Player) -> Player:
         """Self-play against the main agent ``opponent``, or, when ``player`` wins less than
         ``selfplay_min_win_rate`` against it, one of its past snapshots (PFSP, ``variance``)."""
         floor = self.config.rules.selfplay_min_win_rate
-        if opponent is player or self.payoff.win_rate(player["id"], opponent["id"]) > floor:
+        if opponent is player or self.payoff.win_rate(player.id, opponent.id) > floor:
             return opponent
-        past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
+        past = [p for p in self.historical() if p.snapshot_of == opponent.id]
         return self.pfsp_opponent(player, past, "variance") if past else opponent
 
-    def verification_opponent(self, player: dict, opponent: dict) -> dict | None:
+    def verification_opponent(self, player: Player, opponent: Player) -> Player | None:
         """A past main exploiter that ``player`` beats less than ``verification_win_rate``, else a
         past snapshot of the main agent ``opponent`` it beats less than ``forgetting_win_rate``
         (PFSP, ``squared``); None when there is neither."""
         rules = self.config.rules
-        exploiters = {p["id"] for p in self.players if p.get("role") == "main_exploiter"}
-        exp_past = [p for p in self.historical() if p.get("snapshot_of") in exploiters]
+        exploiters = {p.id for p in self.players if p.role == "main_exploiter"}
+        exp_past = [p for p in self.historical() if p.snapshot_of in exploiters]
         if exp_past and self.win_rates(player, exp_past).min() < rules.verification_win_rate:
             return self.pfsp_opponent(player, exp_past, "squared")
-        past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
+        past = [p for p in self.historical() if p.snapshot_of == opponent.id]
         if past and self.win_rates(player, past).min() < rules.forgetting_win_rate:
             return self.pfsp_opponent(player, past, "squared")
         return None
 
-    def main_exploiter_opponent(self, player: dict) -> dict:
+    def main_exploiter_opponent(self, player: Player) -> Player:
         """A main exploiter's opponent: a current main agent, or, when ``player`` wins less than
         ``exploiter_min_win_rate`` against it, its past snapshots (PFSP, ``exploiter_weighting``)."""
         mains = self.learners("main_agent")
         opponent = mains[int(self.rng.integers(len(mains)))]
-        if self.payoff.win_rate(player["id"], opponent["id"]) > self.config.rules.exploiter_min_win_rate:
+        if self.payoff.win_rate(player.id, opponent.id) > self.config.rules.exploiter_min_win_rate:
             return opponent
-        past = [p for p in self.historical() if p.get("snapshot_of") == opponent["id"]]
+        past = [p for p in self.historical() if p.snapshot_of == opponent.id]
         return self.pfsp_opponent(player, past, self.config.rules.exploiter_weighting) if past else opponent
 
-    def league_exploiter_opponent(self, player: dict) -> dict:
+    def league_exploiter_opponent(self, player: Player) -> Player:
         """A league exploiter's opponent: PFSP over every historical player
         (``league_exploiter_weighting``); the first main agent while there is none."""
         historical = self.historical()
@@ -260,25 +261,25 @@ class LeagueTrainer(AutocurriculumTrainer):
         for player in self.learners():
             if self.ready_to_snapshot(player):
                 yield snapshot_spec(player)
-                self._last_snapshot[player["id"]] = self.step + 1
+                self._last_snapshot[player.id] = self.step + 1
                 if self.resets_after_snapshot(player):
                     self.reset_player(player)
 
-    def ready_to_snapshot(self, player: dict) -> bool:
+    def ready_to_snapshot(self, player: Player) -> bool:
         rules = self.config.rules
-        passed = self.step + 1 - self._last_snapshot.get(player["id"], 0)
+        passed = self.step + 1 - self._last_snapshot.get(player.id, 0)
         if passed < rules.snapshot_min_rounds:
             return False
-        if player.get("role") == "main_exploiter":
+        if player.role == "main_exploiter":
             opponents = self.learners("main_agent")
         else:
             opponents = self.historical()
         rates = self.win_rates(player, opponents) if opponents else np.array([0.0])
         return bool(rates.min() > rules.snapshot_win_rate or passed >= rules.snapshot_max_rounds)
 
-    def resets_after_snapshot(self, player: dict) -> bool:
+    def resets_after_snapshot(self, player: Player) -> bool:
         """Main exploiters always restart from the base; league exploiters with a probability."""
-        role = player.get("role")
+        role = player.role
         return role == "main_exploiter" or (role == "league_exploiter"
                                             and self.rng.random() < self.config.rules.league_exploiter_reset_prob)
 

@@ -40,7 +40,7 @@ import numpy as np
 from autocurricula.loop.config import AutocurriculumConfig
 from autocurricula.leagues.promote import league_config
 from autocurricula.loop.pool import snapshot_spec
-from autocurricula.records import GameRecord
+from autocurricula.records import GameRecord, Player
 from autocurricula.loop.trainer import AutocurriculumTrainer
 from autocurricula.training.config import help_field
 
@@ -158,15 +158,15 @@ class PSROTrainer(AutocurriculumTrainer):
         self._since_join: dict[str, list[list[float]]] = {}  # responder -> per round, relative rewards since it joined
         self._tried: dict[str, int] = {}  # responder -> rounds since it last joined or started again
 
-    def population(self) -> list[dict]:
+    def population(self) -> list[Player]:
         """The restricted game's players: every frozen player (snapshots and anchors)."""
-        return [p for p in self.players if p["frozen"]]
+        return [p for p in self.players if p.frozen]
 
-    def meta_population(self) -> list[dict]:
+    def meta_population(self) -> list[Player]:
         return self.population()
 
-    def responders(self) -> list[dict]:
-        return [p for p in self.players if not p["frozen"]]
+    def responders(self) -> list[Player]:
+        return [p for p in self.players if not p.frozen]
 
     def entry(self) -> list[dict]:
         if self.current_epoch != 0:
@@ -182,12 +182,12 @@ class PSROTrainer(AutocurriculumTrainer):
         for me in self.responders():
             if rules.responder_pairs:
                 for i in range(rules.games_per_round // 2):
-                    games += self.mirrored(me, self.responder_opponent(me), f"{me['id']}/{i}")
+                    games += self.mirrored(me, self.responder_opponent(me), f"{me.id}/{i}")
                 continue
             games += [self.random_seats(me, self.responder_opponent(me)) for _ in range(rules.games_per_round)]
         return games + self.eval_pairs(rules.eval_games)
 
-    def responder_opponent(self, player: dict) -> dict:
+    def responder_opponent(self, player: Player) -> Player:
         """A responder's opponent: a population member drawn by the meta-strategy."""
         return self.meta_opponent(self.population())
 
@@ -196,7 +196,7 @@ class PSROTrainer(AutocurriculumTrainer):
         pop = self.population()
         if n == 0 or len(pop) < 2:
             return []
-        ids = [p["id"] for p in pop]
+        ids = [p.id for p in pop]
         weights = self.standings.meta_strategy(ids)
         _, se, games = self.standings.relative.matrices(ids)
         probs = eval_priorities(np.array([weights[i] for i in ids]), se, games)
@@ -207,32 +207,32 @@ class PSROTrainer(AutocurriculumTrainer):
     def on_round_end(self, records):
         """Each responder that has beaten the mixture over its last ``join_window`` rounds joins
         the population (a frozen copy)."""
-        members, rules = {p["id"] for p in self.population()}, self.config.rules
+        members, rules = {p.id for p in self.population()}, self.config.rules
         for me in self.responders():
-            rounds = self._since_join.setdefault(me["id"], [])
-            rounds.append(relative_rewards(records, me["id"], members).tolist())
+            rounds = self._since_join.setdefault(me.id, [])
+            rounds.append(relative_rewards(records, me.id, members).tolist())
             del rounds[:-rules.join_window]
-            self._tried[me["id"]] = self._tried.get(me["id"], 0) + 1
+            self._tried[me.id] = self._tried.get(me.id, 0) + 1
             if beats_mixture(np.asarray([r for rnd in rounds for r in rnd]), rules.join_z):
                 rounds.clear()
-                self._tried[me["id"]] = 0
+                self._tried[me.id] = 0
                 member = yield snapshot_spec(me, role="population")  # the pool sends the new player back
-                self.first_estimates(member, deal_samples(records, me["id"], members))
+                self.first_estimates(member, deal_samples(records, me.id, members))
                 if rules.reset_on_join:
                     self.reset_player(me)
-            elif rules.restart_rounds and self._tried[me["id"]] >= rules.restart_rounds:
+            elif rules.restart_rounds and self._tried[me.id] >= rules.restart_rounds:
                 rounds.clear()
-                self._tried[me["id"]] = 0
+                self._tried[me.id] = 0
                 self.reset_player(me)
 
-    def first_estimates(self, member: dict, games: list[tuple[str, float]]) -> None:
+    def first_estimates(self, member: Player, games: list[tuple[str, float]]) -> None:
         """A new member's first entries in the restricted game: the games its responder played in the
         round it joined, one sample per deal, against the members the mixture drew (one update older
         than the snapshot).
         Without them a member that joins late has no estimate, and the mixture cannot weigh the best
         response that beats it."""
         for opponent, d in games:
-            self.standings.relative.update(member["id"], opponent, d, decay=False)
+            self.standings.relative.update(member.id, opponent, d, decay=False)
 
     def extra_state(self) -> dict:
         return {"since_join": {k: [list(r) for r in v] for k, v in self._since_join.items()}, "tried": dict(self._tried)}

@@ -10,6 +10,7 @@ from autocurricula.loop.config import AutocurriculumConfig
 from autocurricula.leagues.promote import league_config
 from autocurricula.loop.pool import snapshot_spec
 from autocurricula.loop.trainer import AutocurriculumTrainer
+from autocurricula.records import Player
 from autocurricula.training.config import help_field
 
 
@@ -59,19 +60,19 @@ class SelfPlayTrainer(AutocurriculumTrainer):
     def __init__(self, ac_config: SelfPlayConfig | None = None, opponents: list[dict] | None = None, **overrides):
         super().__init__(league_config(ac_config, self.config_class, type(self).__name__), opponents, **overrides)
 
-    def main_player(self) -> dict:
+    def main_player(self) -> Player:
         """The learner (``role="main"``, not frozen)."""
-        return next(p for p in self.players if p.get("role") == "main" and not p["frozen"])
+        return next(p for p in self.players if p.role == "main" and not p.frozen)
 
-    def meta_population(self) -> list[dict]:
+    def meta_population(self) -> list[Player]:
         """With ``past_share`` 0 no game is played against the past, so there is no meta-game to solve:
         the players to deploy are the main player's last ``average_last`` iterates, newest first."""
         if self.config.rules.past_share > 0:
             return self.players
-        main = next((p for p in self.players if p.get("role") == "main" and not p["frozen"]), None)
+        main = next((p for p in self.players if p.role == "main" and not p.frozen), None)
         if main is None:
             return []
-        past = [p for p in self.players if p["frozen"] and p.get("snapshot_of") == main["id"]]
+        past = [p for p in self.players if p.frozen and p.snapshot_of == main.id]
         return [main, *past[::-1][:self.config.rules.average_last - 1]]
 
     def deployable_mixture(self) -> dict[str, float]:
@@ -79,7 +80,7 @@ class SelfPlayTrainer(AutocurriculumTrainer):
         player's last iterates, which damps the swings of the last one; otherwise the meta-strategy."""
         if self.config.rules.past_share > 0:
             return super().deployable_mixture()
-        ids = [p["id"] for p in self.meta_population()]
+        ids = [p.id for p in self.meta_population()]
         return {pid: 1 / len(ids) for pid in ids}
 
     def entry(self) -> list[dict]:
@@ -93,10 +94,10 @@ class SelfPlayTrainer(AutocurriculumTrainer):
         main = self.main_player()
         return [self.random_seats(main, self.opponent_for(main)) for _ in range(self.config.rules.games_per_round)]
 
-    def opponent_for(self, player: dict) -> dict:
+    def opponent_for(self, player: Player) -> Player:
         """``past_share`` of the games a frozen player (a past snapshot or a fixed opponent) drawn
         uniformly, the rest ``player`` itself (mirror self-play)."""
-        past = [p for p in self.players if p["frozen"]]
+        past = [p for p in self.players if p.frozen]
         if past and self.rng.random() < self.config.rules.past_share:
             return past[int(self.rng.integers(len(past)))]
         return player

@@ -1,5 +1,6 @@
 """Leagues without train(): the players come from a list or a Pool the test holds, through the
-public subclass API (``players``, ``reset_player``), so league rules are tested on their own."""
+public subclass API (``players``, ``reset_player``), so league rules are tested on their own. The
+players are :class:`~autocurricula.records.Player` objects, as a run's pool makes them."""
 
 import numpy as np
 
@@ -16,8 +17,8 @@ class RunParts:
 
 
 class ListedPlayers(RunParts):
-    """Mixin before a league class: ``players`` is ``self.listed``, a list of player dicts the test
-    sets (no engine, no pool)."""
+    """Mixin before a league class: ``players`` is ``self.listed``, a list of ``Player`` objects the
+    test sets (no engine, no pool)."""
 
     listed: list = []
 
@@ -42,6 +43,7 @@ class FakeEngine:
     """Just enough engine for a Pool: adapters as NumPy arrays under their names."""
 
     linear_dims = {"layers.0.q_proj": (4, 4)}
+    model_type = None
 
     def __init__(self):
         self.adapters, self.versions = {}, {}

@@ -356,8 +356,10 @@ def _fake_trainer(engine, ids, tmp=None):
     from autocurricula.loop.rating import Payoff
     from autocurricula.loop.standings import Standings
 
-    players = [{"id": pid, "frozen": i > 0, "role": "main_agent"} for i, pid in enumerate(ids)]
-    return SimpleNamespace(engine=engine, players=players + [{"id": "random", "policy": print, "frozen": True}],
+    from autocurricula.records import Player
+
+    players = [Player(id=pid, frozen=i > 0, role="main_agent") for i, pid in enumerate(ids)]
+    return SimpleNamespace(engine=engine, players=players + [Player(id="random", policy=print, frozen=True)],
                            elo=SimpleNamespace(rating=lambda pid: 0.0), payoff=Payoff(),
                            standings=Standings(RatingConfig(), tmp or tempfile.mkdtemp(), seed=0))
 

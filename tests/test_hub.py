@@ -107,10 +107,12 @@ def test_the_league_card_puts_the_deployable_mixture_beside_the_one_over_every_p
             payoff.update(a, b, "win")
             elo.update([a, b], [1, 0])
             relative.update_match([a, b], [1, -1])
-    players = [{"id": "main", "role": "main_agent", "frozen": False, "epoch": 0},
-               {"id": "snap", "role": "main_agent", "frozen": True, "epoch": 0, "parent": "main"},
-               {"id": "minimax", "role": "minimax", "policy": lambda prompt: "5", "frozen": True, "epoch": 0},
-               {"id": "late", "role": "main_agent", "frozen": True, "epoch": 1, "parent": "main"}]
+    from autocurricula.records import Player
+
+    players = [Player(id="main", role="main_agent", frozen=False, epoch=0),
+               Player(id="snap", role="main_agent", frozen=True, epoch=0, parent="main"),
+               Player(id="minimax", role="minimax", policy=lambda prompt: "5", frozen=True, epoch=0),
+               Player(id="late", role="main_agent", frozen=True, epoch=1, parent="main")]
     standings = Standings(RatingConfig(bt_bootstrap=0), tmp_path, seed=0)
     standings.elo, standings.payoff, standings.relative = elo, payoff, relative
     board = standings.leaderboard(players)

@@ -16,6 +16,7 @@ from autocurricula.eval import kuhn
 from autocurricula.eval.meta import nash_mixture, zero_sum_nash
 from autocurricula.games import kuhn_poker
 from autocurricula.loop.rating import Elo, Payoff, RelativePayoff, format_leaderboard, leaderboard_rows, nash_weights
+from autocurricula.records import Player
 
 from league_doubles import ListedPlayers
 
@@ -68,8 +69,8 @@ def _league(strategies: dict, frozen=(), payoff=None, relative=None):
     from autocurricula.loop.config import RatingConfig
     from autocurricula.loop.standings import Standings
 
-    players = [{"id": pid, "role": "main_agent", "frozen": pid in frozen} for pid in strategies]
-    players.append({"id": "random", "role": "random", "policy": kuhn_poker.random_policy, "frozen": True})
+    players = [Player(id=pid, role="main_agent", frozen=pid in frozen) for pid in strategies]
+    players.append(Player(id="random", role="random", policy=kuhn_poker.random_policy, frozen=True))
     standings = Standings(RatingConfig(), tempfile.mkdtemp(), seed=0)
     if relative is not None:
         standings.relative = relative
@@ -151,8 +152,8 @@ def test_the_trainers_leaderboard_and_the_hub_card_carry_the_meta_strategy(tmp_p
         payoff.update("main", "snap", "win")
         elo.update(["main", "snap"], [1, 0])
         standings.relative.update_match(["main", "snap"], [1.0, -1.0])
-    players = [{"id": "main", "role": "main_agent", "frozen": False, "epoch": 0},
-               {"id": "snap", "role": "main_agent", "frozen": True, "epoch": 0, "parent": "main"}]
+    players = [Player(id="main", role="main_agent", frozen=False, epoch=0),
+               Player(id="snap", role="main_agent", frozen=True, epoch=0, parent="main")]
     standings.elo, standings.payoff = elo, payoff
     run = SimpleNamespace(pool=SimpleNamespace(players=players), standings=standings, model_name="/nowhere/tiny",
                           game_name="kuhn_poker")
@@ -187,7 +188,7 @@ def test_the_examples_exploiters_play_the_nash_mixture_of_the_frozen_players(mon
     # Nash wins chips from both pure policies, so the chip game's mixture is all on it
     picked = {trainer.nash_opponent()["id"] for _ in range(20)}
     assert picked == {"snap-nash"}
-    exploiter = {"id": "lexp", "role": "league_exploiter", "frozen": False}
+    exploiter = Player(id="lexp", role="league_exploiter", frozen=False)
     assert trainer.main_exploiter_opponent(exploiter)["id"] == "snap-nash"
     assert trainer.opponent_for(exploiter)["id"] == "snap-nash"
 
@@ -200,8 +201,8 @@ def test_the_examples_exploiters_learn_at_their_own_rate(recwarn):
 
     t = League(kuhn_league.KuhnLeagueConfig(rules={"exploiter_learning_rate": 1e-2,
                                                    "league_exploiter_reset_prob": 0.0}))
-    t.listed = [{"id": "main", "role": "main_agent", "frozen": False},
-                {"id": "lexp", "role": "league_exploiter", "frozen": False}]
+    t.listed = [Player(id="main", role="main_agent", frozen=False),
+                Player(id="lexp", role="league_exploiter", frozen=False)]
     t.run = SimpleNamespace(grpo=SimpleNamespace(learning_rate=5e-3))
     assert (t.learning_rate_of("main"), t.learning_rate_of("lexp")) == (5e-3, 1e-2)
     assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]  # the example's own field

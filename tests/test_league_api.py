@@ -61,9 +61,9 @@ def test_entry_returns_specs_without_touching_the_pool():
 
 def test_snapshot_spec_of_a_pool_player_and_unknown_references():
     p = fake_pool()
-    me = p.add({"role": "main", "note": 7}, 0)
+    me = p.add({"role": "main", "info": {"note": 7}}, 0)
     spec = snapshot_spec(me)
-    assert spec == {"role": "main", "note": 7, "frozen": True, "parent": me["id"], "snapshot_of": me["id"]}
+    assert spec == {"role": "main", "info": {"note": 7}, "frozen": True, "parent": me["id"], "snapshot_of": me["id"]}
     with pytest.raises(ValueError, match="earlier spec of the same list"):
         p.add_all([{"role": "x", "parent": {"role": "nobody"}}], 0)
 

@@ -7,6 +7,7 @@ import pytest
 
 from autocurricula.leagues import LeagueConfig, LeagueTrainer, SelfPlayConfig, SelfPlayTrainer, pfsp
 from autocurricula.loop.rating import Payoff
+from autocurricula.records import Player
 
 from league_doubles import ListedPlayers
 
@@ -40,7 +41,7 @@ def league(players, payoff=None, opponents=None, **rules):
 
 
 def p(pid, role, frozen=False, **kw):
-    return {"id": pid, "role": role, "frozen": frozen, **kw}
+    return Player(id=pid, role=role, frozen=frozen, **kw)
 
 
 def test_main_agent_shares_follow_alphastar():
@@ -92,7 +93,7 @@ def test_exploiter_games_sets_the_exploiters_share_of_a_round():
 
 def fixed_share_without(t):
     share, t.config.rules.anchor_share = t.config.rules.anchor_share, 0.0
-    counts = Counter(t.opponent_for({"id": "main", "role": "main_agent", "frozen": False})["id"] for _ in range(20000))
+    counts = Counter(t.opponent_for(p("main", "main_agent"))["id"] for _ in range(20000))
     t.config.rules.anchor_share = share
     return (counts["random"] + counts["minimax"]) / 20000
 

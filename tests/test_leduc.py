@@ -15,6 +15,7 @@ import pytest
 
 from autocurricula.eval import leduc as ev
 from autocurricula.games import leduc_poker as lp
+from autocurricula.records import Player
 
 PENALTY = lp.INVALID_PENALTY
 
@@ -386,7 +387,7 @@ def test_mixture_figures_reads_frozen_players_once_and_scores_the_mixture():
         return strategies[player], 0.01
 
     trainer = SimpleNamespace(engine=None, run=SimpleNamespace(grpo=SimpleNamespace(temperature=0.7)), current_epoch=0,
-                              players=[{"id": "a", "frozen": True}, {"id": "b", "frozen": False}],
+                              players=[Player(id="a", frozen=True), Player(id="b", frozen=False)],
                               deployable_mixture=lambda: {"a": 0.25, "b": 0.75})
     lines = []
     figures = MixtureFigures(read, ev.played_mixture, lambda mix: {"exploitability": ev.played_exploitability(mix),

@@ -149,8 +149,10 @@ def test_a_league_can_play_duplicate_pairs(tmp_path):
     from autocurricula.records import Deal
     from autocurricula.loop.standings import Standings
 
-    me = {"id": "responder-0", "frozen": False}
-    pop = [{"id": f"population-{i}", "frozen": True} for i in range(3)]
+    from autocurricula.records import Player
+
+    me = Player(id="responder-0", frozen=False)
+    pop = [Player(id=f"population-{i}", frozen=True) for i in range(3)]
 
     class Duplicate(RunParts, PSROTrainer):
         players = property(lambda self: [me, *pop])

@@ -7,6 +7,7 @@ import pytest
 from autocurricula.leagues import LeagueConfig, LeagueTrainer
 from autocurricula.loop.pool import is_scripted
 from autocurricula.loop.rating import Payoff
+from autocurricula.records import Player
 from league_doubles import RunParts
 
 SCRIPTED = [{"id": "random", "role": "random", "policy": str}, {"id": "minimax", "role": "minimax", "policy": str}]
@@ -17,7 +18,7 @@ class FakePool:
         self.players = players
 
 
-def pool_from_entry(trainer: LeagueTrainer) -> list[dict]:
+def pool_from_entry(trainer: LeagueTrainer) -> list[Player]:
     """The pool a league starts with: its entry specs as players (learners live, snapshots frozen)."""
     players, counts, ids = [], Counter(), {}
     for spec in trainer.entry():
@@ -28,7 +29,7 @@ def pool_from_entry(trainer: LeagueTrainer) -> list[dict]:
         player = {**spec, "id": pid, "role": role, "frozen": "policy" in spec or spec.get("frozen", False)}
         if isinstance(spec.get("snapshot_of"), dict):  # a snapshot of a spec earlier in the list
             player["snapshot_of"] = player["parent"] = ids[id(spec["snapshot_of"])]
-        players.append(player)
+        players.append(Player(**player))
     return players
 
 
@@ -65,10 +66,9 @@ def test_pure_league_main_agent_never_meets_a_scripted_player():
     t = league(pure=True, main_exploiters=1, league_exploiters=1, games_per_learner=64)
     players = pool_from_entry(t)
     # a later league: snapshots of every role join the pool
-    players += [{"id": f"main_agent-s{i}", "role": "main_agent", "frozen": True, "snapshot_of": "main_agent-0"}
+    players += [Player(id=f"main_agent-s{i}", role="main_agent", frozen=True, snapshot_of="main_agent-0")
                 for i in range(3)]
-    players += [{"id": "main_exploiter-s", "role": "main_exploiter", "frozen": True,
-                 "snapshot_of": "main_exploiter-0"}]
+    players += [Player(id="main_exploiter-s", role="main_exploiter", frozen=True, snapshot_of="main_exploiter-0")]
     t.pool = FakePool(players)
     for _ in range(20):
         t.payoff.update("main_agent-0", "main_exploiter-s", "loss")  # verification games too

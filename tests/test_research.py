@@ -902,12 +902,14 @@ def test_league_config_elsewhere_scores_the_main_agent_and_its_snapshots():
     its snapshots drawn uniformly (not the exploiters, not other players' snapshots)."""
     from types import SimpleNamespace
 
+    from autocurricula.records import Player
+
     mod = _load(ROOT / "research" / "league_config_elsewhere.py", "league_elsewhere_main")
-    players = [{"id": "main_agent-0", "role": "main_agent", "frozen": False},
-               {"id": "main_agent-1", "role": "main_agent", "frozen": True, "snapshot_of": "main_agent-0"},
-               {"id": "main_agent-2", "role": "main_agent", "frozen": True, "snapshot_of": "main_agent-0"},
-               {"id": "main_exploiter-0", "role": "main_exploiter", "frozen": False},
-               {"id": "main_exploiter-1", "role": "main_exploiter", "frozen": True, "snapshot_of": "main_exploiter-0"}]
+    players = [Player(id="main_agent-0", role="main_agent", frozen=False),
+               Player(id="main_agent-1", role="main_agent", frozen=True, snapshot_of="main_agent-0"),
+               Player(id="main_agent-2", role="main_agent", frozen=True, snapshot_of="main_agent-0"),
+               Player(id="main_exploiter-0", role="main_exploiter", frozen=False),
+               Player(id="main_exploiter-1", role="main_exploiter", frozen=True, snapshot_of="main_exploiter-0")]
     elo = SimpleNamespace(rating=lambda pid: 1000.0)
     trainer = SimpleNamespace(players=players, elo=elo, engine=None,
                               run=SimpleNamespace(grpo=SimpleNamespace(temperature=1.0)), current_epoch=3)
@@ -952,10 +954,12 @@ def test_population_nash_finds_the_equilibrium_member_and_reads_frozen_players_o
     assert exploitability(nash) < 1e-9
     strategies = {"main_agent-0": dict.fromkeys(INFOSETS, 1.0), "main_agent-1": nash,
                   "main_exploiter-0": dict.fromkeys(INFOSETS, 0.5), "random": dict.fromkeys(INFOSETS, 0.5)}
-    players = [{"id": "main_agent-0", "role": "main_agent", "frozen": False},
-               {"id": "main_agent-1", "role": "main_agent", "frozen": True, "snapshot_of": "main_agent-0"},
-               {"id": "main_exploiter-0", "role": "main_exploiter", "frozen": False},
-               {"id": "random", "role": "random", "frozen": True, "policy": lambda *a: "bet"}]
+    from autocurricula.records import Player
+
+    players = [Player(id="main_agent-0", role="main_agent", frozen=False),
+               Player(id="main_agent-1", role="main_agent", frozen=True, snapshot_of="main_agent-0"),
+               Player(id="main_exploiter-0", role="main_exploiter", frozen=False),
+               Player(id="random", role="random", frozen=True, policy=lambda *a: "bet")]
     trainer = SimpleNamespace(players=players, engine=None, run=SimpleNamespace(grpo=SimpleNamespace(temperature=1.0)), current_epoch=2,
                               elo=SimpleNamespace(rating=lambda pid: 1000.0))
     reads = []

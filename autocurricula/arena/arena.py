@@ -1,27 +1,18 @@
 """The ``model`` handed to ``play``: generation for players, turn recording, nested games, judges.
 
-``await model.generate(player, prompt_or_messages, **sampling)`` returns a :class:`Generation`
-(text, token ids, logprobs). Every call for a trainable player is recorded as that player's turn in
-this game; ``play`` returns one reward per player (or a :class:`GameResult` with extras). A
-synchronous ``play`` in the seed's style (``set_player`` and transformers-style ``generate``) runs
-through :mod:`autocurricula.arena.seed_compat`, which adapts it to this handle.
+``await model.generate(player, prompt_or_messages, **sampling)`` returns a :class:`Generation`;
+every call for a trainable player (without ``trainable=False``) is that player's turn in this game,
+and ``play`` returns one reward per player or a :class:`GameResult`. Judges (``model.judge``, or
+``model.generate(None, ...)``) are never trained. A synchronous seed-style ``play`` runs through
+:mod:`autocurricula.arena.seed_compat`.
 
-Calls with ``trainable=False`` never become turns. A judge is ``await model.judge(prompt)`` (the
-base model, no adapter), ``model.judge(prompt, player=frozen_player)`` (that player's adapter) or
-``model.generate(None, prompt)``; judge calls are never trained.
+Nested games (as in the Legos / Self-Play Engine designs): ``await model.play(sub_play, players)``
+runs a game of its own whose rewards go to its own turns; sibling sub-games share ``level + 1``,
+``parent`` and ``group``, so GRPO compares them only with each other.
 
-Nested games, as in the Legos / Self-Play Engine designs: ``await model.play(sub_play, players)``
-runs ``sub_play`` as a game of its own and returns its :class:`GameResult` (rewards and extras).
-The sub-game's rewards belong to its own turns: the arena sets ``Turn.reward`` of every turn made in
-the sub-game from the sub-game's rewards (the trainer fills only turns left without one). Sub-games
-spawned by the same game at the same call site (or with the same ``group=``) are siblings: their
-turns share ``level + 1``, ``parent`` (the spawning game) and ``group``, so GRPO compares them with
-each other only (e.g. 8 solver attempts at one question). ``trainable=False`` makes every turn of
-the sub-game (and of its own sub-games) non-trainable, as the seeds' ``is_trainable=False``.
-
-In lockstep mode (the default for training) the arena collects the pending calls of all running
-games and submits them to the engine together, in a fixed order, once every game is waiting: the
-batch is full and its composition, hence every float, is the same on every run with the same seed.
+In lockstep mode (the training default) the pending calls of all running games go to the engine
+together, in a fixed order, once every game waits: every batch, hence every float, is the same on
+every run with the same seed.
 """
 
 from __future__ import annotations
@@ -36,7 +27,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Callable
 
 import numpy as np
@@ -104,8 +95,7 @@ class PlayTokenizer:
 
 class GameResult(Sequence):
     """What a game returns: one reward per player, plus ``extras`` (e.g. a pass rate) for whoever
-    spawned it. Reads as the list of rewards (``result[0]``, ``list(result)``), so code written for
-    ``rewards = await model.play(...)`` keeps working. ``play`` may return one itself."""
+    spawned it. Reads as the list of rewards (``result[0]``, ``list(result)``). ``play`` may return one."""
 
     def __init__(self, rewards, extras: dict | None = None, turns: int = 0):
         self.rewards = [float(r) for r in rewards]
@@ -175,7 +165,7 @@ class GameHandle:
             judge = BASE_JUDGE
         elif isinstance(player, str):
             judge = {"id": player}
-        elif isinstance(player, dict) and "id" in player:
+        elif isinstance(player, Mapping) and "id" in player:  # a Player or a dict
             judge = player
         else:
             raise TypeError(f"judge(player=...) takes None (the base model), a player id or a player dict, "
@@ -240,13 +230,9 @@ class GameHandle:
     def play(self, sub_play: Callable, players: list[dict], *, group: str | None = None, trainable: bool = True,
              name: str | None = None, **kwargs):
         """Run ``sub_play(players, model, tokenizer, **kwargs)`` as a nested game; ``await`` its
-        :class:`GameResult`. A synchronous ``sub_play`` runs in a thread (:mod:`autocurricula.arena.seed_compat`).
-
-        The sub-game's rewards become the rewards of the turns made in it. Its turns carry
-        ``level + 1``, this game as ``parent`` and a sibling ``group``: by default the call site
-        (sub-games spawned by the same line of this game are compared with each other by GRPO),
-        or ``group`` when given. ``trainable=False``: none of its turns is trained. ``name``: the
-        sub-game's name in RAE baselines (default: ``sub_play``'s name)."""
+        :class:`GameResult`. Its turns get its rewards and ``group`` (default: the call site).
+        ``trainable=False``: none of its turns (nor its sub-games') is trained. ``name``: its name
+        in RAE baselines (default: ``sub_play``'s)."""
         self._subgames += 1
         sub_name = name or getattr(sub_play, "__name__", None) or type(sub_play).__name__
         if group is None:  # the call site: the same line spawns siblings, e.g. in a loop or gather
@@ -522,9 +508,8 @@ async def _watch(started: dict[str, float], timeout_s: float | None) -> None:
 
 class _StartGate:
     """Starts games in list order, at most ``limit`` at once. A waiting game is marked live in the
-    same step as the game it replaces ends, so the lockstep coordinator waits for its first call
-    instead of submitting a tick without it (that race made batch composition, and with it the
-    floats, depend on thread timing)."""
+    same step as the game it replaces ends, so the lockstep coordinator waits for its first call:
+    batch composition, and with it the floats, must not depend on thread timing."""
 
     def __init__(self, arena: "Arena", limit: int):
         self.arena, self.limit, self.running = arena, limit, 0

@@ -24,12 +24,9 @@ class Stateful(Protocol):
 @runtime_checkable
 class Game(Protocol):
     """A game as a module or object: ``play(players, model, tokenizer)`` returns one reward per
-    player; ``NUM_PLAYERS`` seats (None: any number from 2); ``ZERO_SUM`` whether rewards of a game
-    sum to zero; ``random_policy(prompt, rng)`` a legal reply drawn at random. Optional:
-    ``moves(prompt)``, the legal replies at a prompt (:class:`ListsMoves`, branch credit's
-    ``advantage="moves"``), and ``state_dict`` / ``load_state_dict`` (:class:`Stateful`). Pass it to
-    :func:`as_play` for the play callable. The conformance suite (tests/test_games.py) checks the
-    built-in games against it."""
+    player; ``NUM_PLAYERS`` seats (None: any number from 2); ``ZERO_SUM``; ``random_policy(prompt,
+    rng)`` a random legal reply. Optional: ``moves(prompt)`` (:class:`ListsMoves`) and
+    ``state_dict`` / ``load_state_dict`` (:class:`Stateful`). :func:`as_play` gives the callable."""
 
     NUM_PLAYERS: int | None
     ZERO_SUM: bool

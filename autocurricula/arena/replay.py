@@ -1,31 +1,17 @@
 """Replaying recorded games: to a chosen model call with the earlier answers forced, then on.
 
-A game run with ``GameRecord(..., calls=[])`` logs every model call it makes (players, scripted
-players, judges, sub-games), in the order it makes them. A replay runs ``play`` again under the
-recorded game's id (and deal), so ``model.seed`` and every call's seed are the recorded ones; the first
-``position`` calls get their recorded answers back (no sampling, no engine call, no turn), each after
-a check that the same player is asked the same prompt, and the calls from ``position`` on are
-sampled again. A *branch* samples them with seeds of its own (``salt``), so K branches from one
-position are K independent continuations of the same state; that is what branch credit
-(:mod:`autocurricula.credit.branch`) averages into a state value; :meth:`Replayer.branch_moves` answers
-the call at the position with a chosen move first, so its branches average into that move's value.
-Branches run through the arena together (:meth:`Replayer.run`: one ``Arena.run`` for all of them,
-so the engine batches them).
+A game run with ``GameRecord(..., calls=[])`` logs every model call it makes, in order. A replay runs
+``play`` again under the recorded game's id, so every seed is the recorded one; the first
+``position`` calls get their recorded answers back (checked: same player, same prompt) and the rest
+are sampled again. A *branch* samples them with seeds of its own (``salt``): K branches are K
+independent continuations of one state, as branch credit (:mod:`autocurricula.credit.branch`)
+needs; :meth:`Replayer.branch_moves` first forces a chosen move.
 
-Which games qualify: those whose prompts and rewards depend only on ``model.seed`` (or a seed they
-are given) and the answers of earlier calls, as every built-in game's do when it takes its
-randomness from ``model.seed`` (the default). What breaks a replay:
-
-- randomness from elsewhere: module ``random`` or NumPy's global generator, ``os.urandom``
-  (``games._common.make_rng(None)`` with no seed), the wall clock, or a ``seed=``/``rng=`` that
-  differs between the game and its replay;
-- state outside the game: a play object that learns across games (``ProposerSolver`` and its artifact
-  store: a replay would see a later store and add problems to it), files, servers, global counters;
-- prompts that depend on timing (which of two concurrent calls finishes first).
-
-A changed prompt or player at a forced call, or a replay that makes fewer calls than were forced,
-is detected (:class:`ReplayDiverged`); randomness that only changes rewards is detected by
-:meth:`Replayer.check` (every answer forced, the rewards must come out the same).
+A game qualifies when its prompts and rewards depend only on ``model.seed`` and earlier answers (the
+built-in games do). Randomness from elsewhere (global RNGs, the clock), state outside the game
+(files, servers, a play object that learns across games such as ``ProposerSolver``) or
+timing-dependent prompts break it: :class:`ReplayDiverged` catches changed calls,
+:meth:`Replayer.check` changed rewards.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The seed's synchronous dialect of games, adapted to the native async handle.
 
-A seed-style ``play(players, model, tokenizer)`` is a plain function. It runs in a daemon thread of
-its own, and its ``model`` is a :class:`SeedHandle` over the native handle, whose calls block and
-return their results:
-
-- ``set_player(model, player)`` then ``model.generate(**tokenizer(prompt, return_tensors="pt"),
-  max_new_tokens=..., do_sample=True)`` (transformers-style) returns prompt + completion ids;
-- ``model.generate(player, prompt, ...)``, ``model.judge(...)`` and ``model.play(sub, players)``
-  return a :class:`~autocurricula.records.Generation` or a ``GameResult``, as awaiting the native
-  handle's calls would.
-
-It may return ``([rewards], [experiences])`` besides one reward per player
-(:func:`split_seed_return`). Every call reaches the native handle, so turns, seeds and call order
-are those of the same game written with ``await``.
+A seed-style ``play(players, model, tokenizer)`` runs in a daemon thread of its own with a
+:class:`SeedHandle` whose calls block: transformers-style ``set_player(model, player)`` then
+``model.generate(**tokenizer(prompt, return_tensors="pt"), max_new_tokens=...)`` returns prompt +
+completion ids; ``model.generate(player, prompt)``, ``judge`` and ``play`` return what awaiting the
+native calls would. It may return ``([rewards], [experiences])`` (:func:`split_seed_return`). Turns,
+seeds and call order are those of the same game written with ``await``.
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ import concurrent.futures
 import inspect
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
@@ -114,7 +108,7 @@ class SeedHandle:
         :func:`set_player` (``trainable=False`` keeps the call out of training)."""
         if "player" in kwargs:
             return self._cancellation.wait(self.native.generate(kwargs.pop("player"), *args, **kwargs))
-        if args and (isinstance(args[0], dict) or args[0] is None):
+        if args and (isinstance(args[0], Mapping) or args[0] is None):  # a Player or a dict
             return self._cancellation.wait(self.native.generate(*args, **kwargs))
         return self._transformers_generate(*args, **kwargs)
 

@@ -1,14 +1,7 @@
-"""Credit: from game outcomes to per-turn advantages. Each method is a :class:`Credit` object whose
-constructor is its config, validated there:
-
-- :class:`GRPOCredit` group-normalised rewards, :class:`ConstantCredit` ``A = R`` (:mod:`.grpo`);
-- :class:`RAECredit` SPIRAL's role baselines (:mod:`.rae`);
-- :class:`ValueCredit` / :class:`QCredit` a tabular critic over prompts (:mod:`.values`);
-- :class:`BranchCredit` values from branch rollouts of replayed games (:mod:`.branch`);
-- :class:`MirrorCredit` mirror-descent steps toward those values' per-move targets (:mod:`.mirror`).
-
-The trainer's ``credit`` option takes one of those objects or a registered name; :func:`make_credit`
-builds and binds it, :func:`register_credit` names a method of your own."""
+"""Credit: from game outcomes to per-turn advantages. Each method is a :class:`Credit` whose constructor
+is its config: GRPO and constant (:mod:`.grpo`), SPIRAL's RAE (:mod:`.rae`), tabular critics
+(:mod:`.values`), branch rollouts (:mod:`.branch`), mirror descent (:mod:`.mirror`). The trainer's
+``credit`` option takes one or a name: :func:`make_credit` builds it, :func:`register_credit` adds a name."""
 
 from autocurricula.credit.base import Credit, episodes, game_moves, rewards
 from autocurricula.credit.branch import (BranchCredit, MoveScorer, branch_advantage, branch_value, check_replays,

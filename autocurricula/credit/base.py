@@ -1,6 +1,4 @@
-"""The credit protocol: :class:`Credit`, whose hooks the trainer calls once per round, each declared
-here with a default so that a method implements only what it needs; and the helpers every method
-shares (rewards checked, turns grouped into episodes, the moves a game lists)."""
+"""The credit protocol :class:`Credit` (every hook has a default) and helpers every method shares."""
 
 from __future__ import annotations
 
@@ -16,21 +14,10 @@ if TYPE_CHECKING:
 
 
 class Credit:
-    """A credit method as the trainer uses it. Before training: :meth:`bind` (the trainer's GRPO
-    settings and the run's seed), then :meth:`check_game` (refuse a game it cannot use, before the
-    model loads). Each round:
-
-    1. :meth:`see_round` with the round's records and a replayer of them (methods with
-       ``replays = True`` only: the trainer logs every call of their games);
-    2. :meth:`assign` sets ``turn.advantage`` on the round's turns (all with rewards), from
-       :meth:`advantages`, which may learn from them (baselines, value tables);
-    3. :meth:`extra_turns` may add turns to train on (e.g. a critic's picks), from the learners' turns;
-    4. :meth:`metrics` reports on it (``credit/...`` names).
-
-    ``state_dict`` / ``load_state_dict`` carry what it learnt through checkpoints: its keys sit next to
-    the trainer's own in ``state.json``, so a method names its sections (``"rae"``, ``"values"``).
-    The constructor is the method's config; :func:`~autocurricula.credit.register_credit` gives a
-    method a name the trainer's ``credit`` option accepts."""
+    """A credit method as the trainer uses it. Before training: :meth:`bind`, then :meth:`check_game`.
+    Each round: :meth:`see_round` (``replays = True`` only), :meth:`assign` (from :meth:`advantages`,
+    which may learn), :meth:`extra_turns`, :meth:`metrics`. ``state_dict`` keys sit next to the
+    trainer's own in ``state.json``, so a method names its sections (``"rae"``, ``"values"``)."""
 
     name: str = "credit"
     replays: bool = False  # the method replays games: the trainer logs every call and calls see_round

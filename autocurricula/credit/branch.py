@@ -1,40 +1,23 @@
-"""Branch credit (VinePPO-style, Kazemnejad et al., arXiv 2410.01679): per-move credit with no lookup table.
+"""Branch credit (VinePPO, Kazemnejad et al., arXiv 2410.01679): per-move credit with no lookup table.
 
-For a turn t of a learner, the state before it, s_t, is the recorded game up to that call. K branch
-games replay the game to s_t (earlier answers forced, :mod:`autocurricula.arena.replay`), sample the move
-at s_t and everything after it with seeds of their own, and play out; ``V(s_t)`` is the mean return
-of the turn's seat over the K branches. The turn's advantage is
+For a learner's turn t, K branch games replay the recorded game to the state before it, s_t (earlier
+answers forced, :mod:`autocurricula.arena.replay`), and play on with seeds of their own; ``V(s_t)`` is
+the mean return of the turn's seat over them. The turn's advantage is
 
-- ``advantage="return"`` (default): ``A_t = G - V(s_t)``, the game's return minus the branch value;
-- ``advantage="moves"`` (games that list their moves: ``play.moves(prompt) -> list[str]``): every
-  legal move m at s_t is forced in K branches of its own and ``Q(s_t, m)`` is their mean return.
-  Each move becomes a training turn of its own whose advantage is the residual of a regression of
-  the policy's centred log-probabilities onto the centred values over a temperature tau, bounded:
-  ``A_m = y_m - (log pi(m) - mean log pi)`` with ``y = clip((Q - mean Q) / tau, +-c)`` centred
-  (``move_advantages``; the log-probs are scored under the learner's current adapter). Its fixed
-  point is ``pi ∝ exp(y)`` at every state, a smoothed best response. Unlike a sampled move's
-  gradient, the push does not vanish where the policy has saturated on the wrong move, and it
-  stops once a state is right (the bound c keeps a clearly better move from pulling shared
-  features without end, so states that share features do not drag each other past their
-  targets). Where the bound does not bind, the target is linear in the returns, so hidden
-  information that the branches share (a dealt card) averages out over visits; where it binds,
-  the state moves toward the mean of the clipped per-visit targets, which is biased toward the
-  move that wins more often rather than by more (c = inf removes the bias and the bound;
-  ``pool_states=True`` removes it where prompts repeat, by valuing a round's visits of one prompt
-  together before the bound). The sampled turn keeps an advantage only when its reply is none of
-  the moves (``G - mean Q``, e.g. an invalid reply). The log-probs are scored at the sampling temperature.
+- ``advantage="return"`` (default): ``A_t = G - V(s_t)``;
+- ``advantage="moves"`` (games with ``play.moves(prompt) -> list[str]``): each legal move m is forced
+  in K branches of its own, ``Q(s_t, m)`` is their mean return, and each move becomes a training turn
+  with ``A_m = y_m - (log pi(m) - mean log pi)``, ``y = clip((Q - mean Q) / tau, +-c)`` centred
+  (:func:`move_advantages`). Its fixed point is ``pi ∝ exp(y)``, a smoothed best response; unlike a
+  sampled move's gradient, the push does not vanish where the policy has saturated on a wrong move.
+  The bound c stops a clearly better move pulling shared features without end, but favours the move
+  that wins more often over the one that wins more (``pool_states=True`` removes that bias). The
+  sampled turn keeps ``G - mean Q`` only when its reply is none of the moves.
 
-Nothing is kept by prompt text from one round to the next (``pool_states`` groups one round's
-turns), so it works for free-text games whose states never repeat. Cost: ``samples`` x the
-branched turns of a round extra games per round, all batched in one ``Arena.run``. Turns not
-branched (``turns_per_game``, turns of sub-games, branches that all failed) get the RAE advantage.
-
-Subclasses shape the branches through four hooks (:class:`~autocurricula.credit.MirrorCredit`
-steps toward the moves' targets; a one-ply reply search and greedy continuations live in
-``examples/best_reply_credit.py``, the TD advantage, catch-up steps and a table of move values in
-``examples/credit_variants.py``): :meth:`BranchCredit.branch_temperature`,
-:meth:`BranchCredit.branch_moves`, :meth:`BranchCredit.scores_moves` and
-:meth:`BranchCredit.move_targets`. The maths are the pure functions below.
+Nothing is kept by prompt across rounds, so free-text games work; turns not branched get the RAE
+advantage. Subclasses (:class:`~autocurricula.credit.MirrorCredit`, ``examples/credit_variants.py``)
+override :meth:`~BranchCredit.branch_temperature`, :meth:`~BranchCredit.branch_moves`,
+:meth:`~BranchCredit.scores_moves` and :meth:`~BranchCredit.move_targets`.
 """
 
 from __future__ import annotations
@@ -84,9 +67,8 @@ def _centred_logits(values: list[float], temperature: float, max_logit: float) -
 
 def move_advantages(values: list[float], logprobs: list[float], temperature: float,
                     max_logit: float = math.inf) -> list[float]:
-    """``advantage="moves"``: ``y_m - (logp_m - mean logp)`` per move with ``y = clip((Q - mean Q) /
-    temperature, +-max_logit)`` centred: the residuals of the regression whose fixed point is
-    ``pi ∝ exp(y)`` (``softmax(Q / temperature)`` where nothing is clipped). They sum to zero."""
+    """``y_m - (logp_m - mean logp)`` per move, ``y = clip((Q - mean Q) / temperature, +-max_logit)``
+    centred: regression residuals with fixed point ``pi ∝ exp(y)``. They sum to zero."""
     if len(values) != len(logprobs) or not values:
         raise ValueError(f"one value and one log-probability per move, got {len(values)} and {len(logprobs)}")
     y = _centred_logits(values, temperature, max_logit)
@@ -96,8 +78,7 @@ def move_advantages(values: list[float], logprobs: list[float], temperature: flo
 
 
 def move_distribution(values: list[float], temperature: float, max_logit: float = math.inf) -> list[float]:
-    """``softmax(y)`` with ``y = clip((Q - mean Q) / temperature, +-max_logit)``: the distribution over
-    a state's moves that ``advantage="moves"`` trains toward (the fixed point of :func:`move_advantages`)."""
+    """``softmax(y)``, ``y`` as in :func:`move_advantages`: the target over a state's moves."""
     if not values:
         raise ValueError("a state needs at least one move value")
     y = _centred_logits(values, temperature, max_logit)
@@ -108,14 +89,10 @@ def move_distribution(values: list[float], temperature: float, max_logit: float 
 
 def mirror_distribution(values: list[float], logprobs: list[float], temperature: float,
                         max_logit: float = math.inf, step: float = 1.0) -> list[float]:
-    """One step of magnetic mirror descent with a uniform magnet (Sokota et al., arXiv 2206.05825)
-    over a state's moves: ``pi_new ∝ pi^(1 - step) * softmax(y)^step``, with ``y`` as in
-    :func:`move_distribution` and ``pi`` the policy over the moves (``logprobs``; only their
-    differences count). Its fixed point is ``softmax(y)`` (``softmax(Q / temperature)`` when
-    nothing is clipped), the target itself at ``step=1``. In self-play, jumping to that smoothed
-    best response every round can cycle; a small enough step converges to it in two-player
-    zero-sum games (the paper's guarantee needs ``step / (1 - step) <= (temperature / L)^2`` for
-    payoffs of scale L; ``research/mirror_selfplay_ideal.py`` measures larger steps)."""
+    """One step of magnetic mirror descent with a uniform magnet (Sokota et al., arXiv 2206.05825):
+    ``pi_new ∝ pi^(1 - step) * softmax(y)^step``, ``y`` as in :func:`move_distribution`, ``pi`` from
+    ``logprobs``. Jumping to ``softmax(y)`` every round can cycle in self-play; a small step converges
+    in two-player zero-sum games (the paper needs ``step / (1 - step) <= (temperature / L)^2``)."""
     if len(values) != len(logprobs) or not values:
         raise ValueError(f"one value and one log-probability per move, got {len(values)} and {len(logprobs)}")
     if not 0 < step <= 1:
@@ -131,8 +108,7 @@ def mirror_distribution(values: list[float], logprobs: list[float], temperature:
 
 
 def listed_moves(call, moves_of, tok) -> list[Generation]:
-    """The moves ``moves_of`` lists at a logged call's prompt, as answers a replay can force: each
-    move's tokens plus end-of-sequence, as a warm-up on (prompt, move) teaches."""
+    """The moves ``moves_of`` lists at a logged call's prompt, as forceable answers (tokens + EOS)."""
     eos = tok.eos_token_id
     version = call.turn.version if call.turn is not None else None
     out = []
@@ -148,12 +124,8 @@ def state_key(turn: Turn) -> tuple:
 
 
 def pool_values(returns: dict, keys: dict) -> dict:
-    """``pool_states``: each turn's per-move branch returns (``returns[turn] = [[return, ...] per
-    move]``) replaced by those of every turn with the same key (player, game, prompt) and the same
-    number of moves. The prompt is all the player knows, so a pooled value averages over what it
-    does not see (the opponent's dealt card) before the bounded target is taken, instead of
-    bounding each visit's value, which favours the move that wins more often over the one that
-    wins more."""
+    """``pool_states``: each turn's per-move returns pooled with every turn of the same key and move count,
+    averaging over what the player does not see (a dealt card) before the bound is taken."""
     pooled: dict = {}
     for t, per_move in returns.items():
         acc = pooled.setdefault((keys[t], len(per_move)), [[] for _ in per_move])
@@ -171,8 +143,7 @@ def check_replays(games: list[GameRecord]) -> None:
 
 
 def pick_positions(positions: list[int], budget: int, seed: int) -> list[int]:
-    """``budget`` of ``positions`` (all when ``budget`` is 0 or not smaller), drawn without
-    replacement from ``seed``, in game order."""
+    """``budget`` of ``positions`` (0: all) drawn without replacement from ``seed``, in game order."""
     if budget <= 0 or budget >= len(positions):
         return sorted(positions)
     rng = np.random.default_rng(seed)
@@ -185,18 +156,10 @@ def _is_number(x) -> bool:
 
 @dataclass
 class BranchCredit(Credit):
-    """``credit="branch"`` (see the module docstring): ``samples`` branch games per branched state,
-    ``turns_per_game`` learner turns branched per game (0 = every top-level turn), ``advantage``
-    "return" or "moves"; with "moves", ``move_temperature`` (tau) and ``move_clip`` (c, math.inf:
-    no bound) shape each state's target, and ``pool_states`` pools the move values of a player's
-    turns at the same prompt in a round (:func:`pool_values`). ``alpha`` and ``per_player``
-    configure the RAE fallback of turns not branched. :meth:`bind` takes the run's seed (which
-    turns are branched) and the GRPO sampling temperature (the moves are scored as the sampler sees
-    them).
-
-    The trainer logs every call of a round's games (``replays = True``) and calls :meth:`see_round`
-    with the round's records and a :class:`~autocurricula.arena.replay.Replayer` before :meth:`assign`.
-    Checkpointed as ``"rae"`` (the fallback's baselines)."""
+    """``credit="branch"`` (module docstring): ``samples`` games per state, ``turns_per_game`` (0: all
+    top-level turns), ``advantage``; with "moves", ``move_temperature`` (tau), ``move_clip`` (c; math.inf:
+    no bound), ``pool_states``. ``alpha``, ``per_player``: the RAE fallback, checkpointed as ``"rae"``.
+    Moves are scored at the GRPO sampling temperature given to :meth:`bind`."""
 
     samples: int = 4
     turns_per_game: int = 0
@@ -241,14 +204,12 @@ class BranchCredit(Credit):
 
     # ------------------------------------------------------------------ hooks for subclasses
     def branch_temperature(self) -> float | None:
-        """Sampling temperature of the players' calls in the branches after the branched move; None:
-        as the game asks."""
+        """Sampling temperature in the branches after the branched move; None: as the game asks."""
         return None
 
     def branch_moves(self, asked: list, replayer: Replayer, tok) -> tuple[list, dict, int]:
-        """``advantage="moves"``: for each ``(record, position, moves)`` of ``asked``, ``samples`` branch
-        games per move. Returns the branches per move, the games' counts as metrics
-        (``credit/branch_games`` first) and the number of failed games."""
+        """``samples`` branch games per move of each ``(record, position, moves)`` in ``asked``. Returns
+        the branches per move, count metrics (``credit/branch_games`` first) and the failed-game count."""
         branches = replayer.branch_moves(asked, self.samples, temperature=self.branch_temperature()) if asked else []
         games = [b for per in branches for bs in per for b in bs]
         check_replays(games)
@@ -260,9 +221,8 @@ class BranchCredit(Credit):
 
     def move_targets(self, values: list[float], logprobs: list[float] | None,
                      state: tuple | None = None) -> list[float]:
-        """The advantages of a state's move turns from the moves' values (and log-probabilities, when
-        :meth:`scores_moves`); ``state``: the turn's :func:`state_key`. Called once per branched turn,
-        in game order (with ``pool_states``, every visit of a state in a round has the same values)."""
+        """A state's move-turn advantages from the moves' values (and log-probs, when :meth:`scores_moves`);
+        ``state`` is the turn's :func:`state_key`. Called once per branched turn, in game order."""
         return move_advantages(values, logprobs, self.move_temperature, self.move_clip)
 
     # ------------------------------------------------------------------ the protocol
@@ -311,8 +271,7 @@ class BranchCredit(Credit):
                          "credit/branch_s": time.perf_counter() - t0}
 
     def _see_moves(self, chosen, requests, points, replayer: Replayer, t0: float) -> None:
-        """``advantage="moves"``: K branches per legal move of each chosen turn; the moves become
-        target turns with their centred branch values (see the module docstring)."""
+        """``advantage="moves"``: K branches per legal move of each chosen turn, moves become target turns."""
         self.check_game(replayer.play)
         moves_of = game_moves(replayer.play)
         engine = replayer.scorer
@@ -374,8 +333,7 @@ class BranchCredit(Credit):
                          "credit/branch_errors": errors, "credit/branch_s": time.perf_counter() - t0}
 
     def extra_turns(self, turns: list[Turn]) -> list[Turn]:
-        """``advantage="moves"``: one target turn per legal move of each branched turn of ``turns``'
-        players (frozen players' turns are not passed in)."""
+        """``advantage="moves"``: the move target turns of ``turns``' players (frozen ones are not passed)."""
         players = {t.player for t in turns}
         out, self._targets = [t for t in self._targets if t.player in players], []
         return out

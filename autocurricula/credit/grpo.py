@@ -1,12 +1,9 @@
-"""GRPO and constant credit: advantages from each turn's reward alone, no learnt state.
+"""GRPO and constant (``A = R``) credit: advantages from each turn's reward alone, no learnt state.
 
-- GRPO (Shao et al., arXiv 2402.03300, as trl implements it): within a group, ``A = R - mean``,
-  divided by ``std + 1e-4`` (Bessel-corrected) when ``scale_rewards`` is "group" (std of the group)
-  or "batch" (std of all turns); "none" only centres. Differences from trl: a group is any set of
-  turns with the same key (not ``num_generations`` consecutive rows), a group of one gets A = 0
-  instead of NaN, and keys are hierarchical: a turn is only compared with turns of its own
-  ``level`` and ``parent`` (nested games, as in the Legos / Self-Play Engine designs).
-- constant: ``A = R``.
+GRPO (Shao et al., arXiv 2402.03300, as trl implements it): ``A = R - mean`` within a group, divided
+by ``std + 1e-4`` (Bessel-corrected) of the group ("group") or of all turns ("batch"); "none" only
+centres. Unlike trl, a group is any set of turns with the same key, compared only within their
+``level`` and ``parent`` (nested games), and a group of one gets A = 0, not NaN.
 """
 
 from __future__ import annotations
@@ -62,9 +59,8 @@ def constant_advantages(turns: list[Turn]) -> list[float]:
 
 @dataclass
 class GRPOCredit(Credit):
-    """``credit="grpo"``: group-normalised rewards (:func:`grpo_advantages`); no state.
-    ``scale_rewards=None`` takes the trainer's ``GRPOConfig.scale_rewards`` (through :meth:`bind`;
-    "group" when unbound)."""
+    """``credit="grpo"`` (:func:`grpo_advantages`); ``scale_rewards=None`` takes the trainer's
+    ``GRPOConfig.scale_rewards`` through :meth:`bind` ("group" when unbound)."""
 
     scale_rewards: str | None = None
     name = "grpo"

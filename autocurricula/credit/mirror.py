@@ -1,16 +1,5 @@
-"""Mirror credit: per-move targets one step of magnetic mirror descent from the current policy.
-
-``MirrorCredit`` is :class:`~autocurricula.credit.BranchCredit` with ``advantage="moves"``: every
-listed move of a learner's turn is valued by branch games, the values of one prompt's visits in a
-round are pooled, and each move turn's advantage is its probability under the target
-``pi_new ∝ pi^(1 - step) * softmax(Q / move_temperature)^step`` (:func:`mirror_distribution`), so
-the update is the cross-entropy toward it. With self-play against the current policy only
-(``SelfPlayConfig(rules={"past_share": 0})``), small steps converge toward ``softmax(Q / tau)`` play in
-two-player zero-sum games, where jumping to that target every round can cycle. Its defaults are
-those of the mirror self-play figures in docs/results.md ("Mirror-descent self-play"). A state
-takes one step in each round it is met (catch-up steps and a table of averaged move values are
-subclasses in ``examples/credit_variants.py``).
-"""
+"""Mirror credit: per-move targets one step of magnetic mirror descent (Sokota et al., arXiv
+2206.05825) from the current policy. Defaults: docs/results.md, "Mirror-descent self-play"."""
 
 from __future__ import annotations
 
@@ -22,11 +11,10 @@ from autocurricula.credit.branch import BranchCredit, mirror_distribution
 
 @dataclass
 class MirrorCredit(BranchCredit):
-    """``credit="mirror"``: :class:`BranchCredit` per-move values (``samples`` branch games per move,
-    ``pool_states``) turned into cross-entropy targets one mirror-descent ``step`` from the policy
-    (the moves' scored log-probabilities) toward ``softmax(Q / move_temperature)`` (``move_clip``
-    bounds the centred logits; math.inf: no bound). Needs a game that lists its moves
-    (``play.moves``); ``advantage`` is always "moves". Checkpointed as :class:`BranchCredit` is."""
+    """``credit="mirror"``: :class:`BranchCredit` with ``advantage="moves"``, each move turn's advantage
+    its probability under ``pi^(1 - step) * softmax(Q / move_temperature)^step``
+    (:func:`mirror_distribution`), so the update is the cross-entropy toward it. Small steps converge
+    in self-play against the current policy, where jumping to the target each round can cycle."""
 
     advantage: str = field(default="moves", init=False)  # the listed moves' targets: nothing else
     samples: int = 2

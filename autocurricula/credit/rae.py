@@ -1,8 +1,6 @@
-"""RAE (SPIRAL, arXiv 2506.24119): role-conditioned advantage estimation with one EMA baseline per
-(game, role): ``A = R - b`` with ``b`` read before the update ``b <- alpha * b + (1 - alpha) * R``,
-alpha = 0.95, b0 = 0. SPIRAL updates per trajectory; so do we (once per (game instance, role,
-player) episode, in first-seen order, all turns of that episode share its advantage). Option: one
-baseline per player as well."""
+"""RAE (SPIRAL, arXiv 2506.24119): one EMA baseline per (game, role), ``A = R - b`` with ``b`` read
+before ``b <- alpha * b + (1 - alpha) * R`` (alpha = 0.95, b0 = 0); updated once per episode, as
+SPIRAL does per trajectory, all its turns sharing the advantage. Option: a baseline per player."""
 
 from __future__ import annotations
 

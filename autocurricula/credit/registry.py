@@ -1,5 +1,4 @@
-"""Credit methods by name: the registry the trainer's ``credit`` option reads, and :func:`make_credit`
-(a name or a :class:`Credit` to the bound object a trainer uses)."""
+"""Credit methods by name, as the trainer's ``credit`` option reads them, and :func:`make_credit`."""
 
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ CREDIT_METHODS: dict[str, Callable] = dict(BUILTIN_CREDIT)  # name -> factory() 
 
 
 def register_credit(name: str, factory: Callable[[], Credit]) -> None:
-    """Make the trainer's ``credit=name`` build ``factory()`` (a :class:`Credit` subclass is a fine
-    factory). The name is looked up when training starts, so it may be registered after its config
-    is built."""
+    """Make the trainer's ``credit=name`` build ``factory()`` (e.g. a :class:`Credit` subclass); looked
+    up when training starts. Raises ``ValueError`` / ``TypeError`` for a bad name or factory."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"a credit method needs a non-empty string name, got {name!r}")
     if not callable(factory):
@@ -39,9 +37,8 @@ def register_credit(name: str, factory: Callable[[], Credit]) -> None:
 
 
 def make_credit(spec: str | Credit, grpo_config, seed: int) -> Credit:
-    """The credit object a trainer uses: ``spec`` is a registered name (built with its defaults) or a
-    :class:`Credit` (deep-copied, so two trainers never share what it learns); then bound to the GRPO
-    settings and the run's seed."""
+    """``spec`` (a registered name, or a :class:`Credit`, deep-copied so trainers never share what it
+    learns) built and bound to the GRPO settings and seed. ``ValueError`` for an unknown name."""
     if isinstance(spec, Credit):
         credit = copy.deepcopy(spec)
     elif isinstance(spec, str):

@@ -1,35 +1,18 @@
-"""Per-move credit from a tabular critic over prompts: ``ValueCredit`` ("value") and ``QCredit`` ("q").
+"""Per-move credit from a tabular critic keyed by the prompt a turn saw: ``ValueCredit`` ("value"),
+``QCredit`` ("q"). Worth it where states repeat (board games); with free text it reduces to RAE.
 
-- value: a table of state values keyed by the prompt a turn saw (the observation), a tabular critic
-  learnt from game outcomes only. Each turn gets ``A_i = G_i - V(s_i)`` with the lambda-return
-  ``G_i = (1 - lam) * V(s_{i+1}) + lam * G_{i+1}`` and ``G_last = R`` (rewards come at the end, no
-  discount): lam = 1 is the Monte-Carlo return minus a per-state baseline, lam = 0 is TD(0), where a
-  move is judged by the value of the position it led to. ``V(s)`` is the running mean of the returns
-  seen from ``s`` (step ``max(1/visits, 1 - alpha)``), read before the update; a state never seen
-  falls back to the RAE role baseline. Worth it when states repeat (board games); for free-text
-  games every prompt is new and it reduces to RAE.
-- q: as "value", plus a table of ``Q(s, a)`` keyed by the prompt and the completion. ``Q`` first
-  moves toward ``G_i`` (same step rule), then ``A_i = Q(s_i, a_i) - V(s_i)``: on a pair's first
-  visit that is exactly the "value" advantage, and every revisit averages the noise of single
-  outcomes away (a move's credit stops depending on the opponent's later luck). Option
-  (``target_coef`` > 0, :meth:`StateValues.greedy_targets`): each round, every position a player
-  visited also trains toward its best known move: the highest ``Q`` among moves tried at least
-  ``target_min_visits`` times, shrunk toward ``V`` as if it had one more visit at ``V``, as an extra
-  turn with ``A = coef * (Q - V)`` and no sampler logprobs (``Turn.target``). Policy improvement from
-  the critic, as in policy iteration: a move the sampler did not pick this round still gets pulled
-  up once its ``Q`` is known.
-- q with ``backup="minimax"``: for deterministic games of perfect information where the prompt is
-  the position (board games). The running means above value a move by how it fared against the
-  opponents met, so a move that loses to one forcing line but wins against sloppy play keeps a
-  high ``Q``. Minimax backup values it by its worst known outcome instead: ``Q(s, a)`` is the
-  lowest of the results seen right after it (the game's end, or the value of the player's next
-  position, whatever the opponent replied), and ``V(s)`` the highest ``Q`` among the moves tried
-  at ``s``: exact minimax on the graph of positions played so far, refined as replies are tried
-  and backed up through every position before one whose value moved. Completions that led on to
-  the same next position are one move ("9" and "9."), which holds where a position shows every
-  move made (games that place pieces), not where moves transpose (Nim). Advantages are centred on the mean ``Q`` of
-  the tried moves, weighted by how often each was played. With chance moves or hidden information
-  it is pessimistic, as if every draw of chance were the worst.
+- value: ``A_i = G_i - V(s_i)``, lambda-return ``G_i = (1 - lam) * V(s_{i+1}) + lam * G_{i+1}``,
+  ``G_last = R`` (lam = 1: Monte Carlo minus a state baseline; lam = 0: TD(0)). ``V(s)`` is the
+  running mean of returns from ``s`` (step ``max(1/visits, 1 - alpha)``), read before the update;
+  an unseen state falls back to the RAE role baseline.
+- q: also ``Q(s, a)`` by prompt and completion, moved toward ``G_i``, then ``A_i = Q - V``, so revisits
+  average away the opponent's later luck. ``target_coef > 0`` (:meth:`StateValues.greedy_targets`):
+  policy improvement, each visited position also trains toward its best known move.
+- q with ``backup="minimax"`` (deterministic perfect-information games whose prompt is the position):
+  ``Q(s, a)`` is the worst result seen right after the move and ``V(s)`` the best tried ``Q``, so a
+  move that loses to one forcing line keeps no credit for beating sloppy play. Completions leading
+  to the same next position are one move ("9", "9."), which fails where moves transpose (Nim). With
+  chance or hidden information it is pessimistic.
 """
 
 from __future__ import annotations
@@ -47,9 +30,7 @@ from autocurricula.records import Turn
 
 @dataclass
 class StateValues:
-    """Per-move credit from a tabular critic over prompts (see module docstring); JSON-able state.
-
-    ``max_states`` bounds the table: the least recently updated states are dropped first."""
+    """The tabular critic (module docstring), JSON-able; ``max_states`` evicts least recently updated."""
 
     lam: float = 1.0
     alpha: float = 0.95
@@ -99,9 +80,8 @@ class StateValues:
                 self._link(akey, child)
 
     def _link(self, action_key: str, child: str) -> None:
-        """Minimax: ``action_key`` led on to the player's position ``child``. Two completions of one
-        position that led on to the same next position played the same move ("9" and "9."): the
-        position after the reply shows the move. They are backed up as one."""
+        """Minimax: ``action_key`` led on to position ``child``; completions of one position that led
+        to the same ``child`` are one move ("9" and "9.") and are backed up as one."""
         group = self._same.setdefault(action_key, {action_key})
         self._parents.setdefault(child, set()).add(action_key.rsplit("|", 1)[0])
         other = self._via.setdefault((action_key.rsplit("|", 1)[0], child), action_key)
@@ -242,10 +222,8 @@ class StateValues:
         return moves
 
     def _minimax_state(self, state: str) -> tuple[float, float] | None:
-        """(V, baseline) of a position: the best backed-up Q among its moves tried ``min_visits`` times
-        (a reply seen once says little about the replies not seen; with none, the baseline), and the
-        mean Q of its tried moves weighted by how often each was played: what the players' own
-        choices have been worth there, so a move rarely played and bad does not lift the others."""
+        """(V, baseline) of a position: the best Q among moves tried ``min_visits`` times (else the
+        baseline), and the visit-weighted mean Q, so a rarely played bad move does not lift the others."""
         rows = [(self.action_values[g[0]][0], sum(self.action_values[a][1] for a in g))
                 for g in self._minimax_moves(state)]
         if not rows:
@@ -304,10 +282,9 @@ class StateValues:
         return out
 
     def greedy_targets(self, turns: list[Turn], coef: float, min_visits: int = 2) -> list[Turn]:
-        """Call after :meth:`advantages`. For each (player, state) in ``turns``, one target turn with the
-        state's best known move and ``A = coef * (Q - V) > 0`` (``Q`` shrunk toward ``V`` by one visit,
-        so a lucky single outcome does not beat a move that keeps winning; with ``backup="minimax"``
-        the backed-up ``Q`` against the mean ``Q`` of the tried moves). Needs ``actions=True``."""
+        """After :meth:`advantages`: per (player, state) in ``turns``, a target turn with its best known
+        move and ``A = coef * (Q - V) > 0``, ``Q`` shrunk toward ``V`` by one visit so one lucky outcome
+        does not win. ``ValueError`` without ``actions=True`` and ``completions=True``."""
         if not (self.actions and self.completions):
             raise ValueError("greedy_targets needs the (state, move) table with its moves: "
                              "StateValues(actions=True, completions=True), QCredit(target_coef > 0)")
@@ -371,10 +348,8 @@ class StateValues:
 
 @dataclass
 class ValueCredit(Credit):
-    """``credit="value"``: per-move credit from the tabular critic (:class:`StateValues`, in
-    ``self.values``): ``lam`` the lambda of the lambda-return, ``alpha`` the step floor of the running
-    means and the EMA factor of the role baselines that unseen states fall back to, ``per_player``
-    tables per player, ``max_states`` the most states kept. Checkpointed as ``"values"``."""
+    """``credit="value"``: the critic (:class:`StateValues`, ``self.values``, checkpointed as ``"values"``);
+    ``lam`` of the lambda-return, ``alpha`` the mean's step floor and the fallback's EMA factor."""
 
     lam: float = 1.0
     alpha: float = 0.95
@@ -404,12 +379,8 @@ class ValueCredit(Credit):
 
 @dataclass
 class QCredit(ValueCredit):
-    """``credit="q"``: :class:`ValueCredit` with action values, ``A = Q(s, a) - V(s)``; with
-    ``target_coef`` > 0 each round also trains every visited position toward its best known move
-    (tried at least ``target_min_visits`` times) as extra turns with ``A = target_coef * (score - V)``.
-    ``backup="minimax"`` values moves by their worst known outcome (module docstring): for
-    deterministic board games, where a learner should not lose to any line of play. A position's
-    value then comes from its moves tried at least ``target_min_visits`` times."""
+    """``credit="q"``: :class:`ValueCredit` with ``A = Q(s, a) - V(s)``; ``target_coef`` > 0 adds target
+    turns toward moves tried ``target_min_visits`` times; ``backup="minimax"`` (module docstring)."""
 
     target_coef: float = 0.0
     target_min_visits: int = 2

@@ -1,13 +1,6 @@
-"""Adversarial evaluation: each game's strongest honest measure, and the league's meta-strategy.
-
-* ``autocurricula.eval.tictactoe``: the exact best response to a player's greedy policy (worst case
-  as X and as O, value-losing positions) and a per-epoch callback.
-* ``autocurricula.eval.kuhn``: Kuhn poker exploitability (OpenSpiel, or exact pure Python), the
-  information-state mapping, a policy read off the model's token probabilities, mixtures of
-  policies, and a per-epoch callback.
-* ``autocurricula.eval.meta``: the Nash mixture over a league's payoff matrix (exact LP) and
-  replicator dynamics.
-"""
+"""Adversarial evaluation: each game's strongest honest measure (exact best responses in
+:mod:`.tictactoe`, exploitability in :mod:`.kuhn`, :mod:`.leduc`, :mod:`.matrix`) and the league's
+meta-strategy (:mod:`.meta`)."""
 
 import importlib
 

@@ -1,25 +1,11 @@
 """Kuhn poker exploitability, the information-state mapping to OpenSpiel, and policy read-out.
 
-A *strategy* is the form ``games.kuhn_poker.equilibrium_strategy`` returns: a dict over the 12
-information sets ``"<card>:<history>"`` (e.g. ``"Q:check bet"``) of the probability of the
-aggressive action (bet, or call when facing a bet); the passive one (check, or fold) takes the
-rest. One dict holds both seats' information sets, so it is one full policy, as OpenSpiel's.
-
-Mapping to OpenSpiel's ``kuhn_poker`` (``info_state_string``; actions 0 = Pass, 1 = Bet)::
-
-    ours                    OpenSpiel   seat   actions (ours -> OpenSpiel)
-    "J:" / "Q:" / "K:"      "0" "1" "2"   1    check -> 0 Pass, bet -> 1 Bet
-    "J:check"  ...          "0p" ...      2    check -> 0 Pass, bet -> 1 Bet
-    "J:bet"    ...          "0b" ...      2    fold -> 0 Pass, call -> 1 Bet
-    "J:check bet" ...       "0pb" ...     1    fold -> 0 Pass, call -> 1 Bet
-
-Cards J, Q, K are OpenSpiel's 0, 1, 2 and history words map check/fold -> "p", bet/call -> "b".
-The prompt of an information set is ``kuhn_poker.render_prompt(card, history, seat)`` with
-``seat = len(history) % 2`` (``prompt_of``).
-
-``exploitability(strategy)`` is OpenSpiel's (mean over the two seats of what a best response gains
-over the game value; 0 at a Nash equilibrium) when ``open_spiel`` is installed (extra ``eval``),
-else the same number from the exact best response computed here (``backend="python"``).
+A *strategy* (as ``games.kuhn_poker.equilibrium_strategy`` returns) maps each of the 12 information
+sets ``"<card>:<history>"`` (``"Q:check bet"``) of both seats to P(bet or call); check or fold takes
+the rest. OpenSpiel's ``kuhn_poker`` names that set ``"1pb"``: cards J, Q, K are 0, 1, 2, check/fold
+is "p" (action 0, Pass), bet/call is "b" (action 1, Bet). ``exploitability`` (mean over seats of a
+best response's gain, 0 at a Nash equilibrium) uses OpenSpiel when installed (extra ``eval``), else
+the same number from the exact best response here.
 """
 
 from __future__ import annotations
@@ -102,17 +88,14 @@ def _p_action(strategy: Mapping[str, float], card: str, history: tuple[str, ...]
 
 
 def best_response_value(strategy: Mapping[str, float], seat: int) -> float:
-    """Expected chips per hand of an exact best response in ``seat`` (0 = player 1) against
-    ``strategy`` in the other seat. The responder's choice at an information set maximises over
-    the opponent's possible cards, weighted by chance and the opponent's reach."""
+    """Expected chips per hand of an exact best response in ``seat`` (0 = player 1) to ``strategy``."""
     _check(strategy)
     return _played_best_response({k: (float(p), 0.0) for k, p in strategy.items()}, seat, (0.0, 0.0))
 
 
 def exploitability(strategy: Mapping[str, float], *, backend: str = "auto", card_order: str = CARDS) -> float:
-    """Exploitability of a full Kuhn policy: ``(BR_1 + BR_2) / 2`` chips per hand (the game value
-    cancels in a zero-sum game). ``backend``: "openspiel", "python" or "auto" (OpenSpiel if
-    importable). ``card_order`` is for checking the mapping (OpenSpiel backend only)."""
+    """``(BR_1 + BR_2) / 2`` chips per hand (the game value cancels). ``backend``: "openspiel",
+    "python" or "auto"; ``card_order`` checks the mapping (OpenSpiel only)."""
     backend = resolve_backend(backend)
     if backend == "python":
         if card_order != CARDS:
@@ -136,12 +119,8 @@ def _own_reach(strategy: Mapping[str, float], infoset: str) -> float:
 
 
 def mixture_strategy(strategies: Sequence[Mapping[str, float]], weights: Sequence[float]) -> dict[str, float]:
-    """One behaviour strategy equivalent to *sampling a player per hand* by ``weights``.
-
-    Each information set averages the players' probabilities weighted by ``weight x the player's
-    own probability of reaching it`` (Kuhn's theorem), so its value against any opponent is the
-    weighted mean of the players' values. A set no player reaches gets the plain weighted mean.
-    """
+    """One behaviour strategy equivalent to sampling a player per hand by ``weights``: each set averages
+    the players weighted by weight x own reach (Kuhn's theorem); an unreached set, by weight."""
     w = check_weights(len(strategies), weights)
     for s in strategies:
         _check(s)
@@ -157,13 +136,8 @@ def mixture_strategy(strategies: Sequence[Mapping[str, float]], weights: Sequenc
 
 def read_strategy(engine, player: str | None, *, completion: Callable[[str], str] = str,
                   eos: bool = False) -> dict[str, float]:
-    """A model player's strategy from its token probabilities, for all 12 information sets.
-
-    At each set's prompt (``prompt_of``), each legal action's completion (``completion(action)``,
-    by default the bare word, as a warm-up on ``(prompt, action)`` pairs teaches; with ``eos`` the
-    end-of-sequence token too) is scored under the player's adapter (``None`` = the base model),
-    and P(bet or call) is its probability normalised over the two legal actions.
-    """
+    """A model player's strategy (``None``: the base model): at each set's prompt, P(bet or call) of the
+    legal actions' completions (``completion(action)``, plus EOS with ``eos``), normalised over the two."""
     tok = engine.tokenizer
     out = {}
     for infoset in INFOSETS:
@@ -185,9 +159,8 @@ def read_strategy(engine, player: str | None, *, completion: Callable[[str], str
 
 
 def chip_payoffs(strategies: Sequence[Mapping[str, float]]):
-    """The exact meta-game of full Kuhn policies: ``M[i][j]`` = chips per hand that ``i`` wins from
-    ``j``, averaged over the two seats (``exact_value`` both ways round). Antisymmetric, so the game
-    between the policies is symmetric and zero-sum (PSRO's restricted game, without sampling noise)."""
+    """The exact meta-game (PSRO's restricted game without sampling noise): ``M[i][j]`` = chips per
+    hand ``i`` wins from ``j``, averaged over seats; antisymmetric."""
     for s in strategies:
         _check(s)
     n = len(strategies)
@@ -200,11 +173,8 @@ def chip_payoffs(strategies: Sequence[Mapping[str, float]]):
 
 
 def least_exploitable_mixture(strategies: Sequence[Mapping[str, float]]):
-    """The weights over ``strategies`` whose mixture (each hand played by one member drawn by weight, as
-    ``mixture_strategy``) an exact best response exploits least, and that exploitability. A best
-    response's gain against a mixture is linear in the weights, so the minimum over the weights of the
-    worst gain over the responder's 64 pure strategies per seat is a zero-sum game, solved by LP. A
-    diagnostic for a population: no mixture of its members does better, whatever meta-solver picks it."""
+    """``(weights, exploitability)`` of the mixture of ``strategies`` (as :func:`mixture_strategy`) that
+    a best response exploits least (by LP over the responder's pure strategies): no meta-solver does better."""
     for s in strategies:
         _check(s)
     seats = [[k for k in INFOSETS if len(_split(k)[1]) % 2 == seat] for seat in (0, 1)]
@@ -220,9 +190,8 @@ META_GAMES = ("league", "chips")
 
 
 def meta_mixture(strategies: Sequence[Mapping[str, float]], win_rates=None, *, meta: str = "chips"):
-    """Nash weights over players, from their strategies' exact chip meta-game (``meta="chips"``,
-    ``chip_payoffs``) or from the league's win-rate matrix (``meta="league"``: ``win_rates``, e.g.
-    ``trainer.payoff.matrix(ids)``, which counts a hand won by 1 chip as much as one won by 2)."""
+    """Nash weights over players, from :func:`chip_payoffs` (``meta="chips"``) or the league's
+    ``win_rates`` (``meta="league"``, e.g. ``trainer.payoff.matrix(ids)``, blind to chip margins)."""
     if meta not in META_GAMES:
         raise ValueError(f"meta must be one of {META_GAMES}, got {meta!r}")
     if meta == "league":
@@ -236,18 +205,9 @@ def meta_mixture(strategies: Sequence[Mapping[str, float]], win_rates=None, *, m
 
 
 class LeagueStrategies:
-    """Every model player's strategy in a league (``read_strategy``), with frozen players read
-    once (their weights never change), and the exploitability of the main agent and of the
-    league's Nash mixtures. ``figures(trainer)`` returns plain names (no prefix):
-
-    * ``exploitability_latest``: the trainable main agent with the highest Elo;
-    * ``exploitability_mixture``: the mixture of the ``meta`` game (default the exact chip game of
-      the players' strategies; ``"league"``: the leaderboard's meta-strategy, from the games),
-      made one policy by ``mixture_strategy``;
-    * ``exploitability_mixture_league`` / ``_chips``: both meta-games' mixtures, side by side;
-    * ``mixture``: ``{player: weight}`` of the ``meta`` game, players with weight > 0.
-
-    Scripted players are left out of the mixtures (they have no token probabilities)."""
+    """Model players' strategies (frozen ones read once; scripted ones left out). ``figures(trainer)``:
+    ``exploitability_latest`` (the top-Elo trainable main agent), ``exploitability_mixture`` (the
+    ``meta`` game's Nash mixture), ``exploitability_mixture_league`` / ``_chips``, ``mixture``."""
 
     def __init__(self, *, meta: str = "chips", completion: Callable[[str], str] = str, eos: bool = False,
                  backend: str = "auto"):
@@ -260,14 +220,14 @@ class LeagueStrategies:
         """``{player id: strategy}`` of the model players (only the frozen ones with ``frozen_only``)."""
         out = {}
         for p in trainer.players:
-            if is_scripted(p) or (frozen_only and not p.get("frozen")):
+            if is_scripted(p) or (frozen_only and not p.frozen):
                 continue
-            pid = p["id"]
+            pid = p.id
             if pid in self._frozen:
                 out[pid] = self._frozen[pid]
                 continue
             out[pid] = read_strategy(trainer.engine, pid, completion=self.completion, eos=self.eos)
-            if p.get("frozen"):
+            if p.frozen:
                 self._frozen[pid] = out[pid]
         return out
 
@@ -294,13 +254,8 @@ class LeagueStrategies:
 
 def exploitability_callback(*, prefix: str = "eval/", completion: Callable[[str], str] = str, eos: bool = False,
                             backend: str = "auto", meta: str = "league") -> Callable:
-    """A ``train(..., callbacks=[...])`` callback for a Kuhn poker league. After every epoch it reads
-    every model player's strategy (``read_strategy``; frozen players once) and returns
-    ``{prefix}exploitability_latest`` (the trainable main agent with the highest Elo) and
-    ``{prefix}exploitability_mixture`` (the league's Nash mixture combined by ``mixture_strategy``;
-    ``meta="league"``: the leaderboard's meta-strategy, ``meta="chips"``: over the exact chip
-    game of the players' strategies), plus both meta-games' figures as ``..._mixture_league`` and
-    ``..._mixture_chips``. Scripted players are left out of the mixture."""
+    """A ``train(..., callbacks=[...])`` callback returning :class:`LeagueStrategies`' exploitability
+    figures under ``prefix`` after every epoch."""
     league = LeagueStrategies(meta=meta, completion=completion, eos=eos, backend=backend)
 
     def callback(trainer) -> dict:
@@ -316,12 +271,8 @@ def exploitability_callback(*, prefix: str = "eval/", completion: Callable[[str]
 
 def read_played(engine, player: str | None, *, temperature: float = 1.0, max_tokens: int = 3,
                 threshold: float = 1e-4) -> tuple[dict[str, tuple[float, float]], float]:
-    """A model player's played strategy, from the tree of its possible replies at each
-    information set, parsed as the game parses them (``kuhn_poker.first_action``, legal or not),
-    at ``temperature`` (top-p 1) with ``max_tokens`` as in play. Branches are followed until the
-    first action word decides them, an end token or the token limit; a branch whose probability
-    falls below ``threshold`` is counted invalid (it may not be). Returns the strategy and the
-    largest such unresolved mass over the sets."""
+    """``(played strategy, largest unresolved mass)`` of a model player, its replies parsed as the game
+    does (:func:`autocurricula.eval.played.read_sets`); mass below ``threshold`` counts as invalid."""
     sets = {k: (prompt_of(k), legal_actions(_split(k)[1])) for k in INFOSETS}
     read, unresolved = read_sets(engine, player, sets, first_action, temperature=temperature, max_tokens=max_tokens,
                                  threshold=threshold)
@@ -352,9 +303,7 @@ def _played_best_response(played: Mapping[str, tuple[float, float]], seat: int, 
 
 def played_exploitability(played: Mapping[str, tuple[float, float]],
                           invalid_penalty=DEFAULT_INVALID_PENALTY) -> float:
-    """What an exact best response wins per hand against a played strategy, the mean over the
-    two seats, each invalid reply paying the responder ``invalid_penalty[1]`` (the game's rule).
-    Without invalid replies it is :func:`exploitability` (0 at a Nash equilibrium)."""
+    """:func:`exploitability` of a played strategy, each invalid reply paying ``invalid_penalty[1]``."""
     missing = [k for k in INFOSETS if k not in played]
     if missing:
         raise ValueError(f"the played strategy lacks information sets {missing}")
@@ -363,9 +312,7 @@ def played_exploitability(played: Mapping[str, tuple[float, float]],
 
 def played_mixture(strategies: Sequence[Mapping[str, tuple[float, float]]],
                    weights: Sequence[float]) -> dict[str, tuple[float, float]]:
-    """One played strategy equivalent to drawing a player per hand by ``weights``: each set
-    averages the players' probabilities weighted by weight x the player's own reach (as
-    :func:`mixture_strategy`; an invalid reply ends the hand, so it reaches nothing)."""
+    """:func:`mixture_strategy` of played strategies (an invalid reply ends the hand: it reaches nothing)."""
     w = check_weights(len(strategies), weights)
 
     def reach(s, infoset):

@@ -1,22 +1,11 @@
 """Leduc poker exploitability, exact and as played, the mapping to OpenSpiel, and policy read-out.
 
-A *strategy* maps each of the 288 information sets (``INFOSETS``, keys of
-``leduc_poker.infoset``: ``"Q:bet raise"``, ``"QK:bet call|check"``) to ``{legal word:
-probability}``. One dict holds both seats' sets, so it is one full policy, as OpenSpiel's. A
-*played* strategy has the same form, and what its words leave of 1 is the probability of an
-invalid reply, which ends the hand with the game's ``invalid_penalty``
-(``leduc_poker.INVALID_PENALTY``): nothing is renormalised over the legal words.
-
-Mapping to OpenSpiel's ``leduc_poker`` (actions 0 = Fold, 1 = Call, 2 = Raise): check and call
-are Call, bet and raise are Raise. OpenSpiel's card ``c`` has rank ``c // 2`` (J, Q, K); suits
+A *strategy* maps each of both seats' 288 information sets (``INFOSETS``: ``"QK:bet call|check"``)
+to ``{legal word: probability}``; in a *played* strategy, what the words leave of 1 is an invalid
+reply, which ends the hand with ``leduc_poker.INVALID_PENALTY`` (nothing is renormalised). Suits
 never decide a hand, so a strategy over ranks is one over OpenSpiel's 936 information states
-(``openspiel_policy``), and its best responses gain nothing from the suits.
-
-``exploitability(strategy)`` is OpenSpiel's (the mean over the two seats of what a best response
-gains; 0 at a Nash equilibrium; NashConv / 2) when ``open_spiel`` is installed, else the same
-number from the exact best response computed here (``backend="python"``): a walk of the tree in
-which the responder's choice at each of its information sets maximises over the opponent's
-possible cards, weighted by chance and the opponent's reach.
+(:func:`openspiel_policy`, actions by ``OPENSPIEL_ACTION``). ``exploitability`` (NashConv / 2) uses
+OpenSpiel when installed, else the same number from the exact best response here.
 """
 
 from __future__ import annotations
@@ -116,17 +105,14 @@ def best_response_value(strategy: Strategy, seat: int, invalid_penalty=INVALID_P
 
 
 def exact_value(strategy: Strategy, invalid_penalty=INVALID_PENALTY) -> tuple[float, float]:
-    """Each player's expected chips per hand when ``strategy`` plays both seats (to pit two
-    strategies, give each seat's information sets from its own), invalid replies scored by
-    ``invalid_penalty``."""
+    """Each seat's expected chips per hand when ``strategy`` plays both seats (to pit two, give each
+    seat's sets from its own), invalid replies scored by ``invalid_penalty``."""
     _check(strategy, played=True)
     return _walk(0, strategy, None, invalid_penalty), _walk(1, strategy, None, invalid_penalty)
 
 
 def exploitability(strategy: Strategy, *, backend: str = "auto") -> float:
-    """Exploitability of a full Leduc policy: ``(BR_1 + BR_2) / 2`` chips per hand (the game value
-    cancels in a zero-sum game). ``backend``: "openspiel", "python" or "auto" (OpenSpiel if
-    importable)."""
+    """``(BR_1 + BR_2) / 2`` chips per hand; ``backend``: "openspiel", "python" or "auto"."""
     _check(strategy, played=False)
     if resolve_backend(backend) == "python":
         return (_walk(0, strategy, 0, (0.0, 0.0)) + _walk(1, strategy, 1, (0.0, 0.0))) / 2
@@ -178,11 +164,8 @@ def openspiel_policy(strategy: Strategy, game=None):
 
 def read_played(engine, player: str | None, *, temperature: float = 1.0, max_tokens: int = 3,
                 threshold: float = 1e-4) -> tuple[dict[str, dict[str, float]], float]:
-    """A model player's played strategy, from the tree of its possible replies at each of the 288
-    information sets, parsed as the game parses them (``leduc_poker.first_action``, legal or not),
-    at ``temperature`` (top-p 1) with ``max_tokens`` as in play
-    (:func:`autocurricula.eval.played.read_sets`). Mass below ``threshold`` is left unread and
-    counted invalid (it may not be). Returns the strategy and the largest unread mass over the sets."""
+    """``(played strategy, largest unread mass)`` of a model player, its replies parsed as the game does
+    (:func:`autocurricula.eval.played.read_sets`); mass below ``threshold`` counts as invalid."""
     sets = {k: (prompt_of(k), legal_actions(parse_infoset(k)[2])) for k in INFOSETS}
     read, unresolved = read_sets(engine, player, sets, first_action, temperature=temperature, max_tokens=max_tokens,
                                  threshold=threshold)
@@ -190,23 +173,19 @@ def read_played(engine, player: str | None, *, temperature: float = 1.0, max_tok
 
 
 def played_exploitability(played: Strategy, invalid_penalty=INVALID_PENALTY) -> float:
-    """What an exact best response wins per hand against a played strategy, the mean over the two
-    seats, each invalid reply paying the responder ``invalid_penalty[1]`` (the game's rule).
-    Without invalid replies it is :func:`exploitability`."""
+    """:func:`exploitability` of a played strategy, each invalid reply paying ``invalid_penalty[1]``."""
     _check(played, played=True)
     return (_walk(0, played, 0, invalid_penalty) + _walk(1, played, 1, invalid_penalty)) / 2
 
 
 def invalid_rate(played: Strategy) -> float:
-    """The probability of an invalid reply, averaged over the 288 information sets (as Kuhn's
-    figure averages its 12)."""
+    """The probability of an invalid reply, averaged over the information sets."""
     _check(played, played=True)
     return sum(_invalid(played[k]) for k in INFOSETS) / len(INFOSETS)
 
 
 def invalid_per_hand(played: Strategy) -> float:
-    """The probability that a hand of ``played`` against itself ends on an invalid reply (the
-    information sets weighted by how often play reaches them)."""
+    """The probability that a hand of ``played`` against itself ends on an invalid reply."""
     _check(played, played=True)
 
     def value(rounds: tuple, board: str | None, cards: str) -> float:
@@ -226,10 +205,8 @@ def invalid_per_hand(played: Strategy) -> float:
 
 
 def played_mixture(strategies: Sequence[Strategy], weights: Sequence[float]) -> dict[str, dict[str, float]]:
-    """One played strategy equivalent to drawing a player per hand by ``weights``: each set
-    averages the players' probabilities weighted by weight x the player's own reach (Kuhn's
-    theorem; an invalid reply ends the hand, so it reaches nothing). For strategies without
-    invalid replies it is the mixture of policies."""
+    """One played strategy equivalent to drawing a player per hand by ``weights``: each set averages
+    the players weighted by weight x own reach (Kuhn's theorem; an invalid reply reaches nothing)."""
     w = check_weights(len(strategies), weights)
     for s in strategies:
         _check(s, played=True)

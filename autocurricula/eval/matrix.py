@@ -1,15 +1,6 @@
-"""Matrix games (``autocurricula.games.matrix``) scored as they are played.
-
-A model player's *policy* in a matrix game is, per seat, the probability of each legal word and of
-an invalid reply. With the game's one-token replies it is exact: the next-token distribution at
-the seat's prompt, at the sampling temperature, summed over the tokens that decode to each word
-(with or without surrounding spaces); the rest of the mass is invalid. Nothing is renormalised over
-the legal words: an invalid reply forfeits, as in play.
-
-``exploitability_as_played(game, policies, weights)`` is the mixture's exploitability in the game
-with forfeits: each seat's mixed action distribution (weights x policies) against exact best
-responses, which never forfeit. ``figures`` adds it as a share of the payoff range, the invalid
-rate, and the game's exact value by LP.
+"""Matrix games (``autocurricula.games.matrix``) scored as they are played: a *policy* is, per seat,
+the probability of each legal word and of an invalid reply, read exactly from the next-token
+distribution (one-token replies). Nothing is renormalised: an invalid reply forfeits, as in play.
 """
 
 from __future__ import annotations
@@ -50,8 +41,7 @@ def read_policy(engine, player: str | None, game, *, temperature: float = 1.0) -
 
 
 def seat_distributions(policies: Sequence[Sequence[np.ndarray]], weights: Sequence[float]) -> list[np.ndarray]:
-    """The mixture's action distribution per seat (words then invalid): a player drawn by
-    ``weights`` for each game, so each seat's distribution is the weighted mean of the players'."""
+    """The mixture's action distribution per seat (words then invalid), a player drawn by ``weights``."""
     w = np.asarray(weights, dtype=np.float64)
     if len(w) != len(policies) or not len(w) or w.min() < 0 or w.sum() <= 0:
         raise ValueError("give one non-negative weight per policy, not all zero")

@@ -1,25 +1,7 @@
-"""Meta-strategy of a league: the Nash mixture over a payoff matrix of its players.
-
-A league's players form a normal-form *meta-game*: ``M[i][j]`` is what player i gets against j.
-The mixture to deploy is a Nash equilibrium of that game (PSRO, Lanctot et al. 2017; AlphaStar's
-Nash-averaged league, Vinyals et al. 2019). Everything here is pure numpy:
-
-* ``zero_sum_nash(A)``: exact equilibrium of a two-player zero-sum matrix game by linear
-  programming (a small dense simplex, pivoting for numerical stability, so no SciPy is needed),
-  checked on the matrix it was given.
-* ``row_mixture(A)``: its row mixture, or regret matching's with a warning should the LP ever fail
-  (what a league trains and deploys with).
-* ``nash_mixture(win_rates)``: the symmetric equilibrium of a league's win-rate matrix, as
-  ``trainer.payoff.matrix(ids)`` gives it (``P[i][j]`` = i's score against j, draws half).
-* ``replicator_dynamics(A, B)``: discrete-time replicator dynamics for a general (not necessarily
-  zero-sum) two-player game; an approximation whose time average is returned.
-* ``regret_matching(A)``: the average strategies of regret matching+ in a zero-sum game, which
-  converge to an equilibrium (an anytime solver: a few iterations give a rough mixture).
-* ``robust_mixture(mean, stderr)``: the row mixture that maximises its *guaranteed* payoff when
-  each entry is only known to within a confidence interval: the maximin of the lower bounds.
-* ``exploitability(A, x, y)``: what best responses gain against ``(x, y)``, half the NashConv.
-
-α-Rank (Omidshafiei et al. 2019) is ``autocurricula.loop.rating.alpha_rank`` (needs OpenSpiel).
+"""Meta-strategy of a league: a Nash equilibrium of the meta-game ``M[i][j]`` (what player i gets
+against j), as in PSRO (Lanctot et al. 2017) and AlphaStar's Nash-averaged league (Vinyals et al.
+2019). Pure numpy: the LP is a small dense simplex, so no SciPy is needed. α-Rank (Omidshafiei et
+al. 2019) is ``autocurricula.loop.rating.alpha_rank``.
 """
 
 from __future__ import annotations
@@ -68,18 +50,10 @@ def _tableau(cons: np.ndarray, cost: np.ndarray, basis: np.ndarray) -> np.ndarra
 
 
 def simplex_max(a: np.ndarray, max_iter: int | None = None) -> tuple[np.ndarray, np.ndarray, float]:
-    """Solve ``max 1.y s.t. a y <= 1, y >= 0`` for a matrix ``a`` with positive entries.
-
-    Returns ``(y, u, objective)``: the primal optimum ``y``, the dual optimum ``u`` (which solves
-    ``min 1.u s.t. a^T u >= 1, u >= 0``) and the common objective, to about 1e-11 relative (the
-    ratio test's tolerance). The origin is feasible, so no phase 1 is needed. Meta-games are
-    degenerate (snapshots of a settled player repeat rows; a small game's strategies span few
-    dimensions), so the pivots are chosen for stability: the most negative reduced cost enters, the
-    largest pivot among the rows within a small tolerance of the ratio test leaves (Harris), and the
-    tableau is recomputed from ``a`` every ``_REINVERT`` pivots and before optimality is declared. A
-    long run of pivots without progress switches to Bland's rule until the objective rises again.
-    ``max_iter`` (default ``50 * (rows + columns)``) counts pivots and recomputations.
-    """
+    """Solve ``max 1.y s.t. a y <= 1, y >= 0`` (``a`` positive). Returns ``(y, u, objective)``, ``u``
+    the dual optimum (``min 1.u s.t. a^T u >= 1, u >= 0``). Meta-games are degenerate (a settled
+    player's snapshots repeat rows), so pivots are chosen for stability: Harris's ratio test,
+    re-inversion every ``_REINVERT`` pivots, Bland's rule after a run without progress."""
     a = _matrix(a)
     if np.any(a <= 0):
         raise ValueError("simplex_max needs a matrix with positive entries (shift the payoffs first)")
@@ -137,10 +111,8 @@ def _normalise(p: np.ndarray) -> np.ndarray:
 
 
 def zero_sum_nash(payoff) -> tuple[np.ndarray, np.ndarray, float]:
-    """Nash equilibrium of the zero-sum game where the row player gets ``payoff[i][j]`` and the column
-    player gets its negative, by linear programming. Returns ``(row mixture, column mixture, value to
-    rows)``. The pair is checked on ``payoff``: a best response gains at most ``_GAP_TOL`` of the
-    payoff range against it (about 1e-11 in practice), or ``RuntimeError`` is raised."""
+    """``(row mixture, column mixture, value to rows)`` of the zero-sum game ``payoff`` by LP; raises
+    ``RuntimeError`` unless a best response gains at most ``_GAP_TOL`` of the payoff range."""
     a = _matrix(payoff)
     low, spread = a.min(), np.ptp(a)
     if spread == 0:  # every outcome alike: every pair is an equilibrium
@@ -157,9 +129,8 @@ def zero_sum_nash(payoff) -> tuple[np.ndarray, np.ndarray, float]:
 
 
 def row_mixture(game) -> np.ndarray:
-    """The row player's equilibrium mixture of the zero-sum meta-game ``game`` (``zero_sum_nash``); should the
-    LP fail, regret matching's average, with a ``RuntimeWarning`` that gives its distance from an
-    equilibrium, so that a league keeps training rather than stopping mid-run."""
+    """The row mixture of :func:`zero_sum_nash`; should the LP fail, regret matching's with a
+    ``RuntimeWarning``, so that a league keeps training rather than stopping mid-run."""
     game = _matrix(game)
     try:
         return zero_sum_nash(game)[0]
@@ -171,14 +142,9 @@ def row_mixture(game) -> np.ndarray:
 
 
 def nash_mixture(win_rates, players: Sequence[str] | None = None):
-    """The league's meta-strategy: a symmetric Nash mixture over its players.
-
-    ``win_rates[i][j]`` is player i's score against j in [0, 1] (``trainer.payoff.matrix(ids)``).
-    The matrix is made antisymmetric, ``(P - P^T) / 2``, so that the game is symmetric and
-    zero-sum; its row mixture is then an equilibrium for both seats. When every pair is even (e.g.
-    no games yet) the mixture is uniform; otherwise the LP returns one equilibrium (a vertex).
-    Returns an array of weights, or ``{player: weight}`` when ``players`` is given.
-    """
+    """A symmetric Nash mixture of ``win_rates`` (i's score against j in [0, 1], as
+    ``trainer.payoff.matrix(ids)``), made zero-sum as ``(P - P^T) / 2``; uniform when every pair is
+    even. Returns an array of weights, or ``{player: weight}`` when ``players`` is given."""
     p = _matrix(win_rates, "win-rate matrix")
     if p.shape[0] != p.shape[1]:
         raise ValueError(f"the win-rate matrix must be square (players x players), got shape {p.shape}")
@@ -191,13 +157,8 @@ def nash_mixture(win_rates, players: Sequence[str] | None = None):
 
 def replicator_dynamics(a, b=None, *, steps: int = 20_000, step_size: float = 0.05,
                         x0=None, y0=None) -> tuple[np.ndarray, np.ndarray]:
-    """Time-averaged discrete replicator dynamics of a two-player game (an approximation).
-
-    ``a[i][j]``: the row player's payoff, ``b[i][j]``: the column player's (default ``-a``, zero-sum).
-    Each step multiplies a strategy's weight by ``exp(step_size * (its payoff - the mean))``
-    (multiplicative weights); the averages over all steps are returned, which converge to a Nash
-    equilibrium in zero-sum games. Starts from uniform unless ``x0``/``y0`` are given.
-    """
+    """Time-averaged discrete replicator dynamics (multiplicative weights) of a general two-player game:
+    ``a`` the rows' payoffs, ``b`` the columns' (default ``-a``). Converges to Nash if zero-sum."""
     a = _matrix(a)
     b = -a if b is None else _matrix(b, "column player's payoff matrix")
     if b.shape != a.shape:
@@ -220,9 +181,7 @@ def replicator_dynamics(a, b=None, *, steps: int = 20_000, step_size: float = 0.
 
 
 def exploitability(payoff, row, col) -> float:
-    """Half the NashConv of ``(row, col)`` in the zero-sum game where rows get ``payoff[i][j]``:
-    the mean over the two seats of what a best response gains over the game's value (0 exactly at
-    an equilibrium). Divide by the payoff range for a share."""
+    """Half the NashConv of ``(row, col)`` in the zero-sum game ``payoff`` (0 exactly at an equilibrium)."""
     a = _matrix(payoff)
     x, y = np.asarray(row, dtype=np.float64), np.asarray(col, dtype=np.float64)
     if x.shape != (a.shape[0],) or y.shape != (a.shape[1],):
@@ -232,9 +191,8 @@ def exploitability(payoff, row, col) -> float:
 
 
 def regret_matching(payoff, iterations: int = 2000) -> tuple[np.ndarray, np.ndarray]:
-    """Regret matching+ with alternating updates and linearly weighted averages (as in CFR+) on the
-    zero-sum game ``payoff``; returns the average row and column mixtures. Their exploitability
-    falls as ``O(1/sqrt(iterations))`` at worst, in practice much faster."""
+    """Average row and column mixtures of regret matching+ (alternating updates, linear averaging, as in
+    CFR+) on the zero-sum game ``payoff``; exploitability ``O(1/sqrt(iterations))`` at worst."""
     a = _matrix(payoff)
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
@@ -260,12 +218,8 @@ def regret_matching(payoff, iterations: int = 2000) -> tuple[np.ndarray, np.ndar
 
 
 def robust_mixture(mean, stderr=None, *, z: float = 1.0, floor: float | None = None) -> np.ndarray:
-    """The row mixture of a zero-sum meta-game known only by estimates: ``mean[i][j]`` (NaN where
-    no game was played) with standard errors ``stderr[i][j]``. It maximises the payoff the mixture
-    is sure of against any opponent when each entry is taken at its lower bound ``mean - z*stderr``
-    (an unplayed entry at ``floor``, by default the lowest bound seen), so a player that has
-    barely played gets weight only when that is safe. With ``z=0`` and every entry known it is the
-    LP Nash mixture of ``mean``."""
+    """The maximin row mixture of the lower bounds ``mean - z*stderr`` (NaN, unplayed: ``floor``, default
+    the lowest bound), so a player that has barely played gets weight only when that is safe."""
     mu = np.asarray(mean, dtype=np.float64)
     if mu.ndim != 2 or mu.shape[0] == 0 or mu.shape[1] == 0:
         raise ValueError(f"the mean payoff matrix must be non-empty and 2-D, got shape {mu.shape}")

@@ -1,14 +1,6 @@
-"""What the exact-exploitability harnesses of the card games share: a player's replies read as the
-game parses them, the weights of a mixture of behaviour strategies, and the choice of backend.
-
-* ``reply_masses``: the probability of each legal word, of an invalid reply and of what was left
-  unread, from the tree of a model's replies at one prompt; ``read_sets`` at every information
-  set of a game (``eval.kuhn.read_played``, ``eval.leduc.read_played``).
-* ``check_weights`` / ``reach_weights``: a mixture that draws one player per hand is one behaviour
-  strategy whose information sets average the players weighted by weight x own reach (Kuhn's
-  theorem); these give those weights.
-* ``resolve_backend``: "auto" is OpenSpiel when it is importable, else the exact pure-Python one.
-* ``MixtureFigures``: a per-epoch callback scoring a trainer's ``deployable_mixture()`` as played.
+"""What the card games' exploitability harnesses share: replies read as the game parses them, the
+reach weights of a mixture of behaviour strategies (Kuhn's theorem), the backend choice, and a
+per-epoch callback scoring a trainer's ``deployable_mixture()`` as played.
 """
 
 from __future__ import annotations
@@ -29,14 +21,10 @@ BACKENDS = ("auto", "openspiel", "python")
 def reply_masses(engine, player: str | None, prompt_ids: Sequence[int], parse: Callable[[str], str | None],
                  legal: Collection[str], *, temperature: float = 1.0, max_tokens: int = 3,
                  threshold: float = 1e-4) -> tuple[dict[str, float], float, float]:
-    """``({legal word: probability}, invalid, unresolved)`` of ``player``'s reply (None = the base
-    model) after ``prompt_ids``, sampled at ``temperature`` (top-p 1) with ``max_tokens``.
-
-    Walks the tree of replies token by token, parsing each branch's text with ``parse`` (the game's
-    first-action parser: the first action word, legal or not, which later text cannot change). A
-    branch ends when it names a word (legal: its mass goes to the word; not legal: invalid), at an
-    end token or at the token limit (invalid). A branch below ``threshold`` is not followed; its
-    mass is ``unresolved`` (callers count it invalid: it may not be)."""
+    """``({legal word: probability}, invalid, unresolved)`` of ``player``'s reply (None: the base model)
+    after ``prompt_ids`` at ``temperature`` (top-p 1), from the tree of replies token by token: a
+    branch ends when ``parse`` names a word (an illegal one is invalid), at an end token or at
+    ``max_tokens`` (invalid). Branches below ``threshold`` are ``unresolved``."""
     tok = engine.tokenizer
     eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
     prompt = list(prompt_ids)
@@ -66,9 +54,8 @@ def reply_masses(engine, player: str | None, prompt_ids: Sequence[int], parse: C
 
 def read_sets(engine, player: str | None, sets: Mapping[str, tuple[str, Collection[str]]],
               parse: Callable[[str], str | None], **sampling) -> tuple[dict[str, tuple[dict, float]], float]:
-    """``reply_masses`` at each information set of ``sets`` (``{key: (prompt, legal words)}``):
-    ``{key: ({legal word: probability}, invalid and unread mass)}`` and the largest unread mass.
-    ``sampling``: ``temperature``, ``max_tokens``, ``threshold``."""
+    """:func:`reply_masses` at each of ``sets`` (``{key: (prompt, legal words)}``): ``{key: (words,
+    invalid + unread)}`` and the largest unread mass."""
     out, unresolved = {}, 0.0
     for key, (prompt, legal) in sets.items():
         words, invalid, lost = reply_masses(engine, player, engine.encode(prompt), parse, legal, **sampling)
@@ -88,8 +75,7 @@ def check_weights(n: int, weights: Sequence[float]) -> list[float]:
 
 
 def reach_weights(weights: Sequence[float], reaches: Sequence[float]) -> list[float]:
-    """The normalised weights of the players at one information set: weight x the player's own
-    probability of reaching it; where no player reaches it, the plain weights."""
+    """Players' normalised weights at one set: weight x own reach (unreached: the plain weights)."""
     r = [w * x for w, x in zip(weights, reaches)]
     if sum(r) <= 1e-15:
         r = list(weights)
@@ -111,13 +97,10 @@ def resolve_backend(backend: str) -> str:
 
 
 class MixtureFigures:
-    """A per-epoch callback: each player of ``trainer.deployable_mixture()`` read as played with
-    ``read(engine, player, temperature)`` -> ``(strategy, unresolved)`` (frozen players once), made
-    one strategy by ``mixture(strategies, weights)`` and scored by ``score(mix)`` -> ``{figure:
-    value}`` (``exploitability`` among them). Each epoch's row (``name``, ``seed``, the figures,
-    the largest unresolved mass, the mixture, the minutes since start) goes to ``rows`` and, as
-    one JSON line, to ``printer``; the trainer logs ``eval/exploitability_played`` and the other
-    figures under ``eval/``."""
+    """A per-epoch callback: the ``deployable_mixture()``'s players read by ``read(engine, player,
+    temperature) -> (strategy, unresolved)`` (frozen ones once), combined by ``mixture(strategies,
+    weights)``, scored by ``score(mix) -> {figure: value}`` and returned under ``eval/`` (``exploitability``
+    as ``eval/exploitability_played``); each epoch's row goes to ``rows`` and, as JSON, to ``printer``."""
 
     def __init__(self, read: Callable, mixture: Callable, score: Callable, *, name: str, seed: int,
                  printer: Callable[[str], None] | None = print):
@@ -131,7 +114,7 @@ class MixtureFigures:
         weights = trainer.deployable_mixture()
         strategies, unresolved = [], 0.0
         for pid in weights:
-            frozen = next(p for p in trainer.players if p["id"] == pid)["frozen"]
+            frozen = next(p for p in trainer.players if p.id == pid).frozen
             if pid not in self.cache or not frozen:
                 self.cache[pid] = self.read(trainer.engine, pid, trainer.run.grpo.temperature)
             strategies.append(self.cache[pid][0])

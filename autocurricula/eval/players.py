@@ -12,5 +12,5 @@ def main_agent(trainer) -> str:
     learners = [p for p in trainer.players if not is_scripted(p)]
     if not learners:
         raise ValueError("the league has no model player to evaluate; add a learner or pass player=")
-    return max(learners, key=lambda p: (not p["frozen"] and p.get("role") in ("main_agent", "main"),
-                                        trainer.elo.rating(p["id"])))["id"]
+    return max(learners, key=lambda p: (not p.frozen and p.role in ("main_agent", "main"),
+                                        trainer.elo.rating(p.id))).id

@@ -1,24 +1,10 @@
-"""Tic-tac-toe's strongest honest measure: the exact best response to a greedy policy.
+"""Tic-tac-toe's strongest honest measure: the exact best response to a greedy policy, which finds
+the forcing lines a minimax opponent picking uniformly among value-keeping moves rarely plays.
 
-A *policy* here is deterministic: ``fn(board, mark) -> move`` (a cell 1-9, or ``None`` for an
-unparseable reply), or a table ``{(board, mark): move}`` such as
-``greedy_table(engine, player)`` returns (greedy decoding is deterministic, so that
-table is the player's greedy policy). An illegal or missing move loses the game, as in play.
-
-``best_response(policy, "X")`` searches the whole game tree with the policy fixed on its side and
-every opponent move open, and returns the worst case for the policy: "win", "draw" or "loss",
-with a line of play the best response uses to get it.
-
-*Value-losing positions*: the positions where the policy is to move that are reachable when it
-plays its side by its own moves and the opponent plays *any* legal moves (as X and as O apart).
-A move there loses value when its perfect-play value is below the position's
-(``games.tictactoe.optimal_moves``): a drawn position thrown into a loss, or a won one into a
-draw or loss. Illegal moves count as value-losing. In an already lost position no move loses
-value. ``value_losing_share`` is the share of those positions, both sides pooled.
-
-Win rates against random and minimax (``games.tictactoe.evaluate_table``) stay useful, but a
-minimax opponent that picks uniformly among value-keeping moves rarely finds the forcing line
-that this search finds.
+A *policy* is deterministic: ``fn(board, mark) -> move`` (a cell 1-9, ``None``: unparseable) or a
+table ``{(board, mark): move}`` as ``greedy_table(engine, player)`` returns; an illegal or missing
+move loses, as in play. *Value-losing positions*: those the policy meets against any opponent where
+its move is illegal or below the position's perfect-play value (``games.tictactoe.optimal_moves``).
 """
 
 from __future__ import annotations
@@ -89,12 +75,8 @@ class BestResponse:
 
 
 def best_response(policy: Callable | Mapping, mark: str) -> BestResponse:
-    """Exact best response to a deterministic ``policy`` playing ``mark`` ("X" moves first).
-
-    The opponent's moves are searched exhaustively (minimising the policy's result; among equal
-    results the quickest end); the policy's own moves are read from it. Also lists the
-    value-losing positions (module docstring) on the policy's side.
-    """
+    """Exact best response to ``policy`` playing ``mark`` ("X" moves first): the policy's worst case
+    ("win", "draw", "loss"), the line that forces it, and its value-losing positions."""
     if mark not in ("X", "O"):
         raise ValueError(f"mark must be 'X' or 'O', got {mark!r}")
     move_of = policy_fn(policy)
@@ -142,9 +124,7 @@ def best_response(policy: Callable | Mapping, mark: str) -> BestResponse:
 
 
 def adversarial_figures(policy: Callable | Mapping) -> dict:
-    """Best-response figures of a policy as X and as O, JSON-ready: ``worst_case_as_x/o``
-    ("win"/"draw"/"loss"), ``loses_to_best_response_as_x/o`` (booleans),
-    ``best_response_line_as_x/o``, ``value_losing_share`` (both sides pooled) and per side."""
+    """JSON-ready :func:`best_response` figures as X and as O, ``value_losing_share`` pooled and per side."""
     out: dict = {}
     sides = {m: best_response(policy, m) for m in ("X", "O")}
     for m, br in sides.items():
@@ -160,11 +140,10 @@ def adversarial_figures(policy: Callable | Mapping) -> dict:
 
 def best_response_callback(player: str | Callable | None = None, *, prefix: str = "eval/",
                            max_tokens: int = 2) -> Callable:
-    """A ``train(..., callbacks=[...])`` callback: after every epoch, the greedy policy of
-    ``player`` (an id, ``fn(trainer) -> id``, or by default the trainable main agent with the
-    highest Elo) is read off the engine and met by its exact best response. Returns numeric
-    metrics: ``{prefix}loses_to_best_response_as_x/o`` (1.0 or 0.0), ``{prefix}worst_case_value_as_x/o``
-    (+1/0/-1) and ``{prefix}value_losing_share``."""
+    """A ``train(..., callbacks=[...])`` callback: each epoch, ``player``'s greedy policy (an id,
+    ``fn(trainer) -> id``, default the top-Elo trainable main agent) met by its exact best response.
+    Returns ``{prefix}loses_to_best_response_as_x/o`` (1/0), ``..._worst_case_value_as_x/o`` (+1/0/-1)
+    and ``..._value_losing_share``."""
 
     def callback(trainer) -> dict:
         pid = player(trainer) if callable(player) else player or main_agent(trainer)
@@ -182,11 +161,9 @@ def best_response_callback(player: str | Callable | None = None, *, prefix: str 
 
 
 class EpochEvaluator:
-    """A ``train(..., callbacks=[...])`` callback for tic-tac-toe leagues: after every epoch, the
-    greedy policy of the trainable main agent with the highest Elo is played against uniform random
-    and minimax (``games`` each, half as X), scored on all 4,520 reachable positions, and met by its
-    exact best response. Prints one JSON row per epoch, returns the figures as ``eval/*`` metrics,
-    and ``summary()`` gives the last epoch's figures for a final report."""
+    """A ``train(..., callbacks=[...])`` callback: each epoch, the top-Elo main agent's greedy policy
+    against random and minimax (``games`` each), over all reachable positions, and against its best
+    response; one JSON row printed per epoch, ``eval/*`` metrics, ``summary()`` for a final report."""
 
     SUMMARY_KEYS = ("vs_random", "vs_minimax_draw_or_win", "optimal_move_rate", "legal_move_rate", "win_now_rate",
                     "block_rate", "loses_to_best_response_as_x", "loses_to_best_response_as_o", "value_losing_share")

@@ -1,10 +1,8 @@
 """HTTP clients for :mod:`autocurricula.serve.server` (sync :class:`Client`, asyncio :class:`AsyncClient`).
 
-Both have the same methods; on :class:`AsyncClient` they are coroutines and the streaming ones
-return async iterators. Connection errors (refused, reset, or a kept-alive connection that the
-server closed as the request went out), 429 and 503 answers are retried with exponential backoff
-(at least the server's ``Retry-After``, at most ``max_backoff``);
-other errors raise a :class:`ServerError` subclass carrying the server's message::
+On :class:`AsyncClient` the methods are coroutines and the streaming ones async iterators.
+Connection errors, 429 and 503 are retried with exponential backoff (at least ``Retry-After``, at
+most ``max_backoff``); other errors raise a :class:`ServerError` subclass with the server's message::
 
     with Client("http://127.0.0.1:8000") as c:
         c.upload_adapter("alice", weights)

@@ -1,32 +1,15 @@
-"""Rollouts on Ray actors: the engine protocol over a cluster (``pip install autocurricula[ray]``).
-
-:class:`RayEngine` is a :class:`~autocurricula.fleet.fleet.Fleet` (placement, failover, re-sync: see
-there) over :class:`RayWorker` transports, one per Ray actor that owns an in-process
-:class:`~autocurricula.engine.Engine` of the same base model (loaded from the same path on its
-node). The trainer plays every game through it, exactly as through ``autocurricula serve``
-servers::
-
-    import ray
-    from autocurricula.fleet.cluster import RayEngine
+"""Rollouts on Ray actors (``pip install autocurricula[ray]``): :class:`RayEngine` is a
+:class:`~autocurricula.fleet.fleet.Fleet` over :class:`RayWorker` transports, one per actor owning an
+in-process :class:`~autocurricula.engine.Engine` of the same base model::
 
     ray.init()                                   # or ray.init(address="auto") on a cluster node
-    rollout = RayEngine("path/to/model", num_actors=4)
-    trainer.train("path/to/model", play, servers=rollout)
+    trainer.train("path/to/model", play, servers=RayEngine("path/to/model", num_actors=4))
 
-- Adapters travel through Ray's object store: one ``ray.put`` per version, fetched by each actor
-  that serves the player.
-- An actor that dies or does not answer within ``timeout`` is down: its requests go to another
-  (every game finishes, none is played twice). Ray restarts it (``max_restarts``); calls carry the
-  actor instance they are meant for, so a restarted actor refuses them until the poll has
-  re-checked it and re-installed its players.
-
-With ``RayEngine(..., learners=N)``, N learner actors (each an Engine and an
-:class:`~autocurricula.training.Updater`) own disjoint sets of players (sticky, least loaded
-first) and update them in parallel. Players are independent learners (per-player loss weights,
-clipping and optimizer state), so nothing is all-reduced and the result is the fused update's.
-Each step ships a player's adapter and optimizer state through the object store and back into
-the trainer's engine, so checkpoints, export and rollout sync work as in-process; a dead
-learner's share runs again on another (``stats["learner_retried"]``).
+Adapters travel through Ray's object store, one ``ray.put`` per version. Calls carry the actor
+instance they are meant for, so an actor Ray restarted refuses them until the poll has re-installed
+its players. With ``learners=N``, N learner actors own disjoint sets of players and update them in
+parallel: players are independent learners, so nothing is all-reduced and the result is the fused
+update's; adapters and optimizer state come back to the trainer's engine after each step.
 """
 
 from __future__ import annotations
@@ -200,20 +183,13 @@ class RayWorker:
 
 
 class RayEngine(Fleet):
-    """The rollout engine over Ray rollout actors (see the module docstring).
-
-    ``model``: the base model as a folder or Hub id every node can load (the same path on every
-    node, or a Hub id). ``num_actors``: rollout actors, each with its own Engine; ``num_cpus`` /
-    ``num_gpus`` and ``actor_options`` (any ``ray.remote`` option, e.g. ``resources``) place them.
-    ``engine_config``: an :class:`~autocurricula.engine.EngineConfig` (or its dict) for every
-    actor's engine. ``address``: passed to ``ray.init`` when Ray is not initialized yet (``"auto"``
-    joins the cluster this node belongs to; None starts a local one). ``max_restarts``: how often
-    Ray restarts a dead actor (-1: always). ``timeout``: seconds one request may take before its
-    actor counts as failed, and how long a request waits for an actor when all are down.
-    ``poll_s``: how often the actors' health is probed. ``base``: the trainer's base model as an
-    Engine or fingerprint dict to check now; otherwise it is checked at the first :meth:`sync_from`.
-    ``learners``: learner actors the trainer's updates run on (0: the trainer's own process);
-    ``learner_options``: their ``ray.remote`` options (default: ``num_cpus``, ``num_gpus``).
+    """The rollout engine over Ray actors (module docstring). ``model``: a folder or Hub id every node
+    can load. ``num_actors`` rollout actors, placed by ``num_cpus`` / ``num_gpus`` / ``actor_options``
+    (any ``ray.remote`` option), each built with ``engine_config``. ``address``: for ``ray.init`` if
+    Ray is not initialized. ``max_restarts``: Ray's (-1: always). ``timeout``: seconds before a request's
+    actor counts as failed, and the wait when all are down. ``poll_s``: health-probe period. ``base``:
+    an Engine or fingerprint to check now (else at the first :meth:`sync_from`). ``learners``: learner
+    actors for the updates (0: in process), with ``learner_options``.
     """
 
     group, key_name, request_prefix = "actors", "index", "ray"

@@ -1,27 +1,18 @@
 """One engine made of many workers of the same base model: placement, failover and adapter sync.
 
-:class:`Fleet` implements :class:`~autocurricula.engine.protocol.RolloutEngine` over workers that
-each serve the base model and hold some players' adapters. A worker is a small transport
-(:class:`Worker`: load, unload, complete, complete many, health, fingerprint); two exist, HTTP
-servers (:class:`~autocurricula.fleet.remote.RemoteEngine`) and Ray actors
-(:class:`~autocurricula.fleet.cluster.RayEngine`). Everything else is the fleet's, the same for both:
+:class:`Fleet` implements :class:`~autocurricula.engine.protocol.RolloutEngine` over :class:`Worker`
+transports (HTTP servers: :class:`~autocurricula.fleet.remote.RemoteEngine`; Ray actors:
+:class:`~autocurricula.fleet.cluster.RayEngine`), and owns what both share:
 
-- At connect, and each time a worker comes back, its base model must have the fingerprint the
-  fleet expects (config and weights); a mismatch raises
-  :class:`~autocurricula.engine.fingerprint.BaseModelMismatchError` before any request.
-- Players are placed on workers (:func:`~autocurricula.fleet.placement.pick_worker`): sticky per
-  player, a new player goes to the worker with the fewest players, and is installed there when it
-  is pushed. A worker that does not hold a player's current version gets it before the request; a
-  new version goes at once to the workers that hold the player, to the others at its first
-  request there.
-- A worker that fails (a transport raises :class:`WorkerDown`) is marked down; its requests are
-  sent again to another worker, counted in ``stats["retried"]``. A background poll brings it
-  back once healthy, its base model checked again and every adapter it held re-installed at the
-  current version, before it gets work. With every worker down, a request waits up to
-  ``timeout`` for one to return.
+- a worker's base model must match the expected fingerprint at connect and on every return
+  (:class:`~autocurricula.engine.fingerprint.BaseModelMismatchError` before any request);
+- placement (:func:`~autocurricula.fleet.placement.pick_worker`), and a player's current version
+  installed on a worker before it serves the player;
+- failover: a worker that raises :class:`WorkerDown` loses its requests to another
+  (``stats["retried"]``) until a background poll finds it healthy and re-installs its adapters.
 
-All worker calls run on one asyncio loop in a background thread; :meth:`Fleet.submit` returns a
-``concurrent.futures.Future`` like the in-process engine's.
+Worker calls run on one asyncio loop in a background thread; :meth:`Fleet.submit` returns a
+``concurrent.futures.Future``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Where a player's requests go among several workers (servers or Ray actors).
-
-:func:`pick_worker` is the placement policy of :class:`~autocurricula.fleet.fleet.Fleet` (so of
-:class:`~autocurricula.fleet.remote.RemoteEngine` and :class:`~autocurricula.fleet.cluster.RayEngine`): sticky
-per player (its adapter stays resident), a new player goes to the worker with the fewest players,
-ties broken by requests in flight.
+"""The placement policy of :class:`~autocurricula.fleet.fleet.Fleet`: sticky per player (its adapter
+stays resident); a new player goes to the worker with the fewest players, then fewest requests in flight.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
-"""An engine made of ``autocurricula serve`` servers: rollouts over HTTP, adapters pushed to them.
-
-:class:`RemoteEngine` is a :class:`~autocurricula.fleet.fleet.Fleet` (placement, failover, re-sync:
-see there) over :class:`HttpWorker` transports, one per server of the same base model::
+"""An engine made of ``autocurricula serve`` servers: :class:`RemoteEngine` is a
+:class:`~autocurricula.fleet.fleet.Fleet` over :class:`HttpWorker` transports, one per server::
 
     remote = RemoteEngine(["http://127.0.0.1:8000", "http://127.0.0.1:8001"], base="path/to/model")
     remote.load_adapter("alice", weights, version=3)     # pushed to every server holding alice
     c = remote.submit("Once upon", "alice", SamplingParams(max_tokens=16)).result()
-    c.token_ids, c.logprobs, c.adapter_version             # from the server, never re-tokenized
 
-- At connect, each server's base model must have the fingerprint of ``base`` (config and
-  weights, :mod:`autocurricula.engine.fingerprint`); a mismatch raises
-  :class:`~autocurricula.engine.fingerprint.BaseModelMismatchError` before any request.
-- Adapters travel as binary safetensors with their version. A server may already hold a player's
-  name at a newer version, left from an earlier run (its versions of a name only grow).
-  ``known_players="adopt"`` (the default) uploads it anyway and serves it under an offset: the
-  server counts on from its own number, and every completion reports the trainer's version.
-  ``known_players="refuse"`` raises :class:`PlayerVersionConflict`, which says how to reset it.
-- A server that cannot be reached, answers 503 or times out is down: its requests go to the
-  other servers (``stats["retried"]``) and the poll brings it back once it answers.
+Adapters travel as safetensors with their version. A server's versions of a name only grow, so it
+may hold a player at a newer version from another run: ``known_players="adopt"`` (default) serves
+the upload under an offset, completions reporting the trainer's version; ``"refuse"`` raises
+:class:`PlayerVersionConflict`. A server unreachable, timing out or answering 503 is down.
 """
 
 from __future__ import annotations
@@ -47,12 +38,9 @@ class PlayerVersionConflict(RuntimeError):
 
 
 class HttpWorker:
-    """The :class:`~autocurricula.fleet.fleet.Worker` transport of one ``autocurricula serve`` server.
-
-    ``client`` carries generation and uploads (``timeout``: a request's limit before the server
-    counts as failed); ``probe`` carries health and fingerprint with a short timeout.
-    ``known_players``: what to do when the server holds a player's name at a newer version than
-    the trainer's (``"adopt"`` or ``"refuse"``, see the module docstring)."""
+    """The :class:`~autocurricula.fleet.fleet.Worker` transport of one server: ``client`` for generation
+    and uploads (``timeout`` before the server counts as failed), ``probe`` for health and fingerprint
+    with a short timeout; ``known_players`` as in the module docstring."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 600.0, known_players: str = "adopt"):
         self.known_players = _known_players(known_players)
@@ -159,15 +147,12 @@ class HttpWorker:
 
 
 class RemoteEngine(Fleet):
-    """The rollout engine over ``autocurricula serve`` servers (see the module docstring).
-
-    ``servers``: one URL or a list. ``base``: the trainer's base model, as a model folder / Hub
-    id or a loaded :class:`~autocurricula.engine.Engine`; it gives the tokenizer and the
-    fingerprint every server must match (or pass ``tokenizer`` and ``fingerprint``, or
-    ``check_base=False``). ``api_key``: sent to every server. ``known_players``: ``"adopt"`` or
-    ``"refuse"`` a player name that a server holds at a newer version (see the module docstring). ``timeout``: seconds one request may
-    take before its server counts as failed, and how long a request waits for a server to come
-    back when all are down. ``poll_s``: how often the servers' health is probed.
+    """The rollout engine over ``autocurricula serve`` servers (module docstring). ``servers``: a URL or
+    a list. ``base``: a model folder, Hub id or :class:`~autocurricula.engine.Engine` giving the
+    tokenizer and the fingerprint every server must match (or pass ``tokenizer`` and ``fingerprint``,
+    or ``check_base=False``). ``api_key``: sent to every server. ``known_players``: "adopt" or "refuse".
+    ``timeout``: seconds before a request's server counts as failed, and the wait when all are down.
+    ``poll_s``: health-probe period.
     """
 
     group, key_name, request_prefix = "servers", "url", "remote"

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
@@ -189,11 +190,11 @@ def save_checkpoint(run, tag: int, state: dict, settings: dict) -> Path:
         for p in run.pool.players:
             if is_scripted(p):
                 continue
-            export_peft(run.engine.adapter_weights(p["id"]), tmp / "adapters" / p["id"], run.model_name,
+            export_peft(run.engine.adapter_weights(p.id), tmp / "adapters" / p.id, run.model_name,
                         use_rslora=run.lora.use_rslora)
-            opt = run.updater.optim.get(p["id"])
+            opt = run.updater.optim.get(p.id)
             if opt is not None:
-                opt.save(tmp / "optimizer" / p["id"])
+                opt.save(tmp / "optimizer" / p.id)
         _write_json(tmp / "players.json", run.pool.registry())
         _write_json(tmp / "state.json", state)
         _write_json(tmp / "rng.json", {"numpy": run.rng.bit_generator.state})
@@ -248,10 +249,10 @@ def _load(run, path: Path, policies: dict | None, opponents: list[dict] | None) 
     for p in run.pool.players:
         if is_scripted(p):
             continue
-        run.engine.load_adapter(p["id"], import_peft(path / "adapters" / p["id"]), version=p.get("version"))
-        opt = path / "optimizer" / p["id"]
+        run.engine.load_adapter(p.id, import_peft(path / "adapters" / p.id), version=p.version)
+        opt = path / "optimizer" / p.id
         if opt.is_dir():
-            run.updater.optim[p["id"]] = AdamWState.load(opt)
+            run.updater.optim[p.id] = AdamWState.load(opt)
     state = json.loads((path / "state.json").read_text())
     rng = json.loads((path / "rng.json").read_text())
     run.rng.bit_generator.state = rng["numpy"]  # any other entry (e.g. "python") is ignored
@@ -278,7 +279,7 @@ def resume(run, resume_from_checkpoint, load_state: Callable[[dict], None], poli
         clear_run_files(output_dir)
         return None
     opponents = opponents or []
-    scripted = {o["id"]: o["policy"] for o in opponents if isinstance(o, dict) and "id" in o
+    scripted = {o["id"]: o["policy"] for o in opponents if isinstance(o, Mapping) and "id" in o
                 and is_scripted(o)}  # the constructor's opponents bring their callables back
     load_checkpoint(run, path, load_state, {**scripted, **(policies or {})}, opponents)
     return path

@@ -5,6 +5,7 @@ of its advantages, the staleness filter, and the rules that stop a run whose gam
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autocurricula.arena.game import FLOAT32_MAX
-from autocurricula.records import Deal, GameRecord, Turn
+from autocurricula.records import Deal, GameRecord, Player, Turn
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,13 @@ class ErrorGate:
                     failed[0].error)
 
 
+def seated(player, seat: int):
+    """What a game gets for ``player`` at ``seat``: a copy of it as the round starts (its version then)
+    with ``seat`` set; a :class:`Player` stays one (of its own class), a dict a custom ``match`` built
+    stays a dict."""
+    return dataclasses.replace(player, seat=seat) if isinstance(player, Player) else dict(player, seat=seat)
+
+
 def match_games(tuples, play, game_name: str, epoch: int, rnd: int, repeat: int, log_calls: bool) -> list[tuple]:
     """The arena's games for match()'s ``tuples``, each played ``repeat`` times (ids
     ``e{epoch}-r{round}-m{match}-{k}``); ``log_calls`` keeps every call (for credit that replays).
@@ -96,7 +104,7 @@ def match_games(tuples, play, game_name: str, epoch: int, rnd: int, repeat: int,
     games = []
     for mi, tup in enumerate(tuples):
         for k in range(repeat):
-            seats = [dict(p, seat=i) for i, p in enumerate(tup)]
+            seats = [seated(p, i) for i, p in enumerate(tup)]
             deal = f"e{epoch}-r{rnd}-d{tup.key}-{k}" if isinstance(tup, Deal) else None
             record = GameRecord(f"e{epoch}-r{rnd}-m{mi}-{k}", seats, calls=[] if log_calls else None, deal=deal)
             games.append((play, seats, record, game_name))

@@ -44,7 +44,7 @@ class Run:
     callbacks: list
 
     def frozen_ids(self) -> set[str]:
-        return {p["id"] for p in self.pool.players if p["frozen"]}
+        return {p.id for p in self.pool.players if p.frozen}
 
     def overlaps(self) -> bool:
         """Whether the next round's games can play while this round updates: only when they run

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from autocurricula.loop.rating import (Elo, Payoff, RelativePayoff, bradley_terry_bootstrap, format_leaderboard,
                                   leaderboard_rows, meta_weights)
-from autocurricula.records import GameRecord, is_scripted
+from autocurricula.records import GameRecord, Player, is_scripted
 
 HISTORY = "match_history.jsonl"
 
@@ -72,7 +72,7 @@ class Standings:
                 fh.write(json.dumps(row if r.deal is None else {**row, "deal": r.deal}) + "\n")
         self.relative.update_games(games, frozen)  # a duplicate pair is one sample
 
-    def leaderboard(self, players: list[dict], meta: list[dict] | None = None,
+    def leaderboard(self, players: list[Player], meta: list[Player] | None = None,
                     deploy: dict[str, float] | None = None) -> Leaderboard:
         """Elo with Bradley-Terry intervals and each player's weight in two meta-strategies of the
         relative payoffs (:meth:`meta_strategy`): over the players with an adapter (``deploy``) and
@@ -82,9 +82,9 @@ class Standings:
         if self.bt_records and self.settings.bt_bootstrap:
             bt = bradley_terry_bootstrap(self.bt_records, rounds=self.settings.bt_bootstrap, seed=self.seed)
         meta = players if meta is None else meta
-        nash = self.meta_strategy([p["id"] for p in meta])  # the league's meta-strategy
+        nash = self.meta_strategy([p.id for p in meta])  # the league's meta-strategy
         if deploy is None:
-            deploy = self.meta_strategy([p["id"] for p in meta if not is_scripted(p)])
+            deploy = self.meta_strategy([p.id for p in meta if not is_scripted(p)])
         return Leaderboard(leaderboard_rows(players, self.elo, bt, nash=nash, deploy=deploy))
 
     def meta_strategy(self, ids: list[str]) -> dict[str, float]:

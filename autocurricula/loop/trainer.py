@@ -14,8 +14,9 @@ and started as soon as round r's end, by the adapters from before round r's upda
 
 Subclasses override ``entry(self)`` and ``match(self)`` (and optionally ``play`` and
 ``on_round_end``), reading ``self.players``, ``self.current_epoch``, ``self.current_round`` and
-``self.rng``. Player specs are plain dicts; :func:`autocurricula.loop.pool.snapshot_spec` makes the
-spec of a frozen copy. What ``train`` builds is one typed :class:`~autocurricula.loop.run.Run`.
+``self.rng``. Player specs are plain dicts; the pool makes each a :class:`~autocurricula.records.Player`
+(``player_class``), and :func:`autocurricula.loop.pool.snapshot_spec` makes the spec of a frozen copy.
+What ``train`` builds is one typed :class:`~autocurricula.loop.run.Run`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from autocurricula.credit import make_credit
 from autocurricula.engine import RolloutEngine
 from autocurricula.arena.game import Game, Stateful, as_play, game_name
 from autocurricula.loop.pool import Pool
-from autocurricula.records import Deal, GameRecord, Turn, is_scripted
+from autocurricula.records import Deal, GameRecord, Player, Turn, is_scripted
 from autocurricula.arena.replay import Replayer
 from autocurricula.loop.rounds import (ErrorGate, GameError, Played, SilenceWatch, check_advantages, drop_stale, fresh_turns,
                                   match_games, rewarded_turns, rollout_metrics, silent_learners, update_metrics)
@@ -63,11 +64,14 @@ class AutocurriculumTrainer:
     """Base trainer: override :meth:`entry` and :meth:`match` (see module docstring)."""
 
     config_class = AutocurriculumConfig
+    # what the pool makes of each spec: a ``@dataclass`` subclass of Player declares more fields
+    player_class: type[Player] = Player
 
     def __init__(self, ac_config: AutocurriculumConfig | None = None, opponents: list[dict] | None = None,
                  **overrides):
         # ``opponents``: fixed (e.g. scripted) player dicts that the built-in leagues add to their pool
         self.opponents = list(opponents or [])
+        Player.check_class(self.player_class)  # a subclass's fields must be declared, before any run
         config = ac_config if ac_config is not None else self.config_class()
         self.config = replace(config, **overrides) if overrides else config
         self.current_epoch = self.current_round = self.step = 0
@@ -78,7 +82,7 @@ class AutocurriculumTrainer:
 
     # ------------------------------------------------------------------ the user's API
     @property
-    def players(self) -> list[dict]:
+    def players(self) -> list[Player]:
         return list(self.run.pool.players) if self.run is not None else []
 
     # the run's parts that league rules, evaluators and users read
@@ -128,21 +132,21 @@ class AutocurriculumTrainer:
         may set it per role."""
         return self.run.grpo.learning_rate
 
-    def random_seats(self, player: dict, opponent: dict) -> tuple[dict, dict]:
+    def random_seats(self, player: Player, opponent: Player) -> tuple[Player, Player]:
         """``(player, opponent)`` or ``(opponent, player)``, by a fair coin from ``self.rng``."""
         return (player, opponent) if self.rng.random() < 0.5 else (opponent, player)
 
-    def mirrored(self, player: dict, opponent: dict, key: str) -> list[Deal]:
+    def mirrored(self, player: Player, opponent: Player, key: str) -> list[Deal]:
         """A duplicate pair: ``player`` against ``opponent`` in both seat orders on one deal, so that
         what the deal hands one seat, each of them holds once (``key`` names the deal in the round)."""
         return [Deal((player, opponent), key), Deal((opponent, player), key)]
 
-    def meta_opponent(self, candidates: list[dict]) -> dict:
+    def meta_opponent(self, candidates: list[Player]) -> Player:
         """One of ``candidates``, drawn by its weight in the meta-strategy over them (the standings'
         relative payoffs at their lower confidence bounds): the opponent of a best response to the
         mixture, as PSRO trains one."""
-        weights = self.standings.meta_strategy([c["id"] for c in candidates])
-        p = np.array([weights[c["id"]] for c in candidates], dtype=np.float64)
+        weights = self.standings.meta_strategy([c.id for c in candidates])
+        p = np.array([weights[c.id] for c in candidates], dtype=np.float64)
         return candidates[int(self.rng.choice(len(candidates), p=p / p.sum()))]
 
     @property
@@ -317,7 +321,7 @@ class AutocurriculumTrainer:
                          frozen=self.run.frozen_ids())
         for cb in self.run.callbacks:
             cb.on_games(self, records)
-        return {f"rating/elo/{p['id']}": standings.elo.rating(p["id"]) for p in self.players}
+        return {f"rating/elo/{p.id}": standings.elo.rating(p.id) for p in self.players}
 
     def _credit(self, turns: list[Turn], records: list[GameRecord]) -> tuple[list[Turn], dict]:
         """Advantages for every turn, plus the credit method's extra turns for the learners. A method
@@ -344,8 +348,8 @@ class AutocurriculumTrainer:
         if not turns:
             return {}
         run = self.run
-        versions = {p["id"]: run.engine.adapter_info(p["id"])["version"] for p in self.players
-                    if not p["frozen"] and not is_scripted(p)} if self.config.max_staleness else {}
+        versions = {p.id: run.engine.adapter_info(p.id)["version"] for p in self.players
+                    if not p.frozen and not is_scripted(p)} if self.config.max_staleness else {}
         turns, stale = fresh_turns(turns, versions, self.config.max_staleness)
         if not turns:
             return stale
@@ -388,7 +392,8 @@ class AutocurriculumTrainer:
         Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
         shown = [Progress()] if cfg.progress else []
         run = Run(config=cfg, grpo=grpo, lora=lora, model_name=model_name, engine=engine, rollout=rollout,
-                  plays_elsewhere=elsewhere, game=play, game_name=name, pool=Pool(engine, lora, self.rng),
+                  plays_elsewhere=elsewhere, game=play, game_name=name,
+                  pool=Pool(engine, lora, self.rng, self.player_class),
                   updater=updater, standings=standings, credit=credit, rng=self.rng, arena=arena,
                   callbacks=[*callback_list(callbacks), *shown, Plots(), Transcripts(), MetricsFile()])
         self.run = run
@@ -449,17 +454,17 @@ class AutocurriculumTrainer:
     def load_extra_state(self, state: dict) -> None:
         pass
 
-    def reset_player(self, player: dict) -> None:
+    def reset_player(self, player: Player) -> None:
         """Back to the base model; its optimizer state is dropped."""
         self.run.pool.reset(player)
-        self.run.updater.optim.pop(player["id"], None)
+        self.run.updater.optim.pop(player.id, None)
 
     def export(self, player_id: str, folder: str | Path, format: str = "peft") -> Path:
         """Write a trained player's adapter: ``"peft"`` (``PeftModel.from_pretrained``) or ``"mlx"``
         (``mlx_lm.load(base, adapter_path=folder)``). Returns the folder."""
         return export_player(self.run, player_id, folder, format)
 
-    def meta_population(self) -> list[dict]:
+    def meta_population(self) -> list[Player]:
         """The players of the league's meta-game, whose mixture the leaderboard and
         :meth:`deployable_mixture` give: every player; a league may narrow it (PSRO: its frozen population)."""
         return self.players
@@ -469,7 +474,7 @@ class AutocurriculumTrainer:
         league's meta-strategy among them (relative payoffs, each entry at its lower confidence
         bound; :meth:`~autocurricula.loop.standings.Standings.meta_strategy`). Draw one adapter per game
         by these weights. Players with weight 0 are left out."""
-        weights = self.standings.meta_strategy([p["id"] for p in self.meta_population() if not is_scripted(p)])
+        weights = self.standings.meta_strategy([p.id for p in self.meta_population() if not is_scripted(p)])
         return {pid: w for pid, w in weights.items() if w > 0}
 
     def export_mixture(self, folder: str | Path, format: str = "peft") -> Path:

@@ -69,8 +69,9 @@ def _targets(paths: list[str]) -> list[str]:
 
 
 def peft_config(weights: AdapterWeights, base_model_name_or_path: str, use_rslora: bool = False,
-                num_model_layers: int | None = None) -> dict:
-    """The ``adapter_config.json`` content for ``weights``."""
+                num_model_layers: int | None = None, fan_in_fan_out: bool = False) -> dict:
+    """The ``adapter_config.json`` content for ``weights``. ``fan_in_fan_out``: the adapted layers
+    store their weight as (in, out), as GPT-2's ``Conv1D`` does (peft warns and sets it otherwise)."""
     ranks = {a.shape[1] for a, _ in weights.modules.values()}
     if len(ranks) != 1:
         raise AdapterError(f"modules have different ranks {sorted(ranks)}; peft export needs one rank")
@@ -83,7 +84,7 @@ def peft_config(weights: AdapterWeights, base_model_name_or_path: str, use_rslor
             targets = sorted(weights.modules)
     cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": str(base_model_name_or_path),
            "r": r, "lora_alpha": alpha, "lora_dropout": 0.0, "target_modules": targets, "bias": "none",
-           "fan_in_fan_out": False, "use_rslora": use_rslora, "use_dora": False, "modules_to_save": None,
+           "fan_in_fan_out": fan_in_fan_out, "use_rslora": use_rslora, "use_dora": False, "modules_to_save": None,
            "init_lora_weights": True, "inference_mode": True, "rank_pattern": {}, "alpha_pattern": {}}
     try:  # let peft fill in the fields of the installed version, so it loads without warnings
         from peft import LoraConfig  # peft: optional (extra hf), and it imports torch
@@ -107,14 +108,24 @@ def export_peft(weights: AdapterWeights, folder: str | Path, base_model_name_or_
     ``num_model_layers`` lets short target names be used only when every block is adapted; it is
     read from the base model's ``config.json`` when that is a local folder. ``model_type`` (e.g.
     ``"gpt2"``) picks transformers' module names; it is read from the base model's ``config.json``
-    (a local folder or the Hugging Face cache) when not given.
+    (a local folder or the Hugging Face cache) when not given. Modules peft would not place where
+    the engine has them (:func:`autocurricula.engine.module_names.peft_conflicts`: an MoE router
+    transformers does not build as a Linear, a name peft reads as fused routed experts) raise
+    ``AdapterError`` naming them.
     """
     folder = Path(folder)
     if num_model_layers is None and (Path(base_model_name_or_path) / "config.json").is_file():
         num_model_layers = model_num_layers(base_model_name_or_path)
     model_type = model_type or module_names.base_model_type(base_model_name_or_path)
+    conflicts = module_names.peft_conflicts(weights.modules, model_type)
+    if conflicts:  # LoraSpec.resolve refuses these before training; an adapter from elsewhere may still hold them
+        bad = sorted(conflicts)
+        raise AdapterError(f"peft would not place the LoRA of {len(bad)} modules of this {model_type} adapter where "
+                           f"the engine has it: {bad[:4]}{' ...' if len(bad) > 4 else ''} ({conflicts[bad[0]]}); "
+                           "export it with format='mlx', or train without them (LoraSpec target_modules)")
     weights = renamed(weights, lambda p: module_names.hf_module_path(p, model_type))
-    cfg = peft_config(weights, base_model_name_or_path, use_rslora, num_model_layers)
+    cfg = peft_config(weights, base_model_name_or_path, use_rslora, num_model_layers,
+                      fan_in_fan_out=model_type in module_names.CONV1D_FAMILIES)
     tmp = _atomic_folder(folder)
     try:
         tensors = {}
@@ -159,7 +170,10 @@ def export_mlx(weights: AdapterWeights, folder: str | Path, num_model_layers: in
 
     mlx-lm adapts the last N blocks, so the folder needs the base model's block count: pass
     ``base_model`` (a local model folder), ``num_model_layers``, or neither when the adapter covers
-    the model's last block (then the highest adapted block is taken as the last)."""
+    the model's last block (then the highest adapted block is taken as the last). N runs from the
+    first adapted block to the last block, and modules outside the blocks are named by their full
+    path (:func:`~autocurricula.engine.adapters.write_mlx_folder`), so any adapter the engine
+    trains exports."""
     if num_model_layers is None:
         if base_model is not None:
             num_model_layers = model_num_layers(base_model)
@@ -201,7 +215,7 @@ def export_player(run, player_id: str, folder, format: str = "peft") -> Path:
     adapter folder (``trainer.export``)."""
     if format not in ("peft", "mlx"):
         raise ValueError(f"format must be 'peft' or 'mlx', got {format!r}")
-    player = next((p for p in run.pool.players if p["id"] == player_id), None)
+    player = next((p for p in run.pool.players if p.id == player_id), None)
     if player is None:
         raise KeyError(f"no player {player_id!r} in the pool")
     if is_scripted(player):

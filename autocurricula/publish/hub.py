@@ -93,20 +93,38 @@ def check_model_source(model, *, fetch: bool = False) -> str:
 def fetch_model(repo_id: str) -> Path:
     """The local folder of Hub model ``repo_id``, downloaded (or found in the cache) as ``mlx_lm.load``
     does; a :class:`ModelNotFoundError` without the download's traceback when it cannot be had."""
-    # huggingface_hub (extra hub) and mlx_lm (it imports transformers): only when a model is fetched
-    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+    # mlx_lm (it imports transformers) and huggingface_hub (extra hub): only when a model is fetched
     from mlx_lm.utils import _download  # the very download of mlx_lm.load, so the engine finds it cached
 
     try:
         return Path(_download(repo_id))
     except Exception as exc:  # noqa: BLE001 - no network, no such repo, gated: one message either way
-        reason = hub_failure_cause(exc)
-        if isinstance(exc, LocalEntryNotFoundError):  # offline and not in the cache
-            reason = "the Hub cannot be reached and the model is not in the Hugging Face cache"
-        elif isinstance(exc, (RepositoryNotFoundError, GatedRepoError)):
-            reason = f"no such model on the Hub, or it needs a login: check the id, or log in with {LOGIN}"
-        raise ModelNotFoundError(f"model {repo_id!r} cannot be fetched from the Hugging Face Hub: {reason}. "
-                                 f"Offline, pass {OFFLINE}") from None
+        raise fetch_failure(repo_id, exc) from None
+
+
+def fetch_failure(repo_id: str, exc: BaseException) -> ModelNotFoundError:
+    """The :class:`ModelNotFoundError` for a download of Hub model ``repo_id`` that failed with
+    ``exc``: the id, why (offline mode, no network, no such repo or a login needed) and the options."""
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    reason = hub_failure_cause(exc)
+    if isinstance(exc, LocalEntryNotFoundError) and _offline_mode():  # asked not to reach the Hub
+        reason = ("offline mode is on (HF_HUB_OFFLINE=1) and the model is not in the Hugging Face cache; "
+                  "with a network, set HF_HUB_OFFLINE=0 to download it")
+    elif isinstance(exc, LocalEntryNotFoundError):  # offline and not in the cache
+        reason = "the Hub cannot be reached and the model is not in the Hugging Face cache"
+    elif isinstance(exc, (RepositoryNotFoundError, GatedRepoError)):
+        reason = f"no such model on the Hub, or it needs a login: check the id, or log in with {LOGIN}"
+    return ModelNotFoundError(f"model {repo_id!r} cannot be fetched from the Hugging Face Hub: {reason}. "
+                              f"Offline, pass {OFFLINE}")
+
+
+def _offline_mode() -> bool:
+    """huggingface_hub's offline mode (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE, as it read them)."""
+    from huggingface_hub import constants  # huggingface_hub: optional (extra hub)
+
+    is_offline = getattr(constants, "is_offline_mode", None)
+    return bool(is_offline() if callable(is_offline) else getattr(constants, "HF_HUB_OFFLINE", False))
 
 
 _CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)/snapshots/[^/]+/?$")
@@ -210,7 +228,7 @@ def league_card(run, leaderboard, mixture: dict, settings: dict, trainer_name: s
     (Nash over every player), payoff matrix, lineage and the run's ``settings``."""
     rows = leaderboard.rows
     players = run.pool.players
-    ids = [p["id"] for p in players]
+    ids = [p.id for p in players]
     matrix = run.standings.payoff.matrix(ids)
     base = hub_base_model(run.model_name)
     lines = ["---", "library_name: peft"] + ([f"base_model: {base}"] if base else [])
@@ -250,8 +268,7 @@ def league_card(run, leaderboard, mixture: dict, settings: dict, trainer_name: s
               "|---" * (len(ids) + 1) + "|"]
     lines += [f"| {a} | " + " | ".join(f"{v:.2f}" for v in row) + " |" for a, row in zip(ids, matrix)]
     lines += ["", "## Lineage", ""]
-    lines += [f"- `{p['id']}` ← `{p.get('parent') or 'base'}`" + (" (frozen)" if p.get("frozen") else "")
-              for p in players]
+    lines += [f"- `{p.id}` ← `{p.parent or 'base'}`" + (" (frozen)" if p.frozen else "") for p in players]
     lines += ["", "## Config", "", "```json", json.dumps(settings, indent=1), "```", ""]
     return "\n".join(lines)
 
@@ -271,10 +288,10 @@ def push_league(run, repo_id: str, leaderboard, card: str, mixture: dict, *, pri
         for p in run.pool.players:
             if is_scripted(p):
                 continue
-            row = elo.get(p["id"], {})
-            player_card = model_card(p["id"], base, role=p.get("role"), parent=p.get("parent") or "base",
-                                     elo=row.get("elo"), games=row.get("games"), epoch=p.get("epoch"))
-            export_peft(run.engine.adapter_weights(p["id"]), stage / p["id"], base or run.model_name,
+            row = elo.get(p.id, {})
+            player_card = model_card(p.id, base, role=p.role, parent=p.parent or "base",
+                                     elo=row.get("elo"), games=row.get("games"), epoch=p.epoch)
+            export_peft(run.engine.adapter_weights(p.id), stage / p.id, base or run.model_name,
                         use_rslora=run.lora.use_rslora, readme=player_card)
         (stage / "README.md").write_text(card)
         (stage / "mixture.json").write_text(json.dumps({"weights": mixture,

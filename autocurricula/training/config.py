@@ -14,7 +14,6 @@ refused with an error."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 
 from autocurricula.engine.adapters import LoraSpec
@@ -171,7 +170,12 @@ def coerce_grpo_config(cfg) -> GRPOConfig:
 
 
 def coerce_lora_spec(cfg) -> LoraSpec:
-    """``LoraSpec`` from ``None``, a ``LoraSpec``, a ``peft.LoraConfig`` or a dict with its names."""
+    """``LoraSpec`` from ``None``, a ``LoraSpec``, a ``peft.LoraConfig`` or a dict with its names.
+
+    Without ``target_modules`` (``None``, the default, as in peft) the targets are the model
+    family's defaults, resolved against the model once it is loaded (``LoraSpec.resolve`` with its
+    ``model_type``: ``c_attn`` for GPT-2, ``query_key_value`` for GPT-NeoX, ``qkv_proj`` for Phi-3,
+    ``q_proj``/``v_proj`` for Llama-like families); given ``target_modules`` always win."""
     if cfg is None:
         return LoraSpec()
     if isinstance(cfg, LoraSpec):

@@ -188,7 +188,7 @@ class Updater:
                 "fresh": mx.array([[r.fresh] for r in batch])}
 
     def _step(self, turns: list[Turn], lr: dict, skip: set) -> tuple[dict, dict]:
-        cfg, engine = self.config, self.engine
+        engine = self.engine
         turns = [t for t in turns if t.player not in skip]
         names = sorted({t.player for t in turns})
         weights = {}

@@ -79,7 +79,7 @@ class Plots(TrainerCallback):
         out = Path(trainer.config.output_dir)
         try:
             plot_elo(trainer.standings.elo.history, out / "elo.png")
-            ids = [p["id"] for p in trainer.players]
+            ids = [p.id for p in trainer.players]
             plot_payoff(ids, trainer.standings.payoff.matrix(ids), out / "payoff.png")
         except Exception as exc:  # noqa: BLE001 - a plot must never end training
             log.warning("plotting failed: %s", exc)
