@@ -112,7 +112,7 @@ def test_elo_series_come_from_the_metrics(run, client):
         logged = [(m["step"], m[f"rating/elo/{pid}"]) for m in metrics if f"rating/elo/{pid}" in m]
         assert [tuple(x) for x in points] == logged
     first = t.players[0]["id"]  # in the league from the first round to the last
-    assert len(series[first]) == 4 and series[first][-1][1] == pytest.approx(t.elo.rating(first))
+    assert len(series[first]) == 4 and series[first][-1][1] == pytest.approx(t.standings.elo.rating(first))
     elo = client.get("/api/elo").json()
     assert elo["roles"] == {p["id"]: p["role"] for p in t.players}
     assert set(elo["current"]) == {p["id"] for p in t.players if not p["frozen"] and "policy" not in p}
@@ -137,7 +137,7 @@ def test_payoff_is_the_trainers_win_rates(run, client):
     # ordered by role (in order of entry), then Elo, best first
     roles = list(dict.fromkeys(p["role"] for p in t.players))
     assert p["roles"] == [next(q["role"] for q in t.players if q["id"] == i) for i in ids]
-    keys = [(roles.index(r), -t.elo.rating(i)) for i, r in zip(ids, p["roles"])]
+    keys = [(roles.index(r), -t.standings.elo.rating(i)) for i, r in zip(ids, p["roles"])]
     assert keys == sorted(keys)
 
 

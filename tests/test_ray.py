@@ -68,8 +68,8 @@ def test_a_killed_rollout_actor_loses_no_game_and_comes_back(local_ray, tiny_mod
         assert len(history) == 3 * 6
         assert len({g["game_id"] for g in history}) == len(history)
         rated = [g for g in history if len(set(g["players"])) > 1]
-        assert trainer.elo.updates == len(rated)
-        assert sum(trainer.elo.games.values()) == 2 * len(rated)
+        assert trainer.standings.elo.updates == len(rated)
+        assert sum(trainer.standings.elo.games.values()) == 2 * len(rated)
         retried = [m.get("rollout/retried") for m in metrics if "rollout/games" in m]
         assert retried[0] == 0 and retried[1] > 0  # the killed actor's in-flight requests, sent elsewhere
         assert rollout.stats["failed"] == 0

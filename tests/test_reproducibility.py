@@ -157,7 +157,7 @@ cfg = LeagueConfig(game_name="kuhn_poker", epochs=3, rounds=2,
                    save_total_limit=None, progress=False)
 t = LeagueTrainer(cfg)
 t.train(model, play, resume_from_checkpoint=resume or None, callbacks=[Recorded()])
-final = {"players": t.pool.registry(), "elo": t.elo.ratings,
+final = {"players": t.pool.registry(), "elo": t.standings.elo.ratings,
          "history": open(out + "/match_history.jsonl").read(),
          "weights": {p["id"]: of(t.engine.adapter_weights(p["id"]).modules) for p in t.players if "policy" not in p},
          "moments": {n: [s.step, of(s.moments)] for n, s in t.run.updater.optim.items()}}

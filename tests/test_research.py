@@ -911,7 +911,7 @@ def test_league_config_elsewhere_scores_the_main_agent_and_its_snapshots():
                Player(id="main_exploiter-0", role="main_exploiter", frozen=False),
                Player(id="main_exploiter-1", role="main_exploiter", frozen=True, snapshot_of="main_exploiter-0")]
     elo = SimpleNamespace(rating=lambda pid: 1000.0)
-    trainer = SimpleNamespace(players=players, elo=elo, engine=None,
+    trainer = SimpleNamespace(players=players, standings=SimpleNamespace(elo=elo), engine=None,
                               run=SimpleNamespace(grpo=SimpleNamespace(temperature=1.0)), current_epoch=3)
     value = {"main_agent-0": 0.5, "main_agent-1": 0.1, "main_agent-2": 0.3, "main_exploiter-1": 9.0}
     reads = []
@@ -961,7 +961,7 @@ def test_population_nash_finds_the_equilibrium_member_and_reads_frozen_players_o
                Player(id="main_exploiter-0", role="main_exploiter", frozen=False),
                Player(id="random", role="random", frozen=True, policy=lambda *a: "bet")]
     trainer = SimpleNamespace(players=players, engine=None, run=SimpleNamespace(grpo=SimpleNamespace(temperature=1.0)), current_epoch=2,
-                              elo=SimpleNamespace(rating=lambda pid: 1000.0))
+                              standings=SimpleNamespace(elo=SimpleNamespace(rating=lambda pid: 1000.0)))
     reads = []
 
     def read(engine, pid, temperature):

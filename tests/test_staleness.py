@@ -202,7 +202,7 @@ def test_k1_resumes_exactly_and_a_stop_drains_the_round_in_flight(tiny_model_pat
     assert first.history == straight.history[:len(first.history)] and resumed.history == straight.history
     assert [(r["step"], r.get("train/loss")) for r in resumed.rows] == [(r["step"], r.get("train/loss"))
                                                                          for r in straight.rows]
-    assert resumed.elo.ratings == straight.elo.ratings
+    assert resumed.standings.elo.ratings == straight.standings.elo.ratings
     # a stop after round 0's update: round 1, already being played, is finished, rated and updated
     # before the checkpoint, and round 2 never starts
     stopped = league(tiny_model_path, tmp_path / "stop", max_staleness=1, stop_after=(0, 0))

@@ -13,4 +13,4 @@ def main_agent(trainer) -> str:
     if not learners:
         raise ValueError("the league has no model player to evaluate; add a learner or pass player=")
     return max(learners, key=lambda p: (not p.frozen and p.role in ("main_agent", "main"),
-                                        trainer.elo.rating(p.id))).id
+                                        trainer.standings.elo.rating(p.id))).id

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +34,7 @@ import numpy as np
 
 from autocurricula.loop import checkpoint as ckpt
 from autocurricula.engine.blas import threads_during
+from autocurricula.files import atomic_write
 from autocurricula.arena.arena import Arena, run_async
 from autocurricula.views.callbacks import MetricsFile, Plots, Progress, Trackers, Transcripts, callback_list, run_banner
 from autocurricula.loop.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
@@ -58,6 +58,7 @@ from autocurricula.training.optim import round_rates
 __all__ = ["AutocurriculumTrainer", "GameError", "Leaderboard", "drop_stale", "run_async"]
 
 log = logging.getLogger(__name__)
+_SHADOWED: set[str] = set()  # metric names already warned about by _log (once per process)
 
 
 class AutocurriculumTrainer:
@@ -105,10 +106,6 @@ class AutocurriculumTrainer:
     @property
     def payoff(self):
         return self.run.standings.payoff
-
-    @property
-    def elo(self):
-        return self.run.standings.elo
 
     def entry(self) -> list[dict]:
         """Specs of the players joining at ``self.current_epoch`` (default: one learner at epoch 0).
@@ -253,7 +250,9 @@ class AutocurriculumTrainer:
                     pending = self._start_play(play, rnd + 1, background)
                 rating = self._rate(played.records)
                 turns, credit = self._credit(played.turns, played.records)
-                metrics = {**played.metrics, **credit, **self._update(turns), **self._league(played.records)}
+                metrics = {**played.metrics, **credit, **self._update(turns)}
+                # the players on_round_end() adds (snapshots), each joining before the next is decided
+                run.pool.add_all(self.on_round_end(played.records) or (), self.current_epoch)
                 if not ahead:
                     run.sync_rollout()  # servers serve the new versions as soon as they exist
                 now = time.perf_counter()
@@ -279,7 +278,13 @@ class AutocurriculumTrainer:
         when given, else now. A future of :class:`~autocurricula.loop.rounds.Played`."""
         run = self.run
         retried = run.sync_rollout()
-        games = match_games(self._matched(rnd), play, run.game_name, self.current_epoch, rnd, self.config.matches,
+        # match() reads the round it matches (a look-ahead matches the next one before this one's update)
+        playing, self.current_round = self.current_round, rnd
+        try:
+            matched = self.match() or []
+        finally:
+            self.current_round = playing
+        games = match_games(matched, play, run.game_name, self.current_epoch, rnd, self.config.matches,
                             run.credit.replays)
 
         def play_round() -> Played:
@@ -293,15 +298,6 @@ class AutocurriculumTrainer:
         done = Future()
         done.set_result(play_round())
         return done
-
-    def _matched(self, rnd: int) -> list:
-        """``match()`` for round ``rnd``: ``current_round`` reads ``rnd`` while it runs (a look-ahead
-        matches the next round before this one's update), then the round being played again."""
-        playing, self.current_round = self.current_round, rnd
-        try:
-            return self.match() or []
-        finally:
-            self.current_round = playing
 
     def _results(self, played: Played) -> None:
         """A played round's turns (with rewards) and metrics; too many failed games stop here."""
@@ -363,13 +359,16 @@ class AutocurriculumTrainer:
         run.pool.refresh_versions()
         return {**update_metrics(out, time.perf_counter() - t0, lr_metric), **stale}
 
-    def _league(self, records: list[GameRecord]) -> dict:
-        """The players on_round_end() adds (snapshots), each joining before the next is decided."""
-        self.run.pool.add_all(self.on_round_end(records) or (), self.current_epoch)
-        return {}
-
     def _log(self, metrics: dict) -> None:
-        row = {"step": self.step, "epoch": self.current_epoch, **metrics}
+        """One row of metrics.jsonl: the trainer's own ``step`` and ``epoch``, then ``metrics``; a
+        ``step`` or ``epoch`` in ``metrics`` (a callback's ``on_epoch_end`` dict) cannot replace them."""
+        row = {"step": self.step, "epoch": self.current_epoch}
+        shadowed = sorted(k for k in metrics if k in row)
+        if shadowed and not _SHADOWED.issuperset(shadowed):
+            _SHADOWED.update(shadowed)
+            log.warning("metrics named %s were dropped: metrics.jsonl's %s are the trainer's own; rename them "
+                        "(e.g. 'custom/step')", shadowed, " and ".join(row))
+        row.update((k, v) for k, v in metrics.items() if k not in row)
         self.metrics_log.append(row)
         for cb in self.run.callbacks:
             cb.on_log(self, row)
@@ -485,10 +484,9 @@ class AutocurriculumTrainer:
         weights = self.deployable_mixture()
         for pid in weights:
             self.export(pid, folder / pid, format)
-        tmp = folder / "mixture.json.tmp"
-        tmp.write_text(json.dumps({"weights": weights, "base_model": str(self.run.model_name), "format": format,
-                                   "game": self.run.game_name}, indent=2))
-        os.replace(tmp, folder / "mixture.json")
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(folder / "mixture.json", json.dumps({"weights": weights, "base_model": str(self.run.model_name),
+                                                         "format": format, "game": self.run.game_name}, indent=2))
         return folder
 
     def push_to_hub(self, repo_id: str, *, private: bool = False, token: str | None = None,
