@@ -6,6 +6,7 @@ Not a game (the leading underscore keeps it out of game discovery).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import random
@@ -76,17 +77,122 @@ def check_players(players, n: int | None = 2, game: str = "this game") -> None:
         raise ValueError(f"{game} takes at least 2 players, got {len(players)}")
 
 
-async def ask(model, player: dict, prompt, *, max_tokens: int, temperature: float | None = None,
-              stop: Sequence[str] | None = None) -> str:
-    """One reply of ``player`` through the game's ``model`` handle (LLM or scripted alike)."""
-    kwargs: dict[str, Any] = {"max_tokens": int(max_tokens)}
+async def say(model, player: dict, prompt, *, max_tokens: int, temperature: float | None = None,
+              stop: Sequence[str] | None = None, **options):
+    """One reply of ``player`` through the game's ``model`` handle (LLM or scripted alike), as the
+    handle returns it (a :class:`~autocurricula.records.Generation` through the arena: its text, its
+    prompt's and its sampled token ids). ``options``: more of ``generate``'s (``trainable=False``)."""
+    kwargs: dict[str, Any] = {"max_tokens": int(max_tokens), **options}
     if temperature is not None:  # None: the arena's default temperature
         kwargs["temperature"] = float(temperature)
     if stop:
         kwargs["stop"] = list(stop)
-    gen = await model.generate(player, prompt, **kwargs)
-    text = getattr(gen, "text", gen)
+    return await model.generate(player, prompt, **kwargs)
+
+
+def text_of(reply) -> str:
+    """The text of what ``generate`` returned (a Generation, or a plain string)."""
+    text = getattr(reply, "text", reply)
     return text if isinstance(text, str) else str(text)
+
+
+async def ask(model, player: dict, prompt, *, max_tokens: int, temperature: float | None = None,
+              stop: Sequence[str] | None = None) -> str:
+    """The text of one reply of ``player`` through the game's ``model`` handle (see :func:`say`)."""
+    return text_of(await say(model, player, prompt, max_tokens=max_tokens, temperature=temperature, stop=stop))
+
+
+log = logging.getLogger(__name__)
+_warned_templates: set[str] = set()
+
+
+class Conversation:
+    """One seat's growing conversation: each turn's prompt is the seat's previous prompt, its reply
+    and the next message to it (``chat``: a system message, then user and assistant messages).
+
+    Kept as token ids where it can be: when the reply came through the arena (a Generation with its
+    ``prompt_ids`` and sampled ``token_ids``) and the game has the ``tokenizer`` ``play`` got, the next
+    prompt is the last prompt's ids, the reply's sampled ids and the new message's, token for token.
+    The reply is never decoded and encoded again, so the turns of a seat form one chain: the prefix
+    cache serves all of the last turn, and a prefix-tree update reads each token once
+    (docs/games.md, "Prompts that extend each other"). The message is joined as the chat template
+    writes it: the template's text of the messages so far, then a placeholder reply and the
+    message, minus the same without them. That holds only for a template that writes earlier
+    messages the same way whatever follows them and opens an assistant message exactly as its
+    generation prompt does; where a template does not (it re-renders history, or changes
+    whitespace), and without token ids or a tokenizer (a test double, a seed-style game), the
+    prompt is the text or the messages, as built here, and the arena encodes it afresh.
+
+    An end-of-sequence token that closes the reply stays in the chain where the template writes
+    that token next (ChatML's ``<|im_end|>``); elsewhere (plain text) it is left out."""
+
+    _REPLY = "\x00autocurricula-reply\x00"  # stands in for the reply while the template writes the next message
+
+    def __init__(self, instructions: str, first: str, chat: bool, tokenizer: Any = None):
+        self.chat, self.tokenizer = chat, tokenizer
+        self.text = f"{instructions}\n\n{first}"
+        self.messages = [{"role": "system", "content": instructions}, {"role": "user", "content": first}]
+        self.ids: list[int] | None = None  # the next prompt as token ids, once a reply brought them
+
+    def prompt(self):
+        """The next prompt: token ids where they are kept, else the text or (``chat``) the messages."""
+        if self.ids is not None:
+            return list(self.ids)
+        return [dict(m) for m in self.messages] if self.chat else self.text
+
+    def add(self, reply, message: str) -> None:
+        """Append the seat's reply to its last prompt (what ``generate`` returned, or its text) and
+        the next ``message`` to it."""
+        text = text_of(reply).strip()
+        before = self.messages
+        self.text += f" {text}\n{message}"
+        self.messages = before + [{"role": "assistant", "content": text}, {"role": "user", "content": message}]
+        try:
+            self.ids = self._extended(reply, before, message)
+        except (AttributeError, TypeError, ValueError):  # a tokenizer without encode / decode: as before
+            self.ids = None
+
+    def _extended(self, reply, before: list[dict], message: str) -> list[int] | None:
+        tok, prompt_ids = self.tokenizer, getattr(reply, "prompt_ids", None)
+        if tok is None or not prompt_ids or (self.ids is not None and list(prompt_ids) != self.ids):
+            return None
+        written = [int(t) for t in (getattr(reply, "token_ids", None) or ())]
+        if not written:  # a scripted player: its text
+            written = list(tok.encode(text_of(reply), add_special_tokens=False))
+        tail = self._tail(before, message, written)
+        if tail is None:
+            return None
+        end = written[-1] if written and written[-1] in set(getattr(tok, "all_special_ids", ()) or ()) else None
+        if end is not None:
+            end_text = tok.decode([end])
+            if end_text and tail.startswith(end_text):  # the template closes the reply with this very token
+                tail = tail[len(end_text):]
+            else:
+                written = written[:-1]
+        return [int(t) for t in prompt_ids] + written + list(tok.encode(tail, add_special_tokens=False))
+
+    def _tail(self, before: list[dict], message: str, written: list[int]) -> str | None:
+        """What follows the reply: the message on a line of its own, or the chat template's text
+        between the reply and the next generation prompt (None where the template re-renders)."""
+        if not self.chat:
+            ended = self.tokenizer.decode(written, skip_special_tokens=True).endswith("\n")
+            return message if ended else "\n" + message
+        try:
+            render = self.tokenizer.apply_chat_template
+            now = render(before, add_generation_prompt=True, tokenize=False)
+            then = [{"role": "assistant", "content": self._REPLY}, {"role": "user", "content": message}]
+            later = render(before + then, add_generation_prompt=True, tokenize=False)
+        except Exception:  # noqa: BLE001 - no template, or one that refuses these messages: as before
+            return None
+        if not (isinstance(now, str) and isinstance(later, str) and later.startswith(now + self._REPLY)):
+            name = str(getattr(self.tokenizer, "name_or_path", "?"))
+            if name not in _warned_templates:
+                _warned_templates.add(name)
+                log.warning("the chat template of %s writes earlier messages differently once more follow (or "
+                            "opens an assistant message otherwise than its generation prompt): conversation "
+                            "prompts go as messages, and their token ids do not extend each other", name)
+            return None
+        return later[len(now) + len(self._REPLY):]
 
 
 class TurnGame:

@@ -14,6 +14,11 @@ Rewards: per debate, the winner +1 and the loser -1 (0 / 0 when the verdict name
 are the rewards of that debate's turns. The game's reward is the mean over the two debates
 (zero-sum). An empty argument makes its author the offender of ``invalid_penalty`` for the game
 (and for the debate where it happened).
+
+Each debater's prompts are one growing conversation (:class:`~autocurricula.games._common.Conversation`):
+the claim and the debater's side first, then the transcript as it grows, each turn's prompt that
+debater's previous prompt, its own argument as it wrote it, the other side's next argument and its
+own header. Through the arena the prompts are token ids that extend each other token for token.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 from autocurricula.arena.arena import GameResult
-from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, ask, check_penalty, check_players, choice,
-                                         invalid_rewards, make_rng)
+from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, Conversation, check_penalty, check_players, choice,
+                                         invalid_rewards, make_rng, say, text_of)
 from autocurricula.games._tasks import prompt, verdict
 
 __all__ = ["CLAIMS", "NUM_PLAYERS", "ZERO_SUM", "debate", "play", "random_policy"]
@@ -43,17 +48,28 @@ def random_policy(prompt_text: Any, rng: Any = None) -> str:
 
 async def debate(players, model, tokenizer=None, *, claim: str, exchanges: int, judge, chat: bool,
                  max_tokens: int, temperature, penalty):
-    """One debate (a nested game): ``players[0]`` argues for the claim as A, ``players[1]`` against as B."""
+    """One debate (a nested game): ``players[0]`` argues for the claim as A, ``players[1]`` against as B.
+    Each debater's conversation: the claim and its side, then every argument since its last one and
+    its own header (``Debater A (for):``)."""
     transcript: list[str] = []
+    talks: list[Conversation | None] = [None, None]
+    heard, last = [0, 0], [None, None]  # per seat: transcript lines it has been shown, its last reply
     for _ in range(exchanges):
         for seat, (label, side) in enumerate((("A", "for"), ("B", "against"))):
-            body = "\n".join([f"Claim: {claim}", *transcript, f"You are debater {label}, arguing {side} the claim.",
-                              f"Debater {label}:"])
-            text = await ask(model, players[seat], prompt(DEBATER, body, chat), max_tokens=max_tokens,
-                             temperature=temperature, stop=("\n",))
+            header = f"Debater {label} ({side}):"
+            message = "\n".join([*transcript[heard[seat]:], header])
+            if talks[seat] is None:
+                talks[seat] = Conversation(DEBATER, f"Claim: {claim}\nYou are debater {label}, arguing {side} the "
+                                                    f"claim.\n{message}", chat, tokenizer)
+            else:
+                talks[seat].add(last[seat], message)
+            heard[seat] = len(transcript) + 1  # its own line follows
+            last[seat] = await say(model, players[seat], talks[seat].prompt(), max_tokens=max_tokens,
+                                   temperature=temperature, stop=("\n",))
+            text = text_of(last[seat])
             if not text.strip():
                 return GameResult(invalid_rewards(2, [seat], penalty), {"invalid": seat})
-            transcript.append(f"Debater {label} ({side}): {text.strip()}")
+            transcript.append(f"{header} {text.strip()}")
     body = "\n".join([f"Claim: {claim}", *transcript, "Who argued better, A or B?", "Winner:"])
     reply = await model.judge(prompt(JUDGE, body, chat), player=judge, max_tokens=3, temperature=0.0)
     winner = verdict(getattr(reply, "text", str(reply)))

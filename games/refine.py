@@ -7,10 +7,12 @@ tasks by default), drawn from the game's seed. The critic is trained with the ge
 the seat). The judge is ``judge=None`` (the base model), a player id or a player dict; it is never
 trained. It answers with a score from 0 to 10.
 
-Each seat's prompts are one growing conversation: a turn's prompt is that seat's previous prompt,
-its reply and the new message (with ``chat``, a message list that grows the same way). The writer
-sees its whole revision history, and the engine's prefix cache serves the earlier part of every
-prompt from KV rows it already holds (see docs/engine.md, "Prefix caching").
+Each seat's prompts are one growing conversation (:class:`~autocurricula.games._common.Conversation`):
+a turn's prompt is that seat's previous prompt, its reply and the new message (with ``chat``, a
+message list that grows the same way). Through the arena the prompts are token ids that extend each
+other token for token, the reply as it was sampled. The writer sees its whole revision history, and
+the engine's prefix cache serves the earlier part of every prompt from KV rows it already holds
+(see docs/engine.md, "Prefix caching").
 
 Rewards (cooperative): both players get the judge's score of the final text divided by 10, in
 [0, 1]; 0 for both when the judge gives no number. An empty draft or revision makes the generator
@@ -22,8 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from autocurricula.arena.arena import GameResult
-from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, ask, check_penalty, check_players, choice,
-                                         invalid_rewards, make_rng)
+from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, Conversation, check_penalty, check_players, choice,
+                                         invalid_rewards, make_rng, say, text_of)
 from autocurricula.games._tasks import prompt, score
 
 __all__ = ["NUM_PLAYERS", "TASKS", "ZERO_SUM", "play", "random_policy"]
@@ -35,23 +37,6 @@ TASKS = ["Write one sentence about the sea.", "Describe a cat in one sentence.",
 WRITER = "You are a careful writer. Reply with the text only."
 CRITIC = "You are a critic. Name the single most important improvement to the text, in one sentence."
 JUDGE = "You are a strict judge of writing. Score the text from 0 (bad) to 10 (excellent). Reply with the number."
-
-
-class Conversation:
-    """One seat's growing conversation: plain text, or chat messages for the model's template."""
-
-    def __init__(self, instructions: str, first: str, chat: bool):
-        self.chat = chat
-        self.text = f"{instructions}\n\n{first}"
-        self.messages = [{"role": "system", "content": instructions}, {"role": "user", "content": first}]
-
-    def prompt(self):
-        return [dict(m) for m in self.messages] if self.chat else self.text
-
-    def add(self, reply: str, message: str) -> None:
-        """Append the seat's own reply and the next message to it."""
-        self.text += f" {reply}\n{message}"
-        self.messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": message}]
 
 
 def random_policy(prompt_text: Any, rng: Any = None) -> str:
@@ -73,25 +58,27 @@ async def play(players: list[dict], model, tokenizer=None, *, tasks=None, rounds
     task = choice(rng, tasks or TASKS)
     generator, critic = players
     opts = dict(max_tokens=max_tokens, temperature=temperature, stop=("\n",))
-    writer = Conversation(WRITER, f"Task: {task}\nText:", chat)
-    text = await ask(model, generator, writer.prompt(), **opts)
-    history, reviewer, note = [], None, ""
+    writer = Conversation(WRITER, f"Task: {task}\nText:", chat, tokenizer)
+    draft = await say(model, generator, writer.prompt(), **opts)
+    text = text_of(draft)
+    history, reviewer, critique = [], None, None
     for _ in range(rounds):
         if not text.strip():
             return GameResult(invalid_rewards(2, [0], penalty), {"task": task, "history": history})
         history.append(text.strip())
         if reviewer is None:
-            reviewer = Conversation(CRITIC, f"Task: {task}\nText: {text.strip()}\nImprovement:", chat)
+            reviewer = Conversation(CRITIC, f"Task: {task}\nText: {text.strip()}\nImprovement:", chat, tokenizer)
         else:
-            reviewer.add(note.strip(), f"Text: {text.strip()}\nImprovement:")
-        if critic_trainable:
-            note = await ask(model, critic, reviewer.prompt(), **opts)
-        else:  # a fixed critic: its calls never become turns
-            note = getattr(await model.generate(critic, reviewer.prompt(), trainable=False, **opts), "text", "")
+            reviewer.add(critique, f"Text: {text.strip()}\nImprovement:")
+        # a fixed critic (critic_trainable=False): its calls never become turns
+        critique = await say(model, critic, reviewer.prompt(), **opts,
+                             **({} if critic_trainable else {"trainable": False}))
+        note = text_of(critique)
         if not note.strip():
             return GameResult(invalid_rewards(2, [1], penalty), {"task": task, "history": history})
-        writer.add(text.strip(), f"Critique: {note.strip()}\nRevised text:")
-        text = await ask(model, generator, writer.prompt(), **opts)
+        writer.add(draft, f"Critique: {note.strip()}\nRevised text:")
+        draft = await say(model, generator, writer.prompt(), **opts)
+        text = text_of(draft)
     if not text.strip():
         return GameResult(invalid_rewards(2, [0], penalty), {"task": task, "history": history})
     history.append(text.strip())

@@ -131,6 +131,9 @@ def test_learner_actors_give_the_fused_update_and_survive_a_killed_learner(local
             # disjoint sets of players on both learners; after the kill, all on the survivor
             assert {up.owner(n) for n in names} == ({0, 1} if k == 0 else {survivor})
             assert got["players"] == want["players"] == 3 and got["rows"] == want["rows"]
+            # summed over the learners: each learner's players' own rows and tries (padding depends on the batching)
+            assert got["row_tokens"] == want["row_tokens"] > 0 and got["tree_tokens"] == want["tree_tokens"] > 0
+            assert got["padded_tokens"] >= got["row_tokens"] - got["rows"]
             assert got["loss"] == pytest.approx(want["loss"], rel=1e-4, abs=1e-6)
             for n in names:
                 assert remote.adapter_info(n)["version"] == local.adapter_info(n)["version"] == 1 + 2 * (k + 1)

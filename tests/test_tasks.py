@@ -187,7 +187,8 @@ def test_debate_swaps_sides_so_a_position_biased_judge_cancels():
     out = run(debate.play, scripted(replies("mine is strong"), replies("mine is weak")), model,
               judge=judge_of(content_judge), claims=["Tea beats coffee."])
     assert list(out) == [1.0, -1.0] and out.extras["winners"] == ["A", "B"]
-    sides = [c["prompt"].splitlines()[-2] for c in model.calls if c["player"] != "judge"]
+    sides = [next(line for line in c["prompt"].splitlines() if line.startswith("You are debater"))
+             for c in model.calls if c["player"] != "judge"]
     assert sides == ["You are debater A, arguing for the claim.", "You are debater B, arguing against the claim."] * 2
     assert all("Tea beats coffee." in c["prompt"] for c in model.calls)
     assert list(run(debate.play, scripted(replies("x"), replies("y")), judge=judge_of(lambda p: "?"))) == [0.0, 0.0]

@@ -8,11 +8,20 @@
 - ``peak_memory_mb``: MLX peak memory of one update with 1, 8 and 64 players (same turns per player,
   ``max_tokens_per_microbatch=2048``): bounded by the token budget, not by the number of players.
 Turns are synthetic (random token ids, random +-1 advantages) with the shape of a league's turns.
+
+``--workload tictactoe|kuhn|negotiation|dataset`` (:func:`run_workload`) measures instead what a
+tree-packed update would save on one round of real games (issue 67): the tokens of the round's rows
+each on its own (``row_tokens``, per-row packing) against the nodes of each learner's prefix trie
+of them (``tree_tokens``), and their ratio, per round (median, min and max over ``--repeats`` rounds).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import random
+import statistics
 import time
 
 import numpy as np
@@ -83,14 +92,10 @@ def run(model: str | None = None, players: int = 8, per_player: int = 16, prompt
 
     from autocurricula.training.config import GRPOConfig
     from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
-    from autocurricula.engine.tiny import build_tiny_model
     from autocurricula.training import Updater
 
     if model is None:
-        from pathlib import Path
-
-        model = str(build_tiny_model(Path.home() / ".cache" / "autocurricula" / "bench-h256-l4-a4-v1024",
-                                     intermediate_size=512))
+        model = _bench_model()
     engine = Engine(model, config=EngineConfig(max_slots=64, initial_rank=rank))
     spec = LoraSpec(r=rank, lora_alpha=2 * rank)
     dims = {p: engine.linear_dims[p] for p in spec.resolve(engine.linear_dims)}
@@ -151,6 +156,165 @@ def format_table(r: dict) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- --workload: what a prefix trie saves
+LEARNERS = ("main", "main_exploiter", "league_exploiter")
+# per workload: the game and its options, games per round by default, and what it stands for
+WORKLOADS = {
+    "tictactoe": ("tictactoe", {"opening_moves": (0, 4)}, 64,
+                  "the tic-tac-toe league round (bench round's pairings, 0-4 opening moves, plain prompts)"),
+    "kuhn": ("kuhn_poker", {}, 64, "a Kuhn poker round (the same pairings, plain prompts)"),
+    "negotiation": ("negotiation", {"chat": True}, 32, "a negotiation round played as chat (the same pairings)"),
+    "dataset": ("dataset", {"num_generations": 8}, 16,
+                "a dataset GRPO round: one learner, G = 8 completions of each arithmetic prompt"),
+}
+REPEATS_WORKLOAD = 3
+
+
+class LegalMoves:
+    """The game handle a workload's games get: a learner's reply is sampled by the bench model and
+    recorded as its turn as usual, then the game reads a legal move (its random policy's) in its
+    place. The untrained bench model's own moves are nearly all invalid and would end every game at
+    its first turn, leaving no round to measure; this keeps the games' length and the model's tokens."""
+
+    def __init__(self, handle, module):
+        self._handle, self._module = handle, module
+        self._rng = random.Random(handle.seed)
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+    async def generate(self, player, prompt, **sampling):
+        from autocurricula.records import is_scripted
+
+        gen = await self._handle.generate(player, prompt, **sampling)
+        if is_scripted(player) or not sampling.get("trainable", True):
+            return gen
+        shown = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt) \
+            if prompt and isinstance(prompt[0], dict) else self._handle.arena.engine.decode(gen.prompt_ids)
+        return dataclasses.replace(gen, text=self._module.random_policy(shown, self._rng))
+
+
+def _workload_games(workload: str, games: int, seed: int):
+    """The arena's games of one round of ``workload``: (play, players, record, name) tuples."""
+    import functools
+    import importlib
+
+    from autocurricula.bench.round import schedule
+    from autocurricula.records import GameRecord
+
+    name, options, _, _ = WORKLOADS[workload]
+    module = importlib.import_module(f"autocurricula.games.{name}")
+    if workload == "dataset":
+        from autocurricula.games.dataset import arithmetic_dataset
+
+        play = functools.partial(module.play, dataset=arithmetic_dataset(512, seed=0), **options)
+        return [(play, [{"id": "main"}], GameRecord(f"r{seed}-g{i}", [{"id": "main"}]), name) for i in range(games)]
+
+    async def play(players, model, tokenizer=None):
+        return await module.play(players, LegalMoves(model, module), tokenizer, **options)
+
+    anchors = {"random": module.random_policy,
+               "minimax": getattr(module, "minimax_policy", module.random_policy)}  # tic-tac-toe has one
+    who = {n: {"id": n} for n in LEARNERS} | {n: {"id": n, "role": n, "policy": p} for n, p in anchors.items()}
+    return [(play, [who[a], who[b]], GameRecord(f"r{seed}-g{i}", [who[a], who[b]]), name)
+            for i, (a, b) in enumerate(schedule(games))]
+
+
+def round_tokens(turns, budget: int) -> dict:
+    """What one round's turns cost an update: ``row_tokens`` (each row on its own), ``tree_tokens``
+    (each learner's prefix trie) and ``padded_tokens`` (the update's micro-batches, ``budget``
+    padded tokens each), with ``turns`` and ``learners``."""
+    from autocurricula.training.trie import token_counts
+    from autocurricula.training.update import Row, microbatches
+
+    players = sorted({t.player for t in turns})
+    rows = [Row(players.index(t.player), list(t.prompt_ids) + list(t.completion_ids), len(t.prompt_ids),
+                len(t.completion_ids), 0.0, [], 1.0) for t in turns]
+    counts = token_counts([r.player for r in rows], [r.ids for r in rows])
+    padded = sum(len(mb) * (max(len(r.ids) for r in mb) - 1) for mb in microbatches(rows, budget))
+    return {**counts, "padded_tokens": padded, "turns": len(turns), "learners": len(players)}
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4), "max": round(max(values), 4)}
+
+
+def run_workload(workload: str, model: str | None = None, games: int | None = None,
+                 repeats: int = REPEATS_WORKLOAD, rank: int = 8) -> dict:
+    """``repeats`` rounds of ``workload`` (seeds 0, 1, ...) on the bench model (or ``model``), each
+    round's tokens per row and in the learners' tries (:func:`round_tokens`), and the ratio's
+    median, min and max. Accounting only: no update runs."""
+    from autocurricula.arena.arena import Arena, run_async
+    from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
+    from autocurricula.training.config import GRPOConfig
+
+    if workload not in WORKLOADS:
+        raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, got {workload!r}")
+    games = WORKLOADS[workload][2] if games is None else games
+    for flag, value in (("games", games), ("repeats", repeats)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{flag} must be a whole number of at least 1, got {value!r}")
+    model = model or _bench_model()
+    engine = Engine(model, config=EngineConfig(max_slots=8, initial_rank=rank))
+    try:
+        spec = LoraSpec(r=rank, lora_alpha=2 * rank)
+        dims = {p: engine.linear_dims[p] for p in spec.resolve(engine.linear_dims)}
+        for i, n in enumerate(LEARNERS):
+            engine.load_adapter(n, AdapterWeights.random(dims, spec, seed=i))
+        budget = GRPOConfig().max_tokens_per_microbatch
+        rounds = []
+        for seed in range(repeats):
+            t0 = time.perf_counter()
+            records = run_async(Arena(engine, seed=seed, temperature=1.0).run(_workload_games(workload, games, seed),
+                                                                              max_concurrent=128))
+            failed = [r for r in records if r.error]
+            if failed:
+                raise RuntimeError(f"bench train: game {failed[0].game_id} of {workload} failed: {failed[0].error}\n"
+                                   f"{failed[0].traceback}")
+            turns = [t for r in records for t in r.turns]
+            rounds.append({**round_tokens(turns, budget), "games": len(records),
+                           "seconds": round(time.perf_counter() - t0, 2)})
+    finally:
+        engine.close()
+    for r in rounds:
+        r["tree_ratio"] = round(r["tree_tokens"] / max(1, r["row_tokens"]), 4)
+        r["padded_ratio"] = round(r["padded_tokens"] / max(1, r["row_tokens"]), 4)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"workload": workload, "what": WORKLOADS[workload][3], "model": model, "games": games, "repeats": repeats,
+            "rounds": rounds, "tree_ratio": _spread([r["tree_ratio"] for r in rounds]),
+            "cores": os.cpu_count(), "load_average": [round(x, 2) for x in load] if load else None}
+
+
+def format_workload(r: dict) -> str:
+    lines = [f"bench train --workload {r['workload']}: {r['what']}",
+             f"model {r['model']}  |  {r['games']} games a round, {r['repeats']} rounds  |  cores {r['cores']}, "
+             f"load average {r['load_average']}", "",
+             f"{'round':>5} {'games':>6} {'turns':>6} {'row tokens':>11} {'tree tokens':>12} {'tree/row':>9} "
+             f"{'padded/row':>11}"]
+    for i, x in enumerate(r["rounds"]):
+        lines.append(f"{i:>5} {x['games']:>6} {x['turns']:>6} {x['row_tokens']:>11} {x['tree_tokens']:>12} "
+                     f"{x['tree_ratio']:>9.3f} {x['padded_ratio']:>11.3f}")
+    s = r["tree_ratio"]
+    lines += ["", f"tree_tokens / row_tokens: median {s['median']:.3f} (min {s['min']:.3f}, max {s['max']:.3f}); "
+                  "accounting only: the update still computes every row (padded/row)"]
+    return "\n".join(lines)
+
+
+def _bench_model() -> str:
+    from pathlib import Path
+
+    from autocurricula.engine.tiny import build_tiny_model
+
+    return str(build_tiny_model(Path.home() / ".cache" / "autocurricula" / "bench-h256-l4-a4-v1024",
+                                intermediate_size=512))
+
+
 def main(args) -> None:
+    workload = getattr(args, "workload", None)
+    if workload is not None:
+        r = run_workload(workload, model=args.model, games=args.games,
+                         repeats=args.repeats if args.repeats is not None else (1 if args.quick else REPEATS_WORKLOAD))
+        print(json.dumps(r) if args.json else format_workload(r))
+        return
     r = run(model=args.model)
     print(json.dumps(r) if args.json else format_table(r))

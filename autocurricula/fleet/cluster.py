@@ -31,6 +31,7 @@ from autocurricula.engine.scheduler import Completion
 from autocurricula.fleet.fleet import Fleet, WorkerDown
 from autocurricula.training import Updater
 from autocurricula.training.config import coerce_grpo_config
+from autocurricula.training.update import TOKEN_COUNTS
 
 __all__ = ["ActorRestartedError", "BaseModelMismatchError", "LearnerActor", "RayEngine", "RayUpdater", "RayWorker",
            "RolloutActor", "require_ray"]
@@ -187,7 +188,9 @@ class RayEngine(Fleet):
     can load. ``num_actors`` rollout actors, placed by ``num_cpus`` / ``num_gpus`` / ``actor_options``
     (any ``ray.remote`` option), each built with ``engine_config``. ``address``: for ``ray.init`` if
     Ray is not initialized. ``max_restarts``: Ray's (-1: always). ``timeout``: seconds before a request's
-    actor counts as failed, and the wait when all are down. ``poll_s``: health-probe period. ``base``:
+    actor counts as failed. ``down_timeout``: how long requests wait for an actor once every actor is
+    down (default ``connect_timeout``: Ray restarts a dead actor, which loads the model again), then
+    they fail naming the actors. ``poll_s``: health-probe period. ``base``:
     an Engine or fingerprint to check now (else at the first :meth:`sync_from`). ``learners``: learner
     actors for the updates (0: in process), with ``learner_options``.
     """
@@ -199,7 +202,8 @@ class RayEngine(Fleet):
                  num_cpus: float = 1, num_gpus: float = 0, actor_options: dict | None = None,
                  address: str | None = None, max_restarts: int = -1, timeout: float = 600.0,
                  poll_s: float = 1.0, connect_timeout: float = 300.0, base: Any = None, tokenizer: Any = None,
-                 name: str | None = None, learners: int = 0, learner_options: dict | None = None):
+                 name: str | None = None, learners: int = 0, learner_options: dict | None = None,
+                 down_timeout: float | None = None):
         if not isinstance(model, (str, Path)) or not str(model):
             raise ValueError("model must be a model folder or Hub id that every Ray node can load, got "
                              f"{model!r} (an Engine object cannot be sent to other processes)")
@@ -228,7 +232,8 @@ class RayEngine(Fleet):
         expected = None if base is None else base if isinstance(base, dict) else fingerprint_engine(base)
         super().__init__(lambda: [RayWorker(i, h, ray, timeout) for i, h in enumerate(handles)], name=name,
                          tokenizer=tokenizer if tokenizer is not None else _load_tokenizer(self.model),
-                         expected=expected, timeout=timeout, poll_s=poll_s, connect_timeout=connect_timeout)
+                         expected=expected, timeout=timeout, poll_s=poll_s, connect_timeout=connect_timeout,
+                         down_timeout=connect_timeout if down_timeout is None else down_timeout)
 
     @property
     def actors(self) -> list[RayWorker]:
@@ -368,8 +373,8 @@ class RayUpdater:
                     self.engine.install(n, w, v, validate=False)
             self.optim.update(optim)
             for k, v in m.items():
-                if k in ("players", "rows", "loss", "tokens"):
-                    metrics[k] += v
+                if k in ("players", "rows", "loss", "tokens", *TOKEN_COUNTS):  # each learner's own players
+                    metrics[k] = metrics.get(k, 0) + v
                 elif k in ("clip_ratio", "kl", "entropy"):  # per-token means: weight by tokens
                     weighted[k] = weighted.get(k, 0.0) + v * m.get("tokens", 0)
                 else:

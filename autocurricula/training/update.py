@@ -23,6 +23,7 @@ from autocurricula.records import Turn
 from autocurricula.engine.adapters import AdapterWeights
 from autocurricula.training.loss import policy_loss, token_weights
 from autocurricula.training.optim import AdamWState, adamw
+from autocurricula.training.trie import token_counts
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def merge_step_metrics(steps: list[dict]) -> dict:
     for m in steps:
         out.update({k: v for k, v in m.items() if "/" in k})
     tokens = sum(m.get("tokens", 0) for m in steps)
-    for k in ("rows", "tokens", "loss"):
+    for k in ("rows", "tokens", "loss", *(k for k in TOKEN_COUNTS if any(k in m for m in steps))):
         out[k] = sum(m.get(k, 0) for m in steps)
     if any("skipped_nonfinite" in m for m in steps):
         out["skipped_nonfinite"] = sum(m.get("skipped_nonfinite", 0) for m in steps)
@@ -83,6 +84,12 @@ def merge_step_metrics(steps: list[dict]) -> dict:
         if any(k in m for m in steps):
             out[k] = sum(m.get(k, 0.0) * m.get("tokens", 0) for m in steps) / max(1, tokens)
     return out
+
+
+# what a step's forward reads, summed over its slices and learners: ``row_tokens`` the rows' ids
+# (prompt + completion, each row on its own), ``tree_tokens`` the nodes of each player's prefix trie
+# (what a tree-packed forward would read), ``padded_tokens`` what the micro-batches fed (rows x width)
+TOKEN_COUNTS = ("row_tokens", "tree_tokens", "padded_tokens")
 
 
 def microbatches(rows: list[Row], budget: int) -> list[list[Row]]:
@@ -257,8 +264,10 @@ class Updater:
                                entropy=ent, entropy_coef=cfg.entropy_coef)
 
         grad_fn = mx.value_and_grad(loss_fn)
+        counts = {**token_counts([r.player for r in rows], [r.ids for r in rows]), "padded_tokens": 0}
         for mb in microbatches(rows, self.config.max_tokens_per_microbatch):
             batch = self._arrays(mb)
+            counts["padded_tokens"] += int(batch["ids"].size)
             if cfg.beta:
                 stacks.route(None)  # the base model: same weights, adapter off
                 batch["ref"] = mx.stop_gradient(engine.token_logprobs(
@@ -273,7 +282,7 @@ class Updater:
             totals["entropy"] += m.get("entropy_sum", mx.array(0.0)).item()
         metrics = {"players": len(names), "rows": len(rows), "loss": totals["loss"], "tokens": int(totals["tokens"]),
                    "clip_ratio": totals["clip"] / max(1.0, totals["tokens"]),
-                   "kl": totals["kl"] / max(1.0, totals["tokens"]) if cfg.beta else 0.0}
+                   "kl": totals["kl"] / max(1.0, totals["tokens"]) if cfg.beta else 0.0, **counts}
         if cfg.entropy_coef:
             metrics["entropy"] = totals["entropy"] / max(1.0, totals["tokens"])
         return metrics, params, grads
