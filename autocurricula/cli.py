@@ -31,6 +31,8 @@ import json
 import os
 import sys
 
+from autocurricula.bench import args as bench_args  # argparse and os only: the bench flags' ranges
+
 DESCRIPTION = ("Train populations of LoRA players against each other. Commands: train, serve, check-model, dashboard, "
                "tiny-model, env, bench; `autocurricula COMMAND --help` for each.")
 
@@ -268,7 +270,14 @@ def _check_model(args) -> None:
         raise SystemExit(1)
 
 
+BENCH_WORKLOADS = {"peers": ("single", "multiturn"), "train": ("tictactoe", "kuhn", "negotiation", "dataset")}
+
+
 def _bench(args) -> None:
+    workload = getattr(args, "workload", None)
+    if workload is not None and workload not in BENCH_WORKLOADS.get(args.what, ()):
+        takes = "; ".join(f"bench {k}: {', '.join(v)}" for k, v in BENCH_WORKLOADS.items())
+        raise UsageError(f"--workload {workload} is not a workload of bench {args.what} ({takes})")
     if args.what == "engine":
         from autocurricula.bench.engine import main
     elif args.what == "peers":
@@ -280,6 +289,14 @@ def _bench(args) -> None:
     else:
         from autocurricula.bench.train import main
     main(args)
+
+
+def _check_bench(parser: argparse.ArgumentParser, args) -> None:
+    """What argparse cannot see flag by flag: the engine bench's model against this machine's memory
+    (``parser.error``: exit status 2, the flags named, no traceback)."""
+    problem = bench_args.memory_problem(args)
+    if problem:
+        parser.error(problem)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -320,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "closed; default 30)")
     s.add_argument("--body-timeout", type=float, default=60.0,
                    help="seconds a JSON body may take to arrive after its headers (408 after); an adapter upload "
-                        "gets this plus 1 s per MiB (default 60)")
+                        "may pause at most 10 s (or this, if shorter) and must average 1 MiB/s after that "
+                        "(default 60)")
     s.add_argument("--max-connections", type=int, default=512,
                    help="connections and requests at once; beyond it the server answers 503 (default 512)")
     s.add_argument("--max-cpu-adapters", type=int, default=256,
@@ -410,17 +428,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("what", choices=["engine", "train", "peers", "league", "round"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--model", default=None, help="model id/folder instead of the tiny bench model")
-    b.add_argument("--hidden", type=int, default=256)
-    b.add_argument("--layers", type=int, default=4)
-    b.add_argument("--batch", type=int, default=64)
-    b.add_argument("--new-tokens", type=int, default=48)
+    b.add_argument("--hidden", type=bench_args.count("--hidden"), default=256,
+                   help="engine: hidden size of the tiny bench model (a multiple of 8)")
+    b.add_argument("--layers", type=bench_args.count("--layers"), default=4, help="engine: its layers")
+    b.add_argument("--batch", type=bench_args.count("--batch"), default=64, help="engine: rows decoded together")
+    b.add_argument("--new-tokens", type=bench_args.count("--new-tokens"), default=48,
+                   help="engine: tokens generated per row")
     b.add_argument("--quick", action="store_true", help="fewer repeats (CI smoke run)")
-    b.add_argument("--repeats", type=int, default=None, help="league: runs of every setting, interleaved "
-                   "(default 3, 1 with --quick); round: rounds per side (default 3 at the bench shape, 2 at "
-                   "qwen0.5b); figures are medians with their spread")
-    b.add_argument("--games", type=int, default=None, help="round: games per round (default 64, the example's)")
-    b.add_argument("--torch-threads", type=int, default=None, help="round: threads of the torch + peft update "
-                   "(default: every core)")
+    b.add_argument("--repeats", type=bench_args.count("--repeats"), default=None,
+                   help="league: runs of every setting, interleaved (default 3, 1 with --quick); round: rounds per "
+                        "side (default 3 at the bench shape, 2 at qwen0.5b); figures are medians with their spread")
+    b.add_argument("--games", type=bench_args.count("--games"), default=None,
+                   help="round: games per round (default 64, the example's)")
+    b.add_argument("--torch-threads", type=bench_args.count("--torch-threads"), default=None,
+                   help="round: threads of the torch + peft update (default: every core)")
     b.add_argument("--shape", default="bench", choices=["bench", "qwen0.5b"],
                    help="peers, round: the bench model (llama, hidden 256, 4 layers) or a random Qwen2.5-0.5B-shaped one")
     b.add_argument("--torch-device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
@@ -431,10 +452,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--mlx-lm-lora-python", default=None, help="peers: python of a virtual environment with "
                    "mlx-lm-lora (else $AUTOCURRICULA_MLX_LM_LORA_PYTHON); its side is skipped without one")
     b.add_argument("--peers-only", action="store_true", help="peers: only the vLLM and mlx-lm-lora sides")
-    b.add_argument("--workload", default="single", choices=["single", "multiturn"],
-                   help="peers: single (64 independent turns a round) or multiturn (conversations whose prompts "
-                        "grow turn by turn: engine, peft mixed and vLLM, with prefix-cache hit rates)")
-    b.set_defaults(func=_bench)
+    b.add_argument("--workload", default=None,
+                   choices=["single", "multiturn", "tictactoe", "kuhn", "negotiation", "dataset"],
+                   help="peers: single (64 independent turns a round, the default) or multiturn (conversations "
+                        "whose prompts grow turn by turn: engine, peft mixed and vLLM, with prefix-cache hit "
+                        "rates); train: tictactoe, kuhn, negotiation (chat) or dataset (GRPO, G = 8): one round's "
+                        "tokens per row against each learner's prefix trie (--games a round, --repeats rounds)")
+    b.set_defaults(func=_bench, check_args=lambda args: _check_bench(b, args))
     for command in sub.choices.values():  # `autocurricula COMMAND ... --debug` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show the traceback of an error instead of the message that names the fix")
@@ -445,6 +469,8 @@ def main(argv=None) -> None:
     """Run a command. A problem the user can fix (:func:`user_error`) ends as
     ``SystemExit("autocurricula COMMAND: message")`` (status 1, no traceback) unless ``--debug``."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "check_args", None) is not None:  # checks across flags, still as argparse errors
+        args.check_args(args)
     try:
         args.func(args)
     except Exception as exc:  # noqa: BLE001 - sorted into the user's problems and bugs

@@ -471,7 +471,7 @@ def test_multiturn_run_reports_each_side(tmp_path, no_peer_env, monkeypatch):
 def test_cli_workload_flag():
     from autocurricula.cli import build_parser
 
-    assert build_parser().parse_args(["bench", "peers"]).workload == "single"
+    assert build_parser().parse_args(["bench", "peers"]).workload is None  # the bench's own default: single
     assert build_parser().parse_args(["bench", "peers", "--workload", "multiturn"]).workload == "multiturn"
 
 

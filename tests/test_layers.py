@@ -13,9 +13,10 @@ PACKAGES = {"autocurricula": ROOT / "autocurricula", "autocurricula.games": ROOT
 # bottom to top. A module's layer is its folder: `autocurricula/<folder>/...`, or `games/` and
 # `leagues/` (installed as autocurricula.games and autocurricula.leagues). At the package root,
 # `records` is the bottom layer and everything else (the public `__init__`, the CLI) the top.
-LAYERS = ["records", "engine", "training", "arena", "games", "fleet", "credit", "eval", "publish", "views",
+LAYERS = ["records", "files", "engine", "training", "arena", "games", "fleet", "credit", "eval", "publish", "views",
           "loop", "leagues", "serve", "bench", "top"]
-ROOT_MODULES = {"autocurricula": "top", "autocurricula.records": "records", "autocurricula.cli": "top"}
+ROOT_MODULES = {"autocurricula": "top", "autocurricula.records": "records",
+                "autocurricula.cli": "top"}
 
 
 def modules() -> dict[str, Path]:

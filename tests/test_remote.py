@@ -301,7 +301,8 @@ def test_a_server_restarted_between_polls_gets_the_adapter_again(engine, tiny_mo
 @pytest.mark.slow
 def test_with_every_server_down_a_request_waits_for_one_to_return(engine, tiny_model_path, two_servers):
     _, b = two_servers
-    with RemoteEngine([b.url], base=tiny_model_path, api_key=KEY, poll_s=0.2, timeout=90) as remote:
+    # down_timeout: the restart (a new process loading the model) may take longer than the default 30 s
+    with RemoteEngine([b.url], base=tiny_model_path, api_key=KEY, poll_s=0.2, timeout=90, down_timeout=90) as remote:
         remote.load_adapter("w0", weights(engine, 80))
         remote.generate("o", "w0", max_tokens=1)
         b.kill()

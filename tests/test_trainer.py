@@ -163,7 +163,7 @@ cfg = SelfPlayConfig(epochs=4, rounds=2, rules={{"games_per_round": 6}}, output_
                      ratings={{"bt_bootstrap": 0}}, max_tokens=4, save_total_limit=None, seed=7)
 t = SelfPlayTrainer(cfg)
 t.train({model!r}, digits, resume_from_checkpoint={resume!r})
-state = {{"players": t.pool.registry(), "elo": t.elo.ratings,
+state = {{"players": t.pool.registry(), "elo": t.standings.elo.ratings,
           "weights": {{p["id"]: {{k: [a.tolist(), b.tolist()] for k, (a, b) in t.engine.adapter_weights(p["id"]).modules.items()}}
                       for p in t.players}}}}
 open({out!r} + "/final.json", "w").write(json.dumps(state))

@@ -397,8 +397,9 @@ class Arena:
                         if not waiter.done():  # a cancelled (timed-out) game's waiter is done already
                             waiter.set_exception(exc)
                 continue
+            loop = self.loop  # this run's: a later run's loop must not settle this run's waiters
             for (mk, waiters), f in zip(owners, futs):
-                f.add_done_callback(lambda cf, ws=waiters, k=mk: self.loop.call_soon_threadsafe(self._settle, ws, cf, k))
+                f.add_done_callback(lambda cf, ws=waiters, k=mk: _post(loop, self._settle, ws, cf, k))
 
     def _requests(self, batch: list[tuple]) -> tuple[list[tuple], list[tuple]]:
         """A tick's engine requests, and per request (its memo key, the waiters it answers). With a
@@ -489,6 +490,18 @@ class Arena:
             watchdog.cancel()
             if coordinator:
                 coordinator.cancel()
+
+
+def _post(loop: asyncio.AbstractEventLoop, fn, *args) -> None:
+    """``fn(*args)`` on ``loop`` from the engine's thread. A run whose games all ended (timed out,
+    or failed on an error) has closed its loop before the engine answers their requests: nobody
+    waits for the answer then, and it is dropped instead of raising "Event loop is closed" in the
+    engine's thread."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        if not loop.is_closed():
+            raise
 
 
 async def _watch(started: dict[str, float], timeout_s: float | None) -> None:

@@ -8,11 +8,11 @@ A server holding more players than its memory cap keeps the least recently used 
 from __future__ import annotations
 
 import hashlib
-import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from autocurricula.files import atomic_write
 from autocurricula.engine.adapters import AdapterError, AdapterWeights, from_safetensors_bytes, to_safetensors_bytes
 
 
@@ -42,9 +42,7 @@ def write_spill(weights: AdapterWeights, folder: str | Path, name: str) -> Spill
     folder.mkdir(parents=True, exist_ok=True)
     data = to_safetensors_bytes(weights)
     path = folder / f"{name}.{uuid.uuid4().hex[:12]}.safetensors"  # a name may be spilled again before it is read
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    atomic_write(path, data, mode=0o600)  # the host's own scratch copy
     return SpilledWeights(path, hashlib.sha256(data).hexdigest(), weights.scale, weights.rank,
                           tuple(weights.modules), host_bytes(weights))
 

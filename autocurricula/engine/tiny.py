@@ -22,6 +22,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from autocurricula.engine.models import register
+from autocurricula.files import atomic_write
 
 MARKER = "autocurricula_tiny.json"
 _ROPE_THETA = 10000.0
@@ -147,9 +148,7 @@ def _read_marker(path):
 
 
 def _write_json(file, obj):
-    part = file.with_name(file.name + ".part")
-    part.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(part, file)
+    atomic_write(file, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def _move_into_place(src, dst, spec):

@@ -9,7 +9,10 @@ transports (HTTP servers: :class:`~autocurricula.fleet.remote.RemoteEngine`; Ray
 - placement (:func:`~autocurricula.fleet.placement.pick_worker`), and a player's current version
   installed on a worker before it serves the player;
 - failover: a worker that raises :class:`WorkerDown` loses its requests to another
-  (``stats["retried"]``) until a background poll finds it healthy and re-installs its adapters.
+  (``stats["retried"]``) until a background poll finds it healthy and re-installs its adapters;
+- failing fast: while every worker is down, requests wait for one to come back for at most
+  ``down_timeout`` seconds from the moment the last one went down, then fail with an error that
+  names the workers and why they are down (a round stops then, not after its games' timeout).
 
 Worker calls run on one asyncio loop in a background thread; :meth:`Fleet.submit` returns a
 ``concurrent.futures.Future``.
@@ -125,8 +128,10 @@ class Fleet:
     """The rollout engine over ``make_workers()`` (called on the fleet's loop), see the module
     docstring. ``expected``: the base model's fingerprint every worker must have; with
     ``check_base`` and none given, the first :meth:`sync_from` takes the trainer's engine's.
-    ``timeout``: how long a request waits for a worker when all are down. ``poll_s``: how often
-    the workers' health is probed. Subclasses name their workers (``group``, ``key_name``)."""
+    ``timeout``: the longest a request waits for a worker, whatever happens. ``down_timeout``: how
+    long requests wait once every worker is down, counted from when the last one went down (then
+    they fail at once until one is back). ``poll_s``: how often the workers' health is probed.
+    Subclasses name their workers (``group``, ``key_name``)."""
 
     group = "workers"  # health()'s key and messages: "servers", "actors"
     key_name = "key"  # a worker's key in health(): "url", "index"
@@ -135,10 +140,13 @@ class Fleet:
 
     def __init__(self, make_workers: Callable[[], Sequence[Worker]], *, name: str, tokenizer: Any,
                  expected: dict | None = None, check_base: bool = True, timeout: float = 600.0,
-                 poll_s: float = 1.0, connect_timeout: float = 30.0):
+                 poll_s: float = 1.0, connect_timeout: float = 30.0, down_timeout: float = 30.0):
+        if not (isinstance(down_timeout, (int, float)) and down_timeout > 0):
+            raise ValueError(f"down_timeout must be a positive number of seconds, got {down_timeout!r}")
         self.name, self.tokenizer = name, tokenizer
         self.expected, self.check_base = expected, check_base
-        self.poll_s, self.timeout = poll_s, timeout
+        self.poll_s, self.timeout, self.down_timeout = poll_s, timeout, down_timeout
+        self._all_down_since: float | None = None  # when the last worker up went down (None: one is up)
         self.stats = {"completions": 0, "retried": 0, "uploads": 0, "resyncs": 0, "failed": 0}
         self._adapters: dict[str, _Adapter] = {}
         self._last_version: dict[str, int] = {}
@@ -370,6 +378,7 @@ class Fleet:
         if m.instance is not None:
             self.stats["resyncs"] += 1
         m.instance, m.error, m.up = info.get("instance"), None, True
+        self._all_down_since = None
 
     async def _poll(self) -> None:
         while True:
@@ -396,9 +405,18 @@ class Fleet:
 
     def _down(self, m: _Member, why: str) -> None:
         if m.up:
-            log.warning("%s is down (%s); its requests go to the other %s", m.worker.label, why, self.group)
+            if any(o.up for o in self._members if o is not m):
+                log.warning("%s is down (%s); its requests go to the other %s", m.worker.label, why, self.group)
+            else:
+                alone = len(self._members) == 1
+                log.warning("%s is down (%s) and %s: requests wait up to %g s (down_timeout) for a %s to come "
+                            "back, then fail", m.worker.label, why,
+                            f"it is the only {self.group[:-1]}" if alone else f"no other {self.group[:-1]} is up",
+                            self.down_timeout, self.group[:-1])
         m.up, m.error = False, why
         m.held = dict.fromkeys(m.held)  # versions unknown until it is checked again
+        if self._all_down_since is None and not any(o.up for o in self._members):
+            self._all_down_since = time.monotonic()
 
     def _errors(self) -> str:
         return "; ".join(f"{m.worker.label}: {m.error}" for m in self._members)
@@ -408,16 +426,31 @@ class Fleet:
                            key=lambda m: m.index)
 
     async def _pick_up(self, player: str | None, tried: set[int], deadline: float) -> _Member:
-        """A worker that is up, another than the ones tried first; waits while all are down."""
+        """A worker that is up, another than the ones tried first; waits while all are down, at most
+        ``down_timeout`` from when the last one went down (then fails at once)."""
         while True:
             # the failed ones again once the poll has brought them back
             m = self._pick(player, tried) or self._pick(player, set())
             if m is not None:
                 return m
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if self._all_down_since is None:  # none up, whatever path took them down
+                self._all_down_since = now
+            if now - self._all_down_since >= self.down_timeout:
+                self.stats["failed"] += 1
+                raise self._unavailable(self._gone())
+            if now > deadline:
                 self.stats["failed"] += 1
                 raise self._unavailable(f"no {self.group[:-1]} came up within {self.timeout:g} s ({self._errors()})")
             await asyncio.sleep(min(0.1, self.poll_s))
+
+    def _gone(self) -> str:
+        """The error of a request made while every worker has been down for ``down_timeout``."""
+        down = [m for m in self._members if not m.up]
+        names = "; ".join(f"{m.worker.label} ({m.error or 'down'})" for m in down)
+        return (f"every {self.group[:-1]} is down and none came back within {self.down_timeout:g} s "
+                f"(down_timeout): {names}. Fix: {self.hint}, then train again (resume_from_checkpoint continues "
+                "from the last checkpoint)")
 
     async def _ensure(self, m: _Member, player: str) -> None:
         """Install the player's current version unless the worker holds it already."""

@@ -151,8 +151,10 @@ class RemoteEngine(Fleet):
     a list. ``base``: a model folder, Hub id or :class:`~autocurricula.engine.Engine` giving the
     tokenizer and the fingerprint every server must match (or pass ``tokenizer`` and ``fingerprint``,
     or ``check_base=False``). ``api_key``: sent to every server. ``known_players``: "adopt" or "refuse".
-    ``timeout``: seconds before a request's server counts as failed, and the wait when all are down.
-    ``poll_s``: health-probe period.
+    ``timeout``: seconds before a request's server counts as failed. ``down_timeout``: how long
+    requests wait for a server to come back once every server is down (then they fail, naming the
+    servers: a round stops within about this, not after its games' timeout). ``poll_s``:
+    health-probe period.
     """
 
     group, key_name, request_prefix = "servers", "url", "remote"
@@ -161,7 +163,7 @@ class RemoteEngine(Fleet):
     def __init__(self, servers: str | list[str], base: Any = None, *, tokenizer: Any = None,
                  api_key: str | None = None, timeout: float = 600.0, check_base: bool = True,
                  fingerprint: dict | None = None, poll_s: float = 1.0, connect_timeout: float = 30.0,
-                 known_players: str = "adopt"):
+                 known_players: str = "adopt", down_timeout: float = 30.0):
         urls = [servers] if isinstance(servers, str) else list(servers)
         if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
             raise ValueError("servers must be a list of http(s):// URLs of `autocurricula serve` servers, "
@@ -181,7 +183,7 @@ class RemoteEngine(Fleet):
         _known_players(known_players)  # refused now, not at the first upload
         super().__init__(lambda: [HttpWorker(u, api_key, timeout, known_players) for u in urls], name=name, tokenizer=tokenizer,
                          expected=fingerprint if check_base else None, check_base=check_base, timeout=timeout,
-                         poll_s=poll_s, connect_timeout=connect_timeout)
+                         poll_s=poll_s, connect_timeout=connect_timeout, down_timeout=down_timeout)
 
     @property
     def servers(self) -> list[HttpWorker]:

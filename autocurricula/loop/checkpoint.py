@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
+from autocurricula.files import atomic_write
 from autocurricula.publish.export import export_peft, import_peft
 from autocurricula.records import is_scripted
 
@@ -173,9 +174,7 @@ def truncate_metrics(path: Path, step: int) -> None:
 
 
 def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write(path, text)  # a fresh temporary name: a planted metrics.jsonl.tmp link is never followed
 
 
 def save_checkpoint(run, tag: int, state: dict, settings: dict) -> Path:
@@ -206,9 +205,9 @@ def save_checkpoint(run, tag: int, state: dict, settings: dict) -> Path:
         (tmp / MARKER).write_text("ok\n")
         old = None
         if final.exists():  # same tag written again (e.g. a SIGTERM save): set aside, replace, delete
-            old = root / f".checkpoint-{tag}.old.tmp"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
+            # set aside in a fresh folder of its own (mkdtemp), never under a fixed name someone could plant
+            old = Path(tempfile.mkdtemp(prefix=f".checkpoint-{tag}.", suffix=".old.tmp", dir=root))
+            os.replace(final, old / "checkpoint")
         os.replace(tmp, final)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)

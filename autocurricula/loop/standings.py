@@ -8,6 +8,7 @@ from pathlib import Path
 
 from autocurricula.loop.rating import (Elo, Payoff, RelativePayoff, bradley_terry_bootstrap, format_leaderboard,
                                   leaderboard_rows, meta_weights)
+from autocurricula.files import open_append
 from autocurricula.records import GameRecord, Player, is_scripted
 
 HISTORY = "match_history.jsonl"
@@ -54,7 +55,7 @@ class Standings:
         """Every finished game of a round: ratings between distinct players, and one history line.
         Pairs of two ``frozen`` players keep every game in the relative payoffs (no decay)."""
         games = []
-        with self.history_path.open("a") as fh:
+        with open_append(self.history_path) as fh:
             for r in records:
                 if r.error:
                     continue

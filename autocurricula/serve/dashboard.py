@@ -21,7 +21,10 @@ It reads only what a trainer writes, so it works on a finished run and on one st
 
 JSON endpoints: ``/api/summary``, ``/api/leaderboard``, ``/api/curves``, ``/api/elo``, ``/api/payoff``,
 ``/api/lineage``, ``/api/transcripts``, ``/api/adapters``; files: ``/files/<path inside
-OUTPUT_DIR>`` and ``/adapters/<player>.zip``. Nothing outside OUTPUT_DIR is ever served.
+OUTPUT_DIR>`` and ``/adapters/<player>.zip``. Nothing outside OUTPUT_DIR is ever served or read: every
+file and folder a route reads goes through :meth:`RunView.inside`, which refuses a symbolic link
+anywhere below OUTPUT_DIR (a trainer writes none) and anything that resolves outside it; the zip
+reads each file through a descriptor opened with ``O_NOFOLLOW``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import io
 import json
 import logging
 import math
+import os
+import stat
 import threading
 import time
 import zipfile
@@ -84,20 +89,37 @@ class RunView:
             self._cache[key] = (stamp, value)
             return value
 
+    def inside(self, path: Path) -> Path | None:
+        """``path`` if it lies in the output folder with no symbolic link on the way (its real path is
+        itself: no link, no ``..``), else None. Every file and folder the dashboard reads passes here."""
+        try:
+            absolute = Path(os.path.abspath(path))
+            real = Path(os.path.realpath(path))
+        except (OSError, ValueError):  # a NUL byte, a loop of links
+            return None
+        if real != absolute or not real.is_relative_to(self.root):
+            return None
+        return real
+
     def _jsonl(self, name: str) -> list[dict]:
-        path = self.root / name
+        path = self.inside(self.root / name)
+        if path is None:
+            return []
         return self._memo(name, self._stamp(path), lambda: _read_jsonl(path))
 
     def checkpoint(self) -> Path | None:
-        """The latest complete checkpoint folder (``COMPLETE`` marker), or None before the first."""
-        found = list_checkpoints(self.root)
+        """The latest complete checkpoint folder (``COMPLETE`` marker), or None before the first;
+        a checkpoint that is a link (or holds its marker through one) is not the run's."""
+        found = [c for c in list_checkpoints(self.root) if self.inside(c / "COMPLETE") is not None]
         return found[-1] if found else None
 
     def _ckpt_json(self, name: str):
         ckpt = self.checkpoint()
         if ckpt is None:
             return None
-        path = ckpt / name
+        path = self.inside(ckpt / name)
+        if path is None:
+            return None
         try:
             return self._memo(f"{ckpt.name}/{name}", self._stamp(path), lambda: json.loads(path.read_text()))
         except (OSError, ValueError):  # pruned by save_total_limit in between, or not written by this version
@@ -202,10 +224,13 @@ class RunView:
         of ``metrics.jsonl`` (see :data:`CURVES`), panels without a logged value left out."""
         series: dict[str, list] = {}
         for row in self._jsonl(METRICS):
+            step = _number(row.get("step"))
+            if step is None:  # a row without a numeric step has no place on the x axis
+                continue
             for key, value in row.items():
                 # a verdict such as eval/loses_to_best_response_as_x is a bool: drawn as 0 / 1
                 if isinstance(value, (int, float)) and math.isfinite(value) and any(b(key) for _, b in CURVES):
-                    series.setdefault(key, []).append([row.get("step"), float(value)])
+                    series.setdefault(key, []).append([step, float(value)])
         panels = [{"title": title, "series": {k: v for k, v in series.items() if belongs(k)}}
                   for title, belongs in CURVES]
         return {"panels": [p for p in panels if p["series"]]}
@@ -215,9 +240,12 @@ class RunView:
         from the logged ``rating/elo/<player>`` values; ``current``: the players that still train."""
         series: dict[str, list] = {}
         for row in self._jsonl(METRICS):
+            step = _number(row.get("step"))
+            if step is None:
+                continue
             for key, value in row.items():
-                if key.startswith(_ELO_PREFIX) and isinstance(value, (int, float)):
-                    series.setdefault(key[len(_ELO_PREFIX):], []).append([row.get("step"), value])
+                if key.startswith(_ELO_PREFIX) and _number(value) is not None:
+                    series.setdefault(key[len(_ELO_PREFIX):], []).append([step, value])
         players = self.registry()
         current = [p["id"] for p in players if not p.get("frozen") and "scripted" not in p and p["id"] in series]
         return {"series": series, "roles": {p["id"]: p.get("role") for p in players}, "current": current}
@@ -255,8 +283,8 @@ class RunView:
     def transcripts(self, pair: str | None = None) -> dict:
         """``{"pairs": [{"pair", "games": [...]}]}``, the most recently played pair first, each pair's
         games newest first."""
-        path = self.root / TRANSCRIPTS
-        entries = self._memo(TRANSCRIPTS, self._stamp(path), lambda: read_transcripts(path))
+        path = self.inside(self.root / TRANSCRIPTS)
+        entries = [] if path is None else self._memo(TRANSCRIPTS, self._stamp(path), lambda: read_transcripts(path))
         groups: dict[str, list] = {}
         for e in entries:  # the file is in play order: a pair's last game comes last
             key = pair_key(e["players"])
@@ -268,15 +296,15 @@ class RunView:
         """Each player's peft adapter folder in the latest checkpoint, with download links."""
         ckpt = self.checkpoint()
         out = []
-        folder = ckpt / "adapters" if ckpt else None
+        folder = self.inside(ckpt / "adapters") if ckpt else None
         roles = {p["id"]: p.get("role") for p in self.registry()}
         try:
             for d in sorted(folder.iterdir(), key=lambda d: d.name) if folder is not None and folder.is_dir() else []:
-                if not d.is_dir():
+                if self.inside(d) is None or not d.is_dir():  # a link to a folder elsewhere is not the run's
                     continue
                 files = [{"name": f.name, "bytes": f.stat().st_size,
                           "url": "/files/" + quote(f.relative_to(self.root).as_posix())}
-                         for f in sorted(d.iterdir()) if f.is_file()]
+                         for f in self._files_of(d)]
                 out.append({"id": d.name, "role": roles.get(d.name), "checkpoint": ckpt.name, "path": str(d),
                             "files": files, "zip": f"/adapters/{quote(d.name, safe='')}.zip"})
         except OSError:  # save_total_limit pruned the checkpoint while we listed it: the next poll has the new one
@@ -284,28 +312,68 @@ class RunView:
         return {"checkpoint": ckpt.name if ckpt else None, "adapters": out}
 
     # ------------------------------------------------------------------ downloads
+    def _files_of(self, folder: Path) -> list[Path]:
+        """The regular files directly in ``folder`` that :meth:`inside` accepts, by name."""
+        return [f for f in sorted(folder.iterdir()) if self.inside(f) is not None and f.is_file()]
+
     def file(self, relative: str) -> Path | None:
         """The regular file at ``relative`` inside the output folder, or None: absolute paths, ``..``
-        and links that lead outside the folder are refused."""
+        out of it and symbolic links (wherever they lead) are refused, as in :meth:`adapter_zip`."""
         if not relative or "\x00" in relative or relative.startswith(("/", "\\")):
             return None
-        path = (self.root / relative).resolve()
-        if not path.is_relative_to(self.root) or not path.is_file():
+        path = self.inside(self.root / relative)
+        if path is None or not path.is_file():
             return None
         return path
 
     def adapter_zip(self, player_id: str) -> bytes | None:
-        """The latest checkpoint's adapter folder of ``player_id`` as a zip, or None."""
+        """The latest checkpoint's adapter folder of ``player_id`` as a zip, or None; the files are
+        those :meth:`file` serves (no link, nothing outside the run), each read through a descriptor
+        opened with ``O_NOFOLLOW`` so that a link swapped in after the check is not followed."""
         for a in self.adapters()["adapters"]:
             if a["id"] == player_id:  # only listed names: the id never becomes a path by itself
-                folder = Path(a["path"])
+                folder = self.inside(Path(a["path"]))
+                if folder is None:
+                    return None
                 buf = io.BytesIO()
                 with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-                    for f in sorted(folder.iterdir()):
-                        if f.is_file():
-                            zf.write(f, f"{player_id}/{f.name}")
+                    for f in self._files_of(folder):
+                        data = _read_no_follow(f)
+                        if data is not None:
+                            zf.writestr(f"{player_id}/{f.name}", data)
                 return buf.getvalue()
         return None
+
+
+def _number(value) -> int | float | None:
+    """``value`` if it is a finite number (not a bool, not a string), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
+
+
+def _open_no_follow(path: Path):
+    """The regular file at ``path`` opened for reading, or None if it is a link by now
+    (``O_NOFOLLOW``), or not a regular file (``O_NONBLOCK``: a FIFO does not hang the open)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    fh = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fh.close()
+        return None
+    return fh
+
+
+def _read_no_follow(path: Path) -> bytes | None:
+    """The bytes of the regular file at ``path`` (see :func:`_open_no_follow`), or None."""
+    fh = _open_no_follow(path)
+    if fh is None:
+        return None
+    with fh:
+        return fh.read()
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -327,7 +395,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 def create_app(output_dir: str | Path, poll_seconds: float = 3.0):
     """The dashboard's FastAPI app over ``output_dir`` (read-only)."""
     from fastapi import FastAPI, HTTPException
-    from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+    from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
     from autocurricula.serve.dashboard_page import render_page
 
@@ -384,13 +452,15 @@ def create_app(output_dir: str | Path, poll_seconds: float = 3.0):
         """A file inside OUTPUT_DIR (404 for anything else); text and images inline, the rest as
         a download, never as HTML."""
         path = view.file(relative)
-        if path is None:
+        fh = None if path is None else _open_no_follow(path)  # a link swapped in since the check: refused too
+        if fh is None:
             raise HTTPException(404, f"no file {relative!r} in the output folder")
         kind = _MEDIA.get(path.suffix.lower())
-        headers = {"X-Content-Type-Options": "nosniff"}
+        size = os.fstat(fh.fileno()).st_size
+        headers = {"X-Content-Type-Options": "nosniff", "Content-Length": str(size)}
         if kind is None:
-            return FileResponse(path, media_type="application/octet-stream", filename=path.name, headers=headers)
-        return FileResponse(path, media_type=kind, headers=headers)
+            headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{quote(path.name)}"
+        return StreamingResponse(_chunks(fh, size), media_type=kind or "application/octet-stream", headers=headers)
 
     @app.get("/adapters/{player_id}.zip")
     def adapter_zip(player_id: str):
@@ -405,6 +475,15 @@ def create_app(output_dir: str | Path, poll_seconds: float = 3.0):
         return JSONResponse({"error": {"message": exc.detail, "code": exc.status_code}}, status_code=exc.status_code)
 
     return app
+
+
+def _chunks(fh, size: int, chunk: int = 1 << 20):
+    """The open file's first ``size`` bytes (its size when opened: a log that grows meanwhile still
+    matches the Content-Length), ``chunk`` at a time; closes it at the end or when the client leaves."""
+    with fh:
+        while size > 0 and (data := fh.read(min(chunk, size))):
+            size -= len(data)
+            yield data
 
 
 _MEDIA = {".json": "text/plain; charset=utf-8", ".jsonl": "text/plain; charset=utf-8",

@@ -79,11 +79,13 @@ const DATA = __DATA__;
 const POLL_MS = __POLL_MS__;
 const PALETTE = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#7f7f7f","#bcbd22","#17becf",
                  "#aec7e8","#ffbb78","#98df8a","#ff9896","#c5b0d5","#c49c94","#f7b6d2","#dbdb8d","#9edae5","#393b79"];
-const colours = {};
+const colours = Object.create(null);  // no prototype: a player named "__proto__" is a player like any other
 function colour(id) {
   if (!(id in colours)) colours[id] = PALETTE[Object.keys(colours).length % PALETTE.length];
   return colours[id];
 }
+// Every value that comes from the run's files goes into the HTML through esc(), numbers included
+// (a "number" in metrics.jsonl may be any JSON); num() writes only the digits of a finite number.
 function esc(s) {
   return String(s == null ? "" : s).replace(/[&<>"']/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;","\"":"&quot;","'":"&#39;"}[c]));
 }
@@ -115,13 +117,13 @@ function renderLeaderboard(lb) {
               <th class="num" title="weight in the Nash mixture over every player, scripted ones included: the league's meta-strategy">nash (all)</th>` : "") + `</tr>`;
   for (const r of rows) {
     const rated = r.games > 0;
-    const bar = r.bt == null ? "" : `<svg width="${W}" height="12"><title>${num(r.bt_low)} – ${num(r.bt_high)}</title><line x1="${x(r.bt_low)}" x2="${x(r.bt_high)}" y1="6" y2="6"
-      stroke="${colour(r.id)}" stroke-width="3" stroke-linecap="round"/><circle cx="${x(r.bt)}" cy="6" r="3.5" fill="#1d2330"/></svg>`;
+    const bar = r.bt == null ? "" : `<svg width="${W}" height="12"><title>${num(r.bt_low)} – ${num(r.bt_high)}</title><line x1="${num(x(r.bt_low), 2)}" x2="${num(x(r.bt_high), 2)}" y1="6" y2="6"
+      stroke="${esc(colour(r.id))}" stroke-width="3" stroke-linecap="round"/><circle cx="${num(x(r.bt), 2)}" cy="6" r="3.5" fill="#1d2330"/></svg>`;
     const tags = (r.frozen && !r.scripted ? '<span class="tag">frozen</span>' : "") + (r.scripted ? '<span class="tag">scripted</span>' : "");
-    h += `<tr class="${rated ? "" : "unrated"}"><td>${r.rank}</td><td><span class="dot" style="background:${colour(r.id)}"></span>${esc(r.id)}${tags}</td>
+    h += `<tr class="${rated ? "" : "unrated"}"><td>${esc(r.rank)}</td><td><span class="dot" style="background:${esc(colour(r.id))}"></span>${esc(r.id)}${tags}</td>
           <td title="entered at epoch ${esc(r.epoch)}">${esc(r.role)}</td><td class="num">${rated ? num(r.elo) : "unrated"}</td>
           <td class="num">${r.bt == null ? "–" : `${num(r.bt)} <span class="ci">(${num(r.bt_low)}–${num(r.bt_high)})</span>`}</td>
-          <td>${bar}</td><td class="num">${r.games}</td>` +
+          <td>${bar}</td><td class="num">${esc(r.games)}</td>` +
          (mix ? `<td class="num">${r.scripted ? "–" : num(r.deploy, 3)}</td><td class="num">${num(r.nash, 3)}</td>` : "") + `</tr>`;
   }
   const note = mix ? `<div class="note"><b>deploy</b>: the Nash mixture over the players with an adapter, the mixture to deploy.
@@ -147,30 +149,30 @@ function lineChart(series, opts) {  // series: {name: [[step, value], ...]}; opt
   const span = opts.minSpan || 1e-6;
   if (y1 - y0 < span) { const c = (y0 + y1) / 2; y0 = c - span / 2; y1 = c + span / 2; }
   const px = s => L + (s - x0) / (x1 - x0) * (W - L - R), py = v => T + (1 - (v - y0) / (y1 - y0)) * (H - T - B);
-  const fmt = opts.fmt || (v => num(v));
+  const fmt = v => esc((opts.fmt || num)(v));
   let g = "";
   for (let k = 0; k <= 4; k++) {
     const v = y0 + (y1 - y0) * k / 4, y = py(v);
     g += `<line x1="${L}" x2="${W - R}" y1="${y}" y2="${y}" stroke="#eceef2"/><text x="${L - 4}" y="${y + 4}" text-anchor="end" font-size="10" fill="#6b7385">${fmt(v)}</text>`;
   }
   const ticks = [...new Set([0, 1, 2, 3, 4].map(k => Math.round(x0 + (x1 - x0) * k / 4)))];
-  for (const s of ticks) g += `<text x="${px(s)}" y="${H - 8}" text-anchor="middle" font-size="10" fill="#6b7385">${s}</text>`;
+  for (const s of ticks) g += `<text x="${num(px(s), 1)}" y="${H - 8}" text-anchor="middle" font-size="10" fill="#6b7385">${num(s)}</text>`;
   const strongOf = id => !opts.strong || opts.strong.has(id);
   for (const id of ids.filter(id => !strongOf(id)).concat(ids.filter(strongOf))) {  // the highlighted lines on top
     const strong = strongOf(id), pts = series[id].filter(([s]) => s != null);
     if (!pts.length) continue;
-    const last = pts[pts.length - 1], c = opts.colourOf(id);
-    g += `<polyline points="${pts.map(([s, v]) => `${px(s).toFixed(1)},${py(v).toFixed(1)}`).join(" ")}" fill="none" stroke="${c}"
-          stroke-width="${strong ? 2.4 : 1.1}" stroke-opacity="${strong ? 1 : 0.45}"><title>${esc(id)}: ${fmt(last[1])} at step ${last[0]}</title></polyline>`;
+    const last = pts[pts.length - 1], c = esc(opts.colourOf(id));
+    g += `<polyline points="${pts.map(([s, v]) => `${num(px(s), 1)},${num(py(v), 1)}`).join(" ")}" fill="none" stroke="${c}"
+          stroke-width="${strong ? 2.4 : 1.1}" stroke-opacity="${strong ? 1 : 0.45}"><title>${esc(id)}: ${fmt(last[1])} at step ${esc(last[0])}</title></polyline>`;
     if (pts.length <= 60) for (const [s, v] of pts)
-      g += `<circle cx="${px(s).toFixed(1)}" cy="${py(v).toFixed(1)}" r="${strong ? 2.2 : 1.4}" fill="${c}" fill-opacity="${strong ? 1 : 0.45}"><title>${esc(id)}: ${num(v, 3)} at step ${s}</title></circle>`;
+      g += `<circle cx="${num(px(s), 1)}" cy="${num(py(v), 1)}" r="${strong ? 2.2 : 1.4}" fill="${c}" fill-opacity="${strong ? 1 : 0.45}"><title>${esc(id)}: ${num(v, 3)} at step ${esc(s)}</title></circle>`;
   }
   return `<svg viewBox="0 0 ${W} ${H}" width="100%" preserveAspectRatio="xMinYMin meet">${g}</svg>`;
 }
 
 function legend(ids, colourOf, strong) {
   return `<div class="legend">` + ids.map(id => `<span class="item${strong && !strong.has(id) ? " dim" : ""}"><span class="dot"
-    style="background:${colourOf(id)}"></span>${esc(id)}</span>`).join("") + `</div>`;
+    style="background:${esc(colourOf(id))}"></span>${esc(id)}</span>`).join("") + `</div>`;
 }
 
 function renderElo(e) {
@@ -181,7 +183,7 @@ function renderElo(e) {
   const on = document.getElementById("elo-smooth").checked;
   const ids = Object.keys(all).filter(id => !sel.value || String(roles[id]) === sel.value);
   if (!ids.length) return set("elo", empty("no metrics yet"));
-  const series = {};
+  const series = Object.create(null);
   ids.forEach(id => series[id] = smooth(all[id], on));
   const strong = new Set(e.current || []);
   set("elo", lineChart(series, {colourOf: colour, strong, minSpan: 20}) + legend(ids, colour, strong) +
@@ -194,7 +196,7 @@ function renderCurves(c) {
   if (!panels.length) return set("curves", empty("no metrics yet"));
   let h = "";
   for (const p of panels) {
-    const series = {};  // named without their group's prefix: eval/vs_random -> vs_random
+    const series = Object.create(null);  // named without their group's prefix: eval/vs_random -> vs_random
     for (const [k, v] of Object.entries(p.series)) series[k.slice(k.indexOf("/") + 1)] = v;
     const ids = Object.keys(series), of = id => CURVE_PALETTE[ids.indexOf(id) % CURVE_PALETTE.length];
     h += `<div class="curve"><h3>${esc(p.title)}</h3>${lineChart(series, {W: 360, H: 170, colourOf: of, fmt: v => num(v, 2)})}${legend(ids, of)}</div>`;
@@ -221,10 +223,10 @@ function renderPayoff(p) {
     g += `<text transform="translate(${L + i * C + C / 2 + 4},${T - 6}) rotate(-55)" font-size="11">${esc(id)}</text>`;
     ids.forEach((jd, j) => {
       const v = p.win_rate[i][j], games = p.games[i][j];
-      g += `<rect x="${L + j * C}" y="${T + i * C}" width="${C - 1}" height="${C - 1}" fill="${heat(v)}">
+      g += `<rect x="${L + j * C}" y="${T + i * C}" width="${C - 1}" height="${C - 1}" fill="${esc(heat(v))}">
         <title>${esc(id)} vs ${esc(jd)}: ${v == null ? "never met" : num(v, 2) + " over " + num(games, 1) + " (decayed) games"}</title></rect>`;
       if (v != null) g += `<text x="${L + j * C + C / 2}" y="${T + i * C + C / 2 + fs / 2 - 1}" text-anchor="middle"
-        font-size="${fs}" pointer-events="none">${Math.round(v * 100)}</text>`;
+        font-size="${fs}" pointer-events="none">${num(v * 100)}</text>`;
     });
     if (i > 0 && roles[i] !== roles[i - 1]) {  // lines between the roles' blocks
       g += `<line x1="${L - 2}" x2="${L + n * C}" y1="${T + i * C - 0.5}" y2="${T + i * C - 0.5}" stroke="#1d2330" stroke-width="1.2"/>
@@ -238,19 +240,19 @@ function renderPayoff(p) {
 function renderLineage(l) {
   const nodes = l.nodes || [];
   if (!nodes.length) return set("lineage", empty("the lineage appears with the first checkpoint"));
-  const byId = {}, kids = {};
+  const byId = Object.create(null), kids = Object.create(null);
   nodes.forEach(n => { byId[n.id] = n; kids[n.id] = []; });
   const roots = [];
   nodes.forEach(n => (n.parent && byId[n.parent] ? kids[n.parent].push(n) : roots.push(n)));
-  const order = [], depth = {};
+  const order = [], depth = Object.create(null);
   const walk = (n, d) => { depth[n.id] = d; order.push(n); kids[n.id].forEach(k => walk(k, d + 1)); };
   roots.forEach(r => walk(r, 0));
   let h = "";
   for (const n of order) {
     const c = colour(n.id);
-    const marker = n.scripted ? `<span class="marker" style="background:${c}"></span>`
-        : n.frozen ? `<span class="marker" style="border:2px solid ${c}; border-radius:50%"></span>`
-        : `<span class="marker" style="background:${c}; border-radius:50%"></span>`;
+    const marker = n.scripted ? `<span class="marker" style="background:${esc(c)}"></span>`
+        : n.frozen ? `<span class="marker" style="border:2px solid ${esc(c)}; border-radius:50%"></span>`
+        : `<span class="marker" style="background:${esc(c)}; border-radius:50%"></span>`;
     const extra = [n.role, "epoch " + n.epoch, n.snapshot_of ? "snapshot of " + n.snapshot_of : n.parent ? "from " + n.parent : "",
                    n.resets ? "reset ×" + n.resets : "", n.scripted ? "scripted: " + n.scripted : "",
                    n.unsaved ? "not in a checkpoint yet" : ""].filter(Boolean).join(" · ");
@@ -261,19 +263,19 @@ function renderLineage(l) {
 
 function renderTranscripts(t) {
   const sel = document.getElementById("pair"), pairs = t.pairs || [], keep = sel.value;
-  sel.innerHTML = pairs.map(p => `<option value="${esc(p.pair)}">${esc(p.pair)} (${p.games.length})</option>`).join("");
+  sel.innerHTML = pairs.map(p => `<option value="${esc(p.pair)}">${esc(p.pair)} (${esc(p.games.length)})</option>`).join("");
   if (pairs.some(p => p.pair === keep)) sel.value = keep;
   if (!pairs.length) return set("transcripts", empty("no transcripts (transcripts_per_pair = 0, or no games yet)"));
   const p = pairs.find(p => p.pair === sel.value) || pairs[0];
   let h = "";
   for (const g of p.games) {
-    const score = g.players.map((id, i) => `<span class="dot" style="background:${colour(id)}"></span>${esc(id)} <b>${num(g.rewards[i], 2)}</b>`).join(" &nbsp; ");
+    const score = g.players.map((id, i) => `<span class="dot" style="background:${esc(colour(id))}"></span>${esc(id)} <b>${num(g.rewards[i], 2)}</b>`).join(" &nbsp; ");
     h += `<div class="game"><div class="head">${esc(g.game_id)} <span class="tag">epoch ${esc(g.epoch)}, round ${esc(g.round)}</span> &nbsp; ${score}</div>`;
     for (const turn of g.turns) {
-      h += `<div class="turn"><span class="dot" style="background:${colour(turn.player)}"></span>${esc(turn.player)} (seat ${esc(turn.seat)})
+      h += `<div class="turn"><span class="dot" style="background:${esc(colour(turn.player))}"></span>${esc(turn.player)} (seat ${esc(turn.seat)})
             <pre>${esc(turn.prompt)}</pre><pre class="completion">${esc(turn.completion)}</pre></div>`;
     }
-    if (g.turns_total > g.turns.length) h += `<div class="empty">${g.turns_total - g.turns.length} more turns not kept</div>`;
+    if (g.turns_total > g.turns.length) h += `<div class="empty">${num(g.turns_total - g.turns.length)} more turns not kept</div>`;
     h += "</div>";
   }
   set("transcripts", h);
@@ -285,8 +287,8 @@ function renderAdapters(a) {
   if (!list.length) return set("adapters", empty("adapters appear with the first checkpoint"));
   let h = `<table><tr><th>player</th><th>role</th><th>files</th><th>download</th><th>folder (PeftModel.from_pretrained)</th></tr>`;
   for (const d of list) {
-    const files = d.files.map(f => `<a href="${esc(f.url)}">${esc(f.name)}</a> <span class="tag">${(f.bytes / 1024).toFixed(0)} KB</span>`).join(" ");
-    h += `<tr><td><span class="dot" style="background:${colour(d.id)}"></span>${esc(d.id)}</td><td>${esc(d.role)}</td>
+    const files = d.files.map(f => `<a href="${esc(f.url)}">${esc(f.name)}</a> <span class="tag">${num(f.bytes / 1024)} KB</span>`).join(" ");
+    h += `<tr><td><span class="dot" style="background:${esc(colour(d.id))}"></span>${esc(d.id)}</td><td>${esc(d.role)}</td>
           <td class="wrap">${files}</td><td><a href="${esc(d.zip)}">${esc(d.id)}.zip</a></td><td class="wrap"><code>${esc(d.path)}</code></td></tr>`;
   }
   set("adapters", h + "</table>");

@@ -13,6 +13,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
+from autocurricula.files import open_append
 from autocurricula.views.plots import plot_elo, plot_payoff
 from autocurricula.views.transcripts import FILENAME as TRANSCRIPTS, write_transcripts
 
@@ -52,7 +53,7 @@ class MetricsFile(TrainerCallback):
     """Every logged row as one JSON line of ``output_dir/metrics.jsonl``."""
 
     def on_log(self, trainer, row: dict) -> None:
-        with (Path(trainer.config.output_dir) / "metrics.jsonl").open("a") as fh:
+        with open_append(Path(trainer.config.output_dir) / "metrics.jsonl") as fh:
             fh.write(json.dumps(row) + "\n")
 
 

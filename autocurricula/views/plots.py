@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+
+from autocurricula.files import atomic_write
 
 
 def _plt():
@@ -27,8 +30,7 @@ def plot_elo(history: dict[str, list[tuple[int, float]]], path: str | Path) -> P
     if 0 < len(history) <= 16 and any(history.values()):
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
     return Path(path)
 
 
@@ -46,6 +48,15 @@ def plot_payoff(players: list[str], matrix: list[list[float]], path: str | Path)
                 ax.text(j, i, f"{matrix[i][j]:.2f}", ha="center", va="center", fontsize=6)
     fig.colorbar(im, ax=ax, fraction=0.046)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
     return Path(path)
+
+
+def _save(plt, fig, path) -> None:
+    """The figure as a PNG at ``path``, replaced atomically (never written through a link there)."""
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    atomic_write(path, buf.getvalue())

@@ -11,10 +11,10 @@ The file stays bounded: after every round it is rewritten atomically with only t
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
+
+from autocurricula.files import atomic_write
 
 FILENAME = "transcripts.jsonl"
 MAX_CHARS = 2000  # per prompt or completion: a runaway completion must not bloat the file
@@ -75,15 +75,7 @@ def update_transcripts(path: str | Path, new: list[dict], per_pair: int, fresh: 
     ``per_pair`` per pair, replace atomically."""
     path = Path(path)
     entries = keep_last(([] if fresh else read_transcripts(path)) + list(new), per_pair)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(e) + "\n" for e in entries)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide it from a dashboard run by another user
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, "".join(json.dumps(e) + "\n" for e in entries))
 
 
 def write_transcripts(path: Path, per_pair: int, records, decode, epoch: int, round_: int, *, fresh: bool) -> None:
