@@ -4,6 +4,8 @@ The engine (``autocurricula.engine``) serves many LoRA players in one continuous
 decode loop; ``autocurricula.serve.server`` exposes it over an OpenAI-compatible HTTP API.
 """
 
+import importlib
+
 from autocurricula.engine import blas as _blas
 
 _blas.preload()  # must run before anything imports mlx.core
@@ -49,7 +51,5 @@ __all__ = ["__version__", *_LAZY]
 def __getattr__(name):
     # Lazy so that `import autocurricula` stays cheap (no mlx/torch import until needed).
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'autocurricula' has no attribute {name!r}")

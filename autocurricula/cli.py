@@ -27,9 +27,19 @@ not load with a table whose ``load`` row names the cause and the fix (exit statu
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import json
 import os
+import platform
 import sys
+import traceback
+from pathlib import Path
+
+import yaml
+
+import autocurricula
+from autocurricula.engine import blas as _blas
 
 from autocurricula.bench import args as bench_args  # argparse and os only: the bench flags' ranges
 
@@ -83,12 +93,9 @@ def user_error(exc: BaseException, model=None) -> str | None:
 
 
 def _env(args) -> None:
-    import platform
-
-    import autocurricula
-    from autocurricula.engine import blas as _blas
-    from autocurricula.bench.engine import gemm_ceiling
-    from autocurricula.engine.cpu_kernels import describe as describe_cpu_paths
+    # each subcommand imports what it runs (mlx, torch, the server): `autocurricula --help` stays fast
+    from autocurricula.bench.engine import gemm_ceiling  # mlx
+    from autocurricula.engine.cpu_kernels import describe as describe_cpu_paths  # mlx
 
     import mlx.core as mx
 
@@ -105,7 +112,7 @@ def _env(args) -> None:
 
 
 def _tiny(args) -> None:
-    from autocurricula.engine.tiny import build_tiny_model
+    from autocurricula.engine.tiny import build_tiny_model  # tokenizers
 
     try:
         path = build_tiny_model(args.path, model_type=args.model_type, hidden_size=args.hidden,
@@ -135,10 +142,8 @@ def _check_loadable(model, *, fetch: bool) -> None:
     that is downloaded, or found in the cache, now), and a folder passes the checks that need no
     weights loaded (config.json, a family the engine serves, weights). A ModelNotFoundError,
     ModelLoadError or UnsupportedModelError naming the cause and the fix otherwise."""
-    from pathlib import Path
-
-    from autocurricula.publish.check_model import inspect_model_folder, resolve
-    from autocurricula.publish.hub import check_model_source
+    from autocurricula.publish.check_model import inspect_model_folder, resolve  # mlx, transformers
+    from autocurricula.publish.hub import check_model_source  # huggingface_hub
 
     if fetch or Path(str(model)).expanduser().exists():
         inspect_model_folder(resolve(model))
@@ -147,7 +152,7 @@ def _check_loadable(model, *, fetch: bool) -> None:
 
 
 def _serve(args) -> None:
-    from autocurricula.serve.server import serve
+    from autocurricula.serve.server import serve  # fastapi, uvicorn, mlx
 
     _check_loadable(args.model, fetch=True)
     serve(args.model, host=args.host, port=args.port, api_key=args.api_key, max_slots=args.max_slots,
@@ -169,12 +174,7 @@ LEAGUES = {"selfplay": ("SelfPlayTrainer", "SelfPlayConfig"), "league": ("League
 
 
 def _train(args) -> None:
-    import dataclasses
-    import importlib
-
-    import yaml
-
-    import autocurricula.leagues as leagues
+    import autocurricula.leagues as leagues  # the trainers import mlx: only when training
 
     settings = {}
     if args.config:
@@ -211,7 +211,7 @@ def _train(args) -> None:
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"--game {args.game}: {exc}. Use a module of autocurricula.games (e.g. tictactoe) or "
                          "an importable 'module.path:function'") from None
-    from autocurricula.loop.config import coerce_grpo_config, coerce_lora_spec
+    from autocurricula.loop.config import coerce_grpo_config, coerce_lora_spec  # mlx
 
     try:
         config = config_cls(**settings)
@@ -229,7 +229,7 @@ def _train(args) -> None:
     if args.ray_actors:  # rollout (and learner) actors on the Ray cluster RAY_ADDRESS names, or a local one
         if args.server:
             raise SystemExit("autocurricula train: give --server or --ray-actors, not both")
-        from autocurricula.fleet.cluster import RayEngine
+        from autocurricula.fleet.cluster import RayEngine  # ray
 
         servers = RayEngine(args.model, num_actors=args.ray_actors, learners=args.ray_learners,
                             address=os.environ.get("RAY_ADDRESS"))
@@ -243,16 +243,16 @@ def _train(args) -> None:
 
 
 def _dashboard(args) -> None:
-    from autocurricula.serve.dashboard import run_dashboard
+    from autocurricula.serve.dashboard import run_dashboard  # fastapi, uvicorn
 
     run_dashboard(args.output_dir, host=args.host, port=args.port)  # a missing folder: FileNotFoundError, named
 
 
 def _check_model(args) -> None:
-    from autocurricula.publish.check_model import check_model, format_table, passed
+    from autocurricula.publish.check_model import check_model, format_table, passed  # mlx, transformers
 
     if args.tiny_family:
-        from autocurricula.engine.tiny import build_family_model
+        from autocurricula.engine.tiny import build_family_model  # transformers
 
         try:
             build_family_model(args.model, args.tiny_family)
@@ -261,8 +261,6 @@ def _check_model(args) -> None:
     results = check_model(args.model, max_tokens=args.max_tokens)  # a model that does not load: a row
     print(format_table(args.model, results), flush=True)
     if args.debug:
-        import traceback
-
         for r in results:
             if r.error is not None:
                 print(f"--- {r.name}:", "".join(traceback.format_exception(r.error)), sep="\n", file=sys.stderr)
@@ -279,15 +277,15 @@ def _bench(args) -> None:
         takes = "; ".join(f"bench {k}: {', '.join(v)}" for k, v in BENCH_WORKLOADS.items())
         raise UsageError(f"--workload {workload} is not a workload of bench {args.what} ({takes})")
     if args.what == "engine":
-        from autocurricula.bench.engine import main
+        from autocurricula.bench.engine import main  # mlx
     elif args.what == "peers":
-        from autocurricula.bench.peers import main
+        from autocurricula.bench.peers import main  # mlx, torch
     elif args.what == "league":
-        from autocurricula.bench.league import main
+        from autocurricula.bench.league import main  # mlx
     elif args.what == "round":
-        from autocurricula.bench.round import main
+        from autocurricula.bench.round import main  # mlx, torch
     else:
-        from autocurricula.bench.train import main
+        from autocurricula.bench.train import main  # mlx
     main(args)
 
 

@@ -14,7 +14,7 @@ update's settings are ``GRPOConfig`` (trl's names), passed to ``train``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, ClassVar
 
 from autocurricula.credit import Credit
@@ -203,7 +203,5 @@ class AutocurriculumConfig:
     def engine_config(self, initial_rank: int) -> EngineConfig:
         """The in-process engine's config: ``engine`` (or the defaults), its stacks starting at the
         LoRA rank of the players."""
-        from dataclasses import replace
-
         return replace(self.engine or EngineConfig(), initial_rank=initial_rank)
 

@@ -16,6 +16,7 @@ is called as ``policy(prompt)`` or ``policy(prompt, rng)`` (:func:`call_scripted
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Callable
@@ -213,8 +214,6 @@ def _ref_id(field: str, player: Mapping) -> str:
 
 
 def _jsonable(v) -> bool:
-    import json
-
     try:
         json.dumps(v)
         return True

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from autocurricula.loop import checkpoint as ckpt
 from autocurricula.engine.blas import threads_during
@@ -50,6 +51,7 @@ from autocurricula.loop.signals import graceful_stop
 from autocurricula.loop.standings import Leaderboard, Standings
 from autocurricula.loop.run import Run
 from autocurricula.publish.export import export_player
+from autocurricula.publish.hub import check_hub_access, league_card, push_league
 from autocurricula.loop.startup import explain_pipeline, explain_schedule, load_engine, open_rollout
 from autocurricula.views.tracking import make_trackers
 from autocurricula.training import Updater
@@ -182,8 +184,6 @@ class AutocurriculumTrainer:
         if not resume_from_checkpoint:  # before anything slow: refuse (or clear) another run's files
             ckpt.prepare_output_dir(cfg.output_dir, cfg.overwrite_output_dir)
         if cfg.push_to_hub:  # fail now, not after all of training
-            from autocurricula.publish.hub import check_hub_access
-
             check_hub_access(cfg.hub_model_id, private=cfg.hub_private_repo)
         self.run = run = self._setup(model, lora_config, grpo_config, play, servers, api_key, callbacks)
         start, first_round = self._resume(resume_from_checkpoint, policies)
@@ -208,8 +208,6 @@ class AutocurriculumTrainer:
 
     # ------------------------------------------------------------------ the loop
     def _loop(self, play, start: int, first_round: int = 0) -> None:
-        from tqdm.auto import tqdm
-
         cfg = self.config
         for epoch in tqdm(range(start, cfg.epochs), desc="epochs", disable=not cfg.progress):
             self.current_epoch = epoch
@@ -493,8 +491,6 @@ class AutocurriculumTrainer:
                     revision: str | None = None, endpoint: str | None = None) -> str:
         """Every player as a peft adapter (a folder each, with its card) plus the league card,
         match history and plots, in one commit."""
-        from autocurricula.publish.hub import league_card, push_league  # huggingface_hub: optional
-
         board, mixture = self.leaderboard, self.deployable_mixture()
         card = league_card(self.run, board, mixture, self.config_dict(), type(self).__name__, self.current_epoch + 1)
         return push_league(self.run, repo_id, board, card, mixture, private=private, token=token,

@@ -41,6 +41,7 @@ import zipfile
 from pathlib import Path
 from urllib.parse import quote
 
+from autocurricula.serve.dashboard_page import render_page
 from autocurricula.loop.checkpoint import list_checkpoints
 from autocurricula.loop.rating import Elo, Payoff, RelativePayoff, bradley_terry_bootstrap, leaderboard_rows, meta_weights
 from autocurricula.views.transcripts import FILENAME as TRANSCRIPTS, pair_key, read_transcripts
@@ -396,8 +397,6 @@ def create_app(output_dir: str | Path, poll_seconds: float = 3.0):
     """The dashboard's FastAPI app over ``output_dir`` (read-only)."""
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-
-    from autocurricula.serve.dashboard_page import render_page
 
     view = RunView(output_dir)
     app = FastAPI(title="autocurricula dashboard", docs_url=None, redoc_url=None, openapi_url=None)
