@@ -79,8 +79,8 @@ def bad(tiny_model_path, tmp_path_factory):
         "made-up type": (str(root / "made-up"), r"'made_up_lm' is not a family.*" + families),
         "refused family": (str(root / "refused"), r"refused: .*'mamba'.*docs/models\.md"),
         "missing tensors": (str(root / "more-layers"),
-                            r"weights do not match config\.json \(Missing \d+ parameters: model\.layers\.\d.*"
-                            r"same checkpoint"),
+                            r"config\.json does not match its weights: num_hidden_layers=5, but its weights hold 4 "
+                            r"blocks.*same checkpoint"),
         "tensor shapes": (str(root / "wider-mlp"), r"weights do not match config\.json \(Expected shape"),
         "config key": (str(root / "no-hidden-size"), r"config\.json lacks 'hidden_size'.*Add it"),
         "no tokenizer": (str(root / "no-tokenizer"), r"its tokenizer cannot be loaded.*tokenizer\.json"),
@@ -113,7 +113,7 @@ def test_check_model_debug_adds_the_traceback_of_the_failed_row(bad, capsys):
     with pytest.raises(SystemExit):
         main(["--debug", "check-model", bad["missing tensors"][0]])
     out, err = capsys.readouterr()
-    assert "| load | FAIL |" in out and "Traceback" in err and "Missing" in err
+    assert "| load | FAIL |" in out and "Traceback" in err and "num_hidden_layers=5" in err
     with pytest.raises(SystemExit):  # after the command too
         main(["check-model", bad["no config.json"][0], "--debug"])
     assert "Traceback" in capsys.readouterr().err
@@ -154,12 +154,12 @@ def test_train_with_a_bad_model_prints_the_cause_and_no_traceback(bad, case, tmp
 def test_train_and_serve_in_a_subprocess_print_one_line_and_debug_the_traceback(bad, tmp_path):
     out = _cli("train", "--model", bad["missing tensors"][0], "--epochs", "1", "--output-dir", str(tmp_path / "a"))
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
-    assert "weights do not match config.json" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert "does not match its weights" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     out = _cli("serve", "--model", bad["config key"][0], "--port", "0")
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
     assert out.stderr.startswith("autocurricula serve: model") and "lacks 'hidden_size'" in out.stderr
     out = _cli("--debug", "train", "--model", bad["missing tensors"][0], "--output-dir", str(tmp_path / "b"))
-    assert out.returncode == 1 and "Traceback" in out.stderr and "Missing" in out.stderr
+    assert out.returncode == 1 and "Traceback" in out.stderr and "num_hidden_layers=5" in out.stderr
 
 
 def test_train_settings_that_fail_validation_are_one_line(tiny_model_path, tmp_path):

@@ -463,8 +463,9 @@ def test_preload_refuses_more_than_the_cap():
 
 # ------------------------------------------------------------------ uploads
 def safetensors_file(extra: bytes = b"") -> bytes:
-    header = json.dumps({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
-    return struct.pack("<Q", len(header)) + header + bytes(8) + extra
+    header = json.dumps({"m.lora_a": {"dtype": "F32", "shape": [2, 1], "data_offsets": [0, 8]},
+                         "m.lora_b": {"dtype": "F32", "shape": [1, 2], "data_offsets": [8, 16]}}).encode()
+    return struct.pack("<Q", len(header)) + header + bytes(16) + extra
 
 
 def receiver(body: bytes, chunk: int = 7):

@@ -199,19 +199,27 @@ class AdapterWeights:
         """Check every module exists as a linear of the model with matching shapes."""
         errors = []
         for path, (a, b) in self.modules.items():
-            if path not in dims:
-                errors.append(f"{path}: not a linear layer of the base model")
-                continue
-            din, dout = dims[path]
-            if a.ndim != 2 or b.ndim != 2 or a.shape[0] != din or b.shape[1] != dout or a.shape[1] != b.shape[0]:
-                errors.append(f"{path}: lora_a {tuple(a.shape)} / lora_b {tuple(b.shape)} do not fit "
-                              f"a ({din}, r) / (r, {dout}) layer")
+            if (problem := _misfit(path, tuple(a.shape), tuple(b.shape), dims)) is not None:
+                errors.append(problem)
+                if path not in dims:
+                    continue
             if not _finite32_array(a) or not _finite32_array(b):
                 errors.append(f"{path}: weights contain NaN or inf (or values beyond float32's range)")
             elif not _finite32_array(b, self.scale):
                 errors.append(f"{path}: lora_b x scale {self.scale:g} overflows float32; lower the scale")
         if errors:
             raise AdapterError("adapter does not fit the base model:\n  " + "\n  ".join(errors[:20]))
+
+
+def _misfit(path: str, a: tuple, b: tuple, dims: dict[str, tuple[int, int]]) -> str | None:
+    """Why lora_a of shape ``a`` and lora_b of shape ``b`` cannot adapt ``path`` of a model whose
+    linears are ``dims`` (None when they can)."""
+    if path not in dims:
+        return f"{path}: not a linear layer of the base model"
+    din, dout = dims[path]
+    if len(a) != 2 or len(b) != 2 or a[0] != din or b[1] != dout or a[1] != b[0]:
+        return f"{path}: lora_a {a} / lora_b {b} do not fit a ({din}, r) / (r, {dout}) layer"
+    return None
 
 
 def _module_of(key: str, suffixes: tuple[str, ...]) -> tuple[str, str] | None:
@@ -229,6 +237,73 @@ def check_rank(rank: int, max_rank: int | None) -> None:
                            f"train or export a rank <= {max_rank}, or raise the limit on the server")
 
 
+LORA_SUFFIXES = (".lora_A.weight", ".lora_B.weight", ".lora_A.default.weight", ".lora_B.default.weight",
+                 ".lora_a", ".lora_b")
+
+
+def _lora_plan(entries, max_rank: int | None) -> dict[str, tuple[str, str, bool]]:
+    """``{key: (module path, "a" or "b", stored transposed)}`` for ``entries`` of ``(key, dtype,
+    shape as stored)``; refuses (``AdapterError``) a key that is no LoRA tensor, a dtype that is
+    not floating point, a shape that is not 2-D, rank 0 or above ``max_rank``, and a module with
+    only one of its pair. Needs no data: a safetensors header is enough."""
+    plan, unknown = {}, []
+    for key, dtype, shape in entries:
+        hit = _module_of(key, LORA_SUFFIXES)
+        if hit is None:
+            unknown.append(key)
+            continue
+        path, kind = hit
+        if path.startswith(PEFT_PREFIX):
+            path = path[len(PEFT_PREFIX):]
+        which = "a" if kind.lower().startswith(".lora_a") else "b"
+        transposed = ".lora_A." in kind or ".lora_B." in kind  # peft stores (r, in) / (out, r)
+        bf16 = isinstance(dtype, str) and dtype == "bf16"  # a header's bfloat16 (numpy has none)
+        name = "bfloat16" if bf16 else np.dtype(dtype).name
+        if not bf16 and np.dtype(dtype).kind != "f":
+            raise AdapterError(f"tensor {key} has dtype {name}; LoRA weights must be float32, float16 or bfloat16")
+        shape = tuple(shape)[::-1] if transposed else tuple(shape)
+        if len(shape) != 2:
+            raise AdapterError(f"tensor {key} has shape {shape}; LoRA weights must be 2-D matrices")
+        rank = shape[1] if which == "a" else shape[0]
+        if rank < 1:
+            raise AdapterError(f"tensor {key} has rank 0 (shape {shape}); give every module rank >= 1")
+        check_rank(rank, max_rank)
+        plan[key] = (path, which, transposed)
+    if unknown:
+        hint = ("DoRA magnitude vectors are not supported; export a plain LoRA" if any("magnitude" in k for k in unknown)
+                else "expected peft '...lora_A.weight'/'...lora_B.weight' or mlx-lm '...lora_a'/'...lora_b' keys")
+        raise AdapterError(f"unsupported tensors in adapter: {unknown[:5]}{' ...' if len(unknown) > 5 else ''} ({hint})")
+    have: dict[str, set] = {}
+    for path, which, _ in plan.values():
+        have.setdefault(path, set()).add(which)
+    incomplete = [p for p, d in have.items() if d != {"a", "b"}]
+    if incomplete:
+        raise AdapterError(f"modules with only one of lora_A/lora_B: {incomplete[:5]}; every module needs both")
+    return plan
+
+
+def _held(arr: np.ndarray, transposed: bool) -> np.ndarray:
+    """A tensor as an adapter holds it: mlx-lm's orientation, float32, contiguous; copied only
+    when one of these changes it."""
+    with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf: validate() reports it
+        return np.ascontiguousarray(arr.T if transposed else arr, dtype=np.float32)
+
+
+def _weights(pairs: dict[str, dict[str, np.ndarray]], peft_style: bool, scale, config: dict) -> AdapterWeights:
+    """The adapter of ``pairs`` (``{path: {"a": ..., "b": ...}}``) with its scale: ``scale``, or
+    from ``config`` (peft's ``lora_alpha / r``, or mlx-lm's ``lora_parameters.scale``)."""
+    mods = {p: (d["a"], d["b"]) for p, d in pairs.items()}
+    if scale is None:
+        if peft_style or "lora_alpha" in config:
+            r = next(iter(mods.values()))[0].shape[1] if mods else 1
+            alpha = _number(config.get("lora_alpha", r), "lora_alpha")
+            scale = alpha / (math.sqrt(r) if config.get("use_rslora") else r)
+        else:
+            params = config.get("lora_parameters", {})
+            scale = _number(params.get("scale", 1.0) if isinstance(params, dict) else params, "lora_parameters.scale")
+    return AdapterWeights(mods, _number(scale, "scale"))
+
+
 def from_tensors(tensors: dict[str, np.ndarray], scale: float | None = None,
                  config: dict | None = None, max_rank: int | None = None) -> AdapterWeights:
     """Build weights from a flat tensor dict in peft or mlx-lm key format (auto-detected).
@@ -237,49 +312,11 @@ def from_tensors(tensors: dict[str, np.ndarray], scale: float | None = None,
     mlx-lm: ``<path>.lora_a (in, r)`` / ``<path>.lora_b (r, out)``. ``scale`` overrides the
     config; otherwise peft's ``lora_alpha / r`` or mlx-lm's ``lora_parameters.scale`` is used.
     """
-    config = config or {}
+    plan = _lora_plan(((k, arr.dtype, arr.shape) for k, arr in tensors.items()), max_rank)
     pairs: dict[str, dict[str, np.ndarray]] = {}
-    unknown = []
-    peft_style = any(".lora_A." in k or ".lora_B." in k for k in tensors)
-    for key, arr in tensors.items():
-        hit = _module_of(key, (".lora_A.weight", ".lora_B.weight", ".lora_A.default.weight",
-                               ".lora_B.default.weight", ".lora_a", ".lora_b"))
-        if hit is None:
-            unknown.append(key)
-            continue
-        path, kind = hit
-        if path.startswith(PEFT_PREFIX):
-            path = path[len(PEFT_PREFIX):]
-        which = "a" if kind.lower().startswith(".lora_a") else "b"
-        if ".lora_A." in kind or ".lora_B." in kind:
-            arr = arr.T  # peft stores (r, in) / (out, r)
-        if arr.dtype.kind != "f":
-            raise AdapterError(f"tensor {key} has dtype {arr.dtype}; LoRA weights must be float32, float16 or bfloat16")
-        if arr.ndim != 2:
-            raise AdapterError(f"tensor {key} has shape {tuple(arr.shape)}; LoRA weights must be 2-D matrices")
-        rank = arr.shape[1] if which == "a" else arr.shape[0]
-        if rank < 1:
-            raise AdapterError(f"tensor {key} has rank 0 (shape {tuple(arr.shape)}); give every module rank >= 1")
-        check_rank(rank, max_rank)
-        with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf: validate() reports it
-            pairs.setdefault(path, {})[which] = np.ascontiguousarray(arr, dtype=np.float32)
-    if unknown:
-        hint = ("DoRA magnitude vectors are not supported; export a plain LoRA" if any("magnitude" in k for k in unknown)
-                else "expected peft '...lora_A.weight'/'...lora_B.weight' or mlx-lm '...lora_a'/'...lora_b' keys")
-        raise AdapterError(f"unsupported tensors in adapter: {unknown[:5]}{' ...' if len(unknown) > 5 else ''} ({hint})")
-    incomplete = [p for p, d in pairs.items() if set(d) != {"a", "b"}]
-    if incomplete:
-        raise AdapterError(f"modules with only one of lora_A/lora_B: {incomplete[:5]}; every module needs both")
-    mods = {p: (d["a"], d["b"]) for p, d in pairs.items()}
-    if scale is None:
-        if peft_style or "lora_alpha" in config:
-            r = next(iter(mods.values()))[0].shape[1]
-            alpha = _number(config.get("lora_alpha", r), "lora_alpha")
-            scale = alpha / (math.sqrt(r) if config.get("use_rslora") else r)
-        else:
-            params = config.get("lora_parameters", {})
-            scale = _number(params.get("scale", 1.0) if isinstance(params, dict) else params, "lora_parameters.scale")
-    return AdapterWeights(mods, _number(scale, "scale"))
+    for key, (path, which, transposed) in plan.items():
+        pairs.setdefault(path, {})[which] = _held(tensors[key], transposed)
+    return _weights(pairs, any(t for *_, t in plan.values()), scale, config or {})
 
 
 def _number(value, name: str) -> float:
@@ -472,12 +509,64 @@ def tensors_from(header: SafetensorsHeader, data) -> dict[str, np.ndarray]:
     view = memoryview(data)
     out = {}
     for key, (dtype, shape, lo, hi) in header.tensors.items():
-        if dtype == "bf16":  # bfloat16 is the top half of a float32
-            arr = (np.frombuffer(view[lo:hi], dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            arr = np.frombuffer(view[lo:hi], dtype=np.dtype(dtype).newbyteorder("<")).copy()
-        out[key] = arr.reshape(shape)
+        out[key] = widened(np.frombuffer(view[lo:hi], dtype=stored_dtype(dtype)).reshape(shape), dtype, copy=True)
     return out
+
+
+def stored_dtype(dtype) -> np.dtype:
+    """The numpy dtype of a header's tensor as the file stores it (little-endian; bfloat16 as uint16)."""
+    return np.dtype("<u2") if dtype == "bf16" else np.dtype(dtype).newbyteorder("<")
+
+
+def widened(raw: np.ndarray, dtype, copy: bool = False) -> np.ndarray:
+    """A tensor read as :func:`stored_dtype` in an array that owns its memory: bfloat16 (the top
+    half of a float32) widened to float32, anything else as it is (copied when ``copy``)."""
+    if dtype == "bf16":
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.copy() if copy else raw
+
+
+def upload_plan(header: SafetensorsHeader, dims: dict[str, tuple[int, int]] | None = None,
+                max_rank: int | None = None, scale: float | None = None) -> dict[str, tuple[str, str, bool]]:
+    """Check an adapter's safetensors header before any of its data is read, for everything
+    :func:`from_tensors` and :meth:`AdapterWeights.validate` would refuse from the shapes: keys,
+    dtypes, 2-D shapes, ranks (``max_rank``), complete pairs and, with ``dims`` (the base model's
+    ``{path: (in, out)}``), modules the model has with shapes that fit them; and the metadata's
+    numbers the scale is taken from (unless ``scale`` is given). Returns ``{key: (module path,
+    "a" or "b", stored transposed)}``, the plan :func:`held_tensor` follows."""
+    _scale_of(header.metadata, scale)
+    plan = _lora_plan(((k, dtype, shape) for k, (dtype, shape, *_) in header.tensors.items()), max_rank)
+    if not plan:
+        raise AdapterError("adapter has no LoRA weights")
+    if dims is not None:
+        shapes: dict[str, dict[str, tuple]] = {}
+        for key, (path, which, transposed) in plan.items():
+            shape = tuple(header.tensors[key][1])
+            shapes.setdefault(path, {})[which] = shape[::-1] if transposed else shape
+        errors = [e for path, ab in shapes.items() if (e := _misfit(path, ab["a"], ab["b"], dims)) is not None]
+        if errors:
+            raise AdapterError("adapter does not fit the base model:\n  " + "\n  ".join(errors[:20]))
+    return plan
+
+
+def held_bytes(header: SafetensorsHeader, plan: dict[str, tuple[str, str, bool]]) -> int:
+    """Bytes the adapter of ``header`` will hold in memory (float32), from its header alone."""
+    return 4 * sum(math.prod(header.tensors[key][1]) for key in plan)
+
+
+def held_tensor(raw: np.ndarray, dtype, transposed: bool) -> np.ndarray:
+    """A tensor read as :func:`stored_dtype` as the adapter holds it (see :func:`weights_from_plan`)."""
+    return _held(widened(raw, dtype), transposed)
+
+
+def weights_from_plan(header: SafetensorsHeader, plan: dict[str, tuple[str, str, bool]],
+                      held: dict[str, np.ndarray], scale: float | None = None) -> AdapterWeights:
+    """The adapter of an upload whose tensors ``held[key]`` were read by :func:`upload_plan`'s
+    ``plan`` and made by :func:`held_tensor`; the scale as :func:`adapter_from_parts` takes it."""
+    pairs: dict[str, dict[str, np.ndarray]] = {}
+    for key, (path, which, _) in plan.items():
+        pairs.setdefault(path, {})[which] = held[key]
+    return _weights(pairs, any(t for *_, t in plan.values()), *_scale_of(header.metadata, scale))
 
 
 def _split(data, max_header_bytes: int, max_tensors: int) -> tuple[SafetensorsHeader, memoryview]:
@@ -515,14 +604,19 @@ def adapter_from_parts(header: SafetensorsHeader, data, scale: float | None = No
     """Build an adapter from a parsed header and its data section (peft or mlx-lm keys). Metadata
     may carry ``scale``, or ``lora_alpha`` (and ``use_rslora``), as strings; an explicit ``scale``
     argument wins."""
-    meta = header.metadata
+    scale, config = _scale_of(header.metadata, scale)
+    return from_tensors(tensors_from(header, data), scale=scale, config=config, max_rank=max_rank)
+
+
+def _scale_of(meta: dict[str, str], scale: float | None) -> tuple[float | None, dict]:
+    """``(scale, config)`` from an upload's metadata strings; an explicit ``scale`` wins."""
     config = {}
     if "lora_alpha" in meta:
         config["lora_alpha"] = _number(meta["lora_alpha"], "metadata lora_alpha")
         config["use_rslora"] = str(meta.get("use_rslora", "false")).lower() == "true"
     if scale is None and "scale" in meta:
         scale = _number(meta["scale"], "metadata scale")
-    return from_tensors(tensors_from(header, data), scale=scale, config=config, max_rank=max_rank)
+    return scale, config
 
 
 def from_safetensors_bytes(data, scale: float | None = None, max_rank: int | None = None) -> AdapterWeights:

@@ -24,7 +24,8 @@ import mlx.core as mx
 import numpy as np
 
 from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec, SamplingParams
-from autocurricula.engine.models import UnsupportedModelError, check_supported, register
+from autocurricula.engine.models import UnsupportedModelError, WeightsMismatchError, check_supported, register
+from autocurricula.engine.models.config import check_against_weights, weight_shapes
 from autocurricula.publish.export import export_mlx, export_peft
 from autocurricula.publish.hub import ModelNotFoundError, check_model_source, fetch_failure, fetch_model
 from autocurricula.records import Turn
@@ -76,7 +77,8 @@ def resolve(model: str | Path) -> Path:
 def inspect_model_folder(folder: str | Path) -> dict:
     """The ``config.json`` of a model folder, after the checks that need no weights loaded: the
     folder holds a readable config.json naming a ``model_type``, a family the engine serves
-    (:class:`UnsupportedModelError` for a refused one) and defines, and safetensors weights.
+    (:class:`UnsupportedModelError` for a refused one) and defines, and safetensors weights whose
+    headers agree with the config's sizes (block count, hidden size, vocabulary).
     Anything else is a :class:`ModelLoadError` naming the cause and the fix."""
     folder = Path(folder)
     if not folder.is_dir():
@@ -101,6 +103,10 @@ def inspect_model_folder(folder: str | Path) -> dict:
     check_supported(config)
     _check_family(folder, config)
     _check_weights(folder)
+    try:  # its sizes against the weights' headers, before anything is built (load checks them again)
+        check_against_weights(config, weight_shapes(folder))
+    except WeightsMismatchError as exc:
+        raise ModelLoadError(folder, exc.cause, exc.fix) from None
     return config
 
 

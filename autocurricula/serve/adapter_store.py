@@ -1,18 +1,27 @@
 """The adapters a server holds: installing them within the memory caps (``max_cpu_adapters``,
 ``max_cpu_adapter_bytes``), spilling the least recently used idle ones to disk to make room, and
-removing them. Engine calls that wait on its thread run in the thread pool, off the event loop."""
+removing them. Engine calls that wait on its thread run on a worker thread (:func:`off_loop`), off the
+event loop."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
-
-from starlette.concurrency import run_in_threadpool
 
 from autocurricula.engine import UnknownPlayerError
 from autocurricula.engine.adapters import AdapterError, check_name, load_folder
 from autocurricula.engine.spill import host_bytes
 from autocurricula.serve.errors import RETRY_LATER, APIError
 from autocurricula.serve.state import ServerState
+
+
+async def off_loop(fn, *args):
+    """``fn(*args)`` on a worker thread of the event loop's executor. Not Starlette's
+    ``run_in_threadpool``: an idle anyio worker keeps its last job (arguments, result, exception)
+    until it gets another, which would keep an adapter's weights, or a refused upload's tensors,
+    in memory long after their request; concurrent.futures' workers drop each job when done."""
+    return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
 
 
 def preload(state: ServerState, adapters: dict[str, str]) -> None:
@@ -44,16 +53,23 @@ def check_room(state: ServerState, name: str) -> None:
                             "recently used adapters to disk")
 
 
+def check_size(state: ServerState, size: int) -> None:
+    """507 for an adapter of ``size`` bytes that alone exceeds ``max_cpu_adapter_bytes`` (uploads:
+    from the header, before the data is read)."""
+    max_bytes = state.max_cpu_adapter_bytes
+    if max_bytes is not None and size > max_bytes:
+        raise APIError(507, f"the adapter's weights take {size} bytes, more than this server holds for all "
+                            f"adapters (--max-cpu-adapter-bytes {max_bytes}); send a smaller rank, "
+                            "or raise the limit")
+
+
 async def make_room(state: ServerState, name: str, size: int) -> None:
     """Spill least recently used idle players until ``name``'s ``size`` bytes fit under the caps
     (507 when they cannot)."""
     max_count, max_bytes, spill_dir = state.max_cpu_adapters, state.max_cpu_adapter_bytes, state.spill_dir
     if max_count is None and max_bytes is None:
         return
-    if max_bytes is not None and size > max_bytes:
-        raise APIError(507, f"the adapter's weights take {size} bytes, more than this server holds for all "
-                            f"adapters (--max-cpu-adapter-bytes {max_bytes}); send a smaller rank, "
-                            "or raise the limit")
+    check_size(state, size)
     check_room(state, name)
     others = [n for n in held_in_memory(state) if n != name]
     count, total = len(others) + 1, sum(state.sizes.get(n, 0) for n in others) + size
@@ -65,7 +81,7 @@ async def make_room(state: ServerState, name: str, size: int) -> None:
         if not over():
             break
         try:
-            freed = await run_in_threadpool(state.engine.spill_adapter, victim, spill_dir) if spill_dir else False
+            freed = await off_loop(state.engine.spill_adapter, victim, spill_dir) if spill_dir else False
         except UnknownPlayerError:  # deleted meanwhile: its room is free
             freed = True
         except OSError as exc:
@@ -90,11 +106,11 @@ async def install(state: ServerState, name: str, source, version: int | None = N
     try:
         check_room(state, name)  # before a folder is read, and again under the lock
         if isinstance(source, str):  # a folder: every file must resolve inside the root
-            source = await run_in_threadpool(load_folder, source, state.adapter_root, state.max_lora_rank)
+            source = await off_loop(load_folder, source, state.adapter_root, state.max_lora_rank)
         async with state.install_lock:
             await make_room(state, name, host_bytes(source))
             state.touch(name)
-            version = await run_in_threadpool(state.engine.load_adapter, name, source, version)
+            version = await off_loop(state.engine.load_adapter, name, source, version)
             state.sizes[name] = host_bytes(source)
             return version
     except (AdapterError, APIError):
@@ -117,5 +133,5 @@ async def load_from_folder(state: ServerState, name: str, folder: str) -> int:
 
 async def remove(state: ServerState, name: str) -> None:
     """Remove a player; running requests finish with its weights first."""
-    await run_in_threadpool(state.engine.unload_adapter, name)
+    await off_loop(state.engine.unload_adapter, name)
     state.forget(name)

@@ -1,5 +1,6 @@
 """Connection and body limits of the HTTP server: a header timeout in uvicorn's h11 protocol, and
-an ASGI body reader with a deadline that reads exact byte counts (adapter uploads)."""
+an ASGI body reader that reads exact byte counts for as long as they keep arriving at a minimum
+rate (adapter uploads)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,14 @@ import asyncio
 import time
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+MIN_UPLOAD_RATE = 1 << 20  # bytes/s an adapter upload must keep up on average, after its allowance
+UPLOAD_ALLOWANCE_S = 10.0  # seconds before that rate counts, and an upload's longest pause
+
+
+def upload_allowance(body_timeout_s: float) -> float:
+    """The fixed allowance of an upload's arrival: :data:`UPLOAD_ALLOWANCE_S`, or ``--body-timeout`` if shorter."""
+    return min(UPLOAD_ALLOWANCE_S, body_timeout_s)
 
 
 class BodyError(Exception):
@@ -68,25 +77,37 @@ def header_timeout_protocol(header_timeout_s: float) -> type[H11Protocol]:
 
 
 class BodyReader:
-    """Reads an ASGI request body in exact amounts before ``deadline`` (monotonic seconds)."""
+    """Reads an ASGI request body in exact amounts for as long as it keeps arriving. Byte ``k`` is
+    due ``allowance_s + k / min_rate`` seconds after the reader starts (a minimum average rate
+    after a fixed allowance), and the reader waits at most ``allowance_s`` for any one chunk: a
+    client that stops sending is dropped within ``allowance_s``, whatever its body declares, and
+    one that keeps sending holds the connection only as long as its bytes take at ``min_rate``.
+    ``hint`` ends the 408's message (the settings that gave these numbers)."""
 
-    def __init__(self, receive, deadline: float, timeout_hint: str):
-        self.receive, self.deadline, self.hint = receive, deadline, timeout_hint
+    def __init__(self, receive, allowance_s: float, min_rate: float, hint: str):
+        self.receive, self.allowance_s, self.min_rate, self.hint = receive, allowance_s, min_rate, hint
+        self.start = time.monotonic()
+        self.received = 0
         self.buffer, self.more = b"", True
 
     async def _chunk(self) -> bytes:
-        left = self.deadline - time.monotonic()
+        left = self.start + self.allowance_s + self.received / self.min_rate - time.monotonic()
         try:
-            message = await asyncio.wait_for(self.receive(), timeout=max(left, 0.0))
+            if left <= 0:
+                raise TimeoutError
+            message = await asyncio.wait_for(self.receive(), timeout=min(left, self.allowance_s))
         except TimeoutError:
-            raise BodyError(408, f"the request body did not arrive in time ({self.hint})") from None
+            raise BodyError(408, f"the request body did not arrive in time: {self.received} bytes came in "
+                                 f"{time.monotonic() - self.start:.1f} s ({self.hint})") from None
         if message["type"] != "http.request":
             raise ClientGone()
         self.more = message.get("more_body", False)
-        return message.get("body", b"")
+        body = message.get("body", b"")
+        self.received += len(body)
+        return body
 
     async def read(self, n: int) -> bytes:
-        """Exactly ``n`` bytes (400 when the body ends first)."""
+        """Exactly ``n`` bytes (400 when the body ends first), gathered as they arrive."""
         out = bytearray(self.buffer[:n])
         self.buffer = self.buffer[n:]
         while len(out) < n:
@@ -98,11 +119,12 @@ class BodyReader:
             self.buffer = chunk[take:]
         return bytes(out)
 
-    async def read_into(self, n: int) -> bytearray:
-        """Exactly ``n`` bytes into one buffer of that size (no growing copies)."""
-        out = bytearray(n)
-        view, filled = memoryview(out), min(n, len(self.buffer))
-        view[:filled] = self.buffer[:filled]
+    async def read_into(self, target: memoryview) -> None:
+        """Fill ``target`` (a writable byte view, e.g. of a tensor's array) with the next
+        ``len(target)`` bytes, each chunk copied in as it arrives (400 when the body ends first)."""
+        n = len(target)
+        filled = min(n, len(self.buffer))
+        target[:filled] = self.buffer[:filled]
         self.buffer = self.buffer[filled:]
         while filled < n:
             if not self.more:
@@ -110,10 +132,9 @@ class BodyReader:
                                      "send the whole file")
             chunk = await self._chunk()
             take = min(n - filled, len(chunk))
-            view[filled : filled + take] = chunk[:take]
+            target[filled : filled + take] = memoryview(chunk)[:take]
             filled += take
             self.buffer = chunk[take:]
-        return out
 
     async def trailing(self) -> int:
         """How many bytes follow what was read (0 at the end). Stops at the first extra byte."""

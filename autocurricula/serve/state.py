@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from autocurricula.engine.adapters import MAX_HEADER_BYTES, MAX_TENSORS
+from autocurricula.serve.http_limits import MIN_UPLOAD_RATE, upload_allowance
 from autocurricula.serve.validation import check_fits, longest_token_chars
 
 
@@ -90,6 +91,7 @@ class ServerState:
                 "max_cpu_adapters": self.max_cpu_adapters, "max_cpu_adapter_bytes": self.max_cpu_adapter_bytes,
                 "max_concurrent_uploads": self.max_concurrent_uploads, "max_queue_s": self.max_queue_s,
                 "max_chat_messages": self.max_chat_messages, "body_timeout_s": self.body_timeout_s,
+                "upload_allowance_s": upload_allowance(self.body_timeout_s), "min_upload_bytes_per_s": MIN_UPLOAD_RATE,
                 "preempt_after_steps": self.engine.config.preempt_after_steps}
 
 

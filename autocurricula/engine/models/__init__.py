@@ -1,13 +1,15 @@
 """Which model families the engine serves, and the MLX definitions it adds to mlx-lm's.
 
-``load`` is ``mlx_lm.load`` after three steps: the families defined here (OPT and Qwen3.5 text,
+``load`` is ``mlx_lm.load`` after four steps: the families defined here (OPT and Qwen3.5 text,
 which mlx-lm lacks; GPT-NeoX, Llama/Mistral, Gemma 2, Gemma 3 text and Phi-3, whose mlx-lm
 definitions depart from transformers' in the MLP or the sliding windows) are registered under
 ``mlx_lm.models``, so mlx-lm's own loader, converter and adapter loading use them; a family
 the engine does not serve is refused by name, with the reason, before any weight is read; and
 the config, written by transformers 4 or 5, is read as transformers reads it (``config.normalize``:
 the rotary settings under ``rope_parameters``, renamed keys), refusing by name every key that
-changes the model and that the family's definition does not read. After loading, scaled rotary
+changes the model and that the family's definition does not read; and its sizes (block count,
+hidden size, vocabulary) are compared with the weights' headers, so a config that names more than
+its weights hold is refused by name before anything is built. After loading, scaled rotary
 embeddings (``llama3``, ``linear``, ``dynamic``, ``yarn``, ``longrope``) are computed as
 transformers computes them (``rope``).
 """
@@ -18,11 +20,12 @@ import importlib
 import sys
 from pathlib import Path
 
-from autocurricula.engine.models.config import FAMILIES, nested, normalize
+from autocurricula.engine.models.config import (FAMILIES, WeightsMismatchError, check_against_weights, nested,
+                                                normalize, weight_shapes)
 from autocurricula.engine.models.errors import UnsupportedModelError
 
-__all__ = ["ADDED", "REPLACED", "REFUSED", "UnsupportedModelError", "check_supported", "load", "read_config",
-           "refusal", "register"]
+__all__ = ["ADDED", "REPLACED", "REFUSED", "UnsupportedModelError", "WeightsMismatchError", "check_supported", "load",
+           "read_config", "refusal", "register"]
 
 # model_type -> the MLX definition this package adds (mlx-lm has none)
 ADDED = {"opt": "autocurricula.engine.models.opt", "qwen3_5_text": "autocurricula.engine.models.qwen3_5_text"}
@@ -94,7 +97,10 @@ def _install(model_type: str, module) -> None:
 
 
 def refusal(config: dict) -> str | None:
-    """Why the engine refuses a model with this ``config.json`` content, or None if it serves it."""
+    """Why the engine refuses a model with this ``config.json`` content, or None if it serves it
+    (or if neither mlx-lm nor this package defines its family: the loader names that). Every family
+    mlx-lm defines and :data:`~autocurricula.engine.models.config.FAMILIES` does not list is refused
+    by name: :data:`REFUSED` says why for some; the others are outside the conformance matrix."""
     model_type = config.get("model_type")
     text = config.get("text_config") or {}
     if model_type in REFUSED or text.get("model_type") in REFUSED:
@@ -112,7 +118,26 @@ def refusal(config: dict) -> str | None:
             and window < int(config.get("max_position_embeddings") or 0):
         return (f"model family {model_type!r} is configured with sliding_window={window} (shorter than its "
                 f"{config.get('max_position_embeddings')} positions): {_SLIDING}")
+    if isinstance(model_type, str) and model_type not in FAMILIES and _mlx_lm_defines(model_type):
+        return _unchecked(model_type)
     return None
+
+
+def _unchecked(model_type: str) -> str:
+    return (f"model family {model_type!r} is not in the conformance matrix: mlx-lm has a definition of it, and the "
+            "engine has not checked that definition against transformers (served, it could compute another "
+            f"function without a word); use a checkpoint of a served family ({', '.join(sorted(FAMILIES))})")
+
+
+def _mlx_lm_defines(model_type: str) -> bool:
+    """Whether mlx-lm ships a definition ``mlx_lm/models/<model_type>.py``, looked up without
+    importing mlx_lm (importing some definitions exits the process: OLMo's without ai2-olmo). A
+    family no one defines is left to the loader, which names it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mlx_lm") if model_type.isidentifier() else None
+    where = (spec.submodule_search_locations or []) if spec is not None else []
+    return any((Path(folder) / "models" / f"{model_type}.py").is_file() for folder in where)
 
 
 def check_supported(config: dict) -> None:
@@ -127,16 +152,28 @@ def check_supported(config: dict) -> None:
 def read_config(config: dict) -> dict:
     """The config the engine's definition of this family reads (:func:`config.normalize` with the
     fields of the ``ModelArgs`` mlx-lm builds for it); :class:`UnsupportedModelError` naming every
-    key that changes the model and that the definition does not read. ``ValueError`` (mlx-lm's)
-    for a ``model_type`` neither mlx-lm nor this package defines."""
+    key that changes the model and that the definition does not read, and naming a family outside
+    :data:`~autocurricula.engine.models.config.FAMILIES`, or one neither mlx-lm nor this package
+    defines."""
     import dataclasses
 
     from mlx_lm.utils import _get_classes  # mlx_lm imports transformers: only when a model is read
 
     register()
-    _, args_class = _get_classes(config)
+    try:
+        _, args_class = _get_classes(config)
+    except ValueError as exc:  # mlx-lm's "Model type falcon not supported."
+        raise UnsupportedModelError(f"the autocurricula engine cannot serve this model: model family "
+                                    f"{config.get('model_type')!r} has no definition (neither mlx-lm nor autocurricula "
+                                    f"defines it: {exc}); use a checkpoint of a served family "
+                                    f"({', '.join(sorted(FAMILIES))}). See docs/models.md.") from exc
     fields = {f.name: f.default for f in dataclasses.fields(args_class)}
-    return normalize(config, fields)
+    read = normalize(config, fields)
+    if config.get("model_type") not in FAMILIES:  # e.g. a type mlx-lm renames (kimi_k2: deepseek_v3's definition)
+        raise UnsupportedModelError(f"the autocurricula engine cannot serve this model: "
+                                    f"{_unchecked(str(config.get('model_type')))}. See docs/models.md for the "
+                                    "families it serves.")
+    return read
 
 
 def load(path_or_hub_id: str, adapter_path: str | None = None):
@@ -159,6 +196,8 @@ def load(path_or_hub_id: str, adapter_path: str | None = None):
     folder = _download(str(path_or_hub_id))
     config = load_config(Path(folder))
     check_supported(config)
+    # mlx-lm builds every block the config names before it compares them with the weights
+    check_against_weights(config, weight_shapes(folder))
     if config.get("model_file"):  # a custom definition: mlx-lm's loader refuses it by name
         return mlx_load(str(folder), adapter_path=adapter_path)
     read = read_config(config)

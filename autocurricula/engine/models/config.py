@@ -36,12 +36,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from autocurricula.engine.models.errors import UnsupportedModelError
 
-__all__ = ["FAMILIES", "METADATA", "ROPE_TYPES", "Family", "normalize", "rope_parameters", "transformers_reads"]
+__all__ = ["FAMILIES", "METADATA", "ROPE_TYPES", "Family", "WeightsMismatchError", "check_against_weights",
+           "normalize", "rope_parameters", "transformers_reads", "weight_shapes"]
 
 # the rope types the engine computes as transformers does (rope.py), as transformers names them
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
@@ -410,3 +414,125 @@ def normalize(config: dict, fields: Mapping[str, Any]) -> dict:
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+# -- the config against its weights --------------------------------------------------------------
+#
+# mlx-lm builds every layer and module the config names before it compares them with the weights,
+# so a config.json claiming 100,000 layers next to 4 layers of weights costs gigabytes before any
+# error. ``check_against_weights`` compares the sizes the weights' headers show with the config
+# first, reading no tensor data.
+
+# the safetensors library's own bound on a header (its MAX_HEADER_SIZE)
+MAX_WEIGHT_HEADER_BYTES = 100_000_000
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")  # transformers' names for the block count
+# sizes every served family keeps as a dimension of some tensor (rows of a projection, a norm's
+# length, the expert axis): none can exceed the largest dimension the weights have
+SIZE_KEYS = ("hidden_size", "n_embd", "d_model", "intermediate_size", "n_inner", "ffn_dim", "word_embed_proj_dim",
+             "vocab_size", "num_attention_heads", "n_head", "num_key_value_heads", "head_dim",
+             "num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts", "moe_intermediate_size",
+             "shared_expert_intermediate_size", "block_dim", "block_ff_dim", "kv_lora_rank", "q_lora_rank")
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h)\.(\d+)\.")  # model.layers.3.* (GPT-2: h.3.*)
+_EMBEDDING = re.compile(r"(?:^|\.)(?:embed_tokens|wte|embed_in|word_embeddings|tok_embeddings)\.weight$")
+_SAME_CHECKPOINT = ("Take config.json and the *.safetensors from the same checkpoint (download it again, or write "
+                    "both with `save_pretrained`)")
+
+
+class WeightsMismatchError(UnsupportedModelError):
+    """A ``config.json`` whose sizes do not match its weights' headers (or a weights file whose
+    header cannot be read), refused before the model is built. ``cause`` names the keys and what
+    the weights hold, ``fix`` what to do; the message is both."""
+
+    def __init__(self, cause: str, fix: str):
+        self.cause, self.fix = cause, fix
+        super().__init__(f"the autocurricula engine cannot serve this model: {cause}. {fix}")
+
+
+def weight_shapes(folder: str | Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``{tensor: (file name, shape)}`` from the headers of the folder's ``model*.safetensors``
+    (the files ``mlx_lm.load`` reads), without reading any tensor data. A header that is not a
+    safetensors header (or is over :data:`MAX_WEIGHT_HEADER_BYTES`) is a :class:`WeightsMismatchError`."""
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for file in sorted(Path(folder).glob("model*.safetensors")):
+        with open(file, "rb") as fh:
+            prefix = fh.read(8)
+            n = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
+            problem = "it is shorter than 8 bytes" if len(prefix) < 8 else \
+                f"its header length ({n} bytes) is 0 or over {MAX_WEIGHT_HEADER_BYTES}" \
+                if not 0 < n <= MAX_WEIGHT_HEADER_BYTES else None
+            raw = fh.read(n) if problem is None else b""
+        if problem is None and len(raw) < n:
+            problem = f"it ends inside its {n}-byte header"
+        if problem is None:
+            try:
+                header = json.loads(raw)
+                for key, info in header.items():
+                    if key == "__metadata__":
+                        continue
+                    shape = info["shape"]
+                    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                                              and d >= 0 for d in shape):
+                        raise ValueError(key)
+                    out[key] = (file.name, tuple(shape))
+            except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+                problem = "its header is not the JSON a safetensors file holds"
+        if problem is not None:
+            raise WeightsMismatchError(f"its weights file {file.name} cannot be read: {problem}",
+                                       "Write the weights with the safetensors library (`save_pretrained`, or "
+                                       "`mlx_lm.convert`)")
+    return out
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _embedding_width(key: str, width: int, shapes: Mapping, config: dict) -> int | None:
+    """The embedding's width before quantization: mlx-lm packs a quantized one into uint32 words
+    (``.scales`` beside it); None when its bits are not known."""
+    base = key[: -len(".weight")]
+    if f"{base}.scales" not in shapes:
+        return width
+    quant = config.get("quantization") or config.get("quantization_config") or {}
+    quant = quant if isinstance(quant, dict) else {}
+    if isinstance(quant.get(base), dict):  # mlx-lm's per-module settings
+        quant = quant[base]
+    bits = quant.get("bits")
+    return width * 32 // bits if _int(bits) and bits > 0 else None
+
+
+def check_against_weights(config: dict, shapes: Mapping[str, tuple[str, tuple[int, ...]]]) -> None:
+    """Refuse, by key, a config whose sizes the weights (``shapes``, from :func:`weight_shapes`)
+    contradict, before anything is built: a block count above the blocks the weights hold, a
+    hidden size or vocabulary other than the embedding's, or a size (:data:`SIZE_KEYS`) larger
+    than every dimension of every tensor. Weights with no tensors are left to the loader."""
+    if not shapes:
+        return
+    problems = []
+    blocks = {int(m.group(1)) for key in shapes if (m := _LAYER_INDEX.search(key))}
+    held = max(blocks) + 1 if blocks else 0
+    for key in LAYER_KEYS:
+        value = config.get(key)
+        if _int(value) and value > held:
+            where = f"{held} blocks (0 to {held - 1})" if held else "no block (no tensor named like model.layers.0.*)"
+            problems.append(f"{key}={value}, but its weights hold {where}")
+    embedding = next(((k, s) for k, (_, s) in shapes.items() if _EMBEDDING.search(k) and len(s) == 2), None)
+    if embedding is not None:
+        key, (rows, width) = embedding
+        file = shapes[key][0]
+        if _int(config.get("vocab_size")) and config["vocab_size"] != rows:
+            problems.append(f"vocab_size={config['vocab_size']}, but the embedding {key} in {file} has {rows} rows")
+        width = _embedding_width(key, width, shapes, config)
+        hidden_key = next((k for k in ("word_embed_proj_dim", "hidden_size", "n_embd", "d_model")
+                           if _int(config.get(k))), None)  # OPT embeds at word_embed_proj_dim
+        if width is not None and hidden_key is not None and config[hidden_key] != width:
+            problems.append(f"{hidden_key}={config[hidden_key]}, but the embedding {key} in {file} is {width} wide")
+    largest = max((d for _, s in shapes.values() for d in s), default=0)
+    for key in SIZE_KEYS:
+        value = config.get(key)
+        if _int(value) and value > largest and not any(p.startswith(f"{key}=") for p in problems):
+            problems.append(f"{key}={value} is larger than every dimension of every weight (the largest is "
+                            f"{largest}), so no tensor of the checkpoint can hold it")
+    if problems:
+        raise WeightsMismatchError("its config.json does not match its weights: " + "; ".join(problems),
+                                   _SAME_CHECKPOINT)
