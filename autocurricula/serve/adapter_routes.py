@@ -42,7 +42,7 @@ async def put_adapter(name: str, request: Request, state: StateDep, scale: float
     name = check_name(sent_name(request))
     declared = upload_length(request.headers.get("content-type", ""), request.headers.get("content-length"),
                              scale, version, state.max_upload_bytes)
-    version = await upload(state, name, request.receive, declared, scale, version)
+    version = await upload(state, name, request.receive, declared, scale, version, client=state.client_of(request))
     return {"name": name, "version": version}
 
 

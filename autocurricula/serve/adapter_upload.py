@@ -14,7 +14,7 @@ from autocurricula.engine.adapters import (MAX_HEADER_BYTES, MAX_TENSORS, Adapte
                                            held_tensor, parse_header, stored_dtype, upload_plan, weights_from_plan)
 from autocurricula.serve.adapter_store import check_room, check_size, install, off_loop
 from autocurricula.serve.errors import CLOSE, RETRY_LATER, APIError
-from autocurricula.serve.http_limits import (MIN_UPLOAD_RATE, BodyError, BodyReader, ClientGone,
+from autocurricula.serve.http_limits import (MIN_UPLOAD_RATE, BodyError, BodyReader, ClientGone, UploadSlotsBusy,
                                               upload_allowance)
 from autocurricula.serve.state import ServerState
 
@@ -93,16 +93,16 @@ def give_back_memory() -> None:
 
 
 async def upload(state: ServerState, name: str, receive, declared: int | None, scale: float | None,
-                 version: int | None) -> int:
-    """Read an upload (at most ``max_concurrent_uploads`` at once) and install it as ``name``;
+                 version: int | None, client: str = "") -> int:
+    """Read an upload (at most ``max_concurrent_uploads`` at once from ``client``, see
+    :class:`~autocurricula.serve.http_limits.UploadSlots`) and install it as ``name``;
     returns the new version. Every refusal of the body closes the connection; the slot and the
     memory of a refused or dropped upload are given back before the answer."""
     check_room(state, name)
     try:  # uploads beyond the limit wait for a turn, without reading their bodies
-        await asyncio.wait_for(state.upload_slots.acquire(), timeout=state.body_timeout_s)
-    except TimeoutError:
-        raise APIError(429, f"{state.max_concurrent_uploads} adapter uploads are in progress "
-                            "(--max-concurrent-uploads); retry later", headers=RETRY_LATER) from None
+        await state.upload_slots.acquire(client, timeout=state.body_timeout_s)
+    except UploadSlotsBusy as exc:
+        raise APIError(429, f"{exc}; retry later", headers=RETRY_LATER) from None
     error = None
     try:
         weights = await read_upload(receive, declared, scale, state.max_upload_bytes, state.body_timeout_s,
@@ -117,7 +117,7 @@ async def upload(state: ServerState, name: str, receive, declared: int | None, s
     except ClientGone:
         error = APIError(499, "client disconnected")
     finally:
-        state.upload_slots.release()
+        state.upload_slots.release(client)
     if error is not None:
         give_back_memory()
         raise error

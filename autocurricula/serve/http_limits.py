@@ -18,6 +18,70 @@ def upload_allowance(body_timeout_s: float) -> float:
     return min(UPLOAD_ALLOWANCE_S, body_timeout_s)
 
 
+class UploadSlotsBusy(Exception):
+    """No upload slot came free in time; the message names the limit that was full."""
+
+
+class UploadSlots:
+    """Adapter upload slots per client: each client (its API key, or its address on a server
+    without keys) has at most ``per_client`` uploads in flight, and all clients together at most
+    ``total``, so one client holding its slots never stops another's upload."""
+
+    def __init__(self, per_client: int, total: int):
+        self.per_client, self.total = per_client, total
+        self._all = asyncio.Semaphore(total)
+        self._clients: dict[str, list] = {}  # client -> [its semaphore, uploads holding or waiting, holding]
+
+    def held(self, client: str = "") -> int:
+        """Slots ``client`` holds now."""
+        entry = self._clients.get(client)
+        return entry[2] if entry else 0
+
+    def locked(self, client: str = "") -> bool:
+        """True when ``client`` could not take a slot now (its own are held, or every slot is)."""
+        return self.held(client) >= self.per_client or self._all.locked()
+
+    async def acquire(self, client: str = "", timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` seconds for a slot of ``client``'s, then for one of the total;
+        :class:`UploadSlotsBusy` when either stays full."""
+        entry = self._clients.setdefault(client, [asyncio.Semaphore(self.per_client), 0, 0])
+        entry[1] += 1
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            try:
+                await asyncio.wait_for(entry[0].acquire(), timeout)
+            except TimeoutError:
+                raise UploadSlotsBusy(f"this client already has {self.per_client} adapter uploads in progress "
+                                      "(--max-concurrent-uploads, per API key or address)") from None
+            try:
+                left = None if deadline is None else max(0.001, deadline - time.monotonic())
+                await asyncio.wait_for(self._all.acquire(), left)
+            except BaseException as exc:
+                entry[0].release()
+                if isinstance(exc, TimeoutError):
+                    raise UploadSlotsBusy(f"{self.total} adapter uploads are in progress on this server (4 x "
+                                          "--max-concurrent-uploads, all clients together)") from None
+                raise
+        except BaseException:
+            self._drop(client)
+            raise
+        entry[2] += 1
+
+    def release(self, client: str = "") -> None:
+        """Give back a slot ``client`` holds."""
+        entry = self._clients[client]
+        entry[2] -= 1
+        self._all.release()
+        entry[0].release()
+        self._drop(client)
+
+    def _drop(self, client: str) -> None:
+        entry = self._clients[client]
+        entry[1] -= 1
+        if entry[1] == 0:  # nobody holds or waits: forget the client
+            del self._clients[client]
+
+
 class BodyError(Exception):
     """The body broke a limit or ended early; ``status`` is the HTTP answer (400, 408, 413)."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
+from collections.abc import Sequence
 
 from autocurricula.serve.errors import CLOSE, error_response
 
@@ -17,15 +18,16 @@ def is_adapter_upload(scope) -> bool:
 
 class AuthMiddleware:
     """Requires ``Authorization: Bearer <api_key>`` on every path, docs and unknown routes
-    included, except ``/health``."""
+    included, except ``/health``. ``api_key``: one key, or several (one per client)."""
 
-    def __init__(self, app, api_key: str):
-        self.app, self.expected = app, f"Bearer {api_key}".encode()
+    def __init__(self, app, api_key: str | Sequence[str]):
+        keys = [api_key] if isinstance(api_key, str) else list(api_key)
+        self.app, self.expected = app, [f"Bearer {key}".encode() for key in keys]
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"] != "/health":
             given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            if not any([hmac.compare_digest(given, key) for key in self.expected]):  # every key compared
                 msg = "missing or wrong API key; send the header 'Authorization: Bearer <key>'"
                 return await error_response(401, msg)(scope, receive, send)
         await self.app(scope, receive, send)

@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Sequence
 
 import uvicorn
 from fastapi import FastAPI
@@ -50,7 +51,8 @@ async def _remove_spill_folder(app: FastAPI):
             shutil.rmtree(app.state.spill_dir, ignore_errors=True)
 
 
-def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str | None = None,
+def create_app(engine: Engine, *, api_key: str | Sequence[str] | None = None,
+               adapter_root: str | None = None,
                max_tokens_limit: int | None = None, max_upload_bytes: int = 2 << 30,
                max_request_bytes: int = 8 << 20, max_lora_rank: int | None = 64,
                adapters: dict[str, str] | None = None, fingerprint: dict | None = None,
@@ -60,7 +62,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
                max_chat_messages: int = 1024, body_timeout_s: float = 60.0) -> FastAPI:
     """Build the FastAPI app serving ``engine``.
 
-    ``api_key``: require ``Authorization: Bearer <key>`` everywhere but ``/health``.
+    ``api_key``: require ``Authorization: Bearer <key>`` everywhere but ``/health``; several keys
+    (one per client) are accepted alike, and each key has its own adapter upload slots.
     ``adapter_root``: the only folder ``/v1/load_lora_adapter`` may read from (None: disabled), and
     where idle adapters beyond ``max_cpu_adapters`` spill (``.spilled/``, removed with the app).
     ``adapters``: ``{name: folder}`` loaded first (not limited to ``adapter_root``).
@@ -86,7 +89,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, adapter_root: str 
         max_concurrent_uploads=max_concurrent_uploads, max_queue_s=max_queue_s, max_chat_messages=max_chat_messages,
         body_timeout_s=body_timeout_s, adapter_root=root,
         spill_dir=os.path.join(root, ".spilled", uuid.uuid4().hex[:12]) if root else None,  # this server's alone
-        fingerprint=fingerprint or None)
+        fingerprint=fingerprint or None, keyed=bool(api_key))
     preload(state, adapters or {})
 
     app = FastAPI(title="autocurricula", version=__version__, lifespan=_remove_spill_folder)

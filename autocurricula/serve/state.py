@@ -5,6 +5,7 @@ get it with :data:`StateDep`; the plain functions take it as an argument."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import math
 import uuid
@@ -14,8 +15,11 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from autocurricula.engine.adapters import MAX_HEADER_BYTES, MAX_TENSORS
-from autocurricula.serve.http_limits import MIN_UPLOAD_RATE, upload_allowance
+from autocurricula.serve.http_limits import MIN_UPLOAD_RATE, UploadSlots, upload_allowance
 from autocurricula.serve.validation import check_fits, longest_token_chars
+
+
+UPLOAD_CEILING = 4  # all clients together: this many times max_concurrent_uploads
 
 
 def check_limits(counts: dict, seconds: dict, optional: tuple[str, ...] = ()) -> None:
@@ -45,7 +49,7 @@ class ServerState:
     max_lora_rank: int | None = 64
     max_cpu_adapters: int | None = 256
     max_cpu_adapter_bytes: int | None = None
-    max_concurrent_uploads: int = 2
+    max_concurrent_uploads: int = 2  # per client (API key, or address without keys)
     max_queue_s: float | None = 120.0
     max_chat_messages: int = 1024
     body_timeout_s: float = 60.0
@@ -57,11 +61,19 @@ class ServerState:
     sizes: dict[str, int] = field(default_factory=dict)  # player -> bytes of its weights in memory
     folders: dict[str, str] = field(default_factory=dict)  # player -> folder it was loaded from (/v1/models)
     token_chars: int | None = None  # longest token of the vocabulary, in characters (computed once)
+    keyed: bool = False  # the server checks API keys: upload slots go by key, not by address
 
     def __post_init__(self):
         self.ticks = itertools.count()
-        self.upload_slots = asyncio.Semaphore(self.max_concurrent_uploads)
+        self.upload_slots = UploadSlots(self.max_concurrent_uploads, UPLOAD_CEILING * self.max_concurrent_uploads)
         self.install_lock = asyncio.Lock()  # the adapter count is checked and raised in one step
+
+    def client_of(self, request: Request) -> str:
+        """Who sent ``request``, for the upload slots: a digest of its API key when the server
+        checks keys (the middleware has already refused a wrong one), else its address."""
+        if self.keyed:
+            return hashlib.sha256(request.headers.get("authorization", "").encode()).hexdigest()[:16]
+        return request.client.host if request.client else ""
 
     def touch(self, player: str | None) -> None:
         """Mark ``player`` used now (the least recently used idle players are spilled first)."""
@@ -89,7 +101,8 @@ class ServerState:
                 "max_request_bytes": self.max_request_bytes, "max_upload_bytes": self.max_upload_bytes,
                 "max_header_bytes": MAX_HEADER_BYTES, "max_tensors": MAX_TENSORS, "max_lora_rank": self.max_lora_rank,
                 "max_cpu_adapters": self.max_cpu_adapters, "max_cpu_adapter_bytes": self.max_cpu_adapter_bytes,
-                "max_concurrent_uploads": self.max_concurrent_uploads, "max_queue_s": self.max_queue_s,
+                "max_concurrent_uploads": self.max_concurrent_uploads,
+                "max_total_uploads": self.upload_slots.total, "max_queue_s": self.max_queue_s,
                 "max_chat_messages": self.max_chat_messages, "body_timeout_s": self.body_timeout_s,
                 "upload_allowance_s": upload_allowance(self.body_timeout_s), "min_upload_bytes_per_s": MIN_UPLOAD_RATE,
                 "preempt_after_steps": self.engine.config.preempt_after_steps}

@@ -20,12 +20,12 @@ import importlib
 import sys
 from pathlib import Path
 
-from autocurricula.engine.models.config import (FAMILIES, WeightsMismatchError, check_against_weights, nested,
-                                                normalize, weight_shapes)
+from autocurricula.engine.models.config import (FAMILIES, NotEnoughMemoryError, WeightsMismatchError,
+                                                check_against_weights, check_memory, nested, normalize, weight_shapes)
 from autocurricula.engine.models.errors import UnsupportedModelError
 
-__all__ = ["ADDED", "REPLACED", "REFUSED", "UnsupportedModelError", "WeightsMismatchError", "check_supported", "load",
-           "read_config", "refusal", "register"]
+__all__ = ["ADDED", "REPLACED", "REFUSED", "NotEnoughMemoryError", "UnsupportedModelError", "WeightsMismatchError",
+           "check_supported", "load", "read_config", "refusal", "register"]
 
 # model_type -> the MLX definition this package adds (mlx-lm has none)
 ADDED = {"opt": "autocurricula.engine.models.opt", "qwen3_5_text": "autocurricula.engine.models.qwen3_5_text"}
@@ -198,6 +198,7 @@ def load(path_or_hub_id: str, adapter_path: str | None = None):
     check_supported(config)
     # mlx-lm builds every block the config names before it compares them with the weights
     check_against_weights(config, weight_shapes(folder))
+    check_memory(config, folder)  # the weights' bytes, from their headers, against what the machine has
     if config.get("model_file"):  # a custom definition: mlx-lm's loader refuses it by name
         return mlx_load(str(folder), adapter_path=adapter_path)
     read = read_config(config)

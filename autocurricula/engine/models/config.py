@@ -37,6 +37,8 @@ import dataclasses
 import functools
 import inspect
 import json
+import logging
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,8 +46,11 @@ from typing import Any, Callable, Mapping
 
 from autocurricula.engine.models.errors import UnsupportedModelError
 
-__all__ = ["FAMILIES", "METADATA", "ROPE_TYPES", "Family", "WeightsMismatchError", "check_against_weights",
-           "normalize", "rope_parameters", "transformers_reads", "weight_shapes"]
+log = logging.getLogger(__name__)
+
+__all__ = ["FAMILIES", "METADATA", "ROPE_TYPES", "Family", "NotEnoughMemoryError", "WeightsMismatchError",
+           "available_memory", "check_against_weights", "check_memory", "estimate_memory", "normalize",
+           "rope_parameters", "transformers_reads", "weight_shapes"]
 
 # the rope types the engine computes as transformers does (rope.py), as transformers names them
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
@@ -536,3 +541,75 @@ def check_against_weights(config: dict, shapes: Mapping[str, tuple[str, tuple[in
     if problems:
         raise WeightsMismatchError("its config.json does not match its weights: " + "; ".join(problems),
                                    _SAME_CHECKPOINT)
+
+
+# -- the memory a checkpoint implies -------------------------------------------------------------
+
+
+class NotEnoughMemoryError(UnsupportedModelError):
+    """The weights a checkpoint's headers describe need more memory than the machine has
+    available; refused before the model is built."""
+
+
+def estimate_memory(config: dict, folder: str | Path) -> int:
+    """Bytes the loaded weights will hold at least: the data the headers of the folder's
+    ``model*.safetensors`` describe (dtypes and shapes, through their ``data_offsets``), reading
+    no tensor data. A lower bound: a CPU engine that converts half-precision or quantized weights
+    to float32 holds more, and the KV cache grows with the requests. ``config`` is taken for
+    what later estimates may add (its sizes are checked by :func:`check_against_weights`)."""
+    total = 0
+    for file in sorted(Path(folder).glob("model*.safetensors")):
+        with open(file, "rb") as fh:
+            prefix = fh.read(8)
+            n = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
+            if not 0 < n <= MAX_WEIGHT_HEADER_BYTES:
+                continue  # weight_shapes has refused it already
+            try:
+                header = json.loads(fh.read(n))
+                total += max((int(info["data_offsets"][1]) for key, info in header.items()
+                              if key != "__metadata__"), default=0)
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
+                continue
+    return total
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation: psutil's figure when installed, else Linux's
+    ``MemAvailable`` (page cache that can be given back included), else free pages from
+    ``sysconf``; None where none can be read."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # not installed, or no figure on this system
+        pass
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(config: dict, folder: str | Path) -> None:
+    """Refuse (:class:`NotEnoughMemoryError`) a checkpoint whose weights (:func:`estimate_memory`)
+    need more than :func:`available_memory`, before anything is built. Skipped, with a debug
+    log, where the available figure cannot be read."""
+    need = estimate_memory(config, folder)
+    have = available_memory()
+    if have is None:
+        log.debug("available memory unknown on this system: the %d bytes the weights of %s need are not checked",
+                  need, folder)
+        return
+    if need > have:
+        raise NotEnoughMemoryError(
+            f"the autocurricula engine cannot load the model in {Path(folder).name}: its weights need an "
+            f"estimated {need / 2**20:.0f} MiB (from their safetensors headers) and this machine has "
+            f"{have / 2**20:.0f} MiB available. What to do: use a smaller model, quantized weights (e.g. "
+            "`mlx_lm.convert -q`), or free memory; fewer rows at once (--max-batch, EngineConfig.max_context) "
+            "leave more room, since the KV cache comes on top")
