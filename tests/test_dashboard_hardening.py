@@ -205,3 +205,18 @@ def test_the_templates_interpolations_of_data_go_through_esc_or_num():
         assert written in _PAGE, written
     assert "at step ${last[0]}" not in _PAGE and "at step ${s}" not in _PAGE
 
+
+
+def test_a_non_finite_game_in_the_history_is_left_out_not_a_server_error(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from autocurricula.serve.dashboard import create_app
+
+    (tmp_path / "match_history.jsonl").write_text(
+        '{"game_id":"g","epoch":NaN,"round":0,"players":["a","b"],"roles":["main","main"],"rewards":[NaN,1]}\n'
+        '{"game_id":"h","epoch":0,"round":0,"players":["a","b"],"roles":["main","main"],"rewards":[1,-1]}\n')
+    client = TestClient(create_app(tmp_path), raise_server_exceptions=False)
+    for route in ("/api/leaderboard", "/api/lineage", "/"):
+        assert client.get(route).status_code == 200, route
+    games = {r["id"]: r.get("games") for r in client.get("/api/leaderboard").json()["rows"]}
+    assert games == {"a": 1, "b": 1}  # the finite game counts, the other is left out

@@ -106,6 +106,8 @@ class RunView:
         path = self.inside(self.root / name)
         if path is None:
             return []
+        if name == HISTORY:  # a game the ratings cannot take (non-finite rewards, no players) is left out
+            return self._memo(name, self._stamp(path), lambda: [r for r in _read_jsonl(path) if _rateable(r)])
         return self._memo(name, self._stamp(path), lambda: _read_jsonl(path))
 
     def checkpoint(self) -> Path | None:
@@ -172,8 +174,8 @@ class RunView:
         mtimes = [s[2] for s in (self._stamp(self.root / n) for n in (HISTORY, METRICS)) if s]
         return {"output_dir": str(self.root), "fingerprint": self.fingerprint(),
                 "checkpoint": ckpt.name if ckpt else None, "games": len(history),
-                "players": len(self.registry()), "step": last.get("step"),
-                "epoch": last.get("epoch", history[-1].get("epoch") if history else None),
+                "players": len(self.registry()), "step": _strict_json(last.get("step")),
+                "epoch": _strict_json(last.get("epoch", history[-1].get("epoch") if history else None)),
                 "updated": max(mtimes) / 1e9 if mtimes else None, "now": time.time()}
 
     def _replay(self):
@@ -323,7 +325,10 @@ class RunView:
         if not relative or "\x00" in relative or relative.startswith(("/", "\\")):
             return None
         path = self.inside(self.root / relative)
-        if path is None or not path.is_file():
+        try:
+            if path is None or not path.is_file():
+                return None
+        except OSError:  # a name longer than the file system allows (ENAMETOOLONG): no such file
             return None
         return path
 
@@ -349,6 +354,16 @@ class RunView:
 def _number(value) -> int | float | None:
     """``value`` if it is a finite number (not a bool, not a string), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
+
+
+def _strict_json(value):
+    """``value`` if strict JSON can carry it, else None: a NaN or an infinity read from a file
+    (Python's json writes them) would make the answer invalid JSON, and the server answer 500."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
         return None
     return value
 
@@ -384,13 +399,21 @@ def _read_jsonl(path: Path) -> list[dict]:
     rows = []
     with path.open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
-            try:
-                row = json.loads(line)
+            try:  # NaN and Infinity (Python's json writes them) read as null: the page gets strict JSON
+                row = json.loads(line, parse_constant=lambda name: None)
             except ValueError:
                 continue
             if isinstance(row, dict):
                 rows.append(row)
     return rows
+
+
+def _rateable(row: dict) -> bool:
+    players, rewards = row.get("players"), row.get("rewards")
+    return (isinstance(players, list) and isinstance(rewards, list) and len(players) == len(rewards)
+            and all(isinstance(p, str) for p in players)
+            and all(isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) for r in rewards)
+            and (row.get("epoch") is None or isinstance(row.get("epoch"), int)))
 
 
 def create_app(output_dir: str | Path, poll_seconds: float = 3.0):
