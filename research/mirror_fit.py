@@ -180,10 +180,10 @@ def setup(args):
 
 
 def lora_spec(text: str) -> LoraSpec:
-    """``--lora``: ``qv`` (the configuration's adapter: ``LoraSpec()``, rank 8 on q and v) or
+    """``--lora``: ``qv`` (rank 8 on q and v, the default targets of Llama-like models) or
     ``all:R`` (rank R on every linear, alpha 2R, as the tic-tac-toe league example's rank 8)."""
     if text == "qv":
-        return LoraSpec()
+        return LoraSpec(target_modules=["q_proj", "v_proj"])
     kind, _, rank = text.partition(":")
     if kind != "all" or not rank.isdigit() or int(rank) <= 0:
         raise SystemExit(f"--lora {text!r}: use 'qv' or 'all:R' with a positive rank R, e.g. all:8")
