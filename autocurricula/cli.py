@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="OpenAI-compatible multi-LoRA server")
     s.add_argument("--model", required=True, help="Hugging Face id or local folder (mlx-lm format or HF safetensors)")
     s.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
-    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every route but /health")
     s.add_argument("--max-slots", type=int, default=64, help="adapters resident at once (LRU beyond)")
     s.add_argument("--adapter-root", default=None, help="folder that /v1/load_lora_adapter paths must lie under")
@@ -363,27 +363,36 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_serve)
 
     t = sub.add_parser("tiny-model", help="write the built-in tiny model (no download)")
-    t.add_argument("path")
-    t.add_argument("--model-type", default="llama", choices=["llama", "qwen2"])
-    t.add_argument("--hidden", type=int, default=256)
-    t.add_argument("--layers", type=int, default=4)
-    t.add_argument("--vocab", type=int, default=1024)
+    t.add_argument("path", help="folder to write the model into (config.json, safetensors, tokenizer)")
+    t.add_argument("--model-type", default="llama", choices=["llama", "qwen2"],
+                   help="the architecture (default: llama)")
+    t.add_argument("--hidden", type=int, default=256, help="hidden size (default: 256)")
+    t.add_argument("--layers", type=int, default=4, help="transformer blocks (default: 4)")
+    t.add_argument("--vocab", type=int, default=1024, help="vocabulary size of its tokenizer (default: 1024)")
     t.add_argument("--quantize-bits", type=int, default=None, help="also convert with mlx-lm (e.g. 4)")
-    t.add_argument("--overwrite", action="store_true")
+    t.add_argument("--overwrite", action="store_true", help="replace a model already in PATH")
     t.set_defaults(func=_tiny)
 
     tr = sub.add_parser("train", help="train a league on a game")
     tr.add_argument("--model", required=True, help="Hugging Face id or local folder")
-    tr.add_argument("--game", default="tictactoe", help="a module of autocurricula.games, or module.path:function")
-    tr.add_argument("--league", default="league", choices=sorted(LEAGUES))
+    tr.add_argument("--game", default="tictactoe",
+                    help="a module of autocurricula.games (tictactoe, kuhn_poker, negotiation, ...), or "
+                         "module.path:function for your own (default: tictactoe)")
+    tr.add_argument("--league", default="league", choices=sorted(LEAGUES),
+                    help="who plays whom: AlphaStar's league, self-play, fictitious play or a round robin "
+                         "(default: league; docs/leagues.md)")
     tr.add_argument("--config", default=None,
                     help="YAML of the league config's fields; the league's own settings (LeagueRules, SelfPlayRules, "
                          "...: main_agents, games_per_round...) go in a 'rules:' mapping; optional 'grpo:' and "
                          "'lora:' sections")
-    tr.add_argument("--epochs", type=int, default=None)
-    tr.add_argument("--rounds", type=int, default=None)
-    tr.add_argument("--seed", type=int, default=None)
-    tr.add_argument("--output-dir", dest="output_dir", default=None)
+    tr.add_argument("--epochs", type=int, default=None, help="epochs; entry() adds players at each (default: the "
+                                                              "config's, 4)")
+    tr.add_argument("--rounds", type=int, default=None, help="rounds per epoch, one update each (default: the "
+                                                              "config's, 2)")
+    tr.add_argument("--seed", type=int, default=None, help="seed of schedules, seats, sampling and adapter init "
+                                                            "(default: the config's, 42)")
+    tr.add_argument("--output-dir", dest="output_dir", default=None,
+                    help="checkpoints, metrics, match history and plots (default: the config's, autocurricula-output)")
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
     tr.add_argument("--server", action="append", default=None, metavar="URL",
                     help="play the games on this running `autocurricula serve` (same base model); repeatable. "
@@ -407,11 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dashboard", help="a read-only page for a run's output folder (refreshes while it trains)")
     d.add_argument("output_dir", help="the run's output_dir (metrics.jsonl, match_history.jsonl, checkpoint-*)")
     d.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only; the page has no login)")
-    d.add_argument("--port", type=int, default=8050)
+    d.add_argument("--port", type=int, default=8050, help="port of the page (default: 8050)")
     d.set_defaults(func=_dashboard)
 
     e = sub.add_parser("env", help="versions, device, active BLAS and matmul speed")
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     e.set_defaults(func=_env)
 
     c = sub.add_parser("check-model", help="run the engine's conformance checks on a model folder or Hub id "
@@ -423,7 +432,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_check_model)
 
     b = sub.add_parser("bench", help="benchmarks (ratios measured side by side)")
-    b.add_argument("what", choices=["engine", "train", "peers", "league", "round"])
+    b.add_argument("what", choices=["engine", "train", "peers", "league", "round"],
+                   help="engine: multi-LoRA batch vs base batch; train: fused update vs single updates (and "
+                        "--workload token counts); peers: against vLLM, transformers+peft and mlx-lm; league: "
+                        "overlapping rounds vs serial; round: a whole round vs the assembled peers "
+                        "(docs/benchmarks.md)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--model", default=None, help="model id/folder instead of the tiny bench model")
     b.add_argument("--hidden", type=bench_args.count("--hidden"), default=256,
