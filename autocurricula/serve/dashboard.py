@@ -435,39 +435,8 @@ def create_app(output_dir: str | Path, poll_seconds: float = 3.0):
         data = {name: fn() for name, fn in panels.items()}
         return HTMLResponse(render_page(data, poll_seconds), headers={"Cache-Control": "no-store"})
 
-    @app.get("/api/summary")
-    def summary():
-        """Output folder, latest checkpoint, games, players, step, epoch, and a fingerprint that
-        changes whenever a file the panels read changes."""
-        return view.summary()
-
-    @app.get("/api/leaderboard")
-    def leaderboard():
-        return view.leaderboard()
-
-    @app.get("/api/curves")
-    def curves():
-        return view.curves()
-
-    @app.get("/api/elo")
-    def elo():
-        return view.elo()
-
-    @app.get("/api/payoff")
-    def payoff():
-        return view.payoff()
-
-    @app.get("/api/lineage")
-    def lineage():
-        return view.lineage()
-
-    @app.get("/api/transcripts")
-    def transcripts(pair: str | None = None):
-        return view.transcripts(pair)
-
-    @app.get("/api/adapters")
-    def adapters():
-        return view.adapters()
+    for name, panel in panels.items():  # GET /api/<panel>: its JSON (transcripts takes ?pair=)
+        app.add_api_route(f"/api/{name}", panel, methods=["GET"], name=name)
 
     @app.get("/files/{relative:path}")
     def files(relative: str):
