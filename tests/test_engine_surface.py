@@ -45,7 +45,8 @@ def test_protocol_documents_what_arena_and_trainer_call():
                  "encode", "decode", "apply_chat_template", "health", "occupancy", "sync_from", "make_updater",
                  "close"):
         assert getattr(RolloutEngine, name).__doc__, name
-    for name in ("adapter_weights", "install", "call", "training_stacks", "token_logprobs", "completion_logprobs"):
+    for name in ("adapter_weights", "install", "call", "training_stacks", "token_logprobs", "tree_fallback",
+                 "tree_logprobs", "completion_logprobs"):
         assert getattr(TrainableEngine, name).__doc__, name
 
 

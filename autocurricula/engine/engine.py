@@ -30,9 +30,10 @@ import numpy as np
 from autocurricula.engine.adapters import AdapterError, AdapterWeights, check_name, from_tensors, load_folder
 from autocurricula.engine.cpu_kernels import prepare as prepare_cpu
 from autocurricula.engine.errors import EngineDeadError, UnknownPlayerError
-from autocurricula.engine.logprobs import completion_logprobs
+from autocurricula.engine.logprobs import completion_logprobs, tree_logprobs
 from autocurricula.engine.lora import MultiLoRAModel, linear_dims
 from autocurricula.engine.models import load as load_model
+from autocurricula.engine.models.tree import enable_tree, tree_fallback
 from autocurricula.engine.prefix_cache import PrefixCache
 from autocurricula.engine.residency import Residency
 from autocurricula.engine.sampling import SamplingParams
@@ -309,6 +310,20 @@ class Engine:
         position's entropy. The update's forward; the same computation as :meth:`completion_logprobs`."""
         return completion_logprobs(self.model, ids, pos, tgt, temperature, entropy=entropy)
 
+    def tree_fallback(self) -> str | None:
+        """Why this model's update cannot run tree-packed (its rows are then packed one by one), or
+        None where :meth:`tree_logprobs` is exact."""
+        return tree_fallback(self.model_type)
+
+    def tree_logprobs(self, ids, positions, tin, tout, pick, tgt, temperature: float, entropy: bool = False):
+        """:meth:`token_logprobs` for rows packed as prefix trees (see
+        :func:`~autocurricula.engine.logprobs.tree_logprobs`), on the engine thread, inside
+        :meth:`training_stacks`; each tree is a batch row routed like one."""
+        if not self._tree_ready:
+            enable_tree(self.model)
+            self._tree_ready = True
+        return tree_logprobs(self.model, ids, positions, tin, tout, pick, tgt, temperature, entropy=entropy)
+
     def unload_adapter(self, name: str) -> None:
         """Remove a player; rows already running finish with its weights first."""
         rec = self.slots.records.get(name)
@@ -536,6 +551,7 @@ class Engine:
         if tokenizer is None:
             raise ValueError("pass the tokenizer together with an already loaded model")
         self.model, self.tokenizer = model, tokenizer
+        self._tree_ready = False  # rotary modules wrapped for tree-packed forwards (on first use)
         self.cpu_paths = prepare_cpu(model, keep_quantized=self.config.keep_quantized,
                                      fast_kernels=self.config.cpu_fast_kernels)
         log.info("engine %s on %s: weights %s, fast SiLU in %d MLPs", self.name, self.cpu_paths["backend"],

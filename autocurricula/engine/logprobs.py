@@ -7,7 +7,9 @@ import inspect
 
 import mlx.core as mx
 
-__all__ = ["completion_logprobs"]
+from autocurricula.engine.models.tree import TreeCache
+
+__all__ = ["completion_logprobs", "tree_logprobs"]
 
 
 def _body_and_head(model):
@@ -48,6 +50,27 @@ def completion_logprobs(model, ids: mx.array, pos: mx.array, tgt: mx.array, temp
         body, head = split
         hidden = mx.take_along_axis(body(ids), pos[..., None], axis=1)
         logits = head(hidden)
+    return _from_logits(logits, tgt, temperature, entropy)
+
+
+def tree_logprobs(model, ids: mx.array, positions: mx.array, tin: mx.array, tout: mx.array, pick: mx.array,
+                  tgt: mx.array, temperature: float, entropy: bool = False):
+    """The same as :func:`completion_logprobs` for rows packed as prefix trees: ``ids``,
+    ``positions``, ``tin``, ``tout`` (trees, N) are each tree's tokens, their depths and their
+    depth-first entry and exit indices; ``pick`` (rows, T) indexes the flattened (trees x N) output
+    at the token that predicts each ``tgt``. One forward of every tree, each token computed once."""
+    caches = [TreeCache(positions, tin, tout)] * len(model.layers)
+    split = _body_and_head(model)
+    if split is None:
+        out = model(ids, cache=caches)
+        logits = out.reshape(-1, out.shape[-1])[pick]
+    else:
+        hidden = model.model(ids, cache=caches)
+        logits = split[1](hidden.reshape(-1, hidden.shape[-1])[pick])
+    return _from_logits(logits, tgt, temperature, entropy)
+
+
+def _from_logits(logits: mx.array, tgt: mx.array, temperature: float, entropy: bool):
     logits = logits.astype(mx.float32) / temperature
     lse = mx.logsumexp(logits, axis=-1)
     logp = mx.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0] - lse

@@ -133,6 +133,15 @@ class TrainableEngine(RolloutEngine, Protocol):
         of tokens ``tgt`` at positions ``pos`` of ``ids`` (and entropies with ``entropy``)."""
         ...
 
+    def tree_fallback(self) -> str | None:
+        """Why the update cannot pack this model's rows as prefix trees, or None where it can."""
+        ...
+
+    def tree_logprobs(self, ids: Any, positions: Any, tin: Any, tout: Any, pick: Any, tgt: Any, temperature: float,
+                      entropy: bool = False) -> Any:
+        """:meth:`token_logprobs` for rows packed as prefix trees (one tree per batch row)."""
+        ...
+
     def completion_logprobs(self, pairs: list[tuple[list[int], list[int]]], player: str | None = None,
                             temperature: float = 1.0) -> list[float]:
         """For each ``(prompt_ids, completion_ids)``, the summed log-probability of the completion

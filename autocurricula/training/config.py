@@ -80,6 +80,11 @@ class GRPOConfig:
                                            "activation memory whatever the number of players (2048 measured fastest "
                                            "on a 2-core CPU; raise it on a GPU)", 2048)
     drop_zero_advantage: bool = help_field("skip turns whose advantage is exactly 0 (no gradient signal)", True)
+    packing: str = help_field("how the update lays out its rows: 'tree' packs each player's rows as prefix trees, "
+                              "so tokens shared by rows (a group's prompt, a conversation's earlier turns) are "
+                              "computed once, with the same loss and gradients; 'rows' computes every row on its "
+                              "own. Families that cannot be tree-packed exactly (recurrent layers, GPT-2) use "
+                              "'rows' and say so", "tree")
 
     def __post_init__(self):
         if self.loss_type not in _LOSS_TYPES:
@@ -111,6 +116,9 @@ class GRPOConfig:
             raise ValueError("temperature must be > 0 for training (logprobs divide by it)")
         if self.entropy_coef < 0:
             raise ValueError(f"entropy_coef must be >= 0 (a bonus), got {self.entropy_coef}")
+        if self.packing not in ("tree", "rows"):
+            raise ValueError(f"packing must be 'tree' (shared prefixes computed once) or 'rows' (each row on its own), "
+                             f"got {self.packing!r}")
         if self.max_tokens_per_microbatch <= 0 or self.max_completion_length <= 0:
             raise ValueError("max_tokens_per_microbatch and max_completion_length must be positive")
         if not isinstance(self.num_iterations, int) or self.num_iterations < 1:

@@ -73,7 +73,8 @@ def policy_loss(logp: mx.array, old_logp: mx.array, adv: mx.array, weights: mx.a
         per_token = per_token - entropy_coef * entropy
     loss = (per_token * weights).sum()
     clipped = ((coef_1 < 1 - epsilon) & (a < 0)) | ((coef_1 > 1 + epsilon_high) & (a > 0))
-    metrics = {"clip_ratio": (clipped * mask).sum(), "tokens": mask.sum()}
+    metrics = {"clip_ratio": (clipped * mask).sum(), "tokens": mask.sum(),
+               "row_loss": mx.stop_gradient(per_token * weights).sum(axis=-1)}  # each row's share of the loss
     if kl is not None:
         metrics["kl_sum"] = (kl * mask).sum()
     if entropy is not None:

@@ -23,7 +23,8 @@ from autocurricula.records import Turn
 from autocurricula.engine.adapters import AdapterWeights
 from autocurricula.training.loss import policy_loss, token_weights
 from autocurricula.training.optim import AdamWState, adamw
-from autocurricula.training.trie import token_counts
+from autocurricula.training.packing import TreeChunk, row_microbatches, tree_chunks, tree_microbatches
+from autocurricula.training.trie import completion_targets, token_counts
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,9 @@ def merge_step_metrics(steps: list[dict]) -> dict:
         return steps[0]
     out: dict = {}
     for m in steps:
-        out.update({k: v for k, v in m.items() if "/" in k})
+        out.update({k: v for k, v in m.items() if "/" in k and not k.startswith("loss/")})
+    for k in {k for m in steps for k in m if k.startswith("loss/")}:  # a player's loss, summed like the total
+        out[k] = sum(m.get(k, 0.0) for m in steps)
     tokens = sum(m.get("tokens", 0) for m in steps)
     for k in ("rows", "tokens", "loss", *(k for k in TOKEN_COUNTS if any(k in m for m in steps))):
         out[k] = sum(m.get(k, 0) for m in steps)
@@ -87,26 +90,15 @@ def merge_step_metrics(steps: list[dict]) -> dict:
 
 
 # what a step's forward reads, summed over its slices and learners: ``row_tokens`` the rows' ids
-# (prompt + completion, each row on its own), ``tree_tokens`` the nodes of each player's prefix trie
-# (what a tree-packed forward would read), ``padded_tokens`` what the micro-batches fed (rows x width)
-TOKEN_COUNTS = ("row_tokens", "tree_tokens", "padded_tokens")
+# (prompt + completion, each row on its own), ``tree_tokens`` the nodes of each player's prefix trie,
+# ``computed_tokens`` the tokens the forward computed (tree nodes, or row inputs when packed per row),
+# ``padded_tokens`` what the micro-batches fed (batch rows x width, padding included)
+TOKEN_COUNTS = ("row_tokens", "tree_tokens", "computed_tokens", "padded_tokens")
 
 
 def microbatches(rows: list[Row], budget: int) -> list[list[Row]]:
-    """Rows in micro-batches of at most ``budget`` padded tokens (rows x longest input), longest
-    first; within a batch the rows of one player sit together, so the multi-LoRA ``gather_mm``
-    runs on sorted indices."""
-    batches, cur, width = [], [], 0
-    for row in sorted(rows, key=lambda r: -len(r.ids)):
-        w = max(width, len(row.ids) - 1)
-        if cur and w * (len(cur) + 1) > budget:
-            batches.append(cur)
-            cur, w = [], len(row.ids) - 1
-        cur.append(row)
-        width = w
-    if cur:
-        batches.append(cur)
-    return [sorted(b, key=lambda r: r.player) for b in batches]
+    """Rows in per-row micro-batches (:func:`~autocurricula.training.packing.row_microbatches`)."""
+    return [[rows[i] for i in b] for b in row_microbatches([len(r.ids) for r in rows], [r.player for r in rows], budget)]
 
 
 class Updater:
@@ -123,6 +115,7 @@ class Updater:
         self.optim: dict[str, AdamWState] = {}
         self.steps = 0
         self.nonfinite_in_a_row = 0
+        self._fallback_said = False
         # MLX 0.32.4's CUDA gather_mm faulted ("misaligned address", a 16-byte read) in the backward at
         # widths 23 and 27, not 24: pad to a multiple of 4 there; exact (causal rows never see it)
         cuda = mx.default_device().type == mx.DeviceType.gpu and not mx.metal.is_available()
@@ -194,6 +187,56 @@ class Updater:
                 "slots": mx.array([r.player for r in batch], dtype=mx.uint32),
                 "fresh": mx.array([[r.fresh] for r in batch])}
 
+    def _tree_arrays(self, batch: list[TreeChunk], rows: list[Row]) -> dict:
+        """A micro-batch of tries: each trie is a batch row (tokens, depths, entry and exit indices;
+        padding sees only itself), and the loss's per-row arrays read the flattened output at
+        ``pick``, the token before each completion token on its row's path."""
+        width = max(len(c.trie) for c in batch)
+        width = -(-width // self.width_multiple) * self.width_multiple
+        mine = [rows[i] for c in batch for i in c.rows]
+        t_max = max(r.n for r in mine)
+        ids = np.zeros((len(batch), width), np.int32)
+        depth = np.zeros((len(batch), width), np.int32)
+        tin = np.tile(np.arange(width, dtype=np.int32), (len(batch), 1))
+        tout = tin + 1
+        pick = np.zeros((len(mine), t_max), np.int32)
+        tgt = np.zeros((len(mine), t_max), np.int32)
+        mask = np.zeros((len(mine), t_max), np.float32)
+        old = np.zeros((len(mine), t_max), np.float32)
+        j = 0
+        for b, c in enumerate(batch):
+            n = len(c.trie)
+            ids[b, :n], depth[b, :n] = c.trie.tokens, c.trie.positions
+            tin[b, :n], tout[b, :n] = c.trie.tin, c.trie.tout
+            pred, target, row = completion_targets(c.trie, [rows[i].start for i in c.rows])
+            for k, i in enumerate(c.rows):
+                sel = row == k
+                r = rows[i]
+                pick[j, : r.n] = b * width + pred[sel]
+                tgt[j, : r.n] = target[sel]
+                mask[j, : r.n] = 1
+                old[j, : r.n] = r.old
+                j += 1
+        return {"ids": mx.array(ids), "depth": mx.array(depth), "tin": mx.array(tin), "tout": mx.array(tout),
+                "pick": mx.array(pick), "tgt": mx.array(tgt), "mask": mx.array(mask), "old": mx.array(old),
+                "adv": mx.array([r.adv for r in mine], dtype=mx.float32),
+                "w": mx.array(mask * np.array([[r.weight] for r in mine], np.float32)),
+                "slots": mx.array([c.player for c in batch], dtype=mx.uint32),
+                "fresh": mx.array([[r.fresh] for r in mine])}
+
+    def _packing(self) -> str:
+        """'tree' or 'rows': the configured packing, unless the model's family cannot be tree-packed
+        exactly (said once, by name)."""
+        if self.config.packing == "rows":
+            return "rows"
+        why = self.engine.tree_fallback()
+        if why is None:
+            return "tree"
+        if not self._fallback_said:
+            log.warning("the update packs rows one by one instead of as prefix trees: %s", why)
+            self._fallback_said = True
+        return "rows"
+
     def _step(self, turns: list[Turn], lr: dict, skip: set) -> tuple[dict, dict]:
         engine = self.engine
         turns = [t for t in turns if t.player not in skip]
@@ -251,12 +294,17 @@ class Updater:
         rows = self._rows(turns, names)
         grads, totals = None, {"loss": 0.0, "tokens": 0.0, "clip": 0.0, "kl": 0.0, "entropy": 0.0}
 
+        def logprobs(batch, entropy=False):
+            if "pick" in batch:
+                return engine.tree_logprobs(batch["ids"], batch["depth"], batch["tin"], batch["tout"], batch["pick"],
+                                            batch["tgt"], cfg.temperature, entropy=entropy)
+            return engine.token_logprobs(batch["ids"], batch["pos"], batch["tgt"], cfg.temperature, entropy=entropy)
+
         def loss_fn(params, batch):
             # modules none of these players adapts get all-zero entries
             stacks.set({p: (params[p]["a"], params[p]["b"] * scales) for p in params}, len(names))
             stacks.route(batch["slots"], sorted_entries=True)
-            out = engine.token_logprobs(batch["ids"], batch["pos"], batch["tgt"], cfg.temperature,
-                                        entropy=bool(cfg.entropy_coef))
+            out = logprobs(batch, entropy=bool(cfg.entropy_coef))
             logp, ent = out if cfg.entropy_coef else (out, None)
             old = mx.where(batch["fresh"], mx.stop_gradient(logp), batch["old"])  # target turns: ratio 1
             return policy_loss(logp, old, batch["adv"], batch["w"], batch["mask"], cfg.epsilon,
@@ -264,14 +312,24 @@ class Updater:
                                entropy=ent, entropy_coef=cfg.entropy_coef)
 
         grad_fn = mx.value_and_grad(loss_fn)
-        counts = {**token_counts([r.player for r in rows], [r.ids for r in rows]), "padded_tokens": 0}
-        for mb in microbatches(rows, self.config.max_tokens_per_microbatch):
-            batch = self._arrays(mb)
+        ids, players = [r.ids for r in rows], [r.player for r in rows]
+        counts = {**token_counts(players, ids), "computed_tokens": 0, "padded_tokens": 0}
+        budget = self.config.max_tokens_per_microbatch
+        if self._packing() == "tree" and rows:
+            longest = max(len(x) for x in ids)
+            plan = tree_microbatches(tree_chunks(ids, players, budget), budget, longest)
+            batches = ((self._tree_arrays(mb, rows), [i for c in mb for i in c.rows],
+                        sum(len(c.trie) for c in mb)) for mb in plan)
+        else:
+            plan = row_microbatches([len(x) for x in ids], players, budget)
+            batches = ((self._arrays([rows[i] for i in mb]), mb, sum(len(rows[i].ids) - 1 for i in mb)) for mb in plan)
+        player_loss = np.zeros(len(names))
+        for batch, order, computed in batches:
             counts["padded_tokens"] += int(batch["ids"].size)
+            counts["computed_tokens"] += computed
             if cfg.beta:
                 stacks.route(None)  # the base model: same weights, adapter off
-                batch["ref"] = mx.stop_gradient(engine.token_logprobs(
-                    batch["ids"], batch["pos"], batch["tgt"], cfg.temperature))
+                batch["ref"] = mx.stop_gradient(logprobs(batch))
             (loss, m), g = grad_fn(params, batch)
             grads = g if grads is None else {p: {k: grads[p][k] + g[p][k] for k in ("a", "b")} for p in g}
             mx.eval(loss, m, grads)
@@ -280,9 +338,11 @@ class Updater:
             totals["clip"] += m["clip_ratio"].item()
             totals["kl"] += m.get("kl_sum", mx.array(0.0)).item()
             totals["entropy"] += m.get("entropy_sum", mx.array(0.0)).item()
+            np.add.at(player_loss, [rows[i].player for i in order], np.array(m["row_loss"]))
         metrics = {"players": len(names), "rows": len(rows), "loss": totals["loss"], "tokens": int(totals["tokens"]),
                    "clip_ratio": totals["clip"] / max(1.0, totals["tokens"]),
-                   "kl": totals["kl"] / max(1.0, totals["tokens"]) if cfg.beta else 0.0, **counts}
+                   "kl": totals["kl"] / max(1.0, totals["tokens"]) if cfg.beta else 0.0, **counts,
+                   **{f"loss/{n}": float(player_loss[i]) for i, n in enumerate(names)}}
         if cfg.entropy_coef:
             metrics["entropy"] = totals["entropy"] / max(1.0, totals["tokens"])
         return metrics, params, grads

@@ -16,6 +16,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import BaseModelArgs, create_attention_mask, scaled_dot_product_attention
 
 from autocurricula.engine.models.activations import activation
+from autocurricula.engine.models.tree import TreePositions
 
 _POSITION_OFFSET = 2  # OPT's learned positions start at row 2 of the table
 
@@ -112,7 +113,10 @@ class Decoder(nn.Module):
         offset = cache[0].offset if cache[0] is not None else 0
         # a batch cache's offset is per row and negative over left padding; padded columns are
         # masked, so their (clipped) positions never reach a real token
-        positions = mx.maximum(mx.array(offset)[..., None] + mx.arange(L), 0) + _POSITION_OFFSET
+        if isinstance(offset, TreePositions):  # a tree-packed forward: each token's depth on its path
+            positions = offset.positions + _POSITION_OFFSET
+        else:
+            positions = mx.maximum(mx.array(offset)[..., None] + mx.arange(L), 0) + _POSITION_OFFSET
         h = self.embed_tokens(inputs)
         if self.projected:
             h = self.project_in(h)

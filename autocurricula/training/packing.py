@@ -1,0 +1,111 @@
+"""How one step's rows are cut into micro-batches: one row per batch row, or prefix trees.
+
+Pure functions of the rows' token ids and owners. Per-row packing pads rows to the longest in the
+micro-batch; tree packing (``GRPOConfig.packing="tree"``) packs each player's rows as prefix tries
+(``autocurricula.training.trie``), one trie per batch row, so a token shared by several rows is
+computed once.
+
+Memory. A per-row micro-batch of ``budget`` tokens at width ``w`` holds ``budget`` tokens of
+activations and ``budget * w`` attention scores per head. A tree of ``n`` tokens holds ``n`` and
+``n * n``. So a tree is cut at ``cap = max(w, min(budget, sqrt(budget * w)))`` tokens (``w`` the
+step's longest row), and a micro-batch of trees padded to ``n`` holds at most ``budget`` tokens and
+``budget * w`` scores: never more than the per-row packing of the same rows would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autocurricula.training.trie import PackedTrie, pack
+
+__all__ = ["TreeChunk", "row_microbatches", "tree_cap", "tree_chunks", "tree_microbatches"]
+
+
+def row_microbatches(lengths: Sequence[int], players: Sequence[int], budget: int) -> list[list[int]]:
+    """Row indices in micro-batches of at most ``budget`` padded tokens (rows x longest input, an
+    input being a row without its last token), longest first; a row longer than ``budget`` goes
+    alone. Within a batch the rows of one player sit together, so the multi-LoRA ``gather_mm`` runs
+    on sorted indices."""
+    batches, cur, width = [], [], 0
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        w = max(width, lengths[i] - 1)
+        if cur and w * (len(cur) + 1) > budget:
+            batches.append(cur)
+            cur, w = [], lengths[i] - 1
+        cur.append(i)
+        width = w
+    if cur:
+        batches.append(cur)
+    return [sorted(b, key=lambda i: players[i]) for b in batches]
+
+
+@dataclass(frozen=True)
+class TreeChunk:
+    """Rows of one player packed as one trie: ``rows[j]`` (an index into the step's rows) is
+    ``trie.rows[j]``."""
+
+    player: int
+    rows: tuple[int, ...]
+    trie: PackedTrie
+
+
+def tree_cap(budget: int, longest: int) -> int:
+    """The most tokens one tree may hold (see the module docstring)."""
+    return max(longest, min(budget, math.isqrt(budget * longest)))
+
+
+def tree_chunks(ids: Sequence[Sequence[int]], players: Sequence[int], budget: int) -> list[TreeChunk]:
+    """Each player's rows as tries of at most :func:`tree_cap` tokens: the rows in lexicographic
+    order (so rows sharing a prefix are neighbours), cut where the next row's new tokens would pass
+    the cap. A trie holds the rows of one player only."""
+    if len(ids) != len(players):
+        raise ValueError(f"one player per row: {len(players)} players for {len(ids)} rows")
+    arrs = [np.asarray(r, np.int64) for r in ids]
+    cap = tree_cap(budget, max((a.shape[0] for a in arrs), default=1))
+    mine: dict[int, list[int]] = {}
+    for i, p in enumerate(players):
+        mine.setdefault(p, []).append(i)
+    out = []
+    for p in sorted(mine):
+        order = sorted(mine[p], key=lambda i: arrs[i].tolist())
+        cur, size, prev = [], 0, None
+        for i in order:
+            new = arrs[i].shape[0] - (_lcp(arrs[prev], arrs[i]) if prev is not None else 0)
+            if cur and size + new > cap:
+                out.append(cur)
+                cur, size, new = [], 0, arrs[i].shape[0]
+            cur.append(i)
+            size += new
+            prev = i
+        if cur:
+            out.append(cur)
+    return [TreeChunk(players[c[0]], tuple(c), pack([arrs[i] for i in c])) for c in out]
+
+
+def _lcp(a: np.ndarray, b: np.ndarray) -> int:
+    m = min(a.shape[0], b.shape[0])
+    differ = np.flatnonzero(a[:m] != b[:m])
+    return int(differ[0]) if differ.size else m
+
+
+def tree_microbatches(chunks: Sequence[TreeChunk], budget: int, longest: int) -> list[list[TreeChunk]]:
+    """Tries in micro-batches, largest first: each padded to its batch's largest, at most ``budget``
+    tokens and ``budget * longest`` attention scores per head (a tree alone may reach its cap);
+    within a batch the tries of one player sit together (sorted multi-LoRA routing)."""
+    cells = budget * max(1, longest)
+    batches, cur, width = [], [], 0
+    for c in sorted(chunks, key=lambda c: -len(c.trie)):
+        w = max(width, len(c.trie))
+        n = len(cur) + 1
+        if cur and (w * n > budget or w * w * n > cells):
+            batches.append(cur)
+            cur, w = [], len(c.trie)
+        cur.append(c)
+        width = w
+    if cur:
+        batches.append(cur)
+    return [sorted(b, key=lambda c: c.player) for b in batches]
