@@ -1,5 +1,5 @@
 """``autocurricula bench train --workload ...``: one round of real games, its tokens per row against
-each learner's prefix trie (accounting for issue 67's tree update); the flags it takes."""
+each learner's prefix trie, and its update run tree-packed and per row side by side; the flags it takes."""
 
 import json
 
@@ -29,8 +29,14 @@ def test_a_workload_round_reports_its_ratio(workload, tiny_model_path, capsys):
                                "max": max(ratios)}
     if workload == "dataset":  # G = 8 completions of one prompt each game: one group, one learner
         assert all(x["turns"] == 4 * 8 and x["learners"] == 1 for x in r["rounds"])
+    for x in r["rounds"]:  # the update ran both ways on the round's turns
+        assert x["tree_computed"] < x["rows_computed"] and x["tree_s"] > 0 and x["rows_s"] > 0
+        assert x["tree_peak_mb"] > 0 and x["rows_peak_mb"] > 0 and x["tree_gflops"] > 0
+    assert r["computed_ratio"]["max"] < 1 and r["gemm_gflops"] > 0
     table = bench_train.format_workload(r)
-    assert "tree_tokens / row_tokens: median" in table and "accounting only" in table
+    for line in ("tree_tokens / row_tokens: median", "update seconds, tree / per row: median",
+                 "update peak memory, tree / per row: median", "GEMM ceiling"):
+        assert line in table
 
 
 def test_workload_flags_are_checked(tiny_model_path, capsys):

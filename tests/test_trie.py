@@ -237,12 +237,16 @@ def test_every_update_step_reports_row_and_tree_tokens(tiny_model_path):
         # the "5 6" it shares with the chain
         assert out["tree_tokens"] == (5 + 2 + 2) + (len(chain) - 1 + 5) == trie_size(
             [t.prompt_ids + t.completion_ids for t in kept_a]) + trie_size(rows[2:])
-        assert out["padded_tokens"] >= out["row_tokens"] - out["rows"]  # the forward reads all but the last id
+        assert out["padded_tokens"] >= out["computed_tokens"]  # padding on top of the tries' tokens
         sliced = Updater(engine, GRPOConfig(learning_rate=1e-4, steps_per_generation=2)).step(turns)
         assert sliced["row_tokens"] == out["row_tokens"] and sliced["tree_tokens"] >= out["tree_tokens"]
         logged = update_metrics(out, 0.5, {})
         assert logged["update/row_tokens"] == out["row_tokens"] and logged["update/tree_tokens"] == out["tree_tokens"]
-        assert logged["update/tree_ratio"] == pytest.approx(out["tree_tokens"] / out["row_tokens"])
+        # the default packing computed the tries' tokens (one trie per player here: the rows fit its cap)
+        assert out["computed_tokens"] == out["tree_tokens"] == logged["update/tokens"]
+        assert logged["update/tree_ratio"] == pytest.approx(out["computed_tokens"] / out["row_tokens"])
+        rows_out = Updater(engine, GRPOConfig(learning_rate=1e-4, packing="rows")).step(turns)
+        assert rows_out["computed_tokens"] == out["row_tokens"] - out["rows"]
         assert logged["update/padded_tokens"] == out["padded_tokens"]
         assert "update/tree_ratio" not in update_metrics({"players": 0, "rows": 0}, 0.1, {})
     finally:

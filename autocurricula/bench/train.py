@@ -9,10 +9,12 @@
   ``max_tokens_per_microbatch=2048``): bounded by the token budget, not by the number of players.
 Turns are synthetic (random token ids, random +-1 advantages) with the shape of a league's turns.
 
-``--workload tictactoe|kuhn|negotiation|dataset`` (:func:`run_workload`) measures instead what a
-tree-packed update would save on one round of real games (issue 67): the tokens of the round's rows
-each on its own (``row_tokens``, per-row packing) against the nodes of each learner's prefix trie
-of them (``tree_tokens``), and their ratio, per round (median, min and max over ``--repeats`` rounds).
+``--workload tictactoe|kuhn|negotiation|dataset`` (:func:`run_workload`) measures instead the
+tree-packed update on one round of real games: the tokens of the round's rows each on its own
+(``row_tokens``) against the nodes of each learner's prefix trie (``tree_tokens``), and the round's
+update run tree-packed and per row side by side (seconds, peak memory, tokens computed, estimated
+GFLOP/s against the machine's GEMM ceiling), per round and as median, min and max over
+``--repeats`` rounds.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 import numpy as np
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
+from autocurricula.bench.engine import gemm_ceiling, model_config
 from autocurricula.engine import blas as _blas
 def _turns(names, per_player, prompt_len, completion_len, vocab, seed=0):
     from autocurricula.records import Turn
@@ -240,10 +243,12 @@ def _spread(values: list[float]) -> dict:
 
 
 def run_workload(workload: str, model: str | None = None, games: int | None = None,
-                 repeats: int = REPEATS_WORKLOAD, rank: int = 8) -> dict:
+                 repeats: int = REPEATS_WORKLOAD, rank: int = 8, update: bool = True) -> dict:
     """``repeats`` rounds of ``workload`` (seeds 0, 1, ...) on the bench model (or ``model``), each
-    round's tokens per row and in the learners' tries (:func:`round_tokens`), and the ratio's
-    median, min and max. Accounting only: no update runs."""
+    round's tokens per row and in the learners' tries (:func:`round_tokens`) and, with ``update``,
+    the round's update run tree-packed and per row side by side (:func:`update_side_by_side`):
+    per round and as median, min and max, the tokens computed, the time and the peak memory of tree
+    over rows, and the tree update's estimated GFLOP/s over the machine's GEMM GFLOP/s."""
     from autocurricula.arena.arena import Arena, run_async
     from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
     from autocurricula.training.config import GRPOConfig
@@ -272,31 +277,99 @@ def run_workload(workload: str, model: str | None = None, games: int | None = No
                 raise RuntimeError(f"bench train: game {failed[0].game_id} of {workload} failed: {failed[0].error}\n"
                                    f"{failed[0].traceback}")
             turns = [t for r in records for t in r.turns]
-            rounds.append({**round_tokens(turns, budget), "games": len(records),
-                           "seconds": round(time.perf_counter() - t0, 2)})
+            played = round(time.perf_counter() - t0, 2)
+            rounds.append({**round_tokens(turns, budget), "games": len(records), "seconds": played,
+                           **(update_side_by_side(engine, turns, seed) if update else {})})
+        ceiling = gemm_ceiling(sizes=(1024,), seconds=0.3) if update else None
     finally:
         engine.close()
     for r in rounds:
         r["tree_ratio"] = round(r["tree_tokens"] / max(1, r["row_tokens"]), 4)
         r["padded_ratio"] = round(r["padded_tokens"] / max(1, r["row_tokens"]), 4)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"workload": workload, "what": WORKLOADS[workload][3], "model": model, "games": games, "repeats": repeats,
-            "rounds": rounds, "tree_ratio": _spread([r["tree_ratio"] for r in rounds]),
-            "cores": os.cpu_count(), "load_average": [round(x, 2) for x in load] if load else None}
+    out = {"workload": workload, "what": WORKLOADS[workload][3], "model": model, "games": games, "repeats": repeats,
+           "rounds": rounds, "tree_ratio": _spread([r["tree_ratio"] for r in rounds]),
+           "cores": os.cpu_count(), "load_average": [round(x, 2) for x in load] if load else None}
+    if update:
+        flops = [update_flops(model_config(model), r) for r in rounds]
+        for r, f in zip(rounds, flops):
+            r["tree_gflops"] = round(f["tree"] / r["tree_s"] / 1e9, 2)
+        out.update({"time_ratio": _spread([r["tree_s"] / r["rows_s"] for r in rounds]),
+                    "memory_ratio": _spread([r["tree_peak_mb"] / r["rows_peak_mb"] for r in rounds]),
+                    "computed_ratio": _spread([r["tree_computed"] / r["row_tokens"] for r in rounds]),
+                    "gemm_gflops": round(ceiling / 1e9, 1),
+                    "ceiling_fraction": _spread([r["tree_gflops"] * 1e9 / ceiling for r in rounds])})
+    return out
+
+
+def update_side_by_side(engine, turns, seed: int, repeats: int = 3) -> dict:
+    """One round's update, tree-packed and per row, interleaved (tree, rows, rows, tree, ...) on
+    the same turns after one warm-up step of each: the best of ``repeats`` seconds of each, MLX's
+    peak memory of each, the tokens each computed.
+    Advantages are +-1 (seeded) so that no row is skipped; the rate is 0, so the weights stay."""
+    import mlx.core as mx
+
+    from autocurricula.training import Updater
+    from autocurricula.training.config import GRPOConfig
+
+    rng = np.random.default_rng(seed)
+    turns = [dataclasses.replace(t, advantage=float(rng.choice([-1.0, 1.0]))) for t in turns]
+    updaters = {k: Updater(engine, GRPOConfig(learning_rate=0.0, packing=k)) for k in ("tree", "rows")}
+    best, peak, computed = {k: float("inf") for k in updaters}, {k: 0.0 for k in updaters}, {}
+    for k in updaters:  # warm-up: first-call allocations and kernel set-up
+        updaters[k].step(turns)
+    order = [k for i in range(repeats) for k in (("tree", "rows") if i % 2 == 0 else ("rows", "tree"))]
+    for k in order:
+        engine.call(mx.reset_peak_memory).result()
+        t0 = time.perf_counter()
+        m = updaters[k].step(turns)
+        best[k] = min(best[k], time.perf_counter() - t0)
+        peak[k] = max(peak[k], engine.call(mx.get_peak_memory).result() / 2**20)
+        computed[k] = m["computed_tokens"]
+    return {"tree_s": round(best["tree"], 3), "rows_s": round(best["rows"], 3), "tree_peak_mb": round(peak["tree"], 1),
+            "rows_peak_mb": round(peak["rows"], 1), "tree_computed": computed["tree"], "rows_computed": computed["rows"],
+            "completion_tokens": sum(len(t.completion_ids) for t in turns)}
+
+
+def update_flops(config: dict, r: dict) -> dict:
+    """Estimated model FLOPs of a round's update (frozen base: forward plus the backward's activation
+    gradients, about twice the forward; the LM head only where a completion token is read)."""
+    hidden, vocab = config["hidden_size"], config["vocab_size"]
+    layers, inter = config["num_hidden_layers"], config.get("intermediate_size", 4 * hidden)
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim") or hidden // heads
+    body = 2 * layers * (hidden * head_dim * (heads * 2 + kv * 2) + 3 * hidden * inter)
+    attn = 2 * 2 * layers * heads * head_dim * (r["row_tokens"] / max(1, r["turns"])) / 2  # mean depth ~ half a row
+    head = 2 * hidden * vocab
+    return {k: 2 * (r[f"{k}_computed"] * (body + attn) + r["completion_tokens"] * head) for k in ("tree", "rows")}
 
 
 def format_workload(r: dict) -> str:
+    timed = "time_ratio" in r
     lines = [f"bench train --workload {r['workload']}: {r['what']}",
              f"model {r['model']}  |  {r['games']} games a round, {r['repeats']} rounds  |  cores {r['cores']}, "
              f"load average {r['load_average']}", "",
              f"{'round':>5} {'games':>6} {'turns':>6} {'row tokens':>11} {'tree tokens':>12} {'tree/row':>9} "
-             f"{'padded/row':>11}"]
+             f"{'padded/row':>11}" + (f" {'tree s':>7} {'rows s':>7} {'tree MB':>8} {'rows MB':>8} {'GFLOP/s':>8}"
+                                      if timed else "")]
     for i, x in enumerate(r["rounds"]):
-        lines.append(f"{i:>5} {x['games']:>6} {x['turns']:>6} {x['row_tokens']:>11} {x['tree_tokens']:>12} "
-                     f"{x['tree_ratio']:>9.3f} {x['padded_ratio']:>11.3f}")
-    s = r["tree_ratio"]
-    lines += ["", f"tree_tokens / row_tokens: median {s['median']:.3f} (min {s['min']:.3f}, max {s['max']:.3f}); "
-                  "accounting only: the update still computes every row (padded/row)"]
+        line = (f"{i:>5} {x['games']:>6} {x['turns']:>6} {x['row_tokens']:>11} {x['tree_tokens']:>12} "
+                f"{x['tree_ratio']:>9.3f} {x['padded_ratio']:>11.3f}")
+        if timed:
+            line += (f" {x['tree_s']:>7.3f} {x['rows_s']:>7.3f} {x['tree_peak_mb']:>8.1f} {x['rows_peak_mb']:>8.1f} "
+                     f"{x['tree_gflops']:>8.2f}")
+        lines.append(line)
+
+    def spread(name, s):
+        return f"{name}: median {s['median']:.3f} (min {s['min']:.3f}, max {s['max']:.3f})"
+
+    lines += ["", spread("tree_tokens / row_tokens", r["tree_ratio"])]
+    if timed:
+        lines += [spread("update tokens computed, tree / per-row rows", r["computed_ratio"]),
+                  spread("update seconds, tree / per row", r["time_ratio"]),
+                  spread("update peak memory, tree / per row", r["memory_ratio"]),
+                  spread(f"tree update GFLOP/s / GEMM ceiling {r['gemm_gflops']} GFLOP/s", r["ceiling_fraction"])]
     return "\n".join(lines)
 
 

@@ -118,10 +118,11 @@ def update_metrics(out: dict, seconds: float, lr_metric: dict) -> dict:
                "train/tokens": out.get("tokens", 0)}
     if "entropy" in out:
         metrics["train/entropy"] = out["entropy"]
-    if out.get("row_tokens"):  # accounting only: the forward is per row (docs/training.md, "Tokens of an update")
-        metrics.update({"update/row_tokens": out["row_tokens"], "update/tree_tokens": out["tree_tokens"],
-                        "update/tree_ratio": out["tree_tokens"] / out["row_tokens"],
-                        "update/padded_tokens": out.get("padded_tokens", 0)})
+    if out.get("row_tokens"):  # what the forward computed against per-row packing (docs/training.md)
+        computed = out.get("computed_tokens", out["row_tokens"])
+        metrics.update({"update/tokens": computed, "update/row_tokens": out["row_tokens"],
+                        "update/tree_ratio": computed / out["row_tokens"],
+                        "update/tree_tokens": out["tree_tokens"], "update/padded_tokens": out.get("padded_tokens", 0)})
     if "skipped_nonfinite" in out:
         metrics["train/skipped_nonfinite"] = out["skipped_nonfinite"]
     return metrics

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import re
 import tempfile
 import time
@@ -31,8 +32,9 @@ from autocurricula.publish.hub import ModelNotFoundError, check_model_source, fe
 from autocurricula.records import Turn
 from autocurricula.training import Updater
 from autocurricula.training.config import GRPOConfig
+from autocurricula.training.trie import pack
 
-CHECKS = ("load", "generate", "multi-lora", "prefix cache", "update", "peft export", "mlx export")
+CHECKS = ("load", "generate", "multi-lora", "prefix cache", "update", "tree update", "peft export", "mlx export")
 PLAYERS = 4
 PEFT_TOLERANCE = 1e-4  # max |logit difference| of the peft adapter in transformers vs the engine
 MLX_TOLERANCE = 1e-3  # mlx-lm's LoRA layers add the adapter in another order than the engine's
@@ -255,7 +257,7 @@ def check_model(model: str | Path, *, max_tokens: int = 12, work_dir: str | Path
                 return results + [CheckResult(CHECKS[1], False, f"cannot set up the checks: {detail}", error=exc)] \
                     + [CheckResult(n, None, "not run: the checks could not be set up") for n in CHECKS[2:]]
             for name, fn in (("generate", run.generate), ("multi-lora", run.multi_lora),
-                             ("prefix cache", run.prefix_cache), ("update", run.update),
+                             ("prefix cache", run.prefix_cache), ("update", run.update), ("tree update", run.tree_update),
                              ("peft export", run.peft_export), ("mlx export", run.mlx_export)):
                 start = time.perf_counter()
                 try:
@@ -388,6 +390,43 @@ class _Checks:
         if not moved > 0:
             return False, "the update left the player's logits unchanged"
         return True, f"loss {metrics.get('loss', float('nan')):.4f}, logits moved by up to {moved:.3g}"
+
+    def tree_update(self):
+        """The default tree-packed update against the per-row one on two players' turns sharing
+        prefixes (a group of completions of one prompt, and a conversation whose turns extend each
+        other): the same loss and adapter gradients, to float32 rounding (16 u sqrt(n) (layers + 1),
+        n the largest tree's tokens)."""
+        why = self.engine.tree_fallback()
+        if why is not None:
+            return None, f"not run: updated per row ({why})"
+        self._install()
+        turns = []
+        for player in self.players[:2]:
+            prompt = list(self.prompt)
+            for i in range(3):
+                c = self.engine.generate(prompt, player, SamplingParams(temperature=1.0, max_tokens=self.max_tokens,
+                                                                         seed=i))
+                for j, adv in enumerate((1.0, -1.0)):  # a pair of completions of each prompt, and a chain
+                    d = c if j == 0 else self.engine.generate(prompt, player, SamplingParams(
+                        temperature=1.0, max_tokens=self.max_tokens, seed=100 + i))
+                    turns.append(Turn(player, f"tree-{i}-{j}", "player", list(d.prompt_ids), list(d.token_ids),
+                                      list(d.logprobs), reward=adv, group=f"tree-{i}", advantage=adv))
+                prompt = prompt + list(c.token_ids) + self.engine.encode(" Your turn.")
+        rows_m, rows_g = Updater(self.engine, GRPOConfig(packing="rows")).gradients(turns)
+        tree_m, tree_g = Updater(self.engine, GRPOConfig(packing="tree")).gradients(turns)
+        n = max(len(pack([t.prompt_ids + t.completion_ids for t in turns if t.player == p])) for p in self.players[:2])
+        tol = 16 * 2.0 ** -24 * math.sqrt(n) * (len(self.engine.model.layers) + 1)
+        if not abs(tree_m["loss"] - rows_m["loss"]) <= tol * max(1.0, abs(rows_m["loss"])):
+            return False, f"loss {tree_m['loss']:.6g} tree-packed != {rows_m['loss']:.6g} per row"
+        worst = 0.0
+        for player, modules in rows_g.items():
+            for path, pair in modules.items():
+                for want, got in zip(pair, tree_g[player][path]):
+                    worst = max(worst, float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-30))
+        if not worst <= tol:
+            return False, f"adapter gradients differ from the per-row update's by {worst:.3g} (relative; within {tol:.2g} expected)"
+        return True, (f"{tree_m['computed_tokens']} of {rows_m['computed_tokens']} tokens computed, loss and gradients "
+                      f"equal per-row to {worst:.2g} (relative)")
 
     def peft_export(self):
         if self.reference is None:

@@ -142,6 +142,28 @@ class Updater:
                 client.upload_adapter(name, weights)
         return metrics
 
+    def gradients(self, turns: list[Turn]) -> tuple[dict, dict]:
+        """One step's metrics and loss gradients, nothing applied (no clipping, no optimizer):
+        ``{player: {module path: (dA, dB)}}`` as NumPy arrays of the player's rank. For comparing
+        packings (``check-model``'s tree row) and for debugging a loss."""
+        def job():
+            names = sorted({t.player for t in turns})
+            weights = {n: self.engine.adapter_weights(n) for n in names}
+            paths = sorted({p for w in weights.values() for p in w.modules})
+            rank = max(w.rank for w in weights.values())
+            with self.engine.training_stacks(paths, rank) as stacks:
+                metrics, _, grads = self._forward_backward(stacks, turns, names, weights, paths, rank)
+            out = {n: {} for n in names}
+            for p, g in (grads or {}).items():
+                a, b = np.array(g["a"]), np.array(g["b"])
+                for i, n in enumerate(names):
+                    if p in weights[n].modules:
+                        r = weights[n].modules[p][0].shape[1]
+                        out[n][p] = (a[i, :, :r], b[i, :r, :])
+            return metrics, out
+
+        return self.engine.call(job).result()
+
     def state_dict(self) -> dict:
         return {"steps": self.steps}
 

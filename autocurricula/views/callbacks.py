@@ -109,7 +109,8 @@ class Progress(TrainerCallback):
             rounds = trainer.config.rounds
             self.bar = tqdm(total=rounds, initial=min(trainer.current_round, rounds), leave=False, unit="round",
                             desc=f"epoch {trainer.current_epoch} rounds")
-        shown = {"reward": row.get("rollout/reward_mean"), "loss": row.get("train/loss")}
+        shown = {"reward": row.get("rollout/reward_mean"), "loss": row.get("train/loss"),
+                 "tokens": row.get("update/tree_ratio")}  # the share of per-row work the update computed
         self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if isinstance(v, (int, float))}, refresh=False)
         self.bar.update(1)
 
