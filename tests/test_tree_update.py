@@ -167,7 +167,7 @@ def test_mixed_round_equals_rows_on_every_family(family, family_dir):
         load_players(engine, names)
         turns = mixed_round(names, np.random.default_rng(1))
         assert max(len(t.prompt_ids) + len(t.completion_ids) for t in turns) > 64
-        layers = len(engine.model.layers)
+        layers = engine.num_layers
         assert_same_update(engine, turns, layers)
         rows = token_logprobs(engine, turns, "rows")
         tree = token_logprobs(engine, turns, "tree")
@@ -193,7 +193,7 @@ def test_config_case_equals_rows(case, family_dir):
         assert engine.tree_fallback() is None
         load_players(engine, ["p0", "p1"])
         turns = mixed_round(["p0", "p1"], np.random.default_rng(11))
-        assert_same_update(engine, turns, len(engine.model.layers))
+        assert_same_update(engine, turns, engine.num_layers)
     finally:
         engine.close()
 
@@ -204,7 +204,7 @@ def test_quantized_base_equals_rows(family, family_dir):
     try:
         load_players(engine, ["p0", "p1"])
         turns = mixed_round(["p0", "p1"], np.random.default_rng(2))
-        assert_same_update(engine, turns, len(engine.model.layers))
+        assert_same_update(engine, turns, engine.num_layers)
     finally:
         engine.close()
 
@@ -217,7 +217,7 @@ def test_every_normalisation_equals_rows(loss_type, extra, family_dir):
     try:
         load_players(engine, ["p0", "p1"])
         turns = grpo_group("p0", np.random.default_rng(3)) + chain("p1", np.random.default_rng(4))
-        got, want = assert_same_update(engine, turns, len(engine.model.layers), loss_type=loss_type, **extra)
+        got, want = assert_same_update(engine, turns, engine.num_layers, loss_type=loss_type, **extra)
         if extra.get("beta"):
             assert got["kl"] == pytest.approx(want["kl"], abs=1e-5)
     finally:
@@ -273,7 +273,7 @@ def test_wrong_positions_or_mask_or_weights_are_caught(family_dir, monkeypatch):
     try:
         load_players(engine, ["p0"])
         turns = grpo_group("p0", np.random.default_rng(8)) + chain("p0", np.random.default_rng(9))
-        layers = len(engine.model.layers)
+        layers = engine.num_layers
         real = update.Updater._tree_arrays
 
         def packed_index(self, batch, rows):

@@ -310,6 +310,11 @@ class Engine:
         position's entropy. The update's forward; the same computation as :meth:`completion_logprobs`."""
         return completion_logprobs(self.model, ids, pos, tgt, temperature, entropy=entropy)
 
+    @property
+    def num_layers(self) -> int:
+        """The model's transformer blocks (the depth a float32 tolerance grows with)."""
+        return len(self.model.layers)
+
     def tree_fallback(self) -> str | None:
         """Why this model's update cannot run tree-packed (its rows are then packed one by one), or
         None where :meth:`tree_logprobs` is exact."""

@@ -415,7 +415,7 @@ class _Checks:
         rows_m, rows_g = Updater(self.engine, GRPOConfig(packing="rows")).gradients(turns)
         tree_m, tree_g = Updater(self.engine, GRPOConfig(packing="tree")).gradients(turns)
         n = max(len(pack([t.prompt_ids + t.completion_ids for t in turns if t.player == p])) for p in self.players[:2])
-        tol = 16 * 2.0 ** -24 * math.sqrt(n) * (len(self.engine.model.layers) + 1)
+        tol = 16 * 2.0 ** -24 * math.sqrt(n) * (self.engine.num_layers + 1)
         if not abs(tree_m["loss"] - rows_m["loss"]) <= tol * max(1.0, abs(rows_m["loss"])):
             return False, f"loss {tree_m['loss']:.6g} tree-packed != {rows_m['loss']:.6g} per row"
         worst = 0.0
