@@ -9,6 +9,12 @@ import pytest
 os.environ.setdefault("AUTOCURRICULA_BLAS", "auto")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--vllm-python", default=None,
+                     help="the python of a virtual environment with vLLM (else $AUTOCURRICULA_VLLM_PYTHON): the "
+                          "slow tests of tests/test_vllm_server.py start vLLM servers with it; see docs/benchmarks.md")
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):
     """The built-in tiny llama model (hidden 256, 4 layers, vocab 1024), built once per session."""

@@ -120,3 +120,31 @@ def test_vllm_side_plays_the_same_round():
     assert ours["turns"] == theirs["turns"] and ours["tokens"] == theirs["tokens"]
     assert theirs["generate_s"]["median"] > 0 and theirs["reload_s"]["median"] > 0
     assert r["round_vs_vllm_torch_peft"]["median"] > 0
+
+
+def test_rollouts_vllm_is_skipped_with_the_vllm_side_and_refuses_other_names(no_vllm_env):
+    from autocurricula.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "round", "--rollouts", "vllm"])
+    assert args.rollouts == "vllm" and build_parser().parse_args(["bench", "round"]).rollouts == "engine"
+    with pytest.raises(ValueError, match="rollouts must be 'engine' or 'vllm'"):
+        bench_round.run("tiny", rollouts="ray")
+    r = bench_round.run("tiny", repeats=1, games=4, warmup_games=2, gap=0.0, rollouts="vllm")
+    assert "--vllm-python" in r["ours_vllm_rollouts"]["skipped"] and "round_vs_ours_vllm_rollouts" not in r
+    assert "vllm+ours         skipped: not named" in bench_round.format_table(r)
+
+
+@pytest.mark.slow
+def test_rollouts_on_a_vllm_server_with_our_update_play_the_same_round():
+    """``--rollouts vllm``: the same games through a vLLM server (VLLMEngine) with our update and
+    the adapters reloaded by version; vLLM's logprobs are the learner's to float32 rounding."""
+    from autocurricula.bench.peers import peer_python
+
+    python, why = peer_python("vllm")
+    if python is None:
+        pytest.skip(f"vllm: {why}")
+    r = bench_round.run("bench", repeats=2, games=8, warmup_games=2, vllm_python=python, gap=0.5, rollouts="vllm")
+    ours, mine = r["ours"], r["ours_vllm_rollouts"]
+    assert ours["turns"] == mine["turns"] and ours["tokens"] == mine["tokens"]
+    assert mine["reload_s"]["median"] > 0 and r["round_vs_ours_vllm_rollouts"]["median"] > 0
+    assert len(mine["mismatch"]) == 2 and all(0 < m["max"] < 1e-3 for m in mine["mismatch"])

@@ -337,3 +337,29 @@ def test_tree_microbatches_hold_no_more_than_row_microbatches():
         width = max(len(c.trie) for c in mb)
         assert len(mb) == 1 or (len(mb) * width <= budget and len(mb) * width * width <= budget * longest)
         assert [c.player for c in mb] == sorted(c.player for c in mb)
+
+
+def test_tries_are_cut_where_the_dense_mask_costs_more_than_sharing_saves():
+    """The cut points minimise the summed trie cost n + c n^2 (checked against every cut set of
+    small runs), so the plan never costs more than each row alone under the same model."""
+    import itertools
+
+    from autocurricula.training.packing import _cuts
+
+    def cost(rows, c):
+        n = len(pack(rows))
+        return n + c * n * n
+
+    rng = np.random.default_rng(12)
+    for _ in range(150):
+        rows = sorted(rng.integers(3, 6, int(rng.integers(1, 6))).tolist() for _ in range(int(rng.integers(1, 7))))
+        c = float(rng.choice([0.0, 0.01, 0.1, 1.0]))
+        got = sum(cost(rows[lo:hi], c) for lo, hi in _cuts([np.array(r) for r in rows], 10**6, c))
+        m = len(rows)
+        best = min(sum(cost(rows[a:b], c) for a, b in zip((0, *cut), (*cut, m)))
+                   for k in range(m) for cut in itertools.combinations(range(1, m), k))
+        assert got == pytest.approx(best)
+        assert got <= sum(cost([r], c) for r in rows) + 1e-9
+    group = [[1, 2, 3, 4, 5, 6] + rng.integers(3, 100, 6).tolist() for _ in range(8)]
+    assert len(tree_chunks(group, [0] * 8, 2048, pair_cost=1e-3)) == 1  # cheap scores: one trie
+    assert len(tree_chunks(group, [0] * 8, 2048, pair_cost=1.0)) > 1  # dear scores: rows mostly alone

@@ -695,6 +695,73 @@ def run(shape: str = "bench", quick: bool = False, reps: int | None = None, turn
     return result
 
 
+UPDATE_WORKLOADS = {"tictactoe": 64, "negotiation": 32}  # bench train's round workloads: games a round
+
+
+def run_update_workload(workload: str, shape: str = "bench", quick: bool = False, reps: int | None = None,
+                        timeout: float = 900.0, torch_device: str = "auto") -> dict:
+    """The update sides only, on one round of real games (``bench train``'s ``workload``, played on
+    the shape's model): our default (tree-packed) update against torch + peft computing each row
+    on its own, the same dapo loss and AdamW, interleaved; with the first step's agreement."""
+    from autocurricula.bench.workloads import LEARNERS, play_round
+    from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
+    from autocurricula.training.trie import token_counts
+
+    if workload not in UPDATE_WORKLOADS:
+        raise ValueError(f"workload must be one of {', '.join(UPDATE_WORKLOADS)}, got {workload!r}")
+    reps = reps or (1 if quick else ROUNDS[shape][1])
+    t_start = time.perf_counter()
+    model = model_folder(shape)
+    work = Path(tempfile.mkdtemp(prefix="ac-peers-"))
+    try:
+        learners = LEARNERS
+        spec = build_spec(work, model, len(learners), len(learners), rounds=1, torch_device=torch_device)
+        engine = Engine(str(model), config=EngineConfig(max_slots=8, initial_rank=8))
+        try:
+            lora = LoraSpec(r=8, lora_alpha=16)
+            dims = {p: engine.linear_dims[p] for p in lora.resolve(engine.linear_dims)}
+            for i, n in enumerate(learners):
+                engine.load_adapter(n, AdapterWeights.random(dims, lora, seed=i))
+            turns = play_round(engine, workload, 8 if quick else UPDATE_WORKLOADS[workload], seed=0)
+        finally:
+            engine.close()
+        name = dict(zip(learners, spec["player_names"]))
+        rows = [{"prompt_ids": list(t.prompt_ids), "token_ids": list(t.completion_ids), "logprobs": list(t.logprobs)}
+                for t in turns]
+        order = [name[t.player] for t in turns]
+        Path(spec["turns"]).write_text(json.dumps(training_turns(rows, order)))
+        spec_path = work / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        ready, runs = _rounds(UPDATE_SIDES, spec_path, work, reps, timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rate = {s: [r["tokens"] / r["seconds"] for r in runs[s]] for s in runs}
+    counts = token_counts(order, [r["prompt_ids"] + r["token_ids"] for r in rows])
+    agreement = first_step_agreement(ready["update"], ready["torch_peft_update"],
+                                     LOSS_TOL["gpu" if spec["mlx_gpu"] or ready["torch_peft_update"]["torch_device"]
+                                              != "cpu" else "cpu"])
+    agreement["torch_peft"] = agreement.pop("theirs")
+    return {**_describe(shape, model, spec), "workload": workload, "turns": len(turns), "repetitions": reps,
+            "row_tokens": counts["row_tokens"], "tree_tokens": counts["tree_tokens"],
+            "update_vs_torch_peft": summary([a / b for a, b in zip(rate["update"], rate["torch_peft_update"])]),
+            "seconds_each": {s: summary([r["seconds"] for r in runs[s]]) for s in runs}, "update_loss": agreement,
+            "usage": {s: side_usage(runs[s]) for s in runs}, "load": summary([r["load"] for s in runs for r in runs[s]]),
+            "seconds": round(time.perf_counter() - t_start, 1)}
+
+
+def format_update_workload(r: dict) -> str:
+    s, a = r["update_vs_torch_peft"], r["update_loss"]
+    return "\n".join([
+        f"bench peers --workload {r['workload']} (shape {r['shape']}): one round's update, {r['turns']} turns, "
+        f"{r['row_tokens']} row tokens ({r['tree_tokens']} in the learners' prefix tries)",
+        f"cores {r['cpu_count']}, load {r['load']}",
+        f"update / torch + peft (tokens/s, {r['repetitions']} interleaved rounds): median {s['median']} "
+        f"(min {s['min']}, max {s['max']})",
+        f"seconds per step: {json.dumps(r['seconds_each'])}",
+        f"first step: loss {a['ours']:.6g} (ours) vs {a['torch_peft']:.6g} (torch + peft), grad norms within "
+        f"{a['grad_norm_max_rel_diff']:.2g}: {'agree' if a['agree'] else 'DISAGREE'}"])
+
+
 def multiturn_workload(shape: str, quick: bool = False) -> dict:
     """The multi-turn workload's shape (see :data:`MULTITURN`) and its rounds."""
     if shape not in SHAPES:
@@ -886,6 +953,13 @@ def peer_problems(r: dict) -> list[str]:
 
 def main(args) -> None:
     pythons = {"vllm": getattr(args, "vllm_python", None), "mlx_lm_lora": getattr(args, "mlx_lm_lora_python", None)}
+    if getattr(args, "workload", None) in UPDATE_WORKLOADS:
+        r = run_update_workload(args.workload, shape=args.shape, quick=args.quick,
+                                torch_device=getattr(args, "torch_device", "auto"))
+        print(json.dumps(r) if args.json else format_update_workload(r))
+        if not r["update_loss"]["agree"]:
+            sys.exit("bench peers: the torch and MLX updates disagree; the figures are not comparable")
+        return
     if getattr(args, "workload", "single") == "multiturn":
         r = run_multiturn(shape=args.shape, quick=args.quick, torch_device=getattr(args, "torch_device", "auto"),
                           pythons=pythons)
@@ -908,5 +982,5 @@ if __name__ == "__main__":
         peers_torch.serve(sys.argv[2], sys.argv[3], MLX_SETUPS)
     else:
         sys.exit("usage: autocurricula bench peers [--shape bench|qwen0.5b] [--torch-device auto|cpu|cuda|mps] "
-                 "[--workload single|multiturn] [--vllm-python PYTHON] [--mlx-lm-lora-python PYTHON] [--peers-only] "
+                 "[--workload single|multiturn|tictactoe|negotiation] [--vllm-python PYTHON] [--mlx-lm-lora-python PYTHON] [--peers-only] "
                  "[--json] [--quick]")

@@ -198,20 +198,32 @@ def setup_peft_set_adapter(spec: dict):
 
 
 def grpo_rows(turns: list[dict], names: list[str], device: str = "cpu") -> dict:
-    """Per player: tensors of its rows (``ids`` without the last token, targets, sampler logprobs,
-    advantages) on ``device``; rows must share one prompt and one completion length (the
-    benchmark's turns do)."""
+    """Per player: tensors of its rows (``ids`` without the last token, left-padded, with their
+    attention mask and positions; targets, sampler logprobs and a mask over the last ``T`` columns,
+    ``T`` the longest completion; advantages) on ``device``. Left padding puts every completion
+    at the end of its row, so ``logits_to_keep=T`` reads them all."""
     import torch
 
     out = {}
     for n in names:
         mine = [t for t in turns if t["player"] == n]
-        if len({(len(t["prompt_ids"]), len(t["completion_ids"])) for t in mine}) != 1:
-            raise ValueError("the torch update needs rows of one prompt length and one completion length")
-        ids = torch.tensor([t["prompt_ids"] + t["completion_ids"] for t in mine], dtype=torch.long)
-        rows = {"ids": ids[:, :-1], "tgt": torch.tensor([t["completion_ids"] for t in mine], dtype=torch.long),
-                "old": torch.tensor([t["logprobs"] for t in mine], dtype=torch.float32),
-                "adv": torch.tensor([t["advantage"] for t in mine], dtype=torch.float32)}
+        width = max(len(t["prompt_ids"]) + len(t["completion_ids"]) - 1 for t in mine)
+        t_max = max(len(t["completion_ids"]) for t in mine)
+        ids = torch.zeros((len(mine), width), dtype=torch.long)
+        attn = torch.zeros((len(mine), width), dtype=torch.long)
+        tgt = torch.zeros((len(mine), t_max), dtype=torch.long)
+        old = torch.zeros((len(mine), t_max), dtype=torch.float32)
+        mask = torch.zeros((len(mine), t_max), dtype=torch.float32)
+        for i, t in enumerate(mine):
+            row = (t["prompt_ids"] + t["completion_ids"])[:-1]
+            c = len(t["completion_ids"])
+            ids[i, width - len(row):] = torch.tensor(row)
+            attn[i, width - len(row):] = 1
+            tgt[i, t_max - c:] = torch.tensor(t["completion_ids"])
+            old[i, t_max - c:] = torch.tensor(t["logprobs"])
+            mask[i, t_max - c:] = 1
+        rows = {"ids": ids, "attention_mask": attn, "position_ids": (attn.cumsum(-1) - 1).clamp(min=0), "tgt": tgt,
+                "old": old, "mask": mask, "adv": torch.tensor([t["advantage"] for t in mine], dtype=torch.float32)}
         out[n] = {k: v.to(device) for k, v in rows.items()}
     return out
 
@@ -228,12 +240,13 @@ def grpo_step(model, rows: dict, optims: dict, params: dict, cfg: dict) -> dict:
     for n, b in rows.items():
         model.set_adapter(n)  # peft: only this adapter's weights require grad
         t = b["tgt"].shape[1]
-        logits = model(input_ids=b["ids"], logits_to_keep=t).logits.float() / cfg["temperature"]
+        logits = model(input_ids=b["ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"],
+                       logits_to_keep=t).logits.float() / cfg["temperature"]
         logp = torch.log_softmax(logits, dim=-1).gather(-1, b["tgt"][..., None])[..., 0]
         ratio = torch.exp(logp - b["old"])
         adv = b["adv"][:, None]
         per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - cfg["epsilon"], 1 + cfg["epsilon_high"]) * adv)
-        loss = per_token.sum() / per_token.numel()
+        loss = (per_token * b["mask"]).sum() / b["mask"].sum()
         optims[n].zero_grad(set_to_none=True)
         loss.backward()
         norms[n] = float(torch.nn.utils.clip_grad_norm_(params[n], cfg["max_grad_norm"]))
@@ -252,7 +265,7 @@ def setup_torch_peft_update(spec: dict):
     params = {n: [p for k, p in model.named_parameters() if f".{n}." in k and "lora_" in k] for n in names}
     optims = {n: torch.optim.AdamW(params[n], lr=cfg["learning_rate"], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
               for n in names}
-    tokens = sum(int(b["tgt"].numel()) for b in rows.values())
+    tokens = sum(int(b["mask"].sum()) for b in rows.values())
 
     def run(r: int):  # the same rows every round
         t0 = time.perf_counter()

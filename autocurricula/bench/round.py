@@ -23,6 +23,15 @@ learned the board, so a learner's move is not parsed from its reply: it is a leg
 the game's seed (:func:`scripted_board_game`). Every reply is still generated, recorded as a turn
 and trained on, so both sides play the same boards and the same number of turns.
 
+With ``--rollouts vllm`` a third side runs (it needs the same vLLM environment):
+
+- ``ours_vllm_rollouts``: the ticks go to a vLLM OpenAI server (started here, ``vllm_server``)
+  through :class:`~autocurricula.fleet.vllm.VLLMEngine`, then our fused Updater steps the learners
+  in this process, and each changed learner is written as a peft folder and loaded into vLLM under
+  its new version (``sync_from``). Its rounds also report the sampler/learner gap of their turns
+  (``mismatch``: mean and max of ``|log p_learner - log p_vllm|`` per token, measured after the
+  round, outside its time).
+
 The sides alternate (A B, B A, ...) with an idle gap before each round, after one small warm-up
 round each (an eighth of the games). Reported per side: rounds per hour (median, min, max), the
 time split of a round (games, of which vLLM's own generate calls; update; reload), turns per
@@ -34,6 +43,7 @@ by ``--vllm-python`` / ``AUTOCURRICULA_VLLM_PYTHON``, or not importable) only ou
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -47,18 +57,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
-from autocurricula.bench import peers_usage, round_torch, round_vllm
+from autocurricula.bench import peers_usage, round_torch, round_vllm, vllm_server
+from autocurricula.bench.workloads import LEARNERS, schedule
 from autocurricula.bench.peers import (PEER_ENV, SHAPES, Worker, by_path, linear_dims, model_folder,
                                        peer_python, side_usage, summary, vllm_binding)
 
-LEARNERS = ("main", "main_exploiter", "league_exploiter")
-# one round's 64 games as (X, O) before seats alternate, the example's roles with both anchors: the main agent against
-# the scripted players, itself and the exploiters; the exploiters against the main agent; the
-# league exploiter also against the scripted players
-PAIRINGS = ((("main", "random"), 8), (("main", "minimax"), 8), (("main", "main"), 8),
-            (("main", "main_exploiter"), 4), (("main", "league_exploiter"), 4), (("main_exploiter", "main"), 16),
-            (("league_exploiter", "main"), 8), (("league_exploiter", "random"), 4),
-            (("league_exploiter", "minimax"), 4))
 GAMES = 64
 MAX_TOKENS, TEMPERATURE, OPENINGS, RANK = 2, 1.0, (0, 4), 8
 GRPO = {"learning_rate": 2e-3, "epsilon": 0.2, "epsilon_high": 0.2, "temperature": 1.0, "max_grad_norm": 1.0}
@@ -73,14 +76,6 @@ def _progress(msg: str) -> None:
 
 
 # ---------------------------------------------------------------- the round's games (both sides)
-def schedule(games: int) -> list[tuple[str, str]]:
-    """The (X, O) player ids of a round's ``games`` games: :data:`PAIRINGS` in a fixed shuffled
-    order (so a smaller round keeps a mix), seats swapped every other game."""
-    pairs = [p for p, n in PAIRINGS for _ in range(n)]
-    random.Random(0).shuffle(pairs)
-    return [(pairs[i % len(pairs)] if i % 2 == 0 else pairs[i % len(pairs)][::-1]) for i in range(games)]
-
-
 def roster() -> dict[str, dict]:
     """The round's players by id: the three learners and the scripted random and minimax players."""
     from autocurricula.games import tictactoe
@@ -309,6 +304,78 @@ class VllmTorchPeft:
             w.close()
 
 
+class OursVllmRollouts:
+    """Rollouts on a vLLM server through the fleet's VLLMEngine, our fused Updater in this process,
+    the new adapters written as peft folders and loaded into vLLM by version."""
+
+    name = "ours_vllm_rollouts"
+
+    def __init__(self, python: str, model: str, adapters: dict[str, str], work: Path):
+        from autocurricula.engine import Engine
+        from autocurricula.fleet.vllm import VLLMEngine
+        from autocurricula.publish.export import export_peft
+        from autocurricula.training import Updater
+        from autocurricula.training.config import GRPOConfig
+
+        self.stack = contextlib.ExitStack()
+        try:
+            t0 = time.perf_counter()
+            self.url, self.proc = self.stack.enter_context(vllm_server.vllm_server(
+                python, model, work / "vllm-server.log", max_loras=2 * len(LEARNERS), max_lora_rank=RANK,
+                max_model_len=64, max_num_seqs=128))
+            self.engine = self.stack.enter_context(Engine(model))
+            for n, path in adapters.items():
+                self.engine.load_adapter(n, path)
+            self.updater = Updater(self.engine, GRPOConfig(learning_rate=GRPO["learning_rate"], beta=0.0,
+                                                           loss_type="grpo", temperature=GRPO["temperature"],
+                                                           epsilon=GRPO["epsilon"], max_grad_norm=GRPO["max_grad_norm"]))
+            self.rollout = self.stack.enter_context(VLLMEngine(
+                [self.url], base=self.engine, adapter_dir=work / "vllm-adapters",
+                write_adapter=functools.partial(export_peft, base_model_name_or_path=model)))
+            self.rollout.sync_from(self.engine)
+            self.startup_s = round(time.perf_counter() - t0, 1)
+            _progress(f"{self.name}: vLLM server up and adapters loaded in {self.startup_s} s")
+        except BaseException:
+            self.stack.close()
+            raise
+
+    def round(self, seed: int, games: int) -> dict:
+        t0 = time.perf_counter()
+        turns = credited_turns(play_round(ExactTokens(self.rollout), seed, games))
+        t1 = time.perf_counter()
+        gaps = self._gaps(turns)  # before the update: the learners that sampled them
+        t_gap = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        loss = self.updater.step(turns)["loss"]
+        t2 = time.perf_counter()
+        self.rollout.sync_from(self.engine)
+        t3 = time.perf_counter()
+        threads = (peers_usage.tree_usage(self.proc.pid) or {}).get("threads")
+        return {"seconds": (t3 - t0) - t_gap, "games_s": t1 - t0 - t_gap, "generate_s": None, "update_s": t2 - t1,
+                "reload_s": t3 - t2, "turns": len(turns), "tokens": sum(len(t.completion_ids) for t in turns),
+                "loss": loss, "mismatch_mean": float(sum(gaps) / max(1, len(gaps))),
+                "mismatch_max": max(gaps, default=0.0),
+                "threads": None if threads is None else threads + (_threads_of(os.getpid()) or 0)}
+
+    def _gaps(self, turns: list) -> list[float]:
+        """``|log p_learner - log p_vllm|`` of every sampled token (the learner's from our engine)."""
+        out = []
+        for name in LEARNERS:
+            mine = [t for t in turns if t.player == name]
+            pairs = [(t.prompt_ids, t.completion_ids[:k]) for t in mine for k in range(1, len(t.completion_ids) + 1)]
+            sums = iter(self.engine.completion_logprobs(pairs, name, TEMPERATURE) if pairs else [])
+            for t in mine:
+                prev = 0.0
+                for lp in t.logprobs:
+                    total = next(sums)
+                    out.append(abs((total - prev) - lp))
+                    prev = total
+        return out
+
+    def close(self) -> None:
+        self.stack.close()
+
+
 # ---------------------------------------------------------------- runs, figures
 def starting_adapters(model: Path, work: Path) -> dict[str, str]:
     """The learners' random starting adapters (r=8, every linear), exported as peft folders."""
@@ -340,12 +407,17 @@ def _side_figures(runs: list[dict]) -> dict:
 
 
 def run(shape: str = "bench", repeats: int | None = None, games: int = GAMES, warmup_games: int | None = None,
-        vllm_python: str | None = None, gap: float = GAP_S, torch_threads: int | None = None) -> dict:
+        vllm_python: str | None = None, gap: float = GAP_S, torch_threads: int | None = None,
+        rollouts: str = "engine") -> dict:
     """Rounds of both sides at ``shape``, alternating, ``repeats`` each after one warm-up round of
     ``warmup_games`` (default an eighth of ``games``, at least 2; see the module docstring).
     ``vllm_python``: the python of vLLM's virtual environment (else ``$AUTOCURRICULA_VLLM_PYTHON``);
     without a working one ``result["vllm_torch_peft"]["skipped"]`` says why and only our side runs.
-    ``torch_threads``: the torch + peft update's threads (default: every core, torch's own default)."""
+    ``torch_threads``: the torch + peft update's threads (default: every core, torch's own default).
+    ``rollouts="vllm"``: also the side whose rollouts play on a vLLM server with our update
+    (``result["ours_vllm_rollouts"]``, skipped as the vLLM side is)."""
+    if rollouts not in ("engine", "vllm"):
+        raise ValueError(f"rollouts must be 'engine' or 'vllm', got {rollouts!r}")
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; choose one of {sorted(SHAPES)}")
     repeats = repeats or REPEATS[shape]
@@ -366,6 +438,8 @@ def run(shape: str = "bench", repeats: int | None = None, games: int = GAMES, wa
             warmup = sides[0].engine.encode(tictactoe.render_prompt(tictactoe.EMPTY_BOARD, "X"))
             threads = torch_threads or os.cpu_count() or 1
             sides.append(VllmTorchPeft(python, str(model), adapters, work, warmup, threads))
+            if rollouts == "vllm":
+                sides.append(OursVllmRollouts(python, str(model), adapters, work))
         for s in sides:  # round 0: a small warm-up round (first shapes, first adapter loads)
             s.round(0, warmup_games)
             _progress(f"{s.name}: warm-up round done")
@@ -376,6 +450,7 @@ def run(shape: str = "bench", repeats: int | None = None, games: int = GAMES, wa
                 runs[s.name].append(_timed(s, i + 1, games))
                 _progress(f"round {i + 1}/{repeats} {s.name}: {runs[s.name][-1]['seconds']:.2f} s")
         ready = sides[1].ready if len(sides) > 1 else {}
+        vllm_startup = sides[2].startup_s if len(sides) > 2 else None
         binding = vllm_binding((work / f"{round_vllm.SIDE}.log").read_text(errors="replace")) if ready else None
     finally:
         for s in sides:
@@ -405,6 +480,16 @@ def run(shape: str = "bench", repeats: int | None = None, games: int = GAMES, wa
         result["cpu_s_vs_vllm_torch_peft"] = summary([None if None in (a["cpu_s"], b["cpu_s"])
                                                       else b["cpu_s"] / a["cpu_s"] for a, b in zip(runs["ours"], theirs)])
         result["goal"] = GOAL
+    if rollouts == "vllm":
+        if python is None:
+            result["ours_vllm_rollouts"] = {"skipped": why}
+        else:
+            mine = runs["ours_vllm_rollouts"]
+            result["ours_vllm_rollouts"] = {**_side_figures(mine), "startup_s": vllm_startup,  # unrounded: ~1e-6
+                                            "mismatch": [{"mean": r["mismatch_mean"], "max": r["mismatch_max"]}
+                                                         for r in mine]}
+            result["round_vs_ours_vllm_rollouts"] = summary([b["seconds"] / a["seconds"]
+                                                             for a, b in zip(runs["ours"], mine)])
     result["load"] = summary(loads)
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     return result
@@ -423,7 +508,10 @@ def format_table(r: dict) -> str:
     cols = ("rounds/h", "s/round", "games s", "generate s", "update s", "reload s", "turns", "cores", "CPU s",
             "threads")
     lines.append(f"{'':<18}" + "".join(f"{c:>22}" if i == 0 else f"{c:>11}" for i, c in enumerate(cols)))
-    for name, label in (("ours", "ours"), ("vllm_torch_peft", "vllm+torch+peft")):
+    for name, label in (("ours", "ours"), ("vllm_torch_peft", "vllm+torch+peft"),
+                        ("ours_vllm_rollouts", "vllm+ours")):
+        if name not in r:
+            continue
         s = r[name]
         if "skipped" in s:
             lines.append(f"{label:<18}skipped: {s['skipped']}")
@@ -449,6 +537,12 @@ def format_table(r: dict) -> str:
         lines.append(f"  update = torch step {t['step_s']['median']:.3g} s + save_pretrained {t['save_s']['median']:.3g} s "
                      f"(+ turns sent to the worker), vLLM's idle processes meanwhile "
                      f"{_span(t['vllm_cores_during_update'], '.2f')} cores; reload = vLLM add_lora of the new adapters")
+    if "round_vs_ours_vllm_rollouts" in r:
+        t = r["ours_vllm_rollouts"]
+        lines.append(f"round_vs_ours_vllm_rollouts: {_span(r['round_vs_ours_vllm_rollouts'])}   (vllm+ours: rollouts on "
+                     f"a vLLM server through VLLMEngine, our update, adapters reloaded by version)")
+        lines.append("  sampler/learner |log-ratio| per token, each round (mean / max): " +
+                     ", ".join(f"{m['mean']:.2g} / {m['max']:.2g}" for m in t["mismatch"]))
     lines.append(f"load average (1 min) during the rounds: {_span(r['load'], '.2f')}")
     lines.append("cores: CPU seconds of this process tree (both sides' workers) per wall second of the side's round "
                  "(CPU s: per round); threads: ours, this process; vllm+torch+peft, the vLLM and torch workers' "
@@ -458,5 +552,5 @@ def format_table(r: dict) -> str:
 
 def main(args) -> None:
     r = run(shape=args.shape, repeats=args.repeats, games=args.games or GAMES, vllm_python=args.vllm_python,
-            torch_threads=args.torch_threads)
+            torch_threads=args.torch_threads, rollouts=args.rollouts)
     print(json.dumps(r) if args.json else format_table(r))

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import random
 import statistics
 import time
 
@@ -30,6 +29,7 @@ import numpy as np
 
 import autocurricula  # noqa: F401  (fast BLAS before mlx)
 from autocurricula.bench.engine import gemm_ceiling, model_config
+from autocurricula.bench.workloads import LEARNERS, WORKLOADS, play_round
 from autocurricula.engine import blas as _blas
 def _turns(names, per_player, prompt_len, completion_len, vocab, seed=0):
     from autocurricula.records import Turn
@@ -159,68 +159,7 @@ def format_table(r: dict) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- --workload: what a prefix trie saves
-LEARNERS = ("main", "main_exploiter", "league_exploiter")
-# per workload: the game and its options, games per round by default, and what it stands for
-WORKLOADS = {
-    "tictactoe": ("tictactoe", {"opening_moves": (0, 4)}, 64,
-                  "the tic-tac-toe league round (bench round's pairings, 0-4 opening moves, plain prompts)"),
-    "kuhn": ("kuhn_poker", {}, 64, "a Kuhn poker round (the same pairings, plain prompts)"),
-    "negotiation": ("negotiation", {"chat": True}, 32, "a negotiation round played as chat (the same pairings)"),
-    "dataset": ("dataset", {"num_generations": 8}, 16,
-                "a dataset GRPO round: one learner, G = 8 completions of each arithmetic prompt"),
-}
 REPEATS_WORKLOAD = 3
-
-
-class LegalMoves:
-    """The game handle a workload's games get: a learner's reply is sampled by the bench model and
-    recorded as its turn as usual, then the game reads a legal move (its random policy's) in its
-    place. The untrained bench model's own moves are nearly all invalid and would end every game at
-    its first turn, leaving no round to measure; this keeps the games' length and the model's tokens."""
-
-    def __init__(self, handle, module):
-        self._handle, self._module = handle, module
-        self._rng = random.Random(handle.seed)
-
-    def __getattr__(self, name):
-        return getattr(self._handle, name)
-
-    async def generate(self, player, prompt, **sampling):
-        from autocurricula.records import is_scripted
-
-        gen = await self._handle.generate(player, prompt, **sampling)
-        if is_scripted(player) or not sampling.get("trainable", True):
-            return gen
-        shown = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt) \
-            if prompt and isinstance(prompt[0], dict) else self._handle.arena.engine.decode(gen.prompt_ids)
-        return dataclasses.replace(gen, text=self._module.random_policy(shown, self._rng))
-
-
-def _workload_games(workload: str, games: int, seed: int):
-    """The arena's games of one round of ``workload``: (play, players, record, name) tuples."""
-    import functools
-    import importlib
-
-    from autocurricula.bench.round import schedule
-    from autocurricula.records import GameRecord
-
-    name, options, _, _ = WORKLOADS[workload]
-    module = importlib.import_module(f"autocurricula.games.{name}")
-    if workload == "dataset":
-        from autocurricula.games.dataset import arithmetic_dataset
-
-        play = functools.partial(module.play, dataset=arithmetic_dataset(512, seed=0), **options)
-        return [(play, [{"id": "main"}], GameRecord(f"r{seed}-g{i}", [{"id": "main"}]), name) for i in range(games)]
-
-    async def play(players, model, tokenizer=None):
-        return await module.play(players, LegalMoves(model, module), tokenizer, **options)
-
-    anchors = {"random": module.random_policy,
-               "minimax": getattr(module, "minimax_policy", module.random_policy)}  # tic-tac-toe has one
-    who = {n: {"id": n} for n in LEARNERS} | {n: {"id": n, "role": n, "policy": p} for n, p in anchors.items()}
-    return [(play, [who[a], who[b]], GameRecord(f"r{seed}-g{i}", [who[a], who[b]]), name)
-            for i, (a, b) in enumerate(schedule(games))]
 
 
 def round_tokens(turns, budget: int) -> dict:
@@ -249,7 +188,6 @@ def run_workload(workload: str, model: str | None = None, games: int | None = No
     the round's update run tree-packed and per row side by side (:func:`update_side_by_side`):
     per round and as median, min and max, the tokens computed, the time and the peak memory of tree
     over rows, and the tree update's estimated GFLOP/s over the machine's GEMM GFLOP/s."""
-    from autocurricula.arena.arena import Arena, run_async
     from autocurricula.engine import AdapterWeights, Engine, EngineConfig, LoraSpec
     from autocurricula.training.config import GRPOConfig
 
@@ -270,15 +208,9 @@ def run_workload(workload: str, model: str | None = None, games: int | None = No
         rounds = []
         for seed in range(repeats):
             t0 = time.perf_counter()
-            records = run_async(Arena(engine, seed=seed, temperature=1.0).run(_workload_games(workload, games, seed),
-                                                                              max_concurrent=128))
-            failed = [r for r in records if r.error]
-            if failed:
-                raise RuntimeError(f"bench train: game {failed[0].game_id} of {workload} failed: {failed[0].error}\n"
-                                   f"{failed[0].traceback}")
-            turns = [t for r in records for t in r.turns]
+            turns = play_round(engine, workload, games, seed)
             played = round(time.perf_counter() - t0, 2)
-            rounds.append({**round_tokens(turns, budget), "games": len(records), "seconds": played,
+            rounds.append({**round_tokens(turns, budget), "games": games, "seconds": played,
                            **(update_side_by_side(engine, turns, seed) if update else {})})
         ceiling = gemm_ceiling(sizes=(1024,), seconds=0.3) if update else None
     finally:

@@ -315,6 +315,17 @@ class Engine:
         """The model's transformer blocks (the depth a float32 tolerance grows with)."""
         return len(self.model.layers)
 
+    def tree_pair_cost(self) -> float:
+        """One attention score of a tree-packed forward, in units of one token's work: the FLOPs of
+        a score (q.k and p.v, every head and layer) over a token's linear FLOPs. Tree packing cuts
+        its tries where their dense ancestor mask would cost more than sharing saves
+        (:func:`~autocurricula.training.packing.tree_chunks`)."""
+        args = self.model.args
+        heads = args.num_attention_heads
+        head_dim = getattr(args, "head_dim", None) or args.hidden_size // heads
+        linear = sum(i * o for i, o in self.linear_dims.values())
+        return 4 * self.num_layers * heads * head_dim / max(1, 2 * linear)
+
     def tree_fallback(self) -> str | None:
         """Why this model's update cannot run tree-packed (its rows are then packed one by one), or
         None where :meth:`tree_logprobs` is exact."""

@@ -137,6 +137,10 @@ class TrainableEngine(RolloutEngine, Protocol):
         """Why the update cannot pack this model's rows as prefix trees, or None where it can."""
         ...
 
+    def tree_pair_cost(self) -> float:
+        """One attention score's cost in units of one token's work (where tree packing cuts its tries)."""
+        ...
+
     def tree_logprobs(self, ids: Any, positions: Any, tin: Any, tout: Any, pick: Any, tgt: Any, temperature: float,
                       entropy: bool = False) -> Any:
         """:meth:`token_logprobs` for rows packed as prefix trees (one tree per batch row)."""

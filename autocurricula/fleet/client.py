@@ -116,6 +116,7 @@ class _Req:
     retry: bool = True
     ok: tuple[int, ...] = ()  # error statuses returned as a body instead of raised
     result: Any = None  # post-processing of the JSON body
+    text: bool = False  # the body as text (not JSON); JSON bodies of errors are still read
 
 
 class _Base:
@@ -183,6 +184,31 @@ class _Base:
         """Remove a player."""
         return self._run(_Req("DELETE", f"/v1/adapters/{quote(name, safe='')}"))
 
+    def load_lora_adapter(self, name: str, path: str):
+        """``POST /v1/load_lora_adapter`` as vLLM answers it (a text body): load the adapter folder
+        ``path`` (as the server sees it) under ``name``. Returns the body's text."""
+        return self._run(_Req("POST", "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path)},
+                              text=True))
+
+    def unload_lora_adapter(self, name: str):
+        """``POST /v1/unload_lora_adapter`` (vLLM's route, which our server answers too): remove a
+        loaded adapter by name. Returns the body's text."""
+        return self._run(_Req("POST", "/v1/unload_lora_adapter", json={"lora_name": name}, text=True))
+
+    def tokenize(self, prompt: str, model: str | None = None, add_special_tokens: bool = True):
+        """``POST /tokenize`` (vLLM's route): the token ids of ``prompt`` with the server's tokenizer."""
+        body = self._body(prompt=prompt, model=model, add_special_tokens=add_special_tokens)
+        return self._run(_Req("POST", "/tokenize", json=body, result=lambda b: list(b["tokens"])))
+
+    def live(self) -> str:
+        """``GET /health`` as vLLM answers it (200 with no JSON body): the body's text; an error
+        status raises. Not retried."""
+        return self._run(_Req("GET", "/health", retry=False, text=True))
+
+    def metrics(self) -> str:
+        """``GET /metrics``: vLLM's Prometheus text."""
+        return self._run(_Req("GET", "/metrics", text=True))
+
     def upload_adapter(self, name: str, weights, scale: float | None = None, version: int | None = None):
         """Create or hot-swap a player from ``AdapterWeights`` or safetensors bytes, at ``version``
         when given (:class:`ConflictError` if the server holds that version or a newer one);
@@ -224,6 +250,8 @@ class _Base:
     def _finish(self, req: _Req, resp: httpx.Response):
         if resp.status_code not in req.ok:
             _raise_for(resp)
+        if req.text:
+            return resp.text
         body = resp.json()
         return req.result(body) if req.result else body
 

@@ -3,6 +3,7 @@ played, and the warnings about settings that will not do what they say."""
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from autocurricula.engine import Engine, RolloutEngine
@@ -27,13 +28,22 @@ def load_engine(model, cfg, lora_spec) -> tuple[Engine, str]:
 
 def open_rollout(servers, engine: Engine, api_key: str | None) -> tuple[RolloutEngine, bool]:
     """Where games are played, and whether that is elsewhere than ``engine``: ``engine`` itself, a
-    RolloutEngine given as is (e.g. a RayEngine), or the servers at the given URLs (their base
-    model is checked against ``engine``'s)."""
+    RolloutEngine given as is (e.g. a RayEngine), the vLLM servers at ``vllm+http://`` URLs
+    (adapters written as peft folders to a temporary folder they read), or our servers at the
+    given URLs (their base model is checked against ``engine``'s)."""
     if servers is None or servers is engine or (not isinstance(servers, RolloutEngine) and not servers):
         return engine, False
     if isinstance(servers, RolloutEngine):
         return servers, True
-    from autocurricula.fleet.remote import RemoteEngine  # httpx clients: only when servers are named
+    from autocurricula.fleet.vllm import VLLMEngine, vllm_urls  # httpx clients: only when servers are named
+
+    urls = vllm_urls(servers)
+    if urls is not None:
+        from autocurricula.publish.export import export_peft
+
+        return VLLMEngine(urls, base=engine, api_key=api_key,
+                          write_adapter=functools.partial(export_peft, base_model_name_or_path=engine.name)), True
+    from autocurricula.fleet.remote import RemoteEngine
 
     return RemoteEngine(servers, base=engine, api_key=api_key), True
 

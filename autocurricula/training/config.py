@@ -24,6 +24,7 @@ __all__ = ["GRPOConfig", "LoraSpec", "coerce_grpo_config", "coerce_lora_spec", "
 _LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 _LR_SCHEDULES = ("constant", "linear", "cosine", "warmup_stable_decay")
 _TRL_IGNORED = ("num_generations", "gradient_accumulation_steps", "seed")  # see the module docstring
+_TIS_SWITCH = "vllm_importance_sampling_correction"  # trl's switch of the cap: False means a cap of None
 
 
 @dataclass
@@ -85,6 +86,12 @@ class GRPOConfig:
                               "computed once, with the same loss and gradients; 'rows' computes every row on its "
                               "own. Families that cannot be tree-packed exactly (recurrent layers, GPT-2) use "
                               "'rows' and say so", "tree")
+    vllm_importance_sampling_cap: float | None = help_field(
+        "turns sampled by vLLM (servers=['vllm+http://...']) are corrected for the sampler/learner mismatch with "
+        "truncated importance sampling: each token's policy-gradient term times min(p_learner / p_vllm, cap), the "
+        "PPO ratio then taken against the learner's own logprobs (Yao, Liu et al. 2025; trl's option of this "
+        "name). None turns it off (a trl.GRPOConfig's vllm_importance_sampling_correction=False does too); "
+        "turns our own engine sampled are never corrected", 2.0)
 
     def __post_init__(self):
         if self.loss_type not in _LOSS_TYPES:
@@ -123,6 +130,12 @@ class GRPOConfig:
             raise ValueError("max_tokens_per_microbatch and max_completion_length must be positive")
         if not isinstance(self.num_iterations, int) or self.num_iterations < 1:
             raise ValueError("num_iterations must be an integer >= 1")
+        cap = self.vllm_importance_sampling_cap
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap >= 1
+                                or cap == float("inf")):
+            raise ValueError(f"vllm_importance_sampling_cap must be a finite number >= 1 (the largest weight of a "
+                             f"token, e.g. 2.0; below 1 every token would be down-weighted) or None (no correction), "
+                             f"got {cap!r}")
         if not isinstance(self.steps_per_generation, int) or isinstance(self.steps_per_generation, bool) \
                 or self.steps_per_generation < 1:
             raise ValueError(f"steps_per_generation must be an integer >= 1 (optimizer steps per round), "
@@ -131,6 +144,12 @@ class GRPOConfig:
     @property
     def clip_high(self) -> float:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    def sampler_cap(self, sampled_by_vllm: bool) -> float | None:
+        """The truncated importance-sampling cap to apply to turns sampled by vLLM
+        (``sampled_by_vllm``), or None: no correction (our own engine's turns, or the correction off)."""
+        cap = self.vllm_importance_sampling_cap
+        return float(cap) if sampled_by_vllm and cap is not None else None
 
 
 def coerce_grpo_config(cfg) -> GRPOConfig:
@@ -142,11 +161,16 @@ def coerce_grpo_config(cfg) -> GRPOConfig:
         return cfg
     names = {f.name for f in fields(GRPOConfig)}
     if isinstance(cfg, dict):
-        unknown = set(cfg) - names - set(_TRL_IGNORED)
+        unknown = set(cfg) - names - set(_TRL_IGNORED) - {_TIS_SWITCH}
         if unknown:
             raise ValueError(f"unknown GRPO settings {sorted(unknown)}; known: {sorted(names)}")
-        return GRPOConfig(**{k: v for k, v in cfg.items() if k in names})
+        values = {k: v for k, v in cfg.items() if k in names}
+        if cfg.get(_TIS_SWITCH, True) is False:
+            values["vllm_importance_sampling_cap"] = None
+        return GRPOConfig(**values)
     values = {n: getattr(cfg, n) for n in names if hasattr(cfg, n)}
+    if getattr(cfg, _TIS_SWITCH, True) is False:
+        values["vllm_importance_sampling_cap"] = None
     if values.get("steps_per_generation") is not None:  # trl counts micro-steps: optimizer steps = these / accumulation
         values["steps_per_generation"] = max(1, values["steps_per_generation"]
                                              // max(1, getattr(cfg, "gradient_accumulation_steps", 1) or 1))

@@ -7,6 +7,14 @@ clip(ratio, 1 - eps, 1 + eps_high) * A)`` plus ``beta * KL`` with trl's k3 estim
 are folded into per-token weights (``token_weights``) computed once per player over its whole
 batch, so splitting a batch into micro-batches, or many players into one fused pass, gives the
 same gradients as one pass per player.
+
+When another program samples the turns (vLLM), its logprobs and the update's differ for the same
+weights (kernels, precision, sampling settings). :func:`truncated_is_weights` is the truncated
+importance sampling (TIS) correction of Yao, Liu et al., "Your Efficient RL Framework Secretly
+Brings You Off-Policy RL Training" (2025): each token's policy-gradient term is multiplied by
+``min(pi_learner_old / pi_sampler, C)``, where ``pi_learner_old`` is the learner's probability of
+the token before the update (and the clipped PPO ratio is taken against it, not against the
+sampler's). :func:`mismatch_sums` measures the gap (absolute log-ratio per token).
 """
 
 from __future__ import annotations
@@ -49,13 +57,48 @@ def token_weights(lengths: list[int], masked: list[bool], loss_type: str, max_co
     return out
 
 
+def truncated_is_weights(learner_logp: mx.array, sampler_logp: mx.array, cap: float) -> mx.array:
+    """The TIS weight of each token (Yao, Liu et al., 2025, see the module docstring):
+    ``min(exp(learner_logp - sampler_logp), cap)``, with no gradient. ``learner_logp``: the
+    learner's logprobs of the sampled tokens before the update (the first pass's, or one no-grad
+    forward when later passes or slices have moved the weights); ``sampler_logp``: the sampler's
+    (``Turn.logprobs``). Padding positions get whatever their inputs give: the loss masks them."""
+    if not (isinstance(cap, (int, float)) and cap > 0):
+        raise ValueError(f"the importance-sampling cap must be a number > 0, got {cap!r}")
+    log_ratio = mx.stop_gradient(learner_logp) - mx.stop_gradient(sampler_logp)
+    return mx.minimum(mx.exp(log_ratio), float(cap))
+
+
+def mismatch_sums(learner_logp: mx.array, sampler_logp: mx.array, mask: mx.array) -> dict:
+    """The sampler/learner gap over the masked tokens, in sums that add up over micro-batches:
+    ``{"abs_log_ratio_sum", "abs_log_ratio_max", "abs_log_ratio_tokens"}`` (``|learner - sampler|``
+    per token; ``mask`` 0 on padding and on turns no sampler made, such as a credit's targets).
+    :func:`mismatch_metrics` turns the totals into a round's metrics."""
+    gap = mx.abs(mx.stop_gradient(learner_logp) - mx.stop_gradient(sampler_logp)) * mask
+    return {"abs_log_ratio_sum": gap.sum(), "abs_log_ratio_max": gap.max(), "abs_log_ratio_tokens": mask.sum()}
+
+
+MISMATCH_KEYS = ("mismatch/mean_abs_log_ratio", "mismatch/max_abs_log_ratio")
+
+
+def mismatch_metrics(abs_sum: float, abs_max: float, tokens: float) -> dict:
+    """The round's metrics from the summed :func:`mismatch_sums`: the mean and the maximum absolute
+    sampler/learner log-ratio per token (``MISMATCH_KEYS``); empty without tokens."""
+    if not tokens:
+        return {}
+    return {MISMATCH_KEYS[0]: float(abs_sum) / float(tokens), MISMATCH_KEYS[1]: float(abs_max)}
+
+
 def policy_loss(logp: mx.array, old_logp: mx.array, adv: mx.array, weights: mx.array, mask: mx.array,
                 epsilon: float, epsilon_high: float, beta: float = 0.0, ref_logp: mx.array | None = None,
                 sequence_level: bool = False, entropy: mx.array | None = None,
-                entropy_coef: float = 0.0) -> tuple[mx.array, dict]:
+                entropy_coef: float = 0.0, is_weights: mx.array | None = None) -> tuple[mx.array, dict]:
     """Weighted clipped loss over (rows, T) token arrays; ``adv`` is (rows,), ``weights`` (rows, T)
     already include the mask and the loss-type normalisation; ``entropy`` (rows, T) with
-    ``entropy_coef`` subtracts an entropy bonus per token. Returns (loss, metrics)."""
+    ``entropy_coef`` subtracts an entropy bonus per token. ``is_weights`` (rows, T), e.g.
+    :func:`truncated_is_weights`, multiply each token's clipped policy-gradient term (not the KL
+    or entropy terms); with them, ``old_logp`` is the learner's own before the update. Returns
+    (loss, metrics)."""
     log_ratio = logp - old_logp
     if sequence_level:
         n = mx.maximum(mask.sum(axis=-1, keepdims=True), 1.0)
@@ -64,6 +107,8 @@ def policy_loss(logp: mx.array, old_logp: mx.array, adv: mx.array, weights: mx.a
     coef_2 = mx.clip(coef_1, 1 - epsilon, 1 + epsilon_high)
     a = adv[:, None]
     per_token = -mx.minimum(coef_1 * a, coef_2 * a)
+    if is_weights is not None:
+        per_token = per_token * mx.stop_gradient(is_weights)
     kl = None
     if beta:
         d = ref_logp - logp
@@ -83,8 +128,9 @@ def policy_loss(logp: mx.array, old_logp: mx.array, adv: mx.array, weights: mx.a
 
 
 def policy_loss_reference(logp, old_logp, adv, mask, lengths_mask_type, epsilon, epsilon_high, beta=0.0,
-                          ref_logp=None, sequence_level=False, max_completion_length=None) -> float:
-    """NumPy transcription of trl's ``compute_loss`` for one player's batch (tests compare to it)."""
+                          ref_logp=None, sequence_level=False, max_completion_length=None, is_weights=None) -> float:
+    """NumPy transcription of trl's ``compute_loss`` for one player's batch (tests compare to it);
+    ``is_weights`` multiply the clipped term per token, as trl's vLLM importance-sampling correction."""
     logp, old_logp, mask = np.asarray(logp, np.float64), np.asarray(old_logp, np.float64), np.asarray(mask, np.float64)
     adv = np.asarray(adv, np.float64)[:, None]
     log_ratio = logp - old_logp
@@ -93,6 +139,8 @@ def policy_loss_reference(logp, old_logp, adv, mask, lengths_mask_type, epsilon,
     coef_1 = np.exp(log_ratio)
     coef_2 = np.clip(coef_1, 1 - epsilon, 1 + epsilon_high)
     ptl = -np.minimum(coef_1 * adv, coef_2 * adv)
+    if is_weights is not None:
+        ptl = ptl * np.asarray(is_weights, np.float64)
     if beta:
         d = np.asarray(ref_logp, np.float64) - logp
         ptl = ptl + beta * (np.exp(d) - d - 1)

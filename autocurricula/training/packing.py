@@ -58,10 +58,16 @@ def tree_cap(budget: int, longest: int) -> int:
     return max(longest, min(budget, math.isqrt(budget * longest)))
 
 
-def tree_chunks(ids: Sequence[Sequence[int]], players: Sequence[int], budget: int) -> list[TreeChunk]:
-    """Each player's rows as tries of at most :func:`tree_cap` tokens: the rows in lexicographic
-    order (so rows sharing a prefix are neighbours), cut where the next row's new tokens would pass
-    the cap. A trie holds the rows of one player only."""
+def tree_chunks(ids: Sequence[Sequence[int]], players: Sequence[int], budget: int,
+                pair_cost: float = 0.0) -> list[TreeChunk]:
+    """Each player's rows as tries of at most :func:`tree_cap` tokens, cut where sharing stops
+    paying. The rows are taken in lexicographic order (rows sharing a prefix are neighbours); a
+    trie of ``n`` tokens costs ``n + pair_cost * n * n`` (its tokens' work, and the attention scores
+    of its dense ancestor mask, ``pair_cost`` being one score's cost in tokens), and the cut points
+    minimise the total over each player's run of rows (dynamic programming). A row alone costs what
+    per-row packing costs it, so the plan never costs more than per-row packing under this model;
+    with ``pair_cost == 0`` tries are as large as the cap allows. A trie holds the rows of one
+    player only."""
     if len(ids) != len(players):
         raise ValueError(f"one player per row: {len(players)} players for {len(ids)} rows")
     arrs = [np.asarray(r, np.int64) for r in ids]
@@ -72,18 +78,35 @@ def tree_chunks(ids: Sequence[Sequence[int]], players: Sequence[int], budget: in
     out = []
     for p in sorted(mine):
         order = sorted(mine[p], key=lambda i: arrs[i].tolist())
-        cur, size, prev = [], 0, None
-        for i in order:
-            new = arrs[i].shape[0] - (_lcp(arrs[prev], arrs[i]) if prev is not None else 0)
-            if cur and size + new > cap:
-                out.append(cur)
-                cur, size, new = [], 0, arrs[i].shape[0]
-            cur.append(i)
-            size += new
-            prev = i
-        if cur:
-            out.append(cur)
+        for lo, hi in _cuts([arrs[i] for i in order], cap, pair_cost):
+            out.append(order[lo:hi])
     return [TreeChunk(players[c[0]], tuple(c), pack([arrs[i] for i in c])) for c in out]
+
+
+def _cuts(rows: list[np.ndarray], cap: int, pair_cost: float) -> list[tuple[int, int]]:
+    """``[(lo, hi), ...]``: consecutive runs of the sorted ``rows``, each of at most ``cap`` trie
+    tokens, minimising the summed ``n + pair_cost * n * n``."""
+    m = len(rows)
+    lengths = [r.shape[0] for r in rows]
+    new = [lengths[0]] + [lengths[k] - _lcp(rows[k - 1], rows[k]) for k in range(1, m)]
+    best = [0.0] + [math.inf] * m
+    back = [0] * (m + 1)
+    for hi in range(1, m + 1):  # rows[lo:hi] as one trie: lengths[lo] + new[lo+1] + ... + new[hi-1] tokens
+        shared = 0
+        for lo in range(hi - 1, -1, -1):
+            if lo < hi - 1:
+                shared += new[lo + 1]
+            n = lengths[lo] + shared
+            if n > cap and lo < hi - 1:
+                break
+            cost = best[lo] + n + pair_cost * n * n
+            if cost < best[hi]:
+                best[hi], back[hi] = cost, lo
+    cuts, hi = [], m
+    while hi > 0:
+        cuts.append((back[hi], hi))
+        hi = back[hi]
+    return cuts[::-1]
 
 
 def _lcp(a: np.ndarray, b: np.ndarray) -> int:

@@ -21,7 +21,8 @@ import numpy as np
 from autocurricula.training.config import GRPOConfig, coerce_grpo_config
 from autocurricula.records import Turn
 from autocurricula.engine.adapters import AdapterWeights
-from autocurricula.training.loss import policy_loss, token_weights
+from autocurricula.training.loss import (mismatch_metrics, mismatch_sums, policy_loss, token_weights,
+                                        truncated_is_weights)
 from autocurricula.training.optim import AdamWState, adamw
 from autocurricula.training.packing import TreeChunk, row_microbatches, tree_chunks, tree_microbatches
 from autocurricula.training.trie import completion_targets, token_counts
@@ -46,6 +47,8 @@ class Row:
     old: list[float]
     weight: float
     fresh: bool = False  # a target turn: no sampler logprobs, the ratio is taken against the current ones
+    learner: list[float] | None = None  # the learner's own logprobs before the update (sampler correction)
+    key: int = 0  # id() of its turn
 
 
 def split_turns(turns: list[Turn], parts: int) -> list[list[Turn]]:
@@ -105,12 +108,16 @@ class Updater:
     """Policy updates of the players loaded in ``engine`` from their :class:`~autocurricula.records.Turn`s.
 
     ``remotes``: :class:`~autocurricula.fleet.client.Client`s of servers that also serve these players;
-    every step uploads the new weights to them (hot-swap there too).
+    every step uploads the new weights to them (hot-swap there too). ``sampled_by_vllm``: the turns
+    come from vLLM, whose logprobs differ from the learner's: the update applies truncated
+    importance sampling (``GRPOConfig.vllm_importance_sampling_cap``, :func:`truncated_is_weights`).
+    Every update reports the sampler/learner gap (``mismatch/*``) either way.
     """
 
-    def __init__(self, engine, config: GRPOConfig | None = None, remotes=()):
+    def __init__(self, engine, config: GRPOConfig | None = None, remotes=(), sampled_by_vllm: bool = False):
         self.engine = engine
         self.config = coerce_grpo_config(config)
+        self.sampler_cap = self.config.sampler_cap(sampled_by_vllm)
         self.remotes = list(remotes)
         self.optim: dict[str, AdamWState] = {}
         self.steps = 0
@@ -129,14 +136,24 @@ class Updater:
         ``clip_ratio`` of the last pass, summed and token-weighted over its slices)."""
         turns, lr, skip = list(turns), dict(lr or {}), set(skip)
         slices = split_turns(turns, self.config.steps_per_generation) or [turns]  # no turns: one empty step
+        # the learner's logprobs before any step: the first pass's own, unless a later slice or pass
+        # needs them after the weights moved (then one forward without gradients first)
+        learner = self.engine.call(self._learner_logprobs, turns, skip).result() \
+            if self.sampler_cap is not None and (self.config.num_iterations > 1 or len(slices) > 1) else None
         new: dict = {}
-        for _ in range(self.config.num_iterations):  # later passes see the ratio move away from 1 and clip
+        gap = [0.0, 0.0, 0.0]  # the sampler/learner gap: |log-ratio| summed, its max, tokens
+        for it in range(self.config.num_iterations):  # later passes see the ratio move away from 1 and clip
             passes = []
-            for part in slices:
-                metrics, latest = self.engine.call(self._step, part, lr, skip).result()
+            for k, part in enumerate(slices):
+                metrics, latest = self.engine.call(self._step, part, lr, skip, learner).result()
                 new.update(latest)
                 passes.append(metrics)
+                if it == 0 and (learner is not None or k == 0):  # before the weights moved
+                    gap = [gap[0] + metrics.get("gap_sum", 0.0), max(gap[1], metrics.get("gap_max", 0.0)),
+                           gap[2] + metrics.get("gap_tokens", 0.0)]
             metrics = merge_step_metrics(passes)
+        metrics = {k: v for k, v in metrics.items() if not k.startswith("gap_")}
+        metrics.update(mismatch_metrics(*gap))
         for client in self.remotes:
             for name, weights in new.items():
                 client.upload_adapter(name, weights)
@@ -168,7 +185,7 @@ class Updater:
         return {"steps": self.steps}
 
     # -------------------------------------------------------------- engine thread
-    def _rows(self, turns: list[Turn], names: list[str]) -> list[Row]:
+    def _rows(self, turns: list[Turn], names: list[str], learner: dict | None = None) -> list[Row]:
         cfg = self.config
         index = {n: i for i, n in enumerate(names)}
         rows = []
@@ -185,7 +202,7 @@ class Updater:
                     continue
                 rows.append(Row(index[name], list(t.prompt_ids) + list(t.completion_ids), len(t.prompt_ids),
                                  len(t.completion_ids), float(t.advantage), list(t.logprobs), w,
-                                 t.target))
+                                 t.target, None if learner is None else learner[id(t)], id(t)))
         return rows
 
     def _arrays(self, batch: list[Row]) -> dict:
@@ -203,7 +220,7 @@ class Updater:
             tgt[i, : r.n] = r.ids[r.start :]
             mask[i, : r.n] = 1
             old[i, : r.n] = r.old
-        return {"ids": mx.array(ids), "pos": mx.array(pos), "tgt": mx.array(tgt), "mask": mx.array(mask),
+        return {**self._learner_array(batch, t_max), "ids": mx.array(ids), "pos": mx.array(pos), "tgt": mx.array(tgt), "mask": mx.array(mask),
                 "old": mx.array(old), "adv": mx.array([r.adv for r in batch], dtype=mx.float32),
                 "w": mx.array(mask * np.array([[r.weight] for r in batch], np.float32)),
                 "slots": mx.array([r.player for r in batch], dtype=mx.uint32),
@@ -239,12 +256,22 @@ class Updater:
                 mask[j, : r.n] = 1
                 old[j, : r.n] = r.old
                 j += 1
-        return {"ids": mx.array(ids), "depth": mx.array(depth), "tin": mx.array(tin), "tout": mx.array(tout),
+        return {**self._learner_array(mine, t_max), "ids": mx.array(ids), "depth": mx.array(depth), "tin": mx.array(tin), "tout": mx.array(tout),
                 "pick": mx.array(pick), "tgt": mx.array(tgt), "mask": mx.array(mask), "old": mx.array(old),
                 "adv": mx.array([r.adv for r in mine], dtype=mx.float32),
                 "w": mx.array(mask * np.array([[r.weight] for r in mine], np.float32)),
                 "slots": mx.array([c.player for c in batch], dtype=mx.uint32),
                 "fresh": mx.array([[r.fresh] for r in mine])}
+
+    @staticmethod
+    def _learner_array(rows: list[Row], t_max: int) -> dict:
+        """``{"learner": (rows, T)}`` where the rows carry the learner's logprobs before the update."""
+        if rows[0].learner is None:
+            return {}
+        out = np.zeros((len(rows), t_max), np.float32)
+        for i, r in enumerate(rows):
+            out[i, : r.n] = r.learner
+        return {"learner": mx.array(out)}
 
     def _packing(self) -> str:
         """'tree' or 'rows': the configured packing, unless the model's family cannot be tree-packed
@@ -259,7 +286,51 @@ class Updater:
             self._fallback_said = True
         return "rows"
 
-    def _step(self, turns: list[Turn], lr: dict, skip: set) -> tuple[dict, dict]:
+    def _learner_logprobs(self, turns: list[Turn], skip: set) -> dict:
+        """``{id(turn): the learner's logprobs of its completion}`` under the current weights, no
+        gradient: the sampler correction's reference when later slices or passes move the weights."""
+        turns = [t for t in turns if t.player not in skip]
+        names = sorted({t.player for t in turns})
+        if not names:
+            return {}
+        weights = {n: self.engine.adapter_weights(n) for n in names}
+        paths = sorted({p for w in weights.values() for p in w.modules})
+        rank = max(w.rank for w in weights.values())
+        params = self._stack_params(names, weights, paths, rank)
+        scales = mx.array([weights[n].scale for n in names], dtype=mx.float32)[:, None, None]
+        rows = self._rows(turns, names)
+        out = {}
+        with self.engine.training_stacks(paths, rank) as stacks:
+            stacks.set({p: (params[p]["a"], params[p]["b"] * scales) for p in params}, len(names))
+            for batch, order, _ in self._batches(rows):
+                stacks.route(batch["slots"], sorted_entries=True)
+                logp = np.array(self._logprobs(batch))
+                for j, i in enumerate(order):
+                    out[rows[i].key] = logp[j, : rows[i].n].tolist()
+        return out
+
+    def _logprobs(self, batch: dict, entropy: bool = False):
+        if "pick" in batch:
+            return self.engine.tree_logprobs(batch["ids"], batch["depth"], batch["tin"], batch["tout"], batch["pick"],
+                                             batch["tgt"], self.config.temperature, entropy=entropy)
+        return self.engine.token_logprobs(batch["ids"], batch["pos"], batch["tgt"], self.config.temperature,
+                                          entropy=entropy)
+
+    def _batches(self, rows: list[Row]):
+        """``(arrays, the rows' indices in the arrays' order, tokens computed)`` per micro-batch:
+        prefix trees (the default) or rows one by one (:meth:`_packing`)."""
+        ids, players = [r.ids for r in rows], [r.player for r in rows]
+        budget = self.config.max_tokens_per_microbatch
+        if self._packing() == "tree" and rows:
+            longest = max(len(x) for x in ids)
+            plan = tree_microbatches(tree_chunks(ids, players, budget, self.engine.tree_pair_cost()), budget, longest)
+            for mb in plan:
+                yield self._tree_arrays(mb, rows), [i for c in mb for i in c.rows], sum(len(c.trie) for c in mb)
+        else:
+            for mb in row_microbatches([len(x) for x in ids], players, budget):
+                yield self._arrays([rows[i] for i in mb]), mb, sum(len(rows[i].ids) - 1 for i in mb)
+
+    def _step(self, turns: list[Turn], lr: dict, skip: set, learner: dict | None = None) -> tuple[dict, dict]:
         engine = self.engine
         turns = [t for t in turns if t.player not in skip]
         names = sorted({t.player for t in turns})
@@ -277,7 +348,7 @@ class Updater:
         paths = sorted({p for w in weights.values() for p in w.modules})
         rank = max(w.rank for w in weights.values())
         with engine.training_stacks(paths, rank) as stacks:
-            metrics, params, grads = self._forward_backward(stacks, turns, names, weights, paths, rank)
+            metrics, params, grads = self._forward_backward(stacks, turns, names, weights, paths, rank, learner)
         if grads is None:
             return metrics, {}
         norms = self._clip(grads)
@@ -307,51 +378,48 @@ class Updater:
                     metrics["loss"], np.asarray(norms).tolist(), self.nonfinite_in_a_row, MAX_NONFINITE_IN_A_ROW)
         return {**metrics, "skipped_nonfinite": 1}
 
-    def _forward_backward(self, stacks, turns, names, weights, paths, rank):
+    def _forward_backward(self, stacks, turns, names, weights, paths, rank, learner: dict | None = None):
         """(metrics, the stacked parameters, their loss gradients summed over every microbatch or
-        None without rows); runs inside :meth:`Engine.training_stacks`."""
-        cfg, engine = self.config, self.engine
+        None without rows); runs inside :meth:`Engine.training_stacks`. ``learner``: the learner's
+        logprobs before the update per turn (:meth:`_learner_logprobs`), else this pass's own."""
+        cfg, cap = self.config, self.sampler_cap
         params = self._stack_params(names, weights, paths, rank)
         scales = mx.array([weights[n].scale for n in names], dtype=mx.float32)[:, None, None]
-        rows = self._rows(turns, names)
+        rows = self._rows(turns, names, learner=learner)
         grads, totals = None, {"loss": 0.0, "tokens": 0.0, "clip": 0.0, "kl": 0.0, "entropy": 0.0}
-
-        def logprobs(batch, entropy=False):
-            if "pick" in batch:
-                return engine.tree_logprobs(batch["ids"], batch["depth"], batch["tin"], batch["tout"], batch["pick"],
-                                            batch["tgt"], cfg.temperature, entropy=entropy)
-            return engine.token_logprobs(batch["ids"], batch["pos"], batch["tgt"], cfg.temperature, entropy=entropy)
+        gap = {"abs_log_ratio_sum": 0.0, "abs_log_ratio_max": 0.0, "tokens": 0.0}
 
         def loss_fn(params, batch):
             # modules none of these players adapts get all-zero entries
             stacks.set({p: (params[p]["a"], params[p]["b"] * scales) for p in params}, len(names))
             stacks.route(batch["slots"], sorted_entries=True)
-            out = logprobs(batch, entropy=bool(cfg.entropy_coef))
+            out = self._logprobs(batch, entropy=bool(cfg.entropy_coef))
             logp, ent = out if cfg.entropy_coef else (out, None)
-            old = mx.where(batch["fresh"], mx.stop_gradient(logp), batch["old"])  # target turns: ratio 1
-            return policy_loss(logp, old, batch["adv"], batch["w"], batch["mask"], cfg.epsilon,
-                               cfg.clip_high, cfg.beta, batch.get("ref"), cfg.importance_sampling_level == "sequence",
-                               entropy=ent, entropy_coef=cfg.entropy_coef)
+            sampler, fresh = batch["old"], batch["fresh"]
+            learner_old = batch["learner"] if "learner" in batch else mx.stop_gradient(logp)
+            is_w = None
+            if cap is None:  # the clipped ratio against the sampler's logprobs (target turns: ratio 1)
+                old = mx.where(fresh, mx.stop_gradient(logp), sampler)
+            else:  # truncated importance sampling: the ratio against the learner, each token re-weighted
+                old = mx.where(fresh, mx.stop_gradient(logp), learner_old)
+                is_w = mx.where(fresh, 1.0, truncated_is_weights(learner_old, sampler, cap))
+            loss, m = policy_loss(logp, old, batch["adv"], batch["w"], batch["mask"], cfg.epsilon,
+                                  cfg.clip_high, cfg.beta, batch.get("ref"),
+                                  cfg.importance_sampling_level == "sequence", entropy=ent,
+                                  entropy_coef=cfg.entropy_coef, is_weights=is_w)
+            sampled = batch["mask"] * (1 - fresh.astype(mx.float32))
+            return loss, {**m, **{f"gap_{k}": v for k, v in mismatch_sums(learner_old, sampler, sampled).items()}}
 
         grad_fn = mx.value_and_grad(loss_fn)
-        ids, players = [r.ids for r in rows], [r.player for r in rows]
-        counts = {**token_counts(players, ids), "computed_tokens": 0, "padded_tokens": 0}
-        budget = self.config.max_tokens_per_microbatch
-        if self._packing() == "tree" and rows:
-            longest = max(len(x) for x in ids)
-            plan = tree_microbatches(tree_chunks(ids, players, budget), budget, longest)
-            batches = ((self._tree_arrays(mb, rows), [i for c in mb for i in c.rows],
-                        sum(len(c.trie) for c in mb)) for mb in plan)
-        else:
-            plan = row_microbatches([len(x) for x in ids], players, budget)
-            batches = ((self._arrays([rows[i] for i in mb]), mb, sum(len(rows[i].ids) - 1 for i in mb)) for mb in plan)
+        counts = {**token_counts([r.player for r in rows], [r.ids for r in rows]), "computed_tokens": 0,
+                  "padded_tokens": 0}
         player_loss = np.zeros(len(names))
-        for batch, order, computed in batches:
+        for batch, order, computed in self._batches(rows):
             counts["padded_tokens"] += int(batch["ids"].size)
             counts["computed_tokens"] += computed
             if cfg.beta:
                 stacks.route(None)  # the base model: same weights, adapter off
-                batch["ref"] = mx.stop_gradient(logprobs(batch))
+                batch["ref"] = mx.stop_gradient(self._logprobs(batch))
             (loss, m), g = grad_fn(params, batch)
             grads = g if grads is None else {p: {k: grads[p][k] + g[p][k] for k in ("a", "b")} for p in g}
             mx.eval(loss, m, grads)
@@ -361,10 +429,14 @@ class Updater:
             totals["kl"] += m.get("kl_sum", mx.array(0.0)).item()
             totals["entropy"] += m.get("entropy_sum", mx.array(0.0)).item()
             np.add.at(player_loss, [rows[i].player for i in order], np.array(m["row_loss"]))
+            gap["abs_log_ratio_sum"] += m["gap_abs_log_ratio_sum"].item()
+            gap["abs_log_ratio_max"] = max(gap["abs_log_ratio_max"], m["gap_abs_log_ratio_max"].item())
+            gap["tokens"] += m["gap_abs_log_ratio_tokens"].item()
         metrics = {"players": len(names), "rows": len(rows), "loss": totals["loss"], "tokens": int(totals["tokens"]),
                    "clip_ratio": totals["clip"] / max(1.0, totals["tokens"]),
                    "kl": totals["kl"] / max(1.0, totals["tokens"]) if cfg.beta else 0.0, **counts,
-                   **{f"loss/{n}": float(player_loss[i]) for i, n in enumerate(names)}}
+                   **{f"loss/{n}": float(player_loss[i]) for i, n in enumerate(names)},
+                   "gap_sum": gap["abs_log_ratio_sum"], "gap_max": gap["abs_log_ratio_max"], "gap_tokens": gap["tokens"]}
         if cfg.entropy_coef:
             metrics["entropy"] = totals["entropy"] / max(1.0, totals["tokens"])
         return metrics, params, grads
