@@ -88,18 +88,103 @@ def test_learning_curves_come_from_the_metrics(run, client):
     assert want <= {k for series in panels.values() for k in series}
 
 
+def test_reward_and_win_rate_are_logged_and_drawn_per_role(run, client):
+    """Every learner's role has its reward and win-rate series; a role of several learners (two league
+    exploiters) has one per player too, and the page's filter knows every role."""
+    t, out = run
+    metrics = lines(out / "metrics.jsonl")
+    learners = {p["id"]: p["role"] for p in t.players if not p["frozen"] and "policy" not in p}
+    several = {r for r in learners.values() if list(learners.values()).count(r) > 1}
+    assert several == {"league_exploiter"}
+    rounds = [m for m in metrics if "rollout/games" in m]
+    for m in rounds:
+        for role in set(learners.values()):
+            assert -1.0 <= m[f"reward/role/{role}"] <= 1.0 and 0.0 <= m[f"win_rate/role/{role}"] <= 1.0
+        assert {k.split("/", 2)[2] for k in m if k.startswith("reward/player/")} == \
+            {pid for pid, r in learners.items() if r in several}
+    curves = client.get("/api/curves").json()
+    panels = {p["title"]: p for p in curves["panels"]}
+    assert set(curves["roles"]) == set(learners.values())
+    reward = panels["reward"]
+    for role in set(learners.values()):
+        assert reward["series"][f"reward/role/{role}"] == [[m["step"], m[f"reward/role/{role}"]] for m in rounds]
+        assert reward["info"][f"reward/role/{role}"] == {"label": role, "role": role, "level": "role"}
+        assert panels["win rate"]["info"][f"win_rate/role/{role}"]["level"] == "role"
+    assert reward["info"]["rollout/reward_mean"] == {"label": "all learners", "role": None, "level": "league"}
+    assert reward["info"]["reward/player/league_exploiter-1"] == {"label": "league_exploiter-1",
+                                                                  "role": "league_exploiter", "level": "player"}
+    # x in rounds (the trainer's step) or in games played: each round's games, from the history
+    history = lines(out / "match_history.jsonl")
+    per_round = [sum(1 for g in history if (g["epoch"], g["round"]) == (e, r)) for e in range(2) for r in range(2)]
+    assert curves["games"] == [[k + 1, sum(per_round[:k + 1])] for k in range(4)]
+    # the run's KL is 0 (beta=0) and no update was skipped: those panels are one line each
+    assert panels["KL to the base"]["flat"] == "KL to the base: 0 throughout (rounds 1–4)"
+    assert panels["skipped updates"]["flat"] == "skipped updates: 0 throughout (rounds 1–4)"
+    assert reward["flat"] is None
+
+
 def test_learning_curves_take_eval_figures_and_exploitability(tmp_path):
     rows = [{"step": 1, "epoch": 0, "eval/vs_random": 0.5, "eval/loses_to_best_response_as_x": True,
              "eval/exploitability": 0.4, "train/entropy": 1.2, "rating/elo/a": 1000.0},
             {"step": 2, "epoch": 0, "eval/vs_random": 0.7, "eval/loses_to_best_response_as_x": False,
              "eval/exploitability": 0.3, "train/entropy": 1.1, "train/skipped_nonfinite": 0}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    panels = {p["title"]: p["series"] for p in RunView(tmp_path).curves()["panels"]}
+    curves = RunView(tmp_path).curves()
+    panels = {p["title"]: p["series"] for p in curves["panels"]}
     assert panels == {"evaluation": {"eval/vs_random": [[1, 0.5], [2, 0.7]],
                                      "eval/loses_to_best_response_as_x": [[1, 1.0], [2, 0.0]]},
                       "exploitability": {"eval/exploitability": [[1, 0.4], [2, 0.3]]},
                       "entropy": {"train/entropy": [[1, 1.2], [2, 1.1]]},
                       "skipped updates": {"train/skipped_nonfinite": [[2, 0.0]]}}
+    flat = {p["title"]: p["flat"] for p in curves["panels"]}
+    assert flat == {"evaluation": None, "exploitability": None, "entropy": None,
+                    "skipped updates": "skipped updates: 0 (round 2)"}
+    assert curves["games"] == [] and curves["roles"] == []  # no history, no roles
+
+
+def test_loss_per_role_and_flat_panels_from_a_metrics_file(tmp_path):
+    """What the page gets once the update reports its loss per player (loss/role/*, loss/player/*),
+    and panels whose series each hold one value all along, written as one line."""
+    rows = [{"step": s, "epoch": 0, "train/loss": 0.5 - s / 10, "loss/role/main": 0.2,
+             "loss/role/exploiter": 0.3 - s / 10, "loss/player/exp-0": 0.1, "loss/player/exp-1": 0.2 - s / 10,
+             "train/kl": 0.0, "train/entropy": 1.5, "eval/vs_random": 0.25, "eval/vs_minimax": 0.0,
+             "train/skipped_nonfinite": 0} for s in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    history = [{"game_id": f"g{r}-{k}", "epoch": 0, "round": r, "players": ["main-0", "exp-0"],
+                "roles": ["main", "exploiter"], "rewards": [1, -1]} for r in range(3) for k in range(r + 1)]
+    history.append({"game_id": "x", "epoch": 0, "round": 1, "players": ["exp-1", "main-0"],
+                    "roles": ["exploiter", "main"], "rewards": [0, 0]})
+    (tmp_path / "match_history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
+    curves = RunView(tmp_path).curves()
+    panels = {p["title"]: p for p in curves["panels"]}
+    loss = panels["loss"]
+    assert set(loss["series"]) == {"train/loss", "loss/role/main", "loss/role/exploiter", "loss/player/exp-0",
+                                   "loss/player/exp-1"} and loss["flat"] is None
+    assert loss["info"]["train/loss"]["level"] == "league" and loss["info"]["loss/role/main"]["role"] == "main"
+    assert loss["info"]["loss/player/exp-1"] == {"label": "exp-1", "role": "exploiter", "level": "player"}
+    assert curves["roles"] == ["main", "exploiter"]
+    assert panels["KL to the base"]["flat"] == "KL to the base: 0 throughout (rounds 1–3)"
+    assert panels["entropy"]["flat"] == "entropy: 1.5 throughout (rounds 1–3)"
+    assert panels["evaluation"]["flat"] == "evaluation: vs_random 0.25, vs_minimax 0 throughout (rounds 1–3)"
+    assert curves["games"] == [[1, 1], [2, 4], [3, 7]]  # rounds of 1, 2 + 1 and 3 games
+
+
+def test_games_played_needs_the_rounds_of_an_epoch(tmp_path):
+    """Past the first epoch a round's number needs the rounds per epoch: from the checkpoint's config,
+    else from a finished epoch of the history; without either the page offers rounds only."""
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "epoch": (s - 1) // 2, "train/kl": 0.0})
+                                                    + "\n" for s in (1, 2, 3, 4)))
+    games = [{"game_id": f"g{e}{r}", "epoch": e, "round": r, "players": ["a", "b"], "rewards": [1, 0]}
+             for e in range(2) for r in range(2)]
+    (tmp_path / "match_history.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
+    assert RunView(tmp_path).curves()["games"] == [[1, 1], [2, 2], [3, 3], [4, 4]]  # epoch 0 had 2 rounds
+    (tmp_path / "match_history.jsonl").write_text(json.dumps({**games[2], "round": 0}) + "\n")
+    assert RunView(tmp_path).curves()["games"] == []  # only epoch 1: how many rounds came before is unknown
+    ckpt = tmp_path / "checkpoint-1"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"config": {"rounds": 2}}))
+    (ckpt / "COMPLETE").write_text("")
+    assert RunView(tmp_path).curves()["games"] == [[1, 0], [2, 0], [3, 1], [4, 1]]
 
 
 def test_elo_series_come_from_the_metrics(run, client):
@@ -379,6 +464,8 @@ def test_headless_chromium_renders_every_panel(run, tmp_path):
                 time.sleep(0.2)
         dom = chromium(["--window-size=1400,1000", "--dump-dom", url + "/"], tmp_path).stdout.decode()
         done = chromium([f"--screenshot={shot}", "--window-size=1400,1000", url + "/"], tmp_path)
+        role_dom = chromium(["--window-size=1400,1000", "--dump-dom", url + "/#role=league_exploiter&x=games"],
+                            tmp_path)
     finally:
         server.terminate()
         server.wait(10)
@@ -390,12 +477,35 @@ def test_headless_chromium_renders_every_panel(run, tmp_path):
     assert shown.count("<polyline") >= 4 and shown.count("<rect") >= 16 and "Say a digit:" in shown
     assert 'href="/adapters/main_agent-0.zip"' in shown and "BT 95% CI" in shown
     assert 'class="empty"' not in shown
-    # the learning curves, a chart and a legend per panel
+    # the learning curves: a chart and a legend per panel that moves, one line per flat panel,
+    # every x axis named; reward per role, and no player's series until their role is chosen
     curves = shown.split('id="curves"', 1)[1].split("</section>", 1)[0]
-    panels = curve_titles(out)
-    assert curves.count('<div class="curve">') == len(panels) >= 2 and curves.count("<svg") == len(panels)
-    for title in panels:
-        assert f"<h3>{title}</h3>" in curves
+    data = RunView(out).curves()
+    drawn = [p for p in data["panels"] if not p["flat"]]
+    flat = [p["flat"] for p in data["panels"] if p["flat"]]
+    assert curves.count('<div class="curve">') == len(drawn) >= 2 and curves.count("<svg") == len(drawn)
+    for p in drawn:
+        assert f"<h3>{p['title']}</h3>" in curves
+    assert curves.count('<div class="flat">') == len(flat) >= 2
+    assert "KL to the base: 0 throughout (rounds 1–4)" in flat and f'<div class="flat">{flat[0]}</div>' in curves
+    assert curves.count('class="xlabel"') == len(drawn) and ">round</text>" in curves
+    reward = curves.split("<h3>reward</h3>", 1)[1].split('<div class="curve">', 1)[0]
+    reward_legend = reward.split('class="legend"', 1)[1]
+    for role in data["roles"]:
+        assert f"</span>{role}</span>" in reward_legend
+    assert "</span>all learners</span>" in reward_legend and "league_exploiter-1" not in reward_legend
+    assert reward.count("<polyline") == 1 + len(data["roles"])
+    roles = shown.split('id="curve-role"', 1)[1].split("</select>", 1)[0]
+    assert all(f'<option value="{role}">' in roles for role in data["roles"])
+    assert '<option value="games">games played</option>' in shown
+    # a link that picks a role of two learners and games played on x: the role's line and each player's
+    chosen = role_dom.stdout.decode().split('id="curves"', 1)[1].split("</section>", 1)[0]
+    chosen_reward = chosen.split("<h3>reward</h3>", 1)[1].split('<div class="curve">', 1)[0]
+    legend_reward = chosen_reward.split('class="legend"', 1)[1]
+    for name in ("league_exploiter", "league_exploiter-0", "league_exploiter-1", "all learners"):
+        assert f"</span>{name}</span>" in legend_reward
+    assert "main_agent" not in legend_reward and '<span class="item dim">' in legend_reward  # the league's line thin
+    assert ">games played</text>" in chosen and ">round</text>" not in chosen.split('id="flat-curves"', 1)[0]
     # Elo: a legend naming every series, the current players drawn thick, a filter by role
     elo = shown.split('id="elo"', 1)[1].split("</section>", 1)[0]
     legend = elo.split('class="legend"', 1)[1]

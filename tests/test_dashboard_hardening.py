@@ -3,6 +3,7 @@ every value that comes from the run's files (issue 68, items 3 and 4)."""
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import zipfile
@@ -103,7 +104,8 @@ def test_curves_and_elo_keep_only_rows_with_a_numeric_step(tmp_path):
             {"step": 2, "train/loss": 0.5, "rating/elo/a": 1010, "rating/elo/b": "high"}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     view = RunView(tmp_path)
-    assert view.curves()["panels"] == [{"title": "loss", "series": {"train/loss": [[2, 0.5]]}}]
+    assert [{k: p[k] for k in ("title", "series")} for p in view.curves()["panels"]] == \
+        [{"title": "loss", "series": {"train/loss": [[2, 0.5]]}}]
     assert view.elo()["series"] == {"a": [[2, 1010]]}
 
 
@@ -118,6 +120,8 @@ function element(id) {
 globalThis.document = {getElementById: element, querySelectorAll: () => [], body: {dataset: {}}};
 globalThis.fetch = async () => { throw new Error("offline"); };
 globalThis.setInterval = () => 0;
+globalThis.location = {hash: process.argv[3] || "", pathname: "/", search: ""};
+globalThis.history = {replaceState() {}};
 const script = require("fs").readFileSync(process.argv[2], "utf8");
 (0, eval)(script);
 const out = {};
@@ -126,13 +130,14 @@ process.stdout.write(JSON.stringify(out));
 """
 
 
-def rendered(data: dict, tmp_path: Path) -> dict[str, str]:
-    """The HTML the page's script writes into each element for ``data``, run in node with a stub DOM."""
+def rendered(data: dict, tmp_path: Path, hash: str = "") -> dict[str, str]:
+    """The HTML the page's script writes into each element for ``data``, run in node with a stub DOM
+    (``hash``: the page's ``location.hash``, which may choose the filters)."""
     html = render_page(data)
     script = html.split("<script>", 1)[1].rsplit("</script>", 1)[0]
     (tmp_path / "page.js").write_text(script)
     (tmp_path / "harness.js").write_text(HARNESS)
-    done = subprocess.run([NODE, str(tmp_path / "harness.js"), str(tmp_path / "page.js")], capture_output=True,
+    done = subprocess.run([NODE, str(tmp_path / "harness.js"), str(tmp_path / "page.js"), hash], capture_output=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     return json.loads(done.stdout)
@@ -146,7 +151,14 @@ def hostile(p: str) -> dict:
         "leaderboard": {"rows": [{"rank": p, "id": p, "role": p, "epoch": p, "frozen": True, "elo": p, "bt": p,
                                   "bt_low": p, "bt_high": p, "games": p, "deploy": p, "nash": p, "scripted": False}],
                         "ci": 0.95, "bootstrap": p},
-        "curves": {"panels": [{"title": p, "series": {"eval/" + p: [[p, 1.0], [2, 0.5], [3, p]]}}]},
+        "curves": {"panels": [{"title": p, "series": {"eval/" + p: [[p, 1.0], [2, 0.5], [3, p]]}},
+                              {"title": p, "series": {"reward/role/" + p: [[1, 0.5], [2, p]],
+                                                      "reward/player/" + p: [[1, 0.5], [2, 1.0]]},
+                               "info": {"reward/role/" + p: {"label": p, "role": p, "level": "role"},
+                                        "reward/player/" + p: {"label": p, "role": p, "level": "player"}},
+                               "flat": None},
+                              {"title": p, "series": {"train/kl": [[1, 0.0]]}, "info": {}, "flat": p}],
+                   "roles": [p], "games": [[1, p], [2, 5]]},
         "elo": {"series": {p: [[p, 1000], [1, 1010], [2, p]]}, "roles": {p: p}, "current": [p]},
         "payoff": {"players": [p, "b"], "roles": [p, "r"], "win_rate": [[None, p], [0.5, None]],
                    "games": [[0, p], [1, 0]], "decay": p},
@@ -170,7 +182,11 @@ def test_the_page_escapes_every_value_from_the_files(tmp_path):
     html = "".join(out.values())
     assert PAYLOAD.count("<evil") and "<evil" not in html and 'onmouseover="' not in html
     assert "&lt;evil-tag&gt;" in out["curves"] and "&lt;evil-tag&gt;" in out["elo"]
-    assert "at step X&quot;&#39; onmouseover=&quot;alert(1)&quot;&gt;&lt;evil-tag&gt;&amp;amp;" in out["elo"]
+    assert "at round X&quot;&#39; onmouseover=&quot;alert(1)&quot;&gt;&lt;evil-tag&gt;&amp;amp;" in out["elo"]
+    assert "&lt;evil-tag&gt;" in out["flat-curves"] and "&lt;evil-tag&gt;" in out["curve-role"]
+    # a link that names the hostile role draws its series too, still escaped
+    chosen = rendered(hostile(PAYLOAD), tmp_path, "#role=" + PAYLOAD + "&x=games")
+    assert "<evil" not in "".join(chosen.values()) and "&lt;evil-tag&gt;" in chosen["curves"]
     for panel in ("leaderboard", "curves", "elo", "payoff", "lineage", "transcripts", "adapters", "summary"):
         assert "evil-tag" in out[panel], panel  # each panel drew the hostile values, escaped
 
@@ -190,18 +206,53 @@ def test_the_page_draws_a_run_in_node(tmp_path):
     data = {name: getattr(view, name)() for name in ("summary", "leaderboard", "curves", "elo", "payoff", "lineage",
                                                       "transcripts", "adapters")}
     out = rendered(data, tmp_path)
-    assert out["curves"].count("<polyline") == 1 and "at step 4</title>" in out["curves"]
+    assert out["curves"].count("<polyline") == 1 and "at round 4</title>" in out["curves"]
+    assert ">round</text>" in out["curves"] and ">round</text>" in out["elo"]  # every x axis names its unit
     assert out["elo"].count("<polyline") == 2 and ">p0</span>" in out["elo"]
     assert out["payoff"].count('pointer-events="none">') == 2 and 'href="/adapters/p0.zip"' in out["adapters"]
+
+
+@pytest.mark.skipif(NODE is None, reason="needs node to run the page's script")
+def test_the_curves_per_role_in_node(tmp_path):
+    """Reward per role with a filter: all roles, then one role of two learners (each learner drawn),
+    in rounds or games played; a league of one role draws its line once; flat panels are a line."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "epoch": 0, "rollout/reward_mean": s / 10, "reward/role/main": s / 5, "reward/role/exp": -s / 5,
+             "reward/player/exp-0": -s / 4, "reward/player/exp-1": -s / 6, "train/kl": 0.0} for s in (1, 2, 3)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    games = [{"game_id": f"g{r}-{k}", "epoch": 0, "round": r, "players": ["main-0", f"exp-{k}"],
+              "roles": ["main", "exp"], "rewards": [1, 0]} for r in range(3) for k in range(2)]
+    (run / "match_history.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
+    data = {"summary": RunView(run).summary(), "leaderboard": {"rows": []}, "curves": RunView(run).curves(),
+            "elo": {"series": {}}, "payoff": {}, "lineage": {}, "transcripts": {}, "adapters": {}}
+
+    def legend(html):
+        return re.findall(r"</span>([^<]+)</span>", html.split('class="legend"', 1)[1])
+
+    every = rendered(data, tmp_path)
+    assert legend(every["curves"]) == ["all learners", "main", "exp"] and every["curves"].count("<polyline") == 3
+    assert every["flat-curves"] == '<div class="flat">KL to the base: 0 throughout (rounds 1–3)</div>'
+    assert '<option value="main">main</option><option value="exp">exp</option>' in every["curve-role"]
+    assert '<option value="games">games played</option>' in every["curve-x"] and ">round</text>" in every["curves"]
+    exp = rendered(data, tmp_path, "#role=exp&x=games")
+    assert legend(exp["curves"]) == ["all learners", "exp", "exp-0", "exp-1"]
+    assert ">games played</text>" in exp["curves"]
+    assert 'class="item dim"' in exp["curves"] and "at 6 games played</title>" in exp["curves"]  # round 3: 6 games
+    one = [{k: v for k, v in r.items() if "exp" not in k} for r in rows]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in one))
+    single = rendered({**data, "curves": RunView(run).curves()}, tmp_path)
+    assert legend(single["curves"]) == ["main"] and single["curves"].count("<polyline") == 1
 
 
 def test_the_templates_interpolations_of_data_go_through_esc_or_num():
     """Without node: the fields the issue named are written through the escaping helpers."""
     from autocurricula.serve.dashboard_page import _PAGE
 
-    for written in ("at step ${esc(last[0])}", "at step ${esc(s)}", "<td>${esc(r.rank)}</td>",
-                    '<td class="num">${esc(r.games)}</td>', 'stroke="${c}"', "c = esc(opts.colourOf(id))",
-                    "const fmt = v => esc((opts.fmt || num)(v));"):
+    for written in ("at ${at(last[0])}", "at ${at(s)}", "`round ${esc(x)}`", "`${esc(x)} ${esc(xName)}`",
+                    "<td>${esc(r.rank)}</td>", '<td class="num">${esc(r.games)}</td>', 'stroke="${c}"',
+                    "c = esc(opts.colourOf(id))", "const fmt = v => esc((opts.fmt || (u => num(u, decimals)))(v));",
+                    '<div class="flat">${esc(p.flat)}</div>', ">${esc(xName)}</text>"):
         assert written in _PAGE, written
     assert "at step ${last[0]}" not in _PAGE and "at step ${s}" not in _PAGE
 

@@ -383,7 +383,8 @@ HOSTILE = st.one_of(st.sampled_from([float("nan"), float("inf"), -float("inf"), 
                     st.text(max_size=10), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3),
                                                                                                 st.integers(), max_size=2))
 KEYS = st.one_of(st.sampled_from(["train/loss", "eval/win_rate", "rating/elo/p0", "epoch"]),
-                 st.tuples(st.sampled_from(["train/", "eval/", "rating/elo/", ""]), st.one_of(HTML, st.text(max_size=8)))
+                 st.tuples(st.sampled_from(["train/", "eval/", "rating/elo/", "", "reward/role/", "win_rate/player/",
+                                            "loss/role/"]), st.one_of(HTML, st.text(max_size=8)))
                  .map("".join))
 ROWS = st.lists(st.one_of(st.dictionaries(KEYS, HOSTILE, max_size=4).flatmap(
     lambda d: HOSTILE.map(lambda step: {"step": step, **d})), st.just("{not json"), st.just("[1, 2]")),

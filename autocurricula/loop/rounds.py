@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autocurricula.arena.game import FLOAT32_MAX
+from autocurricula.loop.rating import outcome
 from autocurricula.records import Deal, GameRecord, Player, Turn
+from autocurricula.training.loss import MISMATCH_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +50,58 @@ def rewarded_turns(records: list[GameRecord]) -> list[Turn]:
 
 
 def rollout_metrics(records: list[GameRecord], turns: list[Turn], players: list[dict], is_trainable) -> dict:
+    """The round's counts, the learners' mean reward, and their reward and win rate per role (and
+    per player in a role of several learners, see :func:`by_role`)."""
     metrics = {"rollout/games": len(records), "rollout/errors": sum(r.error is not None for r in records),
                "rollout/turns": len(turns), "pool/size": len(players),
                "pool/learners": sum(not p["frozen"] for p in players)}
     learners = [(r, i) for r in records if not r.error for i, p in enumerate(r.players) if is_trainable(p)]
     if learners:
         metrics["rollout/reward_mean"] = float(np.mean([r.rewards[i] for r, i in learners]))
+    roles = learner_roles(players, is_trainable)
+    rewards: dict[str, list[float]] = {}
+    wins: dict[str, list[float]] = {}
+    for r, i in learners:
+        pid = r.players[i]["id"]
+        roles.setdefault(pid, role_of(r.players[i]))  # a seat a custom match() made outside the pool
+        rewards.setdefault(pid, []).append(float(r.rewards[i]))
+        others = [j for j in range(len(r.rewards)) if j != i]
+        if others:  # draws count half, against every other seat: the payoff matrix's win rate
+            wins.setdefault(pid, []).append(float(np.mean([outcome(r.rewards[i], r.rewards[j]) for j in others])))
+    metrics.update(by_role("reward", rewards, roles, np.mean))
+    metrics.update(by_role("win_rate", wins, roles, np.mean))
     return metrics
+
+
+def role_of(player) -> str:
+    """A player's role as metric names carry it (``"player"`` when it has none)."""
+    role = player.get("role")
+    return "player" if role is None else str(role)
+
+
+def learner_roles(players, is_trainable) -> dict[str, str]:
+    """``{player id: role}`` of the learners (trainable players) among ``players``."""
+    return {p["id"]: role_of(p) for p in players if is_trainable(p)}
+
+
+def by_role(name: str, values: dict[str, list[float]], roles: dict[str, str], combine) -> dict:
+    """``{name}/role/<role>``: ``combine`` of the values of the role's learners, and
+    ``{name}/player/<id>``: of each learner of a role that has several (in ``roles``), so the
+    curves show the league per role and, where a role has several learners, per player.
+    ``values``: ``{player id: [value, ...]}``; players without a role in ``roles`` are left out."""
+    out: dict = {}
+    members: dict[str, list[float]] = {}
+    several = {r for r in roles.values() if sum(v == r for v in roles.values()) > 1}
+    for pid, vs in values.items():
+        role = roles.get(pid)
+        if role is None or not vs:
+            continue
+        members.setdefault(role, []).extend(vs)
+        if role in several:
+            out[f"{name}/player/{pid}"] = float(combine(vs))
+    for role, vs in members.items():
+        out[f"{name}/role/{role}"] = float(combine(vs))
+    return out
 
 
 class ErrorGate:
@@ -111,8 +158,11 @@ def match_games(tuples, play, game_name: str, epoch: int, rnd: int, repeat: int,
     return games
 
 
-def update_metrics(out: dict, seconds: float, lr_metric: dict) -> dict:
-    """The logged figures of one update from the updater's result."""
+def update_metrics(out: dict, seconds: float, lr_metric: dict, roles: dict[str, str] | None = None) -> dict:
+    """The logged figures of one update from the updater's result. ``roles``: ``{learner id: role}``;
+    with it, an updater's per-player losses (``loss/<player id>``) are logged per role
+    (``loss/role/<role>``, summed like ``train/loss``) and per player in a role of several learners
+    (``loss/player/<player id>``)."""
     metrics = {"time/update_s": seconds, "train/loss": out.get("loss", 0.0), **lr_metric,
                "train/kl": out.get("kl", 0.0), "train/clip_ratio": out.get("clip_ratio", 0.0),
                "train/tokens": out.get("tokens", 0)}
@@ -125,7 +175,15 @@ def update_metrics(out: dict, seconds: float, lr_metric: dict) -> dict:
                         "update/tree_tokens": out["tree_tokens"], "update/padded_tokens": out.get("padded_tokens", 0)})
     if "skipped_nonfinite" in out:
         metrics["train/skipped_nonfinite"] = out["skipped_nonfinite"]
+    metrics.update({k: out[k] for k in MISMATCH_KEYS if k in out})  # the sampler/learner gap
+    if roles:
+        losses = {k[len(LOSS_PREFIX):]: [float(v)] for k, v in out.items() if k.startswith(LOSS_PREFIX)
+                  and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        metrics.update(by_role("loss", losses, roles, sum))
     return metrics
+
+
+LOSS_PREFIX = "loss/"  # an updater's per-player loss: ``loss/<player id>``
 
 
 def check_advantages(turns: list[Turn], credit: str) -> None:

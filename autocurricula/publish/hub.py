@@ -15,6 +15,7 @@ from pathlib import Path
 
 from autocurricula.engine.adapters import AdapterWeights
 from autocurricula.publish.export import export_peft
+from autocurricula.publish.mixture import MIXTURE_FILE, MixtureError, check_weights, mixture_document, serve_command
 from autocurricula.records import is_scripted
 
 
@@ -222,10 +223,12 @@ def push_to_hub(weights: AdapterWeights, repo_id: str, base_model: str, *, name:
     return str(info)
 
 
-def league_card(run, leaderboard, mixture: dict, settings: dict, trainer_name: str, epochs: int) -> str:
+def league_card(run, leaderboard, mixture: dict, settings: dict, trainer_name: str, epochs: int,
+                repo_id: str | None = None) -> str:
     """README.md of a league repo (``run``: a :class:`~autocurricula.loop.run.Run`): leaderboard, the
-    deployable ``mixture`` (Nash over the players with an adapter) beside the league's meta-strategy
-    (Nash over every player), payoff matrix, lineage and the run's ``settings``."""
+    deployable ``mixture`` (Nash over the players with an adapter) with the commands that serve it
+    from ``repo_id`` (:func:`mixture_card`), beside the league's meta-strategy (Nash over every
+    player), payoff matrix, lineage and the run's ``settings``."""
     rows = leaderboard.rows
     players = run.pool.players
     ids = [p.id for p in players]
@@ -260,6 +263,7 @@ def league_card(run, leaderboard, mixture: dict, settings: dict, trainer_name: s
               "mean relative rewards between the players, each entry taken at the lower end of its confidence "
               "interval. To deploy the league, draw one of these adapters per game by these weights: "
               f"{listed(deploy)}. They are in `mixture.json`, as `trainer.export_mixture(folder)` writes them.", "",
+              mixture_card(deploy, base, repo_id), "",
               "## Meta-strategy", "",
               "The same over the meta-game's players, scripted opponents included (the `Nash weight` column): it "
               "says where the league's strength lies, and it may weigh a scripted policy, which is no adapter: "
@@ -271,6 +275,30 @@ def league_card(run, leaderboard, mixture: dict, settings: dict, trainer_name: s
     lines += [f"- `{p.id}` ← `{p.parent or 'base'}`" + (" (frozen)" if p.frozen else "") for p in players]
     lines += ["", "## Config", "", "```json", json.dumps(settings, indent=1), "```", ""]
     return "\n".join(lines)
+
+
+def mixture_card(mixture: dict, base_model: str | None, repo_id: str | None) -> str:
+    """The card's "Serve it" section: this repo is a mixture folder (``mixture.json`` beside a folder
+    per player), and the commands that download and serve it, or load it in Python. Without a
+    playable mixture (:func:`~autocurricula.publish.mixture.check_weights`), a line that says so."""
+    try:
+        check_weights(mixture)
+    except MixtureError as exc:
+        return f"### Serve it\n\nNothing to serve yet: {exc}."
+    repo = repo_id or "OWNER/REPO"
+    name = repo.split("/")[-1]
+    return "\n".join([
+        "### Serve it", "",
+        "This repo is a mixture folder: `mixture.json` beside one peft adapter folder per player. Served, it is one "
+        "model of an OpenAI-compatible API; each new conversation draws its adapter by the weights above and keeps it "
+        "for its later turns (send a session key: the `X-Session-Id` header, or the request's `user` field). The "
+        "response's `model` and its `X-Autocurricula-Adapter` header name the adapter that played.", "",
+        "```bash", f"hf download {repo} --local-dir {name}", serve_command(base_model, name, name), "```", "",
+        "In Python, for your own games or an evaluation, draw one adapter per game:", "",
+        "```python", "import autocurricula", "",
+        f"mixture = autocurricula.load_mixture(\"{name}\", seed=0)  # checks mixture.json and every adapter",
+        "player = mixture.draw()  # an adapter name, by the weights; mixture.adapter_folder(player) is its folder",
+        "```", "", "autocurricula's docs/deploy.md shows more: one player in transformers, peft, mlx-lm or vLLM."])
 
 
 def push_league(run, repo_id: str, leaderboard, card: str, mixture: dict, *, private: bool = False,
@@ -294,8 +322,8 @@ def push_league(run, repo_id: str, leaderboard, card: str, mixture: dict, *, pri
             export_peft(run.engine.adapter_weights(p.id), stage / p.id, base or run.model_name,
                         use_rslora=run.lora.use_rslora, readme=player_card)
         (stage / "README.md").write_text(card)
-        (stage / "mixture.json").write_text(json.dumps({"weights": mixture,
-                                                        "base_model": base or str(run.model_name)}, indent=2))
+        (stage / MIXTURE_FILE).write_text(mixture_document(mixture, base or str(run.model_name), "peft",
+                                                           getattr(run, "game_name", None)))
         out = Path(run.config.output_dir)
         for name in ("match_history.jsonl", "elo.png", "payoff.png"):
             if (out / name).is_file():

@@ -8,8 +8,10 @@ It reads only what a trainer writes, so it works on a finished run and on one st
   ``trainer.leaderboard``), players without games last as unrated, and two Nash mixtures of the
   payoff: over the players with an adapter (``deploy``, the mixture to deploy) and over every
   player (``nash``, the league's meta-strategy);
-* learning curves: every ``eval/*`` figure, the reward, loss, KL, entropy, skipped updates and
-  exploitability that ``metrics.jsonl`` holds, over steps;
+* learning curves: every ``eval/*`` figure, the reward, win rate, loss, KL, entropy, skipped
+  updates and exploitability that ``metrics.jsonl`` holds, over rounds or games played; reward, win
+  rate and loss per role (and per player where a role has several learners) with a filter by role;
+  a panel whose every series holds one value collapses to one line ("KL to the base: 0 throughout");
 * Elo over time: the ``rating/elo/<player>`` series of ``metrics.jsonl``, with each player's role
   and whether it still trains;
 * payoff heatmap: win rates (draws count half) replayed from ``match_history.jsonl`` with the
@@ -53,12 +55,15 @@ _ELO_PREFIX = "rating/elo/"
 # the learning curves' panels: (title, whether a metric's name belongs to it), in page order
 CURVES = (("evaluation", lambda k: k.startswith("eval/") and "exploitability" not in k),
           ("exploitability", lambda k: "exploitability" in k),
-          ("reward", lambda k: k.startswith("rollout/reward")),
-          ("loss", lambda k: k == "train/loss"),
+          ("reward", lambda k: k.startswith(("rollout/reward", "reward/"))),
+          ("win rate", lambda k: k.startswith("win_rate/")),
+          ("loss", lambda k: k == "train/loss" or k.startswith("loss/")),
           ("KL to the base", lambda k: k == "train/kl"),
           ("entropy", lambda k: k == "train/entropy"),
-          ("skipped updates", lambda k: k.startswith("train/skipped_")))
-
+          ("skipped updates", lambda k: k.startswith("train/skipped_")),
+          ("sampler mismatch", lambda k: k.startswith("mismatch/")))  # |log p_learner - log p_sampler| per token
+# the series of the whole league in a panel that also has series per role
+_LEAGUE_WIDE = {"rollout/reward_mean": "all learners", "train/loss": "all learners (sum)"}
 
 class RunView:
     """An output folder seen through the trainer's files; every method returns JSON-able data.
@@ -223,8 +228,16 @@ class RunView:
         return {"rows": rows, "ci": 0.95 if bt else None, "bootstrap": self.settings()["bt_bootstrap"]}
 
     def curves(self) -> dict:
-        """``{"panels": [{"title", "series": {metric: [[step, value], ...]}}]}``: the learning curves
-        of ``metrics.jsonl`` (see :data:`CURVES`), panels without a logged value left out."""
+        """The learning curves of ``metrics.jsonl`` over rounds (the trainer's ``step`` counts rounds):
+        ``{"panels": [...], "roles": [...], "games": [[round, games played by its end], ...]}``.
+
+        Each panel (see :data:`CURVES`; those without a logged value left out) is ``{"title",
+        "series": {metric: [[round, value], ...]}, "info": {metric: {"label", "role", "level"}},
+        "flat"}``: ``level`` is ``"league"`` (all learners), ``"role"`` (``<group>/role/<role>``),
+        ``"player"`` (``<group>/player/<id>``, its role from the registry) or None (a figure without
+        roles); ``flat`` is one line of text when every series of the panel holds one value
+        throughout (KL 0), else None. ``roles``: the roles the series name, for the page's filter.
+        ``games`` maps rounds to games played (:meth:`games_by_round`)."""
         series: dict[str, list] = {}
         for row in self._jsonl(METRICS):
             step = _number(row.get("step"))
@@ -234,9 +247,46 @@ class RunView:
                 # a verdict such as eval/loses_to_best_response_as_x is a bool: drawn as 0 / 1
                 if isinstance(value, (int, float)) and math.isfinite(value) and any(b(key) for _, b in CURVES):
                     series.setdefault(key, []).append([step, float(value)])
-        panels = [{"title": title, "series": {k: v for k, v in series.items() if belongs(k)}}
-                  for title, belongs in CURVES]
-        return {"panels": [p for p in panels if p["series"]]}
+        roles_of = {p["id"]: p.get("role") for p in self.registry()}
+        panels, roles = [], []
+        for title, belongs in CURVES:
+            mine = {k: v for k, v in series.items() if belongs(k)}
+            if not mine:
+                continue
+            info = {k: _series_info(k, roles_of) for k in mine}
+            roles += [i["role"] for i in info.values() if i["role"] is not None]
+            panels.append({"title": title, "series": mine, "info": info, "flat": _flat(title, mine, info)})
+        games = self.games_by_round(p[0] for points in series.values() for p in points)
+        return {"panels": panels, "roles": list(dict.fromkeys(roles)), "games": games}
+
+    def games_by_round(self, steps) -> list[list]:
+        """``[[round, games played by its end], ...]`` for the rounds ``steps``, from
+        ``match_history.jsonl`` (games that failed are not in it). A round's number is
+        ``epoch * rounds + round + 1``, the trainer's ``step``; empty when the history has rows
+        without an epoch and round, or spans epochs while the number of rounds per epoch is unknown."""
+        steps = sorted(set(steps))
+        history = self._jsonl(HISTORY)
+        if not steps or not history:
+            return []
+        at = [(row.get("epoch"), row.get("round")) for row in history]
+        if not all(isinstance(e, int) and isinstance(r, int) and e >= 0 and r >= 0 for e, r in at):
+            return []
+        last_epoch = max(e for e, _ in at)
+        saved = self._ckpt_json("config.json")
+        saved = saved.get("config") if isinstance(saved, dict) else None
+        per_epoch = saved.get("rounds") if isinstance(saved, dict) else None
+        if not isinstance(per_epoch, int) or isinstance(per_epoch, bool) or per_epoch < 1:
+            done = [r for e, r in at if e < last_epoch]  # a finished epoch shows how many rounds one has
+            per_epoch = max(done) + 1 if done else None
+        if last_epoch > 0 and per_epoch is None:
+            return []
+        rounds = sorted(e * (per_epoch or 0) + r + 1 for e, r in at)
+        out, k = [], 0
+        for step in steps:
+            while k < len(rounds) and rounds[k] <= step:
+                k += 1
+            out.append([step, k])
+        return out
 
     def elo(self) -> dict:
         """``{"series": {player: [[step, elo], ...]}, "roles": {player: role}, "current": [...]}``
@@ -349,6 +399,43 @@ class RunView:
                             zf.writestr(f"{player_id}/{f.name}", data)
                 return buf.getvalue()
         return None
+
+
+def _series_info(key: str, roles_of: dict) -> dict:
+    """How the page names and filters a curve: ``reward/role/main_agent`` is the role main_agent's,
+    ``reward/player/main_agent-1`` that player's (its role from the registry), ``rollout/reward_mean``
+    the whole league's, ``eval/vs_random`` a figure without roles (named without its group)."""
+    if key in _LEAGUE_WIDE:
+        return {"label": _LEAGUE_WIDE[key], "role": None, "level": "league"}
+    parts = key.split("/", 2)
+    if len(parts) == 3 and parts[1] == "role" and parts[2]:
+        return {"label": parts[2], "role": parts[2], "level": "role"}
+    if len(parts) == 3 and parts[1] == "player" and parts[2]:
+        role = roles_of.get(parts[2])
+        return {"label": parts[2], "role": None if role is None else str(role), "level": "player"}
+    return {"label": key.split("/", 1)[-1], "role": None, "level": None}
+
+
+def _flat(title: str, series: dict, info: dict) -> str | None:
+    """``"KL to the base: 0 throughout (rounds 1–12)"`` when every series of a panel holds one value
+    all along (several values: each series named), else None: such a panel says more as a line."""
+    values = {k: {v for _, v in points} for k, points in series.items()}
+    if any(len(v) != 1 for v in values.values()):
+        return None
+    steps = sorted({p[0] for points in series.values() for p in points})
+    when = f"(round {_figure(steps[0])})" if len(steps) == 1 else \
+        f"throughout (rounds {_figure(steps[0])}–{_figure(steps[-1])})"
+    distinct = {next(iter(v)) for v in values.values()}
+    if len(distinct) == 1:
+        return f"{title}: {_figure(distinct.pop())} {when}"
+    each = ", ".join(f"{info[k]['label']} {_figure(next(iter(v)))}" for k, v in values.items())
+    return f"{title}: {each} {when}"
+
+
+def _figure(v: float) -> str:
+    """A number as a reader writes it: 0, 12, 0.25, 1.5e-05 (no "0.00", no "-0")."""
+    text = f"{v:.4g}"
+    return "0" if text in ("-0", "0") else text
 
 
 def _number(value) -> int | float | None:

@@ -54,6 +54,8 @@ label.ctl { font-size:12px; color:var(--muted); text-transform:none; letter-spac
 .legend .dim { opacity:.5; }
 .curves { display:grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); gap:10px; }
 .curve h3 { font-size:12px; margin:0 0 2px; font-weight:600; }
+.flats { margin-top:6px; }
+.flat { color:var(--muted); font-size:12px; padding:1px 0; }
 tr.unrated td { color:var(--muted); }
 td.wrap, .wrap { white-space:normal; word-break:break-all; }
 .note { color:var(--muted); font-size:11px; margin-top:6px; white-space:normal; }
@@ -67,7 +69,9 @@ td.wrap, .wrap { white-space:normal; word-break:break-all; }
 <section><h2>Leaderboard <span id="lb-note" class="tag"></span></h2><div id="leaderboard"></div></section>
 <section><h2>Elo over time <label class="ctl">role <select id="elo-role"></select></label>
 <label class="ctl"><input type="checkbox" id="elo-smooth" checked> smoothed</label></h2><div id="elo"></div></section>
-<section class="wide"><h2>Learning curves</h2><div id="curves" class="curves"></div></section>
+<section class="wide"><h2>Learning curves <label class="ctl">role <select id="curve-role"></select></label>
+<label class="ctl">x axis <select id="curve-x"><option value="round">round</option></select></label></h2>
+<div id="curves" class="curves"></div><div id="flat-curves" class="flats"></div></section>
 <section><h2>Payoff (row's win rate against column, %)</h2><div id="payoff" class="scroll"></div></section>
 <section><h2>Lineage</h2><div id="lineage" class="scroll"></div></section>
 <section class="wide"><h2>Last games <select id="pair"></select></h2><div id="transcripts" class="scroll"></div></section>
@@ -95,6 +99,23 @@ function num(v, d) {
   return /^-0\.?0*$/.test(t) ? t.slice(1) : t;  // no "-0.00"
 }
 function set(id, html) { document.getElementById(id).innerHTML = html; }
+// A link may choose the filters: #role=main_agent&x=games (the page writes them there as they change).
+const HASH = new URLSearchParams(location.hash.slice(1));
+function chosen(sel, values, key) {  // the select's value kept across redraws; the link's on the first draw
+  const want = sel.dataset.drawn ? sel.value : (HASH.get(key) || sel.value);
+  sel.dataset.drawn = "1";
+  if (values.includes(want)) sel.value = want;
+  return sel.value;
+}
+function remember(key, value) {
+  if (value) HASH.set(key, value); else HASH.delete(key);
+  history.replaceState(null, "", HASH.toString() ? "#" + HASH.toString() : location.pathname + location.search);
+}
+function figure(v) {  // a number as a reader writes it: 4 significant digits, no "-0"
+  if (v == null || !isFinite(v)) return "–";
+  const t = String(Number(Number(v).toPrecision(4)));
+  return t === "-0" ? "0" : t;
+}
 function empty(text) { return `<div class="empty">${esc(text)}</div>`; }
 
 function renderSummary(s) {
@@ -139,8 +160,10 @@ function smooth(points, on) {  // an exponential moving average, so that a leagu
   return points.map(([s, v]) => { m = a * v + (1 - a) * m; return [s, m]; });
 }
 
-function lineChart(series, opts) {  // series: {name: [[step, value], ...]}; opts: W, H, colourOf, strong (a Set), fmt, minSpan
-  const ids = Object.keys(series), W = opts.W || 620, H = opts.H || 250, L = 46, R = 12, T = 8, B = 24;
+// series: {name: [[x, value], ...]}; opts: W, H, colourOf, strong (a Set), fmt, minSpan, xName (the x axis's unit)
+function lineChart(series, opts) {
+  const ids = Object.keys(series), W = opts.W || 620, H = opts.H || 250, L = 46, R = 12, T = 8, B = 34;
+  const xName = opts.xName || "round";
   let xs = [], ys = [];
   for (const id of ids) for (const [s, v] of series[id]) if (s != null) { xs.push(s); ys.push(v); }
   if (!ys.length) return "";
@@ -149,23 +172,27 @@ function lineChart(series, opts) {  // series: {name: [[step, value], ...]}; opt
   const span = opts.minSpan || 1e-6;
   if (y1 - y0 < span) { const c = (y0 + y1) / 2; y0 = c - span / 2; y1 = c + span / 2; }
   const px = s => L + (s - x0) / (x1 - x0) * (W - L - R), py = v => T + (1 - (v - y0) / (y1 - y0)) * (H - T - B);
-  const fmt = v => esc((opts.fmt || num)(v));
+  // as many decimals as the ticks' spacing needs: five distinct labels, never five "0.00"
+  const decimals = Math.max(0, Math.min(6, Math.ceil(-Math.log10((y1 - y0) / 4))));
+  const fmt = v => esc((opts.fmt || (u => num(u, decimals)))(v));
   let g = "";
   for (let k = 0; k <= 4; k++) {
     const v = y0 + (y1 - y0) * k / 4, y = py(v);
     g += `<line x1="${L}" x2="${W - R}" y1="${y}" y2="${y}" stroke="#eceef2"/><text x="${L - 4}" y="${y + 4}" text-anchor="end" font-size="10" fill="#6b7385">${fmt(v)}</text>`;
   }
   const ticks = [...new Set([0, 1, 2, 3, 4].map(k => Math.round(x0 + (x1 - x0) * k / 4)))];
-  for (const s of ticks) g += `<text x="${num(px(s), 1)}" y="${H - 8}" text-anchor="middle" font-size="10" fill="#6b7385">${num(s)}</text>`;
+  for (const s of ticks) g += `<text x="${num(px(s), 1)}" y="${H - 18}" text-anchor="middle" font-size="10" fill="#6b7385">${num(s)}</text>`;
+  g += `<text class="xlabel" x="${num((L + W - R) / 2, 1)}" y="${H - 3}" text-anchor="middle" font-size="10" fill="#6b7385">${esc(xName)}</text>`;
+  const at = x => xName === "round" ? `round ${esc(x)}` : `${esc(x)} ${esc(xName)}`;
   const strongOf = id => !opts.strong || opts.strong.has(id);
   for (const id of ids.filter(id => !strongOf(id)).concat(ids.filter(strongOf))) {  // the highlighted lines on top
     const strong = strongOf(id), pts = series[id].filter(([s]) => s != null);
     if (!pts.length) continue;
     const last = pts[pts.length - 1], c = esc(opts.colourOf(id));
     g += `<polyline points="${pts.map(([s, v]) => `${num(px(s), 1)},${num(py(v), 1)}`).join(" ")}" fill="none" stroke="${c}"
-          stroke-width="${strong ? 2.4 : 1.1}" stroke-opacity="${strong ? 1 : 0.45}"><title>${esc(id)}: ${fmt(last[1])} at step ${esc(last[0])}</title></polyline>`;
+          stroke-width="${strong ? 2.4 : 1.1}" stroke-opacity="${strong ? 1 : 0.45}"><title>${esc(id)}: ${esc(figure(last[1]))} at ${at(last[0])}</title></polyline>`;
     if (pts.length <= 60) for (const [s, v] of pts)
-      g += `<circle cx="${num(px(s), 1)}" cy="${num(py(v), 1)}" r="${strong ? 2.2 : 1.4}" fill="${c}" fill-opacity="${strong ? 1 : 0.45}"><title>${esc(id)}: ${num(v, 3)} at step ${esc(s)}</title></circle>`;
+      g += `<circle cx="${num(px(s), 1)}" cy="${num(py(v), 1)}" r="${strong ? 2.2 : 1.4}" fill="${c}" fill-opacity="${strong ? 1 : 0.45}"><title>${esc(id)}: ${esc(figure(v))} at ${at(s)}</title></circle>`;
   }
   return `<svg viewBox="0 0 ${W} ${H}" width="100%" preserveAspectRatio="xMinYMin meet">${g}</svg>`;
 }
@@ -179,29 +206,61 @@ function renderElo(e) {
   const all = e.series || {}, roles = e.roles || {}, sel = document.getElementById("elo-role"), keep = sel.value;
   const roleList = [...new Set(Object.keys(all).map(id => String(roles[id])))];
   sel.innerHTML = `<option value="">all</option>` + roleList.map(r => `<option value="${esc(r)}">${esc(r)}</option>`).join("");
-  if (roleList.includes(keep)) sel.value = keep;
+  sel.value = keep;
+  chosen(sel, roleList, "role");
   const on = document.getElementById("elo-smooth").checked;
   const ids = Object.keys(all).filter(id => !sel.value || String(roles[id]) === sel.value);
   if (!ids.length) return set("elo", empty("no metrics yet"));
   const series = Object.create(null);
   ids.forEach(id => series[id] = smooth(all[id], on));
   const strong = new Set(e.current || []);
-  set("elo", lineChart(series, {colourOf: colour, strong, minSpan: 20}) + legend(ids, colour, strong) +
+  set("elo", lineChart(series, {colourOf: colour, strong, minSpan: 20, fmt: v => num(v)}) + legend(ids, colour, strong) +
       `<div class="note">thick: the players that still train; thin: frozen snapshots and scripted players. Hover a line for its name.</div>`);
 }
 
 const CURVE_PALETTE = ["#3b6fd8", "#e4572e", "#29a36a", "#9467bd", "#f0a202", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"];
+const LEAGUE_COLOUR = "#1d2330";
+// Reward, win rate and loss come per role (and per player in a role of several learners). "all"
+// shows the league's line and one line per role; a role shows its line and its players', the
+// league's line thin beside them. A panel whose series each hold one value is one line of text.
 function renderCurves(c) {
-  const panels = c.panels || [];
-  if (!panels.length) return set("curves", empty("no metrics yet"));
-  let h = "";
+  const panels = c.panels || [], roles = (c.roles || []).map(String);
+  const roleSel = document.getElementById("curve-role"), xSel = document.getElementById("curve-x");
+  const keepRole = roleSel.value, keepX = xSel.value;
+  roleSel.innerHTML = `<option value="">all</option>` + roles.map(r => `<option value="${esc(r)}">${esc(r)}</option>`).join("");
+  roleSel.value = keepRole;
+  const role = chosen(roleSel, roles, "role");
+  const games = c.games || [];
+  xSel.innerHTML = `<option value="round">round</option>` + (games.length ? `<option value="games">games played</option>` : "");
+  xSel.value = keepX;
+  const x = chosen(xSel, games.length ? ["round", "games"] : ["round"], "x");
+  const gamesAt = new Map(games.map(([s, n]) => [s, n]));
+  const xOf = x === "games" ? s => gamesAt.get(s) : s => s;
+  const xName = x === "games" ? "games played" : "round";
+  if (!panels.length) { set("flat-curves", ""); return set("curves", empty("no metrics yet")); }
+  let h = "", flats = "";
   for (const p of panels) {
-    const series = Object.create(null);  // named without their group's prefix: eval/vs_random -> vs_random
-    for (const [k, v] of Object.entries(p.series)) series[k.slice(k.indexOf("/") + 1)] = v;
-    const ids = Object.keys(series), of = id => CURVE_PALETTE[ids.indexOf(id) % CURVE_PALETTE.length];
-    h += `<div class="curve"><h3>${esc(p.title)}</h3>${lineChart(series, {W: 360, H: 170, colourOf: of, fmt: v => num(v, 2)})}${legend(ids, of)}</div>`;
+    if (p.flat) { flats += `<div class="flat">${esc(p.flat)}</div>`; continue; }
+    const info = p.info || {}, series = Object.create(null), strong = new Set(), of = Object.create(null);
+    const plain = Object.keys(p.series).filter(k => !(info[k] || {}).level);
+    // one role: its line is the league's, drawn once
+    const same = roles.length === 1 && Object.values(info).some(i => i && i.level === "role");
+    for (const [k, points] of Object.entries(p.series)) {
+      const i = info[k] || {label: k.slice(k.indexOf("/") + 1), role: null, level: null};
+      const mine = i.role != null && String(i.role) === role;
+      if (i.level === "player" ? !mine : i.level === "role" && role && !mine) continue;
+      if (i.level === "league" && same) continue;
+      if (!(i.level === "league" && role)) strong.add(i.label);
+      series[i.label] = points.map(([s, v]) => [xOf(s), v]).filter(([s]) => s != null);
+      of[i.label] = i.level === "league" ? LEAGUE_COLOUR : i.level === "player" ? colour(i.label)
+        : i.level === "role" ? CURVE_PALETTE[roles.indexOf(String(i.role)) % CURVE_PALETTE.length]
+        : CURVE_PALETTE[plain.indexOf(k) % CURVE_PALETTE.length];
+    }
+    const ids = Object.keys(series), colourOf = id => of[id];
+    h += `<div class="curve"><h3>${esc(p.title)}</h3>${lineChart(series, {W: 360, H: 180, colourOf, strong, xName})}${legend(ids, colourOf, strong)}</div>`;
   }
-  set("curves", h);
+  set("curves", h || empty("every panel holds one value throughout: see below"));
+  set("flat-curves", flats);
 }
 
 function heat(v) {  // 0 red, 0.5 light, 1 green
@@ -312,6 +371,9 @@ function renderAll(d) {
 }
 document.getElementById("pair").addEventListener("change", () => last && renderTranscripts(last.transcripts));
 for (const id of ["elo-role", "elo-smooth"]) document.getElementById(id).addEventListener("change", () => last && renderElo(last.elo));
+document.getElementById("curve-role").addEventListener("change", e => { remember("role", e.target.value); last && renderCurves(last.curves); });
+document.getElementById("curve-x").addEventListener("change", e => {
+  remember("x", e.target.value === "round" ? "" : e.target.value); last && renderCurves(last.curves); });
 
 async function poll() {
   const live = document.getElementById("live");

@@ -56,20 +56,21 @@ def request_id(chat: bool) -> str:
 
 
 async def complete(state: ServerState, chat: bool, body: SamplingFields, prompt, params: SamplingParams, want_lp: bool,
-                   is_disconnected: Disconnected) -> dict:
-    """One completion or chat completion, answered whole."""
-    player, rid = state.player_of(body.model), request_id(chat)
+                   is_disconnected: Disconnected, served: tuple[str | None, str] | None = None) -> dict:
+    """One completion or chat completion, answered whole. ``served``: ``(player, model name)`` of
+    :meth:`ServerState.resolve` (default: ``body.model``'s, without a session)."""
+    (player, model), rid = served or state.resolve(body.model, None), request_id(chat)
     fut = await run_in_threadpool(submit, state, prompt, player, params, None, rid)
     c = (await settle(state.engine, is_disconnected, [fut], [rid]))[0].result()
     ch = completion_choice(chat, c, state.engine.tokenizer.decode, want_lp, body.return_token_ids)
-    return envelope(chat, rid, body.model or state.engine.name, [ch], **summary(c))
+    return envelope(chat, rid, model, [ch], **summary(c))
 
 
 async def open_stream(state: ServerState, chat: bool, body: SamplingFields, prompt, params: SamplingParams,
-                      want_lp: bool) -> AsyncIterator[str]:
+                      want_lp: bool, served: tuple[str | None, str] | None = None) -> AsyncIterator[str]:
     """Submit a streamed request (errors before the first token are still HTTP errors) and return
-    its server-sent events, ending in ``data: [DONE]``."""
-    player, rid, model = state.player_of(body.model), request_id(chat), body.model or state.engine.name
+    its server-sent events, ending in ``data: [DONE]``. ``served``: as :func:`complete`'s."""
+    (player, model), rid = served or state.resolve(body.model, None), request_id(chat)
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
     fut = await run_in_threadpool(
@@ -121,16 +122,21 @@ def chat_prompt(state: ServerState, messages: list[Message]) -> list[int]:
         raise APIError(400, f"cannot apply the chat template: {exc}", "messages") from None
 
 
-async def complete_batch(state: ServerState, body: BatchCompletionRequest, is_disconnected: Disconnected) -> dict:
+async def complete_batch(state: ServerState, body: BatchCompletionRequest, is_disconnected: Disconnected,
+                         resolve: Callable[[str | None, str | None], tuple[str | None, str]] | None = None) -> dict:
     """Several completions admitted together, in order (see ``POST /v1/batch/completions``). An
     invalid request refuses the whole batch before any runs; one that fails in the engine
-    answers its error in its place."""
-    items, group = [], f"batch-{uuid.uuid4().hex}"  # the whole batch is one group of the fair queue
-    for i, item in enumerate(body.requests):
-        prompt, params = batch_item_input(item, f"requests[{i}]", state.max_tokens, state.check_fits)
-        player = state.player_of(item.model)
+    answers its error in its place. ``resolve(model, user)``: each request's ``(player, model
+    name)`` (default: :meth:`ServerState.resolve` without the request's session header)."""
+    resolve = resolve or (lambda model, user: state.resolve(model, user))
+    items, names, group = [], [], f"batch-{uuid.uuid4().hex}"  # the whole batch is one group of the fair queue
+    checked = [batch_item_input(item, f"requests[{i}]", state.max_tokens, state.check_fits)
+               for i, item in enumerate(body.requests)]
+    check_batch_tokens([params for _, params in checked], state.max_batch_tokens)
+    for item, (prompt, params) in zip(body.requests, checked):
+        player, name = resolve(item.model, item.user)
+        names.append(name)
         items.append((prompt, player, params, None, f"cmpl-{uuid.uuid4().hex}", state.max_queue_s, group))
-    check_batch_tokens([it[2] for it in items], state.max_batch_tokens)
     for it in items:
         state.touch(it[1])
     try:
@@ -139,12 +145,12 @@ async def complete_batch(state: ServerState, body: BatchCompletionRequest, is_di
         raise APIError(400, f"a request of the batch: {exc}", "requests") from None
     rids = [it[4] for it in items]
     data = []
-    for item, rid, w in zip(body.requests, rids, await settle(state.engine, is_disconnected, futs, rids)):
+    for item, name, rid, w in zip(body.requests, names, rids, await settle(state.engine, is_disconnected, futs, rids)):
         if w.exception() is not None:
             data.append(failure_body(w.exception()))
             continue
         c = w.result()
         ch = completion_choice(False, c, state.engine.tokenizer.decode, item.logprobs is not None,
                                item.return_token_ids)
-        data.append(envelope(False, rid, item.model or state.engine.name, [ch], **summary(c)))
+        data.append(envelope(False, rid, name, [ch], **summary(c)))
     return {"object": "list", "data": data}

@@ -11,17 +11,29 @@ from starlette.concurrency import run_in_threadpool
 from autocurricula.serve.generation import chat_prompt, complete, complete_batch, open_stream
 from autocurricula.serve.request_models import BatchCompletionRequest, ChatRequest, CompletionRequest, SamplingFields
 from autocurricula.serve.responses import models_body
+from autocurricula.serve.sessions import ADAPTER_HEADER, SESSION_HEADER, session_key
 from autocurricula.serve.state import ServerState, StateDep
 from autocurricula.serve.validation import chat_max_tokens, check_chat, completion_input, sampling_params
+
+
+def resolve(state: ServerState, request: Request, model: str | None, user: str | None) -> tuple[str | None, str]:
+    """``(player, model name)`` of a request: a mixture's player is the one its conversation drew
+    (the ``X-Session-Id`` header, else ``user``, names the conversation; :mod:`.sessions`)."""
+    return state.resolve(model, session_key(request.headers.get(SESSION_HEADER), user), request)
 
 
 async def respond(state: ServerState, chat: bool, request: Request, body: SamplingFields, prompt, max_tokens: int,
                   want_lp: bool):
     params = sampling_params(body, max_tokens, state.max_tokens)
+    served = resolve(state, request, body.model, body.user)
+    # a mixture's request says which of its adapters served it; other names need no saying (and the
+    # base model's name, a path, may not fit a header)
+    said = {ADAPTER_HEADER: served[1]} if body.model in state.mixtures else {}
     if body.stream:
-        events = await open_stream(state, chat, body, prompt, params, want_lp)
-        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    return JSONResponse(await complete(state, chat, body, prompt, params, want_lp, request.is_disconnected))
+        events = await open_stream(state, chat, body, prompt, params, want_lp, served)
+        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", **said})
+    return JSONResponse(await complete(state, chat, body, prompt, params, want_lp, request.is_disconnected, served),
+                        headers=said)
 
 
 async def completions(body: CompletionRequest, request: Request, state: StateDep):
@@ -37,8 +49,10 @@ async def batch_completions(body: BatchCompletionRequest, request: Request, stat
     ``text_completion`` per request, in order, or ``{"error": {...}}`` for one that failed in
     the engine. A request that is invalid, or names an unknown player, refuses the whole batch
     (400 / 404; the fields checked here name ``requests[i]``, the engine's checks of prompt
-    length and token ids name the problem), and none of it runs."""
-    return await complete_batch(state, body, request.is_disconnected)
+    length and token ids name the problem), and none of it runs. A request naming a mixture is
+    served by its conversation's player (``user``, or the ``X-Session-Id`` header for them all)."""
+    return await complete_batch(state, body, request.is_disconnected,
+                                lambda model, user: resolve(state, request, model, user))
 
 
 async def chat_completions(body: ChatRequest, request: Request, state: StateDep):
@@ -50,9 +64,10 @@ async def chat_completions(body: ChatRequest, request: Request, state: StateDep)
 
 
 async def models(state: StateDep):
-    """The base model and every loaded player (LoRA), in OpenAI list format."""
+    """The base model, every loaded player (LoRA) and every mixture, in OpenAI list format."""
     engine = state.engine
-    return models_body(engine.name, engine.players(), state.folders, engine.max_context)
+    return models_body(engine.name, engine.players(), state.folders, engine.max_context,
+                       {name: (m.folder, m.weights()) for name, m in state.mixtures.items()})
 
 
 # (method, path, handler), in the order the app matches them

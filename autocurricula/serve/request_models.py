@@ -92,3 +92,8 @@ class ChatRequest(SamplingFields):
 class LoraRequest(StrictModel):
     lora_name: Text
     lora_path: Text | None = None  # required by load_lora_adapter
+
+
+class MixtureRequest(StrictModel):
+    mixture_name: Text
+    mixture_path: Text | None = None  # required by load_mixture

@@ -81,9 +81,14 @@ def sse(obj) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
-def models_body(base: str, players: list[str], folders: dict[str, str], max_context: int) -> dict:
-    """``GET /v1/models``: the base model, then every loaded player (LoRA) as its child."""
+def models_body(base: str, players: list[str], folders: dict[str, str], max_context: int,
+                mixtures: dict[str, tuple[str, dict[str, float]]] | None = None) -> dict:
+    """``GET /v1/models``: the base model, then every loaded player (LoRA) as its child, then every
+    mixture (``{name: (folder, {player: weight})}``) with its players' weights in ``mixture``."""
     cards = [(base, base, None)] + [(n, folders.get(n, n), base) for n in players]
-    return {"object": "list", "data": [
-        {"id": name, "object": "model", "created": int(time.time()), "owned_by": "autocurricula", "root": root,
-         "parent": parent, "max_model_len": max_context} for name, root, parent in cards]}
+    data = [{"id": name, "object": "model", "created": int(time.time()), "owned_by": "autocurricula", "root": root,
+             "parent": parent, "max_model_len": max_context} for name, root, parent in cards]
+    data += [{"id": name, "object": "model", "created": int(time.time()), "owned_by": "autocurricula", "root": folder,
+              "parent": base, "max_model_len": max_context, "mixture": weights}
+             for name, (folder, weights) in (mixtures or {}).items()]
+    return {"object": "list", "data": data}

@@ -1,6 +1,7 @@
 """OpenAI/vLLM-compatible HTTP server over one :class:`~autocurricula.engine.Engine`; routes, input
 rules and limits are in docs/server.md. The request's ``model`` names the player (a LoRA adapter, as
-in vLLM). Beyond docs/server.md: ``load_lora_adapter`` on a loaded name hot-swaps it (vLLM refuses);
+in vLLM), or a mixture, which serves each conversation by one of its adapters (docs/deploy.md).
+Beyond docs/server.md: ``load_lora_adapter`` on a loaded name hot-swaps it (vLLM refuses);
 ``PUT /v1/adapters/{name}`` takes ``?scale=``; ``/health``'s ``instance`` changes on restart; errors
 are OpenAI-style ``{"error": {"message", "type", "param", "code"}}``. ``adapter_version`` is the
 version that produced the last token (null: base model); ``version_spans`` ``[[start, end,
@@ -10,8 +11,9 @@ version], ...]`` shows mid-completion hot swaps. A stream's chunks carry their t
 
 This module assembles the app; the pieces live beside it: :mod:`.state` (what the routes share),
 :mod:`.request_models` and :mod:`.validation` (what a request may say), :mod:`.generation` and
-:mod:`.adapter_store` / :mod:`.adapter_upload` (the work), :mod:`.responses` and :mod:`.errors`
-(the answers), the ``*_routes`` modules (thin handlers) and :mod:`.middleware`.
+:mod:`.adapter_store` / :mod:`.adapter_upload` (the work), :mod:`.sessions` and
+:mod:`.mixture_store` (mixtures served as models, one adapter per conversation), :mod:`.responses`
+and :mod:`.errors` (the answers), the ``*_routes`` modules (thin handlers) and :mod:`.middleware`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from autocurricula.serve import adapter_routes, generation_routes, operation_rou
 from autocurricula.serve.adapter_store import preload
 from autocurricula.serve.errors import add_error_handlers
 from autocurricula.serve.http_limits import header_timeout_protocol
+from autocurricula.serve.mixture_store import preload_mixtures
 from autocurricula.serve.middleware import AuthMiddleware, BodyLimit, is_adapter_upload
 from autocurricula.serve.request_models import MAX_CHAT_MESSAGES
 from autocurricula.serve.state import ServerState, check_limits
@@ -59,7 +62,9 @@ def create_app(engine: Engine, *, api_key: str | Sequence[str] | None = None,
                max_cpu_adapters: int | None = 256, max_cpu_adapter_bytes: int | None = None,
                max_concurrent_uploads: int = 2,
                max_batch_tokens: int | None = None, max_queue_s: float | None = 120.0,
-               max_chat_messages: int = 1024, body_timeout_s: float = 60.0) -> FastAPI:
+               max_chat_messages: int = 1024, body_timeout_s: float = 60.0,
+               mixtures: dict[str, str] | None = None, max_mixture_sessions: int = 100_000,
+               mixture_seed: int | None = None) -> FastAPI:
     """Build the FastAPI app serving ``engine``.
 
     ``api_key``: require ``Authorization: Bearer <key>`` everywhere but ``/health``; several keys
@@ -67,6 +72,10 @@ def create_app(engine: Engine, *, api_key: str | Sequence[str] | None = None,
     ``adapter_root``: the only folder ``/v1/load_lora_adapter`` may read from (None: disabled), and
     where idle adapters beyond ``max_cpu_adapters`` spill (``.spilled/``, removed with the app).
     ``adapters``: ``{name: folder}`` loaded first (not limited to ``adapter_root``).
+    ``mixtures``: ``{name: folder}`` of mixtures (``trainer.export_mixture``) served as models ``name``,
+    each conversation drawing one adapter (not limited to ``adapter_root``; docs/deploy.md);
+    ``max_mixture_sessions`` conversations keep their draw (least recently used forgotten first);
+    ``mixture_seed``: seed of the draws (None: fresh).
     ``fingerprint``: the base model's (default: computed from the engine when first asked).
     The ``max_*`` limits and ``body_timeout_s`` are docs/server.md's Limits table (None: no limit).
     Raises ``ValueError`` for a limit out of range.
@@ -74,7 +83,8 @@ def create_app(engine: Engine, *, api_key: str | Sequence[str] | None = None,
     check_limits(dict(max_upload_bytes=max_upload_bytes, max_request_bytes=max_request_bytes,
                       max_lora_rank=max_lora_rank, max_cpu_adapters=max_cpu_adapters,
                       max_cpu_adapter_bytes=max_cpu_adapter_bytes, max_concurrent_uploads=max_concurrent_uploads,
-                      max_batch_tokens=max_batch_tokens, max_chat_messages=max_chat_messages),
+                      max_batch_tokens=max_batch_tokens, max_chat_messages=max_chat_messages,
+                      max_mixture_sessions=max_mixture_sessions),
                  dict(max_queue_s=max_queue_s, body_timeout_s=body_timeout_s),
                  optional=("max_lora_rank", "max_cpu_adapters", "max_cpu_adapter_bytes", "max_batch_tokens",
                            "max_queue_s"))
@@ -89,8 +99,10 @@ def create_app(engine: Engine, *, api_key: str | Sequence[str] | None = None,
         max_concurrent_uploads=max_concurrent_uploads, max_queue_s=max_queue_s, max_chat_messages=max_chat_messages,
         body_timeout_s=body_timeout_s, adapter_root=root,
         spill_dir=os.path.join(root, ".spilled", uuid.uuid4().hex[:12]) if root else None,  # this server's alone
-        fingerprint=fingerprint or None, keyed=bool(api_key))
+        fingerprint=fingerprint or None, keyed=bool(api_key), max_mixture_sessions=max_mixture_sessions,
+        mixture_seed=mixture_seed)
     preload(state, adapters or {})
+    preload_mixtures(state, mixtures or {}, preloaded=len(adapters or {}))
 
     app = FastAPI(title="autocurricula", version=__version__, lifespan=_remove_spill_folder)
     app.state.server, app.state.spill_dir = state, state.spill_dir
@@ -109,7 +121,8 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
           served_model_name: str | None = None, max_batch: int = 64, max_request_bytes: int = 8 << 20,
           max_upload_bytes: int = 2 << 30, max_lora_rank: int | None = 64,
           timeout_keep_alive: float = 75.0, keep_quantized: bool = False,
-          adapters: dict[str, str] | None = None, prefix_cache_mb: float = 64.0, threads: int | None = None,
+          adapters: dict[str, str] | None = None, mixtures: dict[str, str] | None = None,
+          prefix_cache_mb: float = 64.0, threads: int | None = None,
           header_timeout_s: float = 30.0, max_connections: int = 512, preempt_after_steps: int | None = 16,
           **limits) -> None:
     """Load ``model`` (Hub id or folder) into an :class:`Engine` and serve it with uvicorn until stopped.
@@ -138,7 +151,8 @@ def serve(model, host: str = "127.0.0.1", port: int = 8000, api_key: str | None 
         print_ = fingerprint_folder(model) if isinstance(model, (str, os.PathLike)) else None
         app = create_app(engine, api_key=api_key, adapter_root=adapter_root, max_tokens_limit=max_tokens_limit,
                          max_request_bytes=max_request_bytes, max_upload_bytes=max_upload_bytes,
-                         max_lora_rank=max_lora_rank, adapters=adapters, fingerprint=print_, **limits)
+                         max_lora_rank=max_lora_rank, adapters=adapters, mixtures=mixtures, fingerprint=print_,
+                         **limits)
         uvicorn.run(app, host=host, port=port, timeout_keep_alive=timeout_keep_alive,
                     http=header_timeout_protocol(header_timeout_s), limit_concurrency=max_connections)
     finally:

@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import itertools
 import math
+import random
 import uuid
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -16,6 +17,7 @@ from fastapi import Depends, Request
 
 from autocurricula.engine.adapters import MAX_HEADER_BYTES, MAX_TENSORS
 from autocurricula.serve.http_limits import MIN_UPLOAD_RATE, UploadSlots, upload_allowance
+from autocurricula.serve.sessions import ServedMixture, SessionTable
 from autocurricula.serve.validation import check_fits, longest_token_chars
 
 
@@ -62,11 +64,16 @@ class ServerState:
     folders: dict[str, str] = field(default_factory=dict)  # player -> folder it was loaded from (/v1/models)
     token_chars: int | None = None  # longest token of the vocabulary, in characters (computed once)
     keyed: bool = False  # the server checks API keys: upload slots go by key, not by address
+    max_mixture_sessions: int = 100_000  # conversations whose drawn adapter is remembered (LRU beyond)
+    mixture_seed: int | None = None  # seed of the mixtures' draws (None: fresh at each start)
+    mixtures: dict[str, ServedMixture] = field(default_factory=dict)  # model name -> mixture
 
     def __post_init__(self):
         self.ticks = itertools.count()
         self.upload_slots = UploadSlots(self.max_concurrent_uploads, UPLOAD_CEILING * self.max_concurrent_uploads)
         self.install_lock = asyncio.Lock()  # the adapter count is checked and raised in one step
+        self.sessions = SessionTable(self.max_mixture_sessions)
+        self.mixture_rng = random.Random(self.mixture_seed)
 
     def client_of(self, request: Request) -> str:
         """Who sent ``request``, for the upload slots: a digest of its API key when the server
@@ -83,6 +90,22 @@ class ServerState:
     def player_of(self, model: str | None) -> str | None:
         """The player a request's ``model`` names: None for the base model (by name or omitted)."""
         return None if model in (None, self.engine.name) else model
+
+    def resolve(self, model: str | None, session: str | None, request: Request | None = None) -> tuple[str | None, str]:
+        """``(player, name)`` of a request's ``model``: a mixture's player drawn for conversation
+        ``session`` (kept for its later turns; :mod:`.sessions`) and that player's name, or
+        :meth:`player_of` and ``model`` (the base model's name when omitted). Sessions are the
+        client's own when the server checks API keys (``request``: whose)."""
+        mixture = self.mixtures.get(model) if model is not None else None
+        if mixture is None:
+            return self.player_of(model), model or self.engine.name
+        scope = self.client_of(request) if self.keyed and request is not None else ""
+        player = self.sessions.player(mixture, session, self.mixture_rng, scope)
+        return player, player
+
+    def mixture_of(self, player: str) -> str | None:
+        """The mixture whose adapter ``player`` is, if any."""
+        return next((m.name for m in self.mixtures.values() if player in m.players.values()), None)
 
     def forget(self, name: str) -> None:
         """Drop a removed player's bookkeeping."""
@@ -105,7 +128,8 @@ class ServerState:
                 "max_total_uploads": self.upload_slots.total, "max_queue_s": self.max_queue_s,
                 "max_chat_messages": self.max_chat_messages, "body_timeout_s": self.body_timeout_s,
                 "upload_allowance_s": upload_allowance(self.body_timeout_s), "min_upload_bytes_per_s": MIN_UPLOAD_RATE,
-                "preempt_after_steps": self.engine.config.preempt_after_steps}
+                "preempt_after_steps": self.engine.config.preempt_after_steps,
+                "max_mixture_sessions": self.max_mixture_sessions}
 
 
 def state_of(request: Request) -> ServerState:

@@ -151,21 +151,24 @@ def check_fits(text: str, param: str, context: int, token_chars: int, encode: Ca
 
 
 # ---------------------------------------------------------------- adapter requests
-def lora_folder(root: str | None, lora_path: str | None) -> str:
-    """The folder ``load_lora_adapter`` reads: ``lora_path`` resolved inside the adapter root."""
+def lora_folder(root: str | None, lora_path: str | None, param: str = "lora_path") -> str:
+    """The folder ``load_lora_adapter`` (or ``load_mixture``: ``param`` names the field) reads:
+    ``lora_path`` resolved inside the adapter root."""
+    what = "a mixture folder" if param == "mixture_path" else "an adapter folder"
     if root is None:
         raise APIError(403, "loading adapters from server paths is disabled; start the server with "
-                            "--adapter-root DIR (or upload the weights with PUT /v1/adapters/{name})", "lora_path")
+                            "--adapter-root DIR (or upload the weights with PUT /v1/adapters/{name}, or serve a "
+                            "mixture with --mixture NAME=FOLDER)", param)
     if not lora_path:
-        raise APIError(400, "lora_path is required: the adapter folder, relative to the adapter root", "lora_path")
+        raise APIError(400, f"{param} is required: {what}, relative to the adapter root", param)
     if "\x00" in lora_path:
-        raise APIError(400, "lora_path contains a NUL character", "lora_path")
+        raise APIError(400, f"{param} contains a NUL character", param)
     path = os.path.realpath(os.path.join(root, lora_path))
     if os.path.commonpath([root, path]) != root:
-        raise APIError(403, f"lora_path {lora_path!r} is outside the server's adapter root; "
-                            "put the adapter folder inside --adapter-root", "lora_path")
+        raise APIError(403, f"{param} {lora_path!r} is outside the server's adapter root; "
+                            f"put {what} inside --adapter-root", param)
     if not os.path.isdir(path):
-        raise APIError(400, f"lora_path {lora_path!r} is not a folder inside the adapter root", "lora_path")
+        raise APIError(400, f"{param} {lora_path!r} is not a folder inside the adapter root", param)
     return path
 
 
