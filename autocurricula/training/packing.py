@@ -10,6 +10,10 @@ activations and ``budget * w`` attention scores per head. A tree of ``n`` tokens
 ``n * n``. So a tree is cut at ``cap = max(w, min(budget, sqrt(budget * w)))`` tokens (``w`` the
 step's longest row), and a micro-batch of trees padded to ``n`` holds at most ``budget`` tokens and
 ``budget * w`` scores: never more than the per-row packing of the same rows would.
+
+Time. A tree's ancestor mask is dense, so a tree of ``n`` tokens computes ``n * n`` scores however
+few pairs it keeps. :func:`tree_chunks` cuts each player's rows where the scores would cost more than
+the shared tokens save (``pair_cost``: one score's work in tokens, from the engine's model).
 """
 
 from __future__ import annotations
