@@ -699,7 +699,7 @@ UPDATE_WORKLOADS = {"tictactoe": 64, "negotiation": 32}  # bench train's round w
 
 
 def run_update_workload(workload: str, shape: str = "bench", quick: bool = False, reps: int | None = None,
-                        timeout: float = 900.0, torch_device: str = "auto") -> dict:
+                        timeout: float = 900.0, torch_device: str = "auto", torch_threads: int | None = None) -> dict:
     """The update sides only, on one round of real games (``bench train``'s ``workload``, played on
     the shape's model): our default (tree-packed) update against torch + peft computing each row
     on its own, the same dapo loss and AdamW, interleaved; with the first step's agreement."""
@@ -716,6 +716,7 @@ def run_update_workload(workload: str, shape: str = "bench", quick: bool = False
     try:
         learners = LEARNERS
         spec = build_spec(work, model, len(learners), len(learners), rounds=1, torch_device=torch_device)
+        spec["torch_threads"] = torch_threads
         engine = Engine(str(model), config=EngineConfig(max_slots=8, initial_rank=8))
         try:
             lora = LoraSpec(r=8, lora_alpha=16)
@@ -742,6 +743,7 @@ def run_update_workload(workload: str, shape: str = "bench", quick: bool = False
                                               != "cpu" else "cpu"])
     agreement["torch_peft"] = agreement.pop("theirs")
     return {**_describe(shape, model, spec), "workload": workload, "turns": len(turns), "repetitions": reps,
+            "torch_threads": torch_threads or os.cpu_count(),
             "row_tokens": counts["row_tokens"], "tree_tokens": counts["tree_tokens"],
             "update_vs_torch_peft": summary([a / b for a, b in zip(rate["update"], rate["torch_peft_update"])]),
             "seconds_each": {s: summary([r["seconds"] for r in runs[s]]) for s in runs}, "update_loss": agreement,
@@ -754,7 +756,7 @@ def format_update_workload(r: dict) -> str:
     return "\n".join([
         f"bench peers --workload {r['workload']} (shape {r['shape']}): one round's update, {r['turns']} turns, "
         f"{r['row_tokens']} row tokens ({r['tree_tokens']} in the learners' prefix tries)",
-        f"cores {r['cpu_count']}, load {r['load']}",
+        f"cores {r['cpu_count']}, torch threads {r['torch_threads']}, load {r['load']}",
         f"update / torch + peft (tokens/s, {r['repetitions']} interleaved rounds): median {s['median']} "
         f"(min {s['min']}, max {s['max']})",
         f"seconds per step: {json.dumps(r['seconds_each'])}",
@@ -955,7 +957,8 @@ def main(args) -> None:
     pythons = {"vllm": getattr(args, "vllm_python", None), "mlx_lm_lora": getattr(args, "mlx_lm_lora_python", None)}
     if getattr(args, "workload", None) in UPDATE_WORKLOADS:
         r = run_update_workload(args.workload, shape=args.shape, quick=args.quick,
-                                torch_device=getattr(args, "torch_device", "auto"))
+                                torch_device=getattr(args, "torch_device", "auto"),
+                                torch_threads=getattr(args, "torch_threads", None))
         print(json.dumps(r) if args.json else format_update_workload(r))
         if not r["update_loss"]["agree"]:
             sys.exit("bench peers: the torch and MLX updates disagree; the figures are not comparable")

@@ -258,6 +258,8 @@ def grpo_step(model, rows: dict, optims: dict, params: dict, cfg: dict) -> dict:
 def setup_torch_peft_update(spec: dict):
     torch = _torch()
     device = _device(spec)
+    if spec.get("torch_threads"):  # fewer threads than cores: fair on a shared machine (docs/benchmarks.md)
+        torch.set_num_threads(spec["torch_threads"])
     model = peft_model(spec, trainable=True, device=device)
     cfg, names = spec["grpo"], spec["player_names"]
     turns = json.loads(Path(spec["turns"]).read_text())
