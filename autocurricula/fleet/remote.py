@@ -53,14 +53,14 @@ class HttpWorker:
         self.offset: dict[str, int] = {}
 
     async def ready(self) -> dict:
-        fp = await _down_on_failure(self.probe.fingerprint())
+        fp = await down_on_failure(self.probe.fingerprint())
         return {"instance": fp.get("instance"), "fingerprint": fp}
 
     async def holding(self, names: list[str]) -> dict[str, int]:
         out = {}
         for name in names:
             try:
-                info = await _down_on_failure(self.client.adapter_info(name))
+                info = await down_on_failure(self.client.adapter_info(name))
             except NotFoundError:
                 continue
             out[name] = info["version"] - self.offset.get(name, 0)
@@ -72,15 +72,15 @@ class HttpWorker:
     async def load(self, name: str, payload: bytes, version: int) -> None:
         off = self.offset.get(name, 0)
         try:
-            await _down_on_failure(self.client.upload_adapter(name, payload, version=version + off))
+            await down_on_failure(self.client.upload_adapter(name, payload, version=version + off))
         except ConflictError:
             try:
-                now = (await _down_on_failure(self.client.adapter_info(name)))["version"]
+                now = (await down_on_failure(self.client.adapter_info(name)))["version"]
             except NotFoundError:
                 now = None
             if now != version + off:  # not a lost answer: the name was used before there
                 self._reconcile(name, now, version)
-                there = (await _down_on_failure(self.client.upload_adapter(name, payload)))["version"]
+                there = (await down_on_failure(self.client.upload_adapter(name, payload)))["version"]
                 self.offset[name] = there - version
                 log.warning("server %s held player %r at version %s from an earlier run: adopted its numbering "
                             "(version %d there is %d here; completions report this trainer's versions)",
@@ -98,13 +98,13 @@ class HttpWorker:
 
     async def unload(self, name: str) -> None:
         try:
-            await _down_on_failure(self.client.unload_adapter(name))
+            await down_on_failure(self.client.unload_adapter(name))
         except NotFoundError:
             pass
 
     async def complete(self, ids: list[int], player: str | None, params: SamplingParams, rid: str) -> Completion:
         try:
-            body = await _down_on_failure(self.client.completions(**_fields(ids, player, params)))
+            body = await down_on_failure(self.client.completions(**_fields(ids, player, params)))
         except NotFoundError as exc:
             raise AdapterLost(f"{self.label} does not hold {player!r}") from exc
         return self._completion(body, rid, player)
@@ -112,7 +112,7 @@ class HttpWorker:
     async def complete_many(self, requests: list[tuple]) -> list:
         """One ``POST /v1/batch/completions``: the server admits them together."""
         try:
-            bodies = await _down_on_failure(self.client.batch_completions([_fields(*r[:3]) for r in requests]))
+            bodies = await down_on_failure(self.client.batch_completions([_fields(*r[:3]) for r in requests]))
         except NotFoundError as exc:
             raise AdapterLost(f"{self.label} lost an adapter") from exc
         out: list = []
@@ -125,11 +125,11 @@ class HttpWorker:
         return out
 
     async def health(self) -> dict:
-        h = await _down_on_failure(self.probe.health())
+        h = await down_on_failure(self.probe.health())
         return {**h, "ok": h.get("status") == "ok", "instance": h.get("instance")}
 
     async def occupancy(self) -> float:
-        return float((await _down_on_failure(self.probe.stats()))["occupancy"])
+        return float((await down_on_failure(self.probe.stats()))["occupancy"])
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -204,7 +204,7 @@ def _known_players(value: str) -> str:
     return value
 
 
-async def _down_on_failure(call):
+async def down_on_failure(call):
     """Await a client call; no answer (refused, reset, timed out) or 503 is the server's failure."""
     try:
         return await call

@@ -49,6 +49,7 @@ from autocurricula.engine.sampling import SamplingParams
 from autocurricula.engine.scheduler import Completion
 from autocurricula.fleet.client import AsyncClient, NotFoundError, ServerError, UnavailableError
 from autocurricula.fleet.fleet import AdapterLost, Fleet, WorkerDown
+from autocurricula.fleet.remote import down_on_failure
 
 __all__ = ["SCHEME", "AdapterFolder", "VLLMEngine", "VLLMModuleError", "VLLMRankError", "VLLMRefusal",
            "VLLMWorker", "served_name", "tokenizer_probe", "vllm_urls"]
@@ -176,12 +177,12 @@ class VLLMWorker:
         self.unloaded: list[str] = []
 
     async def ready(self) -> dict:
-        models = (await _down_on_failure(self.probe.models()))
+        models = (await down_on_failure(self.probe.models()))
         base = next((m for m in models if m.get("parent") is None), None)
         if base is None:
             raise WorkerDown(f"{self.label} lists no base model in /v1/models")
         self.base_id = base["id"]
-        instance = _start_time(await _down_on_failure(self.probe.metrics()))
+        instance = _start_time(await down_on_failure(self.probe.metrics()))
         if self.instance is not None and instance != self.instance:  # restarted: it holds none of our adapters
             held = [(name, version) for name, (version, _) in self.current.items()] + list(self.retiring.values())
             for name, version in held:
@@ -199,12 +200,12 @@ class VLLMWorker:
                     "adapter folder must be for the server), or pass check_base=False if you are sure it is the "
                     "trainer's model")
             fingerprint.update(await asyncio.to_thread(fingerprint_folder, root))
-            ids = [await _down_on_failure(self.probe.tokenize(PROBE, self.base_id, special)) for special in (False, True)]
+            ids = [await down_on_failure(self.probe.tokenize(PROBE, self.base_id, special)) for special in (False, True)]
             fingerprint["tokenizer"] = tokenizer_probe(*ids)
         return {"instance": self.instance, "fingerprint": fingerprint}
 
     async def holding(self, names: list[str]) -> dict[str, int]:
-        served = {m["id"] for m in await _down_on_failure(self.client.models())}
+        served = {m["id"] for m in await down_on_failure(self.client.models())}
         return {n: self.current[n][0] for n in names if n in self.current and self.current[n][1] in served}
 
     def pack(self, source: Any) -> AdapterWeights:
@@ -239,7 +240,7 @@ class VLLMWorker:
         if old is not None:
             await self._retire(name, *old)
         else:
-            for m in await _down_on_failure(self.client.models()):  # a player dropped while the worker was away
+            for m in await down_on_failure(self.client.models()):  # a player dropped while the worker was away
                 if m.get("parent") is not None and m["id"].rpartition("@v")[0] == name:
                     await self._unload(m["id"])
 
@@ -252,7 +253,7 @@ class VLLMWorker:
             raise AdapterLost(f"{self.label} holds no version of {player!r}")
         self.users[served] = self.users.get(served, 0) + 1
         try:
-            body = await _down_on_failure(self.client.completions(**completion_fields(ids, served, params)))
+            body = await down_on_failure(self.client.completions(**completion_fields(ids, served, params)))
         except NotFoundError as exc:
             if player is None:
                 raise
@@ -299,11 +300,11 @@ class VLLMWorker:
 
     # ------------------------------------------------------------------ internals
     async def _load(self, served: str, folder: Path) -> None:
-        await _down_on_failure(self.client.load_lora_adapter(served, str(folder)))
+        await down_on_failure(self.client.load_lora_adapter(served, str(folder)))
 
     async def _unload(self, served: str) -> None:
         try:
-            await _down_on_failure(self.client.unload_lora_adapter(served))
+            await down_on_failure(self.client.unload_lora_adapter(served))
         except NotFoundError:
             pass
         self.stats["unloads"] += 1
@@ -443,16 +444,6 @@ def _start_time(metrics: str) -> str | None:
     """The server process's start time from vLLM's Prometheus text: a restarted server has a new one."""
     m = re.search(r"^process_start_time_seconds\s+(\S+)", metrics, re.M)
     return m.group(1) if m else None
-
-
-async def _down_on_failure(call):
-    """Await a client call; no answer (refused, reset, timed out) or 503 is the server's failure."""
-    try:
-        return await call
-    except ServerError as exc:
-        if exc.status in (None, 503):
-            raise WorkerDown(exc.message) from exc
-        raise
 
 
 def _expected_fingerprint(base: Any, tokenizer: Any) -> dict:
