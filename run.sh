@@ -35,7 +35,7 @@ setup() {
   # unsafe-best-match: with several indexes (a mirror plus extra ones), take the best version from
   # any of them, as pip does, instead of only the first index that lists a package.
   "$UV" pip install -q --python "$PY" --compile-bytecode --index-strategy unsafe-best-match \
-      ${extra[@]+"${extra[@]}"} -c constraints.txt -e ".[dev,hf,hub,games]"
+      ${extra[@]+"${extra[@]}"} -c constraints.txt -e ".[dev,hf,hub,games,openspiel]"
   if [ "$(uname -s)" = "Linux" ]; then fast_blas; fi
   "$PY" -m autocurricula.cli env | grep -E '^(blas|gemm_gflops|device)'
 }

@@ -42,7 +42,13 @@ _LAZY = {
     "snapshot_spec": "autocurricula.loop.pool",
     "Player": "autocurricula.records",
     "Credit": "autocurricula.credit",
+    "GameFacts": "autocurricula.records",
+    "train": "autocurricula.leagues.default",
+    "choose": "autocurricula.leagues.default",
+    "format_warmup": "autocurricula.loop.bases",
+    "tiny_base": "autocurricula.loop.bases",
     "register_credit": "autocurricula.credit",
+    "load_mixture": "autocurricula.publish.mixture",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -8,11 +8,12 @@ traceback. ``autocurricula --debug COMMAND ...`` shows the traceback instead. Su
 - an error the project raises itself, whose message already names the problem and the fix
   (:data:`PROJECT_ERRORS`): no such model folder or Hub id, the Hub unreachable or offline
   (``ModelNotFoundError``, ``HubAccessError``), a model folder that cannot be loaded or a family
-  the engine refuses (``ModelLoadError``, ``UnsupportedModelError``), a bad adapter
-  (``AdapterError``, ``BaseModelMismatchError``), a broken checkpoint (``CheckpointError``), a game
-  that keeps failing (``GameError``), a server that refuses or cannot be reached (``ServerError``),
-  and the CLI's own :class:`UsageError` (settings or arguments that fail validation:
-  the league config, ``grpo:`` and ``lora:`` sections, a YAML file that does not parse);
+  the engine refuses (``ModelLoadError``, ``UnsupportedModelError``), a bad adapter or mixture
+  folder (``AdapterError``, its ``MixtureError``, ``BaseModelMismatchError``), a broken checkpoint
+  (``CheckpointError``), a game that keeps failing (``GameError``), a server that refuses or cannot
+  be reached (``ServerError``), and the CLI's own :class:`UsageError` (settings or arguments that
+  fail validation: the league config, ``grpo:`` and ``lora:`` sections, a YAML file that does not
+  parse);
 - anything raised while a model folder is read (mlx-lm's loader or the engine's): explained by
   :func:`autocurricula.publish.check_model.explain_load_error` (no config.json, weights that do not
   match the config, a missing config key, no tokenizer...);
@@ -123,17 +124,30 @@ def _tiny(args) -> None:
     print(path)
 
 
-def _adapter_args(items: list[str] | None) -> dict[str, str]:
-    """``--adapter name=folder`` (repeatable) as ``{name: folder}``."""
+def _adapter_args(items: list[str] | None, flag: str = "--adapter",
+                  what: str = "a peft or mlx-lm adapter folder") -> dict[str, str]:
+    """``--adapter name=folder`` (repeatable; or ``flag``, whose folder is ``what``) as ``{name: folder}``."""
     out = {}
     for item in items or []:
         name, sep, folder = item.partition("=")
         if not sep or not name or not folder:
-            raise SystemExit(f"autocurricula serve: --adapter {item!r}: write it as NAME=FOLDER (a peft or mlx-lm "
-                             "adapter folder)")
+            raise SystemExit(f"autocurricula serve: {flag} {item!r}: write it as NAME=FOLDER ({what})")
         if name in out:
-            raise SystemExit(f"autocurricula serve: --adapter {name} is given twice")
+            raise SystemExit(f"autocurricula serve: {flag} {name} is given twice")
         out[name] = folder
+    return out
+
+
+def _mixture_args(items: list[str] | None, adapters: dict[str, str]) -> dict[str, str]:
+    """``--mixture name=folder`` (repeatable) as ``{name: folder}``, each folder checked now (before
+    the model loads): a MixtureError names what is wrong and the fix."""
+    from autocurricula.publish.mixture import read_mixture  # mlx (the adapter checks)
+
+    out = _adapter_args(items, "--mixture", "a folder trainer.export_mixture wrote")
+    for name, folder in out.items():
+        if name in adapters:
+            raise UsageError(f"--mixture {name} and --adapter {name}: one name for two models; rename one")
+        read_mixture(folder)
     return out
 
 
@@ -154,12 +168,15 @@ def _check_loadable(model, *, fetch: bool) -> None:
 def _serve(args) -> None:
     from autocurricula.serve.server import serve  # fastapi, uvicorn, mlx
 
+    adapters = _adapter_args(args.adapter)
+    mixtures = _mixture_args(args.mixture, adapters)
     _check_loadable(args.model, fetch=True)
     serve(args.model, host=args.host, port=args.port, api_key=args.api_key, max_slots=args.max_slots,
           adapter_root=args.adapter_root, served_model_name=args.served_model_name, max_batch=args.max_batch,
           max_request_bytes=args.max_request_bytes, max_upload_bytes=args.max_upload_bytes,
           max_lora_rank=args.max_lora_rank or None, timeout_keep_alive=args.timeout_keep_alive,
-          keep_quantized=args.keep_quantized, adapters=_adapter_args(args.adapter),
+          keep_quantized=args.keep_quantized, adapters=adapters, mixtures=mixtures,
+          max_mixture_sessions=args.max_mixture_sessions, mixture_seed=args.mixture_seed,
           prefix_cache_mb=args.prefix_cache_mb, threads=args.threads, header_timeout_s=args.header_timeout,
           max_connections=args.max_connections, body_timeout_s=args.body_timeout,
           max_cpu_adapters=args.max_cpu_adapters or None, max_cpu_adapter_bytes=args.max_cpu_adapter_bytes,
@@ -268,7 +285,8 @@ def _check_model(args) -> None:
         raise SystemExit(1)
 
 
-BENCH_WORKLOADS = {"peers": ("single", "multiturn"), "train": ("tictactoe", "kuhn", "negotiation", "dataset")}
+BENCH_WORKLOADS = {"peers": ("single", "multiturn", "tictactoe", "negotiation"),
+                   "train": ("tictactoe", "kuhn", "negotiation", "dataset")}
 
 
 def _bench(args) -> None:
@@ -284,6 +302,8 @@ def _bench(args) -> None:
         from autocurricula.bench.league import main  # mlx
     elif args.what == "round":
         from autocurricula.bench.round import main  # mlx, torch
+    elif args.what == "learn":
+        from autocurricula.bench.learn import main  # mlx, open_spiel
     else:
         from autocurricula.bench.train import main  # mlx
     main(args)
@@ -292,7 +312,7 @@ def _bench(args) -> None:
 def _check_bench(parser: argparse.ArgumentParser, args) -> None:
     """What argparse cannot see flag by flag: the engine bench's model against this machine's memory
     (``parser.error``: exit status 2, the flags named, no traceback)."""
-    problem = bench_args.memory_problem(args)
+    problem = bench_args.memory_problem(args) or bench_args.games_problem(args)
     if problem:
         parser.error(problem)
 
@@ -312,6 +332,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--adapter-root", default=None, help="folder that /v1/load_lora_adapter paths must lie under")
     s.add_argument("--adapter", action="append", default=None, metavar="NAME=FOLDER",
                    help="load a player's adapter (peft or mlx-lm folder) before serving; repeatable")
+    s.add_argument("--mixture", action="append", default=None, metavar="NAME=FOLDER",
+                   help="serve a league's mixture (the folder trainer.export_mixture wrote) as model NAME: each new "
+                        "conversation draws one adapter by the weights in mixture.json and keeps it (session key: "
+                        "the X-Session-Id header, else the request's user field); repeatable (default: none; "
+                        "docs/deploy.md)")
+    s.add_argument("--max-mixture-sessions", type=int, default=100_000,
+                   help="conversations whose drawn adapter the server remembers; beyond it the least recently used "
+                        "is forgotten and draws again on its next turn (default 100000)")
+    s.add_argument("--mixture-seed", type=int, default=None,
+                   help="seed of the mixtures' draws, for reproducible evaluations (default: a fresh one each start)")
     s.add_argument("--served-model-name", default=None, help="the base model's name in the API (default: --model)")
     s.add_argument("--max-batch", type=int, default=64, help="rows decoded together in one step")
     s.add_argument("--threads", type=int, default=None,
@@ -395,8 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="checkpoints, metrics, match history and plots (default: the config's, autocurricula-output)")
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
     tr.add_argument("--server", action="append", default=None, metavar="URL",
-                    help="play the games on this running `autocurricula serve` (same base model); repeatable. "
-                         "Updates run here and each changed adapter is pushed to the servers")
+                    help="play the games on this running `autocurricula serve` (same base model), or on a vLLM "
+                         "server named vllm+http://host:port (docs/cluster.md); repeatable. Updates run here and "
+                         "each changed adapter is pushed to the servers")
     tr.add_argument("--api-key", default=None, help="the servers' --api-key")
     tr.add_argument("--ray-actors", dest="ray_actors", type=int, default=0, metavar="N",
                     help="play the games on N Ray rollout actors (pip install 'autocurricula[ray]'; joins the "
@@ -432,11 +463,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_check_model)
 
     b = sub.add_parser("bench", help="benchmarks (ratios measured side by side)")
-    b.add_argument("what", choices=["engine", "train", "peers", "league", "round"],
+    b.add_argument("what", choices=["engine", "train", "peers", "league", "round", "learn"],
                    help="engine: multi-LoRA batch vs base batch; train: fused update vs single updates (and "
                         "--workload token counts); peers: against vLLM, transformers+peft and mlx-lm; league: "
                         "overlapping rounds vs serial; round: a whole round vs the assembled peers "
-                        "(docs/benchmarks.md)")
+                        "(docs/benchmarks.md); learn: the default configuration (autocurricula.train) on 20 random "
+                        "matrix games and four OpenSpiel games, scored by exact exploitability as played, beside "
+                        "plain self-play (docs/leagues.md)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--model", default=None, help="model id/folder instead of the tiny bench model")
     b.add_argument("--hidden", type=bench_args.count("--hidden"), default=256,
@@ -449,10 +482,42 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=bench_args.count("--repeats"), default=None,
                    help="league: runs of every setting, interleaved (default 3, 1 with --quick); round: rounds per "
                         "side (default 3 at the bench shape, 2 at qwen0.5b); figures are medians with their spread")
-    b.add_argument("--games", type=bench_args.count("--games"), default=None,
-                   help="round: games per round (default 64, the example's)")
+    b.add_argument("--games", type=bench_args.games, default=None,
+                   help="round: games per round (default 64, the example's); learn: the suite's games to run, "
+                        "comma-separated: matrix (the 20 matrix games), matrix:N (the first N), kuhn, leduc, goofspiel, "
+                        "liars_dice, or any two-player OpenSpiel game string (default: matrix,kuhn,leduc,goofspiel,"
+                        "liars_dice)")
+    b.add_argument("--seeds", type=bench_args.count("--seeds"), nargs="+", default=[0],
+                   help="learn: the seeds to run, each with its own tiny base model (default: 0)")
+    b.add_argument("--budget", choices=["smoke", "short", "full"], default="short",
+                   help="learn: smoke (1 round of 4 games, a 32-wide 1-layer model, 10 warm-up steps: a check of "
+                        "the machinery, under 2 minutes for two games), short (2 epochs x 4 rounds of 32 games, "
+                        "100 warm-up steps; the default) or full (the default configuration's own: 12 x 8 rounds of "
+                        "128 games, 200 warm-up steps)")
+    b.add_argument("--epochs", type=bench_args.count("--epochs"), default=None,
+                   help="learn: epochs (default: the budget's)")
+    b.add_argument("--rounds", type=bench_args.count("--rounds"), default=None,
+                   help="learn: rounds per epoch (default: the budget's)")
+    b.add_argument("--games-per-round", dest="games_per_round", type=bench_args.count("--games-per-round"),
+                   default=None, help="learn: games a round, for the default and for plain self-play alike (default: "
+                                      "the budget's)")
+    b.add_argument("--warmup-steps", dest="warmup_steps", type=bench_args.count("--warmup-steps", low=0),
+                   default=None, help="learn: steps of the format warm-up on each game (0 = none; default: the "
+                                      "budget's)")
+    b.add_argument("--matrix-games", dest="matrix_games", type=bench_args.count("--matrix-games"), default=20,
+                   help="learn: how many random matrix games 'matrix' runs (default 20)")
+    b.add_argument("--payoff-scale", dest="payoff_scale", type=float, default=1.0,
+                   help="learn: multiply every game's payoffs by this (e.g. 100: the same suite in other units; "
+                        "figures in the scaled units, shares of the range unchanged; default 1)")
+    b.add_argument("--no-selfplay", dest="no_selfplay", action="store_true",
+                   help="learn: skip plain self-play beside the default (half the time)")
+    b.add_argument("--output", default=None, help="learn: append each game's JSON row to this file")
     b.add_argument("--torch-threads", type=bench_args.count("--torch-threads"), default=None,
-                   help="round: threads of the torch + peft update (default: every core)")
+                   help="round, and peers --workload tictactoe|negotiation: threads of the torch + peft update "
+                        "(default: every core; 1 is fair on a shared machine)")
+    b.add_argument("--rollouts", default="engine", choices=["engine", "vllm"],
+                   help="round: vllm also plays the round's games on a vLLM server (started with --vllm-python) "
+                        "with our update, beside the engine and the assembled peers (default: engine)")
     b.add_argument("--shape", default="bench", choices=["bench", "qwen0.5b"],
                    help="peers, round: the bench model (llama, hidden 256, 4 layers) or a random Qwen2.5-0.5B-shaped one")
     b.add_argument("--torch-device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
@@ -465,10 +530,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--peers-only", action="store_true", help="peers: only the vLLM and mlx-lm-lora sides")
     b.add_argument("--workload", default=None,
                    choices=["single", "multiturn", "tictactoe", "kuhn", "negotiation", "dataset"],
-                   help="peers: single (64 independent turns a round, the default) or multiturn (conversations "
+                   help="peers: single (64 independent turns a round, the default), multiturn (conversations "
                         "whose prompts grow turn by turn: engine, peft mixed and vLLM, with prefix-cache hit "
-                        "rates); train: tictactoe, kuhn, negotiation (chat) or dataset (GRPO, G = 8): one round's "
-                        "tokens per row against each learner's prefix trie (--games a round, --repeats rounds)")
+                        "rates), or tictactoe / negotiation (one round of those games: our update against torch + "
+                        "peft only); train: tictactoe, kuhn, negotiation (chat) or dataset (GRPO, G = 8): one "
+                        "round's tokens per row against each learner's prefix trie, and its update tree-packed "
+                        "and per row side by side (--games a round, --repeats rounds)")
     b.set_defaults(func=_bench, check_args=lambda args: _check_bench(b, args))
     for command in sub.choices.values():  # `autocurricula COMMAND ... --debug` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -297,3 +297,119 @@ def takes_rng(policy: Callable) -> bool:
 def call_scripted(policy: Callable, prompt: str, rng: Any = None) -> str:
     """The reply of a scripted policy: ``policy(prompt, rng)`` when it takes an rng, else ``policy(prompt)``."""
     return str(policy(prompt, rng) if takes_rng(policy) else policy(prompt))
+
+
+UTILITIES = ("zero_sum", "constant_sum", "general_sum", "identical")
+INFORMATION = ("perfect", "imperfect", "one_shot")
+DYNAMICS = ("sequential", "simultaneous")
+
+
+def _span(value, what: str) -> tuple[float, float]:
+    import math
+
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a pair (lowest, highest) of numbers, got {value!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+        raise ValueError(f"{what} must be finite with lowest <= highest, got {value!r}")
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class GameFacts:
+    """What a game declares about itself, as OpenSpiel's ``GameType`` and ``GameInfo`` do: the
+    facts a league and a credit method may read (``autocurricula.arena.game.game_facts`` finds a
+    game's). None means unknown.
+
+    - ``num_players``: seats (None: any number from 2).
+    - ``utility``: ``"zero_sum"``, ``"constant_sum"`` (strictly competitive too: an affine copy of a
+      zero-sum game), ``"general_sum"`` or ``"identical"`` (a common payoff).
+    - ``information``: ``"perfect"`` (every player sees the whole state), ``"imperfect"`` (hidden
+      cards, hidden moves) or ``"one_shot"`` (one simultaneous decision, as a matrix game).
+    - ``dynamics``: ``"sequential"`` (one player moves at a time) or ``"simultaneous"``.
+    - ``chance``: whether the game has chance moves (a deal, a die, a random opening).
+    - ``payoff_range``: ``(lowest, highest)`` reward any player can get from legal play (OpenSpiel's
+      ``min_utility`` / ``max_utility``); a forfeit for an invalid reply may lie outside it.
+    - ``seat_ranges``: one ``(lowest, highest)`` per seat, where the seats' rewards differ (a matrix
+      game's rows win what its columns lose); default: ``payoff_range`` for every seat.
+
+    The credit methods normalise rewards by a seat's range (``autocurricula.credit.RewardScale``),
+    so that a game's units never change how it trains; the default configuration
+    (``autocurricula.train``) is chosen from ``information``, ``dynamics``, ``chance`` and ``utility``.
+    """
+
+    num_players: int | None = 2
+    utility: str | None = None
+    information: str | None = None
+    dynamics: str | None = None
+    chance: bool | None = None
+    payoff_range: tuple[float, float] | None = None
+    seat_ranges: tuple[tuple[float, float], ...] | None = None
+
+    def __post_init__(self):
+        n = self.num_players
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"num_players must be a positive integer or None (any number from 2), got {n!r}")
+        for name, allowed in (("utility", UTILITIES), ("information", INFORMATION), ("dynamics", DYNAMICS)):
+            value = getattr(self, name)
+            if value is not None and value not in allowed:
+                raise ValueError(f"GameFacts.{name} must be one of {allowed} or None (unknown), got {value!r}")
+        if self.chance is not None and not isinstance(self.chance, bool):
+            raise ValueError(f"GameFacts.chance must be True, False or None (unknown), got {self.chance!r}")
+        if self.payoff_range is not None:
+            object.__setattr__(self, "payoff_range", _span(self.payoff_range, "payoff_range"))
+        if self.seat_ranges is not None:
+            seats = tuple(_span(r, f"seat_ranges[{i}]") for i, r in enumerate(self.seat_ranges))
+            if n is not None and len(seats) != n:
+                raise ValueError(f"seat_ranges needs one range per seat ({n}), got {len(seats)}")
+            object.__setattr__(self, "seat_ranges", seats)
+            if self.payoff_range is None:
+                object.__setattr__(self, "payoff_range", (min(r[0] for r in seats), max(r[1] for r in seats)))
+
+    @property
+    def zero_sum(self) -> bool:
+        """Strictly competitive: zero-sum or constant-sum (what the game protocol's ``ZERO_SUM`` says)."""
+        return self.utility in ("zero_sum", "constant_sum")
+
+    def seat_range(self, seat: int) -> tuple[float, float] | None:
+        """The declared reward range of ``seat`` (its own, else ``payoff_range``), None when undeclared."""
+        if self.seat_ranges is not None and 0 <= seat < len(self.seat_ranges):
+            return self.seat_ranges[seat]
+        return self.payoff_range
+
+    def affine(self, scale: float, offset: float = 0.0) -> "GameFacts":
+        """The facts of the same game with every reward mapped ``r -> scale * r + offset`` (``scale``
+        > 0): the ranges move with it, and a zero-sum game becomes constant-sum unless ``offset`` is 0."""
+        import math
+
+        if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be a finite number > 0 (an affine change keeps the order of outcomes), "
+                             f"got {scale!r}")
+        if not (isinstance(offset, (int, float)) and math.isfinite(offset)):
+            raise ValueError(f"offset must be a finite number, got {offset!r}")
+
+        def move(r):
+            return None if r is None else (scale * r[0] + offset, scale * r[1] + offset)
+
+        utility = self.utility
+        if utility == "zero_sum" and offset != 0:
+            utility = "constant_sum"
+        seats = None if self.seat_ranges is None else tuple(move(r) for r in self.seat_ranges)
+        return GameFacts(self.num_players, utility, self.information, self.dynamics, self.chance,
+                         move(self.payoff_range), seats)
+
+    def describe(self) -> str:
+        """One line: ``2 players, zero-sum, imperfect information, sequential, chance, payoffs in [-2, 2]``."""
+        def say(value, text):
+            return text if value is not None else None
+
+        parts = [(f"{self.num_players} player" + ("s" if self.num_players != 1 else "")) if self.num_players
+                 else "any number of players",
+                 self.utility.replace("_", "-") if self.utility else "utility unknown",
+                 f"{self.information.replace('_', '-')} information" if self.information else "information unknown",
+                 self.dynamics or "dynamics unknown",
+                 say(self.chance, "chance" if self.chance else "no chance") or "chance unknown",
+                 f"payoffs in [{self.payoff_range[0]:g}, {self.payoff_range[1]:g}]" if self.payoff_range
+                 else "payoff range unknown"]
+        return ", ".join(parts)

@@ -1,5 +1,5 @@
 """Variants of branch and mirror credit that the examples' flags offer on top of the core methods,
-each a subclass through the core's public hooks; docs/results.md has their measured figures.
+each a subclass through the core's public hooks; research/results_history.md has their measured figures.
 
 - :class:`TDBranchCredit` (``--branch-advantage td``): :class:`~autocurricula.credit.BranchCredit`
   whose branched turn gets ``A_t = V(s_{t+1}) - V(s_t)`` (VinePPO proper, rewards only at the end),

@@ -26,7 +26,7 @@ Credit is ``BranchCredit(advantage="moves")`` (no lookup table): at each learner
 legal moves are played out in K branches each, and the policy is regressed toward a bounded
 softmax of their values (docs/training.md). Time on 2 cores shared with one or two other jobs:
 league 17 and self-play 17 minutes (less on idle cores), plus a warm-up of about 4 minutes on the
-first run (cached afterwards). Figures, and what limits them: docs/results.md.
+first run (cached afterwards). Figures: docs/results.md; what limits them: research/results_history.md.
 
 Writes ``exploitability.png`` (per epoch) and ``exploitability.json`` in ``--output-dir``; the last
 line is one JSON object with the figures.

@@ -67,7 +67,7 @@ def mirror_credit(samples: int | None = None, catch_up: bool = False, iterate: s
     MirrorCredit's); ``catch_up``: a position met again after k rounds takes k steps; ``iterate``: steps
     from the model's policy or from a table of averaged values (both ``MirrorVariantCredit``,
     examples/credit_variants.py)."""
-    # its defaults: samples=2, move_temperature=0.15, no bound, pooled, step=0.045
+    # its defaults: samples=2, move_temperature=0.075 (of a seat's normalised range [-1, 1]), no bound, pooled, step=0.045
     own = {} if samples is None else {"samples": samples}
     if not catch_up and iterate == "policy":
         return MirrorCredit(**own)

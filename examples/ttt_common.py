@@ -1,25 +1,13 @@
 """Shared set-up of the tic-tac-toe examples: tiny base, supervised warm-up, per-epoch evaluation."""
 
 import json
-import os
 from pathlib import Path
 
-from autocurricula import build_tiny_model
 from autocurricula.eval.tictactoe import EpochEvaluator as Evaluator  # noqa: F401  (the examples import it here)
 from autocurricula.eval.tictactoe import greedy_table
 from autocurricula.games import tictactoe
+from autocurricula.loop.bases import CACHE, TINY_HEADS as HEADS, tiny_base  # noqa: F401  (the examples import them here)
 from autocurricula.training.warmup import sft_warmup
-
-HEADS = 32  # many small heads read the board far faster per step than 4 (research/README.md)
-CACHE = Path(os.environ.get("AUTOCURRICULA_CACHE", Path.home() / ".cache" / "autocurricula"))
-
-
-def tiny_base(hidden: int = 128, layers: int = 2, heads: int = HEADS, seed: int = 0) -> Path:
-    """The examples' tiny llama (random weights, no download), cached by its arguments (one folder
-    per seed, so that runs of different seeds do not rebuild each other's)."""
-    name = f"tiny-h{hidden}-l{layers}-a{heads}" + (f"-s{seed}" if seed else "")
-    return build_tiny_model(CACHE / name, hidden_size=hidden, num_layers=layers,
-                            num_heads=heads, intermediate_size=2 * hidden, seed=seed)
 
 
 def warm_base(hidden: int = 128, layers: int = 2, heads: int = HEADS, steps: int = 400, seed: int = 0,

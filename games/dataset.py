@@ -28,12 +28,15 @@ from collections.abc import Callable
 from typing import Any
 
 from autocurricula.games._common import DEFAULT_INVALID_PENALTY, ask, check_penalty, check_players, make_rng
+from autocurricula.records import GameFacts
 
-__all__ = ["NUM_PLAYERS", "ZERO_SUM", "arithmetic_dataset", "exact_answer", "first_int", "play", "random_policy",
+__all__ = ["FACTS", "NUM_PLAYERS", "ZERO_SUM", "arithmetic_dataset", "exact_answer", "first_int", "play", "random_policy",
            "score_completions"]
 
 NUM_PLAYERS = 1
 ZERO_SUM = False
+# one player; its reward function decides the range (the default scores 0 or 1)
+FACTS = GameFacts(1, "general_sum", "perfect", "sequential", chance=True)
 INT = re.compile(r"-?\d+")
 
 

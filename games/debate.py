@@ -29,11 +29,14 @@ from autocurricula.arena.arena import GameResult
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, Conversation, check_penalty, check_players, choice,
                                          invalid_rewards, make_rng, say, text_of)
 from autocurricula.games._tasks import prompt, verdict
+from autocurricula.records import GameFacts
 
-__all__ = ["CLAIMS", "NUM_PLAYERS", "ZERO_SUM", "debate", "play", "random_policy"]
+__all__ = ["CLAIMS", "FACTS", "NUM_PLAYERS", "ZERO_SUM", "debate", "play", "random_policy"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True
+# the mean over two debates of +-1; a random claim
+FACTS = GameFacts(2, "zero_sum", "perfect", "sequential", chance=True, payoff_range=(-1.0, 1.0))
 CLAIMS = ["Cats make better pets than dogs.", "Homework should be banned.", "Cities should ban cars downtown.",
           "Space exploration is worth its cost.", "Everyone should learn to cook.", "Summer is the best season."]
 DEBATER = "You are in a debate. Argue your side of the claim in one or two short sentences."

@@ -22,12 +22,14 @@ from typing import Any
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, ask, check_penalty, check_players,
                                          choice, invalid_rewards, make_rng)
 from autocurricula.records import call_scripted
+from autocurricula.records import GameFacts
 
-__all__ = ["NUM_PLAYERS", "PROMPT", "ZERO_SUM", "is_valid", "pairwise_rewards", "play", "play_out", "random_policy",
+__all__ = ["FACTS", "NUM_PLAYERS", "PROMPT", "ZERO_SUM", "is_valid", "pairwise_rewards", "play", "play_out", "random_policy",
            "rewards_for"]
 
 NUM_PLAYERS = None  # any number >= 2
 ZERO_SUM = True
+FACTS = GameFacts(None, "zero_sum", "one_shot", "simultaneous", chance=False, payoff_range=(-1.0, 1.0))
 PROMPT = "write a short string. the highest string in alphabetical order wins:"
 
 

@@ -31,14 +31,16 @@ from typing import Any
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, PromptStyle, TurnGame, answer_moves, check_penalty,
                                          check_players, choice, drive, drive_sync, first_word, make_rng, uniform)
 from autocurricula.games._common import with_options as _with_options
+from autocurricula.records import GameFacts
 
-__all__ = ["ACTIONS", "CARDS", "NUM_PLAYERS", "ZERO_SUM", "KuhnPoker", "deal", "equilibrium_strategy",
+__all__ = ["FACTS", "ACTIONS", "CARDS", "NUM_PLAYERS", "ZERO_SUM", "KuhnPoker", "deal", "equilibrium_strategy",
            "exact_value", "is_terminal", "legal_actions", "moves", "parse_action", "parse_prompt", "payoff", "play",
            "play_out", "random_policy", "render_prompt", "strategy_policy", "warmup_examples", "warmup_strategy",
            "with_options"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True
+FACTS = GameFacts(2, "zero_sum", "imperfect", "sequential", chance=True, payoff_range=(-2.0, 2.0))  # chips
 CARDS = "JQK"
 ACTIONS = ("check", "bet", "call", "fold")
 TERMINAL = {("check", "check"), ("bet", "call"), ("bet", "fold"), ("check", "bet", "call"), ("check", "bet", "fold")}

@@ -39,8 +39,9 @@ from typing import Any
 from autocurricula.games._common import (PromptStyle, TurnGame, answer_moves, check_penalty, check_players, choice,
                                          drive, drive_sync, first_word, make_rng, uniform)
 from autocurricula.games._common import with_options as _with_options
+from autocurricula.records import GameFacts
 
-__all__ = ["ACTIONS", "DECK", "INVALID_PENALTY", "LeducPoker", "NUM_PLAYERS", "RANKS", "ZERO_SUM", "board_odds",
+__all__ = ["FACTS", "ACTIONS", "DECK", "INVALID_PENALTY", "LeducPoker", "NUM_PLAYERS", "RANKS", "ZERO_SUM", "board_odds",
            "contributions", "deal", "deal_odds", "first_action", "information_sets", "infoset", "is_terminal",
            "legal_actions", "moves", "parse_action", "parse_infoset", "parse_prompt", "payoff", "play", "play_out",
            "random_policy", "render_prompt", "round_over", "strategy_policy", "to_move", "warmup_examples",
@@ -48,6 +49,8 @@ __all__ = ["ACTIONS", "DECK", "INVALID_PENALTY", "LeducPoker", "NUM_PLAYERS", "R
 
 NUM_PLAYERS = 2
 ZERO_SUM = True
+# chips: at most the ante and two raises in each round (1 + 2 + 2 + 4 + 4) change hands
+FACTS = GameFacts(2, "zero_sum", "imperfect", "sequential", chance=True, payoff_range=(-13.0, 13.0))
 RANKS = "JQK"
 DECK = "JJQQKK"
 ACTIONS = ("check", "bet", "call", "raise", "fold")

@@ -31,9 +31,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from autocurricula.games._common import ask, check_penalty, check_players, choice, invalid_rewards
+from autocurricula.records import GameFacts
 
-__all__ = ["BIASED_RPS", "COLUMN_WORDS", "NUM_PLAYERS", "SEATS", "WORDS", "ZERO_SUM", "MatrixGame", "moves", "play",
-           "random_game", "random_policy"]
+__all__ = ["BIASED_RPS", "COLUMN_WORDS", "FACTS", "NUM_PLAYERS", "SEATS", "WORDS", "ZERO_SUM", "MatrixGame", "moves", "play",
+           "check_tokenizer", "random_game", "random_policy"]
 
 WORDS = ("red", "blue", "green", "left", "right")  # the rows'; one token each in the tiny model's vocabulary
 COLUMN_WORDS = ("up", "down", "yes", "no", "two")  # the columns'
@@ -43,7 +44,13 @@ SEATS = ("rows", "columns")
 class MatrixGame:
     """One zero-sum matrix game as a :class:`~autocurricula.arena.game.Game` object: pass it (or
     ``game.play``) to ``trainer.train``. ``words`` names the actions (the first ``rows`` for the
-    row player, the first ``columns`` for the column player)."""
+    row player, the first ``columns`` for the column player).
+
+    Its :attr:`facts` are inferred from the matrix: two players, zero-sum (the columns lose what the
+    rows win), one simultaneous decision, no chance, each seat's payoff range read off the matrix.
+    :meth:`check_tokenizer` (run when the game meets the model's tokenizer: the trainer calls it
+    before the first round, and ``play`` on its first call with a tokenizer) refuses a word the
+    tokenizer splits into more tokens than ``max_tokens``: such a word could never be answered."""
 
     NUM_PLAYERS = 2
     ZERO_SUM = True
@@ -67,6 +74,34 @@ class MatrixGame:
         self.name, self.max_tokens = name, int(max_tokens)
         flat = [v for r in rows for v in r]
         self.forfeit = (min(flat), -max(flat))  # the worst payoff of each seat
+        self._checked: set[int] = set()  # ids of the tokenizers whose spelling of the words passed
+
+    @property
+    def facts(self) -> GameFacts:
+        """Two players, zero-sum, one simultaneous decision, no chance; the rows' rewards span the
+        matrix's, the columns' their negation."""
+        lo, hi = min(min(r) for r in self.payoff), max(max(r) for r in self.payoff)
+        return GameFacts(2, "zero_sum", "one_shot", "simultaneous", chance=False,
+                         seat_ranges=((lo, hi), (-hi, -lo)))
+
+    def check_tokenizer(self, tokenizer) -> None:
+        """``ValueError`` naming each word that ``tokenizer`` spells with more tokens than
+        ``max_tokens`` (as the game asks for it: after a space), and its tokens: a reply of
+        ``max_tokens`` tokens could never be that word, so the seat would forfeit every game."""
+        if tokenizer is None or id(tokenizer) in self._checked:
+            return
+        split = []
+        for seat, words in enumerate(self.words):
+            for w in words:
+                ids = list(tokenizer.encode(" " + w, add_special_tokens=False))
+                if len(ids) > self.max_tokens:
+                    pieces = [tokenizer.decode([t]) for t in ids]
+                    split.append(f"{w!r} ({SEATS[seat]}) is {len(ids)} tokens {pieces}")
+        if split:
+            raise ValueError(f"{self!r}: the model's tokenizer splits words of the game, so a reply of max_tokens="
+                             f"{self.max_tokens} can never be them: {'; '.join(split)}. Pick words the tokenizer keeps "
+                             f"whole (MatrixGame(payoff, words=[...], column_words=[...])), or raise max_tokens")
+        self._checked.add(id(tokenizer))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -112,6 +147,8 @@ class MatrixGame:
         (offender, other) replaces the zero-sum forfeit of invalid replies; ``seed`` is accepted as
         every game accepts it, and unused: the game has no chance moves."""
         check_players(players, 2, "a matrix game")
+        if tokenizer is not None and id(tokenizer) not in self._checked:
+            self.check_tokenizer(tokenizer)
         if invalid_penalty is not None:
             check_penalty(invalid_penalty)
         replies = await asyncio.gather(*(ask(model, p, self.prompt(seat), max_tokens=self.max_tokens)
@@ -143,6 +180,7 @@ def random_game(seed: int, *, sizes: Sequence[int] = (2, 3, 4, 5), words: Sequen
 
 BIASED_RPS = MatrixGame([[0.0, -1.0, 2.0], [1.0, 0.0, -1.0], [-2.0, 1.0, 0.0]], name="biased-rps")
 NUM_PLAYERS, ZERO_SUM = MatrixGame.NUM_PLAYERS, MatrixGame.ZERO_SUM
+FACTS = BIASED_RPS.facts
 
 
 async def play(players: list[dict], model, tokenizer=None, *, invalid_penalty=None, seed: int | None = None) -> list[float]:
@@ -156,3 +194,8 @@ def moves(prompt: str) -> list[str]:
 
 def random_policy(prompt: str, rng: Any = None) -> str:
     return BIASED_RPS.random_policy(prompt, rng)
+
+
+def check_tokenizer(tokenizer) -> None:
+    """:meth:`MatrixGame.check_tokenizer` of ``BIASED_RPS``."""
+    BIASED_RPS.check_tokenizer(tokenizer)

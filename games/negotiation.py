@@ -36,12 +36,15 @@ from typing import Any
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, PromptStyle, TurnGame, check_penalty, check_players,
                                          choice, drive, drive_sync, make_rng, uniform)
 from autocurricula.games._common import with_options as _with_options
+from autocurricula.records import GameFacts
 
-__all__ = ["ITEMS", "NUM_PLAYERS", "ZERO_SUM", "Negotiation", "deal", "parse_prompt", "parse_reply", "play",
+__all__ = ["FACTS", "ITEMS", "NUM_PLAYERS", "ZERO_SUM", "Negotiation", "deal", "parse_prompt", "parse_reply", "play",
            "play_out", "random_policy", "render_prompt", "shares", "warmup_examples", "with_options"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True  # with the default reward="zero_sum"
+# hidden values, a random pool; share differences in [-1, 1]
+FACTS = GameFacts(2, "zero_sum", "imperfect", "sequential", chance=True, payoff_range=(-1.0, 1.0))
 ITEMS = ("book", "hat", "ball")
 RULES = ("You are negotiating how to split a pool of books, hats and balls with another player. Each of you "
          "values the items privately; you see only your own values. On your turn, propose what you keep as "

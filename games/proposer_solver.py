@@ -34,12 +34,15 @@ from autocurricula.arena.artifacts import ArtifactStore
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, ask, check_penalty, check_players, invalid_rewards,
                                          make_rng)
 from autocurricula.games.dataset import first_int
+from autocurricula.records import GameFacts
 
-__all__ = ["NUM_PLAYERS", "ZERO_SUM", "Arithmetic", "ArtifactStore", "ProposerSolver", "goldilocks", "play",
+__all__ = ["FACTS", "NUM_PLAYERS", "ZERO_SUM", "Arithmetic", "ArtifactStore", "ProposerSolver", "goldilocks", "play",
            "random_policy", "safe_eval"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = False
+# the proposer's goldilocks score and the solver's pass rate, each in [0, 1]
+FACTS = GameFacts(2, "general_sum", "imperfect", "sequential", chance=True, payoff_range=(0.0, 1.0))
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
 

@@ -27,11 +27,14 @@ from autocurricula.arena.arena import GameResult
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, Conversation, check_penalty, check_players, choice,
                                          invalid_rewards, make_rng, say, text_of)
 from autocurricula.games._tasks import prompt, score
+from autocurricula.records import GameFacts
 
-__all__ = ["NUM_PLAYERS", "TASKS", "ZERO_SUM", "play", "random_policy"]
+__all__ = ["FACTS", "NUM_PLAYERS", "TASKS", "ZERO_SUM", "play", "random_policy"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = False
+# cooperative: both get the judge's score / 10; a random task
+FACTS = GameFacts(2, "identical", "perfect", "sequential", chance=True, payoff_range=(0.0, 1.0))
 TASKS = ["Write one sentence about the sea.", "Describe a cat in one sentence.", "Write a one-line slogan for a bakery.",
          "Explain rain to a child in one sentence.", "Write a one-sentence thank-you note to a teacher."]
 WRITER = "You are a careful writer. Reply with the text only."

@@ -27,11 +27,13 @@ from collections.abc import Callable
 from typing import Any
 
 from autocurricula.games._common import DEFAULT_INVALID_PENALTY, ask, check_penalty, check_players, choice, make_rng
+from autocurricula.records import GameFacts
 
-__all__ = ["NUM_PLAYERS", "ZERO_SUM", "make_play", "play", "random_policy", "run_env"]
+__all__ = ["FACTS", "NUM_PLAYERS", "ZERO_SUM", "make_play", "play", "random_policy", "run_env"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True  # for the two-player win/loss environments (TicTacToe, KuhnPoker); check others
+FACTS = GameFacts(2, "zero_sum", None, "sequential")  # the rest depends on the environment
 INSTALL_HINT = 'textarena is not installed; install it with: pip install "autocurricula[games]"'
 
 

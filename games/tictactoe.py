@@ -32,14 +32,17 @@ from typing import Any
 from autocurricula.games._common import (DEFAULT_INVALID_PENALTY, PromptStyle, TurnGame, answer_moves, check_penalty,
                                          check_players, choice, drive, drive_sync, make_rng)
 from autocurricula.games._common import with_options as _with_options
+from autocurricula.records import GameFacts
 
-__all__ = ["EMPTY_BOARD", "NUM_PLAYERS", "ZERO_SUM", "TicTacToe", "apply_move", "legal_moves", "minimax_policy",
+__all__ = ["FACTS", "EMPTY_BOARD", "NUM_PLAYERS", "ZERO_SUM", "TicTacToe", "apply_move", "legal_moves", "minimax_policy",
            "minimax_value", "minimax_values", "moves", "optimal_moves", "parse_move", "parse_prompt", "play",
            "play_out", "random_opening", "random_policy", "reachable_positions", "render_prompt", "tactic", "to_move",
            "winner", "with_options"]
 
 NUM_PLAYERS = 2
 ZERO_SUM = True
+# win +1, draw 0, loss -1; the board is the whole state; random openings (opening_moves) are off by default
+FACTS = GameFacts(2, "zero_sum", "perfect", "sequential", chance=False, payoff_range=(-1.0, 1.0))
 EMPTY_BOARD = "." * 9
 MARKS = ("X", "O")
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))

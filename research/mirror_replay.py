@@ -15,7 +15,7 @@ at once, and a state met in several rounds on consistent targets. The targets ar
 policy of their round, so older ones are staler; at tic-tac-toe's small per-round moves they stay
 close. Each epoch prints the example's figures (tic-tac-toe: the main player's greedy moves
 against the exact best response; Kuhn: chips per hand as played), to set beside the
-configuration's curves in docs/results.md. The replay is not saved in checkpoints: run it unbroken.
+configuration's curves in research/results_history.md. The replay is not saved in checkpoints: run it unbroken.
 """
 
 from __future__ import annotations

@@ -865,7 +865,9 @@ def test_kuhn_learner_separates_its_cards_against_a_fixed_opponent(tmp_path):
         cfg = LeagueConfig(rules={"main_agents": 1, "main_exploiters": 0, "league_exploiters": 0,
                                   "games_per_learner": 64, "anchor_share": 1.0}, epochs=1, rounds=30,
                            output_dir=str(tmp_path / "run"), seed=0, max_tokens=3,
-                           credit=BranchCredit(samples=2, advantage="moves"), game_name="kuhn_poker",
+                           # move_temperature in normalised units: 0.25 chips over Kuhn's [-2, 2] range
+                           credit=BranchCredit(samples=2, advantage="moves", move_temperature=0.125),
+                           game_name="kuhn_poker",
                            arena={"max_concurrent_games": 128}, ratings={"bt_bootstrap": 0}, progress=False,
                            save_total_limit=1)
         trainer = LeagueTrainer(cfg, opponents=[{"id": "random", "role": "random",

@@ -21,8 +21,8 @@ from autocurricula.games import highest_string as hs
 from autocurricula.games import kuhn_poker as kuhn
 from autocurricula.games import negotiation as neg
 from autocurricula.games import tictactoe as ttt
-from autocurricula.arena.game import Game, ListsMoves, Stateful, as_play, game_moves
-from autocurricula.records import call_scripted
+from autocurricula.arena.game import Game, ListsMoves, Stateful, as_play, game_facts, game_moves
+from autocurricula.records import GameFacts, call_scripted
 
 GAME_MODULES = sorted(m.name for m in pkgutil.iter_modules(games_pkg.__path__) if not m.name.startswith("_"))
 PENALTIES = [(-1.5, 0.5), (-3.0, 0.0)]
@@ -77,6 +77,8 @@ def replies(*texts):
 def game_module(name):
     if name == "textarena":
         pytest.importorskip("textarena")
+    if name == "openspiel":
+        pytest.importorskip("pyspiel", reason="the OpenSpiel adapter needs open_spiel: pip install 'autocurricula[openspiel]'")
     return importlib.import_module(f"autocurricula.games.{name}")
 
 
@@ -106,6 +108,28 @@ def test_every_game_module_is_a_game(name):
     assert callable(mod.play) and callable(mod.random_policy)
     assert as_play(mod) is mod.play
     assert not isinstance(mod, Stateful)  # state lives in game objects (proposer_solver.ProposerSolver)
+
+
+@pytest.mark.parametrize("name", GAME_MODULES)
+def test_every_game_declares_its_facts(name):
+    """Each module declares what OpenSpiel's GameType would (GameFacts), consistent with NUM_PLAYERS and
+    ZERO_SUM; where it declares a payoff range, random legal play stays inside it."""
+    mod = game_module(name)
+    facts = mod.FACTS
+    assert isinstance(facts, GameFacts)
+    assert game_facts(mod) is facts and game_facts(mod.play) == facts  # the module's play reaches them
+    assert facts.num_players == mod.NUM_PLAYERS and facts.zero_sum == mod.ZERO_SUM
+    assert facts.utility is not None and facts.dynamics is not None
+    if name != "textarena":  # the environment decides the rest
+        assert facts.information is not None and facts.chance is not None
+    if facts.payoff_range is None:
+        return
+    n = n_players(mod)
+    for seed in range(20):
+        rewards = run(mod.play, scripted(*[mod.random_policy] * n), FakeModel(seed), seed=seed)
+        for seat, r in enumerate(rewards):
+            lo, hi = facts.seat_range(seat)
+            assert lo - 1e-9 <= r <= hi + 1e-9, (seat, r, (lo, hi))
 
 
 @pytest.mark.parametrize("name", GAME_MODULES)

@@ -23,7 +23,7 @@ gap is flat in position; the largest gap grows with length because a longer prom
 badly conditioned tokens. transformers' float32 is the less exact of the two here: its chunked
 rule differences within-chunk sums of log decays (up to ~1000 in these models), which adds up to
 18 spreads. So the tolerance is the spread computed for the model and prompt at hand, not a
-constant. docs/results.md has the measurements.
+constant. research/results_history.md has the measurements.
 """
 
 from __future__ import annotations

@@ -300,7 +300,7 @@ def test_ideal_mirror_selfplay_of_the_research_script():
 def test_averaged_iterates_of_the_mirror_research_script(capsys):
     """research/mirror_selfplay_ideal.py ``--average-last``: the uniform mixture of the last N
     iterates. One iterate is the last one; on Kuhn poker averaging rescues a step of 0.2, whose last
-    iterate cycles (0.10 - 0.19), but not steps of 0.3 and more (docs/results.md, one configuration
+    iterate cycles (0.10 - 0.19), but not steps of 0.3 and more (research/results_history.md, one configuration
     for every game)."""
     import numpy as np
     from autocurricula.games.matrix import random_game
@@ -743,7 +743,7 @@ def test_league_config_elsewhere_takes_the_tictactoe_leagues_settings(tmp_path):
     assert isinstance(named, mod.AnchorGames) and trainer.config.credit.anchor_games
     args.soft_targets, args.alpha, args.per_player, args.mirror_step = None, None, False, 1.0  # branch values
     credit = mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit
-    assert isinstance(credit, MirrorCredit) and (credit.step, credit.move_temperature, credit.samples) == (1.0, 0.15, 2)
+    assert isinstance(credit, MirrorCredit) and (credit.step, credit.move_temperature, credit.samples) == (1.0, 0.075, 2)
     args.branch_samples = 8
     assert mod.league(args, str(tmp_path), kuhn_poker)[0].config.credit.samples == 8
     assert config.ratings.meta_z == 1.0  # RatingConfig's

@@ -1,6 +1,7 @@
 """What a game is, declared: the :class:`Game` protocol that game modules and objects follow, what
 its ``play`` must return (:func:`check_rewards`), and the one place where the trainer and credit
-methods read a game's optional abilities (:func:`game_moves`, :func:`as_play`)."""
+methods read a game's optional abilities and facts (:func:`game_moves`, :func:`game_facts`,
+:func:`check_tokenizer`, :func:`as_play`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from types import ModuleType
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
+
+from autocurricula.records import GameFacts
 
 
 @runtime_checkable
@@ -41,6 +44,59 @@ class ListsMoves(Protocol):
     """A game that lists its legal replies at a prompt (branch credit's ``advantage="moves"``)."""
 
     def moves(self, prompt: str) -> list[str]: ...
+
+
+def _owner(game):
+    """The Game module or object behind ``game`` (a Game itself, the play of a Game object, or the
+    ``play`` function of a Game module), or None for a bare play callable."""
+    if isinstance(game, GamePlay):
+        return game.game
+    if isinstance(game, (ModuleType, Game)):
+        return game
+    if inspect.ismethod(game) and isinstance(game.__self__, Game) and game.__self__.play == game:
+        return game.__self__
+    home = sys.modules.get(getattr(game, "__module__", None) or "")
+    if home is not None and isinstance(home, Game) and home.play is game:
+        return home
+    return None
+
+
+def game_facts(game) -> GameFacts:
+    """What ``game`` declares about itself (:class:`~autocurricula.records.GameFacts`): its ``FACTS``
+    (a module) or ``facts`` (an object), else what is safe to infer: the seats from ``NUM_PLAYERS``
+    and zero-sum or general-sum from ``ZERO_SUM``, everything else unknown. A bare play callable
+    declares nothing but that it has some number of players. ``game`` as :func:`game_moves` takes it."""
+    owner = _owner(game)
+    if owner is None:
+        return GameFacts(num_players=None)
+    declared = getattr(owner, "FACTS", None)
+    if declared is None:
+        declared = getattr(owner, "facts", None)
+    if callable(declared) and not isinstance(declared, GameFacts):
+        declared = declared()
+    if declared is not None:
+        if not isinstance(declared, GameFacts):
+            raise TypeError(f"{_label(owner)} declares facts of type {type(declared).__name__}; declare an "
+                            f"autocurricula.records.GameFacts")
+        return declared
+    n = getattr(owner, "NUM_PLAYERS", None)
+    zero = getattr(owner, "ZERO_SUM", None)
+    return GameFacts(num_players=n if isinstance(n, int) else None,
+                     utility=None if zero is None else ("zero_sum" if zero else "general_sum"))
+
+
+def check_tokenizer(game, tokenizer) -> None:
+    """Let ``game`` check its words against the model's ``tokenizer`` before training (its
+    ``check_tokenizer(tokenizer)``, when it has one: a matrix game refuses a word the tokenizer
+    splits). ``ValueError`` names the problem; a game without the method passes."""
+    owner = _owner(game)
+    check = getattr(owner, "check_tokenizer", None) if owner is not None else None
+    if callable(check):
+        check(tokenizer)
+
+
+def _label(owner) -> str:
+    return owner.__name__ if isinstance(owner, ModuleType) else type(owner).__name__
 
 
 def game_name(play: Callable) -> str:

@@ -94,7 +94,7 @@ class Replayer:
     is asked the same prompt again: make a new replayer after the players' adapters change."""
 
     def __init__(self, arena: Arena, play: Callable, game: str = "game", *, max_concurrent: int = 64,
-                 timeout_s: float | None = None, scorer=None):
+                 timeout_s: float | None = None, scorer=None, rewards: Callable[[list], list] | None = None):
         if callable(getattr(play, "state_dict", None)):
             raise ValueError(f"{getattr(play, '__name__', type(play).__name__)} carries state across games "
                              f"(state_dict): replays would see and change it, so its games cannot be replayed; "
@@ -104,6 +104,9 @@ class Replayer:
         # in-process engine, which holds every adapter also when the games play on servers
         self.scorer = scorer if scorer is not None else arena.engine
         self.max_concurrent, self.timeout_s = max_concurrent, timeout_s
+        # maps each finished replay's rewards (one per seat), e.g. to their seat's range as the
+        # trainer hands them to credit (autocurricula.credit.scale); None: the game's own
+        self.rewards = rewards
         self.games_run = 0
         # greedy answers of this replayer's runs: the adapters do not change while one round's
         # branches are played, so a greedy call asked again (a transposition) needs no engine;
@@ -132,6 +135,8 @@ class Replayer:
             if rec.error is None and rec.replay.used < len(rec.replay.answers):
                 rec.error = (f"ReplayDiverged: replay of game {rec.replay.node} used {rec.replay.used} of its "
                              f"{len(rec.replay.answers)} recorded answers (the game made other calls)")
+            if rec.error is None and self.rewards is not None and rec.rewards:
+                rec.rewards = self.rewards(list(rec.rewards))
         return out
 
     def replay(self, record: GameRecord) -> GameRecord:

@@ -20,15 +20,22 @@ LIMITS = {
     "--repeats": (1, 100, 1),
     "--games": (1, 4096, 1),
     "--torch-threads": (1, 1024, 1),
+    "--seeds": (0, 2**31 - 1, 1),
+    "--epochs": (1, 1000, 1),
+    "--rounds": (1, 1000, 1),
+    "--games-per-round": (2, 4096, 1),
+    "--warmup-steps": (0, 100_000, 1),
+    "--matrix-games": (1, 1000, 1),
 }
 VOCAB, HEADS, RANK, TARGETS, PROMPT_TOKENS = 1024, 4, 8, 2, 64  # the engine bench's fixed shape (bench/engine.py)
 MEMORY_SHARE = 0.5  # of the machine's memory, at most, for the engine bench's estimate
 
 
-def count(flag: str):
+def count(flag: str, low: int | None = None):
     """The ``type=`` of a count flag: a whole number in :data:`LIMITS`'s range for ``flag``; argparse
     prefixes its message with the flag (``argument --batch: must be ...``)."""
-    low, high, step = LIMITS[flag]
+    lowest, high, step = LIMITS[flag]
+    low = lowest if low is None else low
 
     def parse(text: str) -> int:
         what = f"a whole number from {low} to {high}" + (f", a multiple of {step}" if step > 1 else "")
@@ -42,6 +49,39 @@ def count(flag: str):
 
     parse.__name__ = flag.lstrip("-").replace("-", "_")  # argparse names the type in some messages
     return parse
+
+
+def games(text: str):
+    """``--games``: a whole number (``bench round``'s games per round, in :data:`LIMITS`' range) or
+    the names of ``bench learn``'s games (letters, digits and ``_ : , ( ) = . -``)."""
+    stripped = text.strip()
+    if stripped.lstrip("+-").isdigit():
+        return count("--games")(stripped)
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:,()=.- ")
+    if not stripped or set(stripped) - allowed:
+        raise argparse.ArgumentTypeError(f"must be a whole number (round) or game names (learn), not {text!r}")
+    return stripped
+
+
+games.__name__ = "games"
+
+
+def games_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--games`` does not fit the bench it is given to, or None."""
+    value, what = getattr(args, "games", None), getattr(args, "what", None)
+    if what == "learn" and not isinstance(value, int):
+        from importlib import import_module
+
+        return import_module("autocurricula.bench.learn").check(args)
+    if value is None:
+        return None
+    if what == "learn" and isinstance(value, int):
+        return (f"argument --games: bench learn takes game names (matrix, matrix:N, kuhn, leduc, goofspiel, "
+                f"liars_dice), not {value}")
+    if what != "learn" and isinstance(value, str):
+        low, high, _ = LIMITS["--games"]
+        return f"argument --games: must be a whole number from {low} to {high}, not {value!r}"
+    return None
 
 
 def machine_memory() -> int | None:
@@ -82,4 +122,4 @@ def memory_problem(args: argparse.Namespace, memory: int | None = None) -> str |
             "--new-tokens (defaults 256, 4, 64, 48)")
 
 
-__all__ = ["LIMITS", "count", "engine_bytes", "machine_memory", "memory_problem"]
+__all__ = ["LIMITS", "count", "engine_bytes", "games", "games_problem", "machine_memory", "memory_problem"]

@@ -12,6 +12,7 @@ import numpy as np
 if TYPE_CHECKING:
     from autocurricula.arena.arena import Arena
     from autocurricula.credit import Credit
+    from autocurricula.credit.scale import RewardScale
     from autocurricula.engine import RolloutEngine, TrainableEngine
     from autocurricula.loop.config import AutocurriculumConfig
     from autocurricula.loop.pool import Pool
@@ -42,6 +43,7 @@ class Run:
     rng: np.random.Generator
     arena: Arena
     callbacks: list
+    scale: RewardScale | None = None  # the rewards' map to their seat's range, before credit (credit/scale.py)
 
     def frozen_ids(self) -> set[str]:
         return {p.id for p in self.pool.players if p.frozen}

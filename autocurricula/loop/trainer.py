@@ -41,17 +41,20 @@ from autocurricula.views.callbacks import MetricsFile, Plots, Progress, Trackers
 from autocurricula.loop.config import AutocurriculumConfig, coerce_grpo_config, coerce_lora_spec
 from autocurricula.credit import make_credit
 from autocurricula.engine import RolloutEngine
-from autocurricula.arena.game import Game, Stateful, as_play, game_name
+from autocurricula.arena.game import Game, Stateful, as_play, check_tokenizer, game_facts, game_name
+from autocurricula.credit.scale import RewardScale
 from autocurricula.loop.pool import Pool
 from autocurricula.records import Deal, GameRecord, Player, Turn, is_scripted
 from autocurricula.arena.replay import Replayer
 from autocurricula.loop.rounds import (ErrorGate, GameError, Played, SilenceWatch, check_advantages, drop_stale, fresh_turns,
-                                  match_games, rewarded_turns, rollout_metrics, silent_learners, update_metrics)
+                                  learner_roles, match_games, rewarded_turns, rollout_metrics, silent_learners,
+                                  update_metrics)
 from autocurricula.loop.signals import graceful_stop
 from autocurricula.loop.standings import Leaderboard, Standings
 from autocurricula.loop.run import Run
 from autocurricula.publish.export import export_player
 from autocurricula.publish.hub import check_hub_access, league_card, push_league
+from autocurricula.publish.mixture import MIXTURE_FILE, mixture_document
 from autocurricula.loop.startup import explain_pipeline, explain_schedule, load_engine, open_rollout
 from autocurricula.views.tracking import make_trackers
 from autocurricula.training import Updater
@@ -323,14 +326,17 @@ class AutocurriculumTrainer:
         if not turns:
             return turns, {}
         run, credit = self.run, self.run.credit
-        if credit.replays:
-            arena = self.config.arena
-            credit.see_round(records, Replayer(run.arena, run.game, run.game_name,
-                                               max_concurrent=arena.max_concurrent_games,
-                                               timeout_s=arena.game_timeout_s, scorer=run.engine))
-        credit.assign(turns)
         frozen = run.frozen_ids()
-        turns = turns + credit.extra_turns([t for t in turns if t.player not in frozen])
+        run.scale.see(turns, records)  # credit sees each reward as a share of its seat's range
+        with run.scale.normalised(turns, records):
+            if credit.replays:
+                arena = self.config.arena
+                credit.see_round(records, Replayer(run.arena, run.game, run.game_name,
+                                                   max_concurrent=arena.max_concurrent_games,
+                                                   timeout_s=arena.game_timeout_s, scorer=run.engine,
+                                                   rewards=run.scale.record_rewards))
+            credit.assign(turns)
+            turns = turns + credit.extra_turns([t for t in turns if t.player not in frozen])
         check_advantages(turns, credit.name)
         silent = silent_learners(turns, frozen)
         self.silence.see(silent)
@@ -355,7 +361,8 @@ class AutocurriculumTrainer:
         for cb in run.callbacks:
             cb.on_update(self, turns, out)
         run.pool.refresh_versions()
-        return {**update_metrics(out, time.perf_counter() - t0, lr_metric), **stale}
+        roles = learner_roles(self.players, run.arena.is_trainable)
+        return {**update_metrics(out, time.perf_counter() - t0, lr_metric, roles), **stale}
 
     def _log(self, metrics: dict) -> None:
         """One row of metrics.jsonl: the trainer's own ``step`` and ``epoch``, then ``metrics``; a
@@ -379,6 +386,12 @@ class AutocurriculumTrainer:
         credit.check_game(play)  # e.g. moves credit needs the game's moves: say so before the model loads
         explain_schedule(grpo, cfg.epochs * cfg.rounds)
         engine, model_name = load_engine(model, cfg, lora)
+        try:
+            check_tokenizer(play, engine.tokenizer)  # e.g. a matrix game's words, one token each
+        except Exception:
+            if engine is not model:  # an engine this call opened
+                engine.close()
+            raise
         rollout, elsewhere = open_rollout(servers, engine, api_key)
         name = cfg.game_name or game_name(play)
         standings = Standings(cfg.ratings, cfg.output_dir, cfg.seed)
@@ -392,7 +405,8 @@ class AutocurriculumTrainer:
                   plays_elsewhere=elsewhere, game=play, game_name=name,
                   pool=Pool(engine, lora, self.rng, self.player_class),
                   updater=updater, standings=standings, credit=credit, rng=self.rng, arena=arena,
-                  callbacks=[*callback_list(callbacks), *shown, Plots(), Transcripts(), MetricsFile()])
+                  callbacks=[*callback_list(callbacks), *shown, Plots(), Transcripts(), MetricsFile()],
+                  scale=RewardScale(game_facts(play), name))
         self.run = run
         trackers = make_trackers(cfg.report_to, "autocurricula", cfg.run_name, self.config_dict(), cfg.output_dir)
         run.callbacks.append(Trackers(trackers))
@@ -431,7 +445,7 @@ class AutocurriculumTrainer:
         game = run.game.state_dict() if isinstance(run.game, Stateful) else None
         return {"epoch": self.current_epoch, "round": self.current_round, "step": self.step,
                 "updater_steps": run.updater.steps, **run.standings.state_dict(), **run.credit.state_dict(),
-                "extra": self.extra_state(), "game": game}
+                "reward_scale": run.scale.state_dict(), "extra": self.extra_state(), "game": game}
 
     def load_state_dict(self, state: dict) -> None:
         """Back to what :meth:`state_dict` returned (the adapters and optimizers load beside it)."""
@@ -440,6 +454,7 @@ class AutocurriculumTrainer:
         run.updater.steps = state["updater_steps"]
         run.standings.load_state_dict(state)
         run.credit.load_state_dict(state)
+        run.scale.load_state_dict(state.get("reward_scale") or {})
         self.load_extra_state(state.get("extra") or {})
         if state.get("game") is not None and isinstance(run.game, Stateful):
             run.game.load_state_dict(state["game"])
@@ -483,15 +498,18 @@ class AutocurriculumTrainer:
         for pid in weights:
             self.export(pid, folder / pid, format)
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(folder / "mixture.json", json.dumps({"weights": weights, "base_model": str(self.run.model_name),
-                                                         "format": format, "game": self.run.game_name}, indent=2))
+        atomic_write(folder / MIXTURE_FILE, mixture_document(weights, str(self.run.model_name), format,
+                                                             self.run.game_name))
         return folder
 
     def push_to_hub(self, repo_id: str, *, private: bool = False, token: str | None = None,
                     revision: str | None = None, endpoint: str | None = None) -> str:
         """Every player as a peft adapter (a folder each, with its card) plus the league card,
-        match history and plots, in one commit."""
+        match history and plots, in one commit. The repo is a mixture folder (``mixture.json``
+        beside the players' folders): the card's "Deployable mixture" section gives the
+        ``autocurricula serve --mixture`` command that serves it."""
         board, mixture = self.leaderboard, self.deployable_mixture()
-        card = league_card(self.run, board, mixture, self.config_dict(), type(self).__name__, self.current_epoch + 1)
+        card = league_card(self.run, board, mixture, self.config_dict(), type(self).__name__, self.current_epoch + 1,
+                           repo_id=repo_id)
         return push_league(self.run, repo_id, board, card, mixture, private=private, token=token,
                            revision=revision, endpoint=endpoint)
