@@ -209,16 +209,6 @@ def _train(args) -> None:
             settings[key] = getattr(args, key)
     if args.overwrite_output_dir:
         settings["overwrite_output_dir"] = True
-    trainer_name, config_name = LEAGUES[args.league]
-    config_cls = getattr(leagues, config_name)
-    known = {f.name for f in dataclasses.fields(config_cls)}
-    unknown = set(settings) - known
-    if unknown:
-        league_own = sorted(unknown & {f.name for f in dataclasses.fields(config_cls.rules_class)})
-        where = f"; {league_own} are {config_cls.rules_class.__name__} settings: put them under 'rules:'" \
-            if league_own else ""
-        raise SystemExit(f"unknown {config_name} settings {sorted(unknown)}; known: {sorted(known)} "
-                         f"(plus 'grpo:' and 'lora:' sections){where}")
     module, _, fn = args.game.partition(":")
     name = module if ("." in module or fn) else f"autocurricula.games.{module}"
     if "" not in sys.path and os.getcwd() not in sys.path:
@@ -228,6 +218,27 @@ def _train(args) -> None:
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"--game {args.game}: {exc}. Use a module of autocurricula.games (e.g. tictactoe) or "
                          "an importable 'module.path:function'") from None
+    recipe = None
+    if args.league == "auto":  # the configuration the game's facts choose (docs/leagues.md)
+        from autocurricula.leagues.default import choose
+
+        try:
+            recipe = choose(play)
+        except ValueError as exc:
+            raise UsageError(f"--league auto: {exc}; or name a league with --league") from exc
+        config_cls = recipe.trainer.config_class
+        config_name = config_cls.__name__
+    else:
+        trainer_name, config_name = LEAGUES[args.league]
+        config_cls = getattr(leagues, config_name)
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = set(settings) - known
+    if unknown:
+        league_own = sorted(unknown & {f.name for f in dataclasses.fields(config_cls.rules_class)})
+        where = f"; {league_own} are {config_cls.rules_class.__name__} settings: put them under 'rules:'" \
+            if league_own else ""
+        raise SystemExit(f"unknown {config_name} settings {sorted(unknown)}; known: {sorted(known)} "
+                         f"(plus 'grpo:' and 'lora:' sections){where}")
     from autocurricula.loop.config import coerce_grpo_config, coerce_lora_spec  # mlx
 
     try:
@@ -241,7 +252,11 @@ def _train(args) -> None:
             except (ValueError, TypeError) as exc:
                 raise UsageError(f"the '{section}:' section of --config {args.config}: {exc}") from exc
     _check_loadable(args.model, fetch=False)
-    trainer = getattr(leagues, trainer_name)(config)
+    if recipe is None:
+        trainer = getattr(leagues, trainer_name)(config)
+    elif grpo and "learning_rate" in grpo:
+        raise UsageError("--league auto sets the rate as its share of the model's own: drop 'learning_rate' from "
+                         "the 'grpo:' section, or name a league with --league")
     servers = args.server
     if args.ray_actors:  # rollout (and learner) actors on the Ray cluster RAY_ADDRESS names, or a local one
         if args.server:
@@ -251,8 +266,18 @@ def _train(args) -> None:
         servers = RayEngine(args.model, num_actors=args.ray_actors, learners=args.ray_learners,
                             address=os.environ.get("RAY_ADDRESS"))
     try:
-        trainer.train(args.model, play, lora_config=lora, grpo_config=grpo, resume_from_checkpoint=args.resume or None,
-                      servers=servers, api_key=args.api_key)
+        if recipe is None:
+            trainer.train(args.model, play, lora_config=lora, grpo_config=grpo,
+                          resume_from_checkpoint=args.resume or None, servers=servers, api_key=args.api_key)
+        else:
+            from autocurricula.leagues.default import train as train_default
+
+            fields = {k: v for k, v in settings.items() if k not in ("epochs", "rounds", "seed", "output_dir")}
+            trainer = train_default(args.model, play, recipe=recipe, epochs=settings.get("epochs"),
+                                    rounds=settings.get("rounds"), seed=settings.get("seed", 0),
+                                    output_dir=settings.get("output_dir", "autocurricula-output"), grpo_config=grpo,
+                                    lora_config=lora, servers=servers, api_key=args.api_key,
+                                    resume_from_checkpoint=args.resume or None, **fields)
     finally:
         if servers is not args.server:
             servers.close()
@@ -408,9 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--game", default="tictactoe",
                     help="a module of autocurricula.games (tictactoe, kuhn_poker, negotiation, ...), or "
                          "module.path:function for your own (default: tictactoe)")
-    tr.add_argument("--league", default="league", choices=sorted(LEAGUES),
-                    help="who plays whom: AlphaStar's league, self-play, fictitious play or a round robin "
-                         "(default: league; docs/leagues.md)")
+    tr.add_argument("--league", default="auto", choices=["auto", *sorted(LEAGUES)],
+                    help="who plays whom: auto (the configuration the game's facts choose, printed with why: "
+                         "league, credit, rate, budget and warm-up), AlphaStar's league, self-play, fictitious play "
+                         "or a round robin (default: auto; docs/leagues.md)")
     tr.add_argument("--config", default=None,
                     help="YAML of the league config's fields; the league's own settings (LeagueRules, SelfPlayRules, "
                          "...: main_agents, games_per_round...) go in a 'rules:' mapping; optional 'grpo:' and "

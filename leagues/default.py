@@ -181,7 +181,9 @@ def model_rate(model) -> float:
 def train(model, game, *, epochs: int | None = None, rounds: int | None = None, seed: int = 0,
           output_dir: str | Path = "autocurricula-output", warmup: bool | int | str = "auto",
           learning_rate: float | None = None, callbacks: list | None = None, progress: bool = True,
-          printer: Callable[[str], Any] | None = None, recipe: Recipe | None = None, **config):
+          printer: Callable[[str], Any] | None = None, recipe: Recipe | None = None,
+          grpo_config: dict | None = None, lora_config: dict | None = None, servers=None, api_key: str | None = None,
+          resume_from_checkpoint: bool | str | None = None, **config):
     """Train ``model`` on ``game`` with the configuration its facts choose (:func:`choose`, or
     ``recipe``), printing one line that names it and why; returns the trained trainer.
 
@@ -189,8 +191,17 @@ def train(model, game, *, epochs: int | None = None, rounds: int | None = None, 
     ``warmup``: "auto" (the format warm-up on a tiny model only), True / False, or a number of steps.
     ``learning_rate``: the model's own rate (default :func:`model_rate`), which the recipe scales.
     ``config``: more fields of the trainer's config (``overwrite_output_dir``, ``save_strategy``...);
-    a ``rules`` dict updates the recipe's. ``printer``: where the line goes (default: stdout)."""
+    a ``rules`` dict updates the recipe's. ``printer``: where the line goes (default: stdout).
+    ``grpo_config`` / ``lora_config``: mappings of GRPO / LoRA settings over the recipe's (the rate is set
+    by ``learning_rate``, which the recipe scales). ``servers``, ``api_key`` and ``resume_from_checkpoint``
+    go to the trainer's ``train``."""
     recipe = recipe or choose(game)
+    for what, given in (("grpo_config", grpo_config), ("lora_config", lora_config)):
+        if given is not None and not isinstance(given, dict):
+            raise TypeError(f"{what} must be a mapping of settings over the recipe's, got {type(given).__name__}")
+    if grpo_config and "learning_rate" in grpo_config:
+        raise ValueError("the default's rate is its share of the model's own rate: pass learning_rate= (the model's "
+                         "rate, which the recipe scales) instead of grpo_config['learning_rate'], or pick a league")
     facts = game_facts(game)
     epochs = recipe.epochs if epochs is None else int(epochs)
     rounds = recipe.rounds if rounds is None else int(rounds)
@@ -213,8 +224,10 @@ def train(model, game, *, epochs: int | None = None, rounds: int | None = None, 
         opponents = [{"id": "random", "role": "random", "policy": _random_policy(game)}]
     trainer = recipe.trainer(cfg, opponents=opponents)
     trainer.recipe = recipe
-    grpo = {**recipe.grpo, "learning_rate": rate}
-    trainer.train(str(model), game, lora_config=recipe.lora, grpo_config=grpo, callbacks=callbacks)
+    grpo = {**recipe.grpo, **(grpo_config or {}), "learning_rate": rate}
+    lora = recipe.lora if lora_config is None else lora_config
+    trainer.train(str(model), game, lora_config=lora, grpo_config=grpo, callbacks=callbacks, servers=servers,
+                  api_key=api_key, resume_from_checkpoint=resume_from_checkpoint)
     return trainer
 
 

@@ -154,3 +154,42 @@ def test_training_stops_before_the_first_round_on_a_split_word(tiny_model_path, 
         trainer.train(str(tiny_model_path), game)
     if trainer.run is not None:
         trainer.engine.close()
+
+
+def test_the_cli_trains_the_default_when_no_league_is_named(monkeypatch, tmp_path, capsys):
+    """`autocurricula train` with no --league trains what the facts choose and prints why; the YAML's
+    settings go over the recipe's, and a 'grpo:' rate (which the recipe sets) is refused by name."""
+    from autocurricula import cli
+    from autocurricula.loop.trainer import AutocurriculumTrainer
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_train(self, model, play, **kw):
+        seen.update(trainer=self, **kw)
+        raise Stop  # before any model loads
+
+    monkeypatch.setattr(AutocurriculumTrainer, "train", fake_train)
+    config = tmp_path / "c.yaml"
+    config.write_text("rules:\n  games_per_round: 16\ngrpo:\n  beta: 0.01\n")
+    with pytest.raises(Stop):
+        cli.main(["train", "--model", "someone/some-model", "--game", "kuhn_poker", "--epochs", "2", "--config",
+                  str(config), "--output-dir", str(tmp_path / "run")])
+    line = capsys.readouterr().out
+    assert "autocurricula: mirror self-play for kuhn_poker" in line and "learning rate 0.3 x 0.0001" in line
+    trainer = seen["trainer"]
+    assert type(trainer).__name__ == "SelfPlayTrainer" and trainer.config.epochs == 2
+    assert trainer.config.rules.games_per_round == 16 and trainer.config.rules.past_share == 0.0
+    assert seen["grpo_config"] == {"steps_per_generation": 4, "beta": 0.01, "learning_rate": pytest.approx(3e-5)}
+
+    with pytest.raises(Stop):
+        cli.main(["train", "--model", "someone/some-model", "--game", "tictactoe", "--output-dir", str(tmp_path / "t")])
+    assert "the tic-tac-toe league for tictactoe" in capsys.readouterr().out
+    assert [o["id"] for o in seen["trainer"].opponents] == ["random"]
+
+    config.write_text("grpo:\n  learning_rate: 0.1\n")
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["train", "--model", "someone/some-model", "--game", "kuhn_poker", "--config", str(config)])
+    assert "drop 'learning_rate'" in str(stop.value.code) + capsys.readouterr().err

@@ -63,7 +63,7 @@ def test_cli_passes_threads_to_serve_and_train(monkeypatch, tiny_model_path, tmp
 
     from autocurricula.loop import trainer
     monkeypatch.setattr(trainer.AutocurriculumTrainer, "train", fake_train)
-    args = cli.build_parser().parse_args(["train", "--model", str(tiny_model_path), "--game", "tictactoe",
+    args = cli.build_parser().parse_args(["train", "--model", str(tiny_model_path), "--game", "tictactoe", "--league", "league",
                                           "--threads", "1", "--output-dir", str(tmp_path / "o")])
     with pytest.raises(Stop):
         args.func(args)
