@@ -1026,3 +1026,37 @@ def test_kuhn_self_targets_reads_the_main_agent_and_finds_the_fixed_point_at_its
     assert mod.read_policy(str(log), 0)[1]["Q:bet"] == 0.1
     with pytest.raises(SystemExit, match="no main_agent_policy line for epoch 5"):
         mod.read_policy(str(log), 5)
+
+
+def test_runs_diverge_finds_the_first_game_that_differs(tmp_path):
+    import json
+
+    diverge = _load(ROOT / "research" / "runs_diverge.py", "runs_diverge")
+    rows = [("e0-r0-m0-0", [1.0, -1.0]), ("e0-r0-m1-0", [0.0, 0.0]), ("e1-r0-m0-0", [1.0, -1.0]),
+            ("e1-r0-m1-0", [-1.0, 1.0])]
+    for name, flip in (("a", None), ("b", "e1-r0-m0-0")):
+        run = tmp_path / name
+        run.mkdir()
+        with open(run / "match_history.jsonl", "w") as fh:
+            for game, rewards in rows:
+                rewards = [-r for r in rewards] if game == flip else rewards
+                fh.write(json.dumps({"game_id": game, "players": ["p", "q"], "rewards": rewards}) + "\n")
+    out = diverge.compare(tmp_path / "a", tmp_path / "b")
+    assert out["first_that_differs"] == "e1-r0-m0-0" and out["identical_before_it"] == 2
+    assert out["games_that_differ"] == 1 and out["share_that_differs_per_epoch"] == {0: 0.0, 1: 0.5}
+    assert diverge.compare(tmp_path / "a", tmp_path / "a")["first_that_differs"] is None
+
+
+def test_runs_diverge_measures_how_far_two_models_weights_are(tmp_path):
+    import mlx.core as mx
+
+    diverge = _load(ROOT / "research" / "runs_diverge.py", "runs_diverge")
+    for name, bump in (("a", 0.0), ("b", 1e-3)):
+        (tmp_path / name).mkdir()
+        mx.save_safetensors(str(tmp_path / name / "model.safetensors"),
+                            {"w": mx.array([[1.0, -2.0]]), "v": mx.array([4.0 + bump])})
+    out = diverge.weights_apart(tmp_path / "a", tmp_path / "b")
+    assert not out["identical"] and out["tensor"] == "v"
+    assert out["max_abs_difference"] == pytest.approx(1e-3, rel=1e-3)
+    assert out["relative_to_its_largest_weight"] == pytest.approx(1e-3 / 4, rel=1e-3)
+    assert diverge.weights_apart(tmp_path / "a", tmp_path / "a")["identical"]
