@@ -511,8 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--games", type=bench_args.games, default=None,
                    help="round: games per round (default 64, the example's); learn: the suite's games to run, "
                         "comma-separated: matrix (the 20 matrix games), matrix:N (the first N), kuhn, leduc, goofspiel, "
-                        "liars_dice, or any two-player OpenSpiel game string (default: matrix,kuhn,leduc,goofspiel,"
-                        "liars_dice)")
+                        "liars_dice, or any two-player OpenSpiel game string; kuhn_builtin: the package's own Kuhn "
+                        "poker with its warm-up examples (default: matrix,kuhn,leduc,goofspiel,liars_dice)")
     b.add_argument("--seeds", type=bench_args.count("--seeds"), nargs="+", default=[0],
                    help="learn: the seeds to run, each with its own tiny base model (default: 0)")
     b.add_argument("--budget", choices=["smoke", "short", "full"], default="short",

@@ -59,3 +59,20 @@ def test_the_smoke_path_runs_the_suite_end_to_end(tmp_path, capsys, monkeypatch)
         assert 0 <= r["default"]["invalid_rate"] <= 1
     assert set(result["summary"]["3"]) == {"matrix", "liars_dice(dice_sides=3)"}
     assert result["budget"]["epochs"] == 1 and result["budget"]["games_per_round"] == 4
+
+
+@pytest.mark.slow
+def test_the_builtin_kuhn_poker_runs_beside_openspiels(tmp_path, capsys, monkeypatch):
+    """``kuhn_builtin``: the package's own Kuhn poker (its prompts and warm-up examples), scored by
+    the same played exploitability in chips, against the same goal as OpenSpiel's."""
+    monkeypatch.setenv("AUTOCURRICULA_CACHE", str(tmp_path / "cache"))
+    assert learn.uniform_figures("kuhn_builtin", None)["exploitability"] == pytest.approx(0.45833, abs=1e-5)
+    main(["bench", "learn", "--budget", "smoke", "--games", "kuhn_builtin", "--seeds", "0", "--no-selfplay", "--json"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (row,) = result["rows"]
+    assert row["game"] == "kuhn_poker (built-in)" and row["default_recipe"] == "mirror self-play"
+    assert row["range"] == [-2.0, 2.0] and 0 < row["default"]["exploitability"] <= 4.0
+    assert row["default"]["exploitability_share"] == pytest.approx(row["default"]["exploitability"] / 4, abs=1e-5)
+    assert "met" in result["summary"]["0"]["kuhn_poker (built-in)"]
+    with pytest.raises(ValueError, match="payoff-scale"):
+        learn.suite_games("kuhn_builtin", payoff_scale=100)

@@ -82,13 +82,21 @@ def matrix_suite(n: int = MATRIX_GAMES, payoff_scale: float = 1.0):
 def suite_games(names: str | None, matrix_games: int = MATRIX_GAMES, payoff_scale: float = 1.0) -> list[tuple[str, object]]:
     """``(kind, game)`` of the suite's games that ``names`` picks (comma-separated: ``matrix``,
     ``matrix:N`` for the first N matrix games, ``kuhn``, ``leduc``, ``goofspiel``, ``liars_dice``,
-    or any OpenSpiel game string such as ``tiny_bridge_2p``); None: the whole suite."""
+    or any OpenSpiel game string such as ``tiny_bridge_2p``; ``kuhn_builtin``: the package's own
+    Kuhn poker, its prompts and its warm-up examples); None: the whole suite."""
     picks = [p.strip() for p in (names or ",".join(SUITE)).split(",") if p.strip()]
     out = []
     for pick in picks:
         if pick == "matrix" or pick.startswith("matrix:"):
             n = int(pick.split(":", 1)[1]) if ":" in pick else matrix_games
             out += [("matrix", g) for g in matrix_suite(n, payoff_scale)]
+            continue
+        if pick == "kuhn_builtin":
+            if payoff_scale != 1.0:
+                raise ValueError("--payoff-scale applies to the matrix and OpenSpiel games; leave kuhn_builtin out")
+            from autocurricula.games import kuhn_poker
+
+            out.append(("kuhn_builtin", kuhn_poker))
             continue
         from autocurricula.games import AffineGame, openspiel
 
@@ -97,6 +105,13 @@ def suite_games(names: str | None, matrix_games: int = MATRIX_GAMES, payoff_scal
             game = AffineGame(game, payoff_scale, 0.0, name=game.name)
         out.append(("openspiel", game))
     return out
+
+
+BUILTIN_KUHN = "kuhn_poker (built-in)"
+
+
+def _name(kind: str, game) -> str:
+    return BUILTIN_KUHN if kind == "kuhn_builtin" else game.name
 
 
 def _os(game):
@@ -115,7 +130,16 @@ def _policies_matrix(trainer, game) -> dict:
 
 def _figures(kind: str, trainer, game) -> dict:
     weights = trainer.deployable_mixture()
-    if kind == "matrix":
+    if kind == "kuhn_builtin":
+        from autocurricula.eval.kuhn import INFOSETS, played_exploitability, played_mixture, read_played
+
+        t = trainer.run.grpo.temperature
+        mix = played_mixture([read_played(trainer.engine, pid, temperature=t)[0] for pid in weights],
+                             list(weights.values()))
+        expl = played_exploitability(mix)
+        out = {"exploitability": expl, "exploitability_share": expl / 4.0,
+               "invalid_rate": sum(mix[k][1] for k in INFOSETS) / len(INFOSETS)}
+    elif kind == "matrix":
         from autocurricula.eval.matrix import figures
 
         out = figures(game, _policies_matrix(trainer, game), weights)
@@ -133,6 +157,12 @@ def _figures(kind: str, trainer, game) -> dict:
 def uniform_figures(kind: str, game) -> dict:
     """Uniform legal play's exploitability (no invalid replies)."""
     import numpy as np
+
+    if kind == "kuhn_builtin":
+        from autocurricula.eval.kuhn import exploitability, uniform_strategy
+
+        expl = exploitability(uniform_strategy())
+        return {"exploitability": round(expl, 5), "exploitability_share": round(expl / 4.0, 5)}
 
     if kind == "matrix":
         from autocurricula.eval.matrix import exploitability_as_played
@@ -203,7 +233,7 @@ def run_game(kind: str, game, base: Path, seed: int, budget: Budget, selfplay: b
     warm = warm_base(kind, game, base, seed, budget, family)
     from autocurricula.arena.game import game_facts
 
-    row = {"seed": seed, "game": game.name, "kind": kind, "range": [round(x, 5) for x in game_facts(game).payoff_range],
+    row = {"seed": seed, "game": _name(kind, game), "kind": kind, "range": [round(x, 5) for x in game_facts(game).payoff_range],
            "default_recipe": recipe.name}
     if kind == "matrix":
         row.update(shape=list(game.shape), scale=round(game.scale, 5), offset=round(game.offset, 5))
@@ -259,7 +289,7 @@ def summary(rows: list[dict]) -> dict:
                  "of_uniform": round(d["exploitability"] / u["exploitability"], 4) if u["exploitability"] else None}
             if "selfplay" in r:
                 e["selfplay"] = r["selfplay"]["exploitability"]
-            if r["game"] == "kuhn_poker":
+            if r["game"] in ("kuhn_poker", BUILTIN_KUHN):
                 e["met"] = d["exploitability"] <= 0.05 and d["invalid_rate"] <= 0.01
             else:
                 e["met"] = (d["exploitability"] <= 0.25 * u["exploitability"]
@@ -293,7 +323,7 @@ def run(games: str | None, seeds: list[int], budget: Budget, *, matrix_games: in
     bar = tqdm(runs, desc="bench learn", unit="game", file=sys.stderr)
     bases: dict[int, Path] = {}
     for seed, kind, game in bar:
-        bar.set_postfix_str(f"seed {seed} {game.name}")
+        bar.set_postfix_str(f"seed {seed} {_name(kind, game)}")
         if seed not in bases:
             bases[seed] = Path(model) if model else tiny_base(budget.hidden, budget.layers, budget.heads, seed)
         row = run_game(kind, game, bases[seed], seed, budget, selfplay, family if kind == "matrix" else None)
