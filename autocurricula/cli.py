@@ -272,12 +272,10 @@ def _train(args) -> None:
         else:
             from autocurricula.leagues.default import train as train_default
 
-            fields = {k: v for k, v in settings.items() if k not in ("epochs", "rounds", "seed", "output_dir")}
+            config = {k: v for k, v in settings.items() if k not in ("epochs", "rounds")}  # seed: train()'s
             trainer = train_default(args.model, play, recipe=recipe, epochs=settings.get("epochs"),
-                                    rounds=settings.get("rounds"), seed=settings.get("seed", 0),
-                                    output_dir=settings.get("output_dir", "autocurricula-output"), grpo_config=grpo,
-                                    lora_config=lora, servers=servers, api_key=args.api_key,
-                                    resume_from_checkpoint=args.resume or None, **fields)
+                                    rounds=settings.get("rounds"), grpo_config=grpo, lora_config=lora, servers=servers,
+                                    api_key=args.api_key, resume_from_checkpoint=args.resume or None, **config)
     finally:
         if servers is not args.server:
             servers.close()

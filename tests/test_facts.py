@@ -181,6 +181,7 @@ def test_the_cli_trains_the_default_when_no_league_is_named(monkeypatch, tmp_pat
     assert "autocurricula: mirror self-play for kuhn_poker" in line and "learning rate 0.3 x 0.0001" in line
     trainer = seen["trainer"]
     assert type(trainer).__name__ == "SelfPlayTrainer" and trainer.config.epochs == 2
+    assert trainer.config.output_dir == str(tmp_path / "run") and trainer.config.seed == 0
     assert trainer.config.rules.games_per_round == 16 and trainer.config.rules.past_share == 0.0
     assert seen["grpo_config"] == {"steps_per_generation": 4, "beta": 0.01, "learning_rate": pytest.approx(3e-5)}
 
