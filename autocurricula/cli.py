@@ -226,6 +226,9 @@ def _train(args) -> None:
             recipe = choose(play)
         except ValueError as exc:
             raise UsageError(f"--league auto: {exc}; or name a league with --league") from exc
+        if grpo and "learning_rate" in grpo:
+            raise UsageError("--league auto sets the rate as its share of the model's own: drop 'learning_rate' "
+                             "from the 'grpo:' section, or name a league with --league")
         config_cls = recipe.trainer.config_class
         config_name = config_cls.__name__
     else:
@@ -254,9 +257,6 @@ def _train(args) -> None:
     _check_loadable(args.model, fetch=False)
     if recipe is None:
         trainer = getattr(leagues, trainer_name)(config)
-    elif grpo and "learning_rate" in grpo:
-        raise UsageError("--league auto sets the rate as its share of the model's own: drop 'learning_rate' from "
-                         "the 'grpo:' section, or name a league with --league")
     servers = args.server
     if args.ray_actors:  # rollout (and learner) actors on the Ray cluster RAY_ADDRESS names, or a local one
         if args.server:
@@ -439,12 +439,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="YAML of the league config's fields; the league's own settings (LeagueRules, SelfPlayRules, "
                          "...: main_agents, games_per_round...) go in a 'rules:' mapping; optional 'grpo:' and "
                          "'lora:' sections")
-    tr.add_argument("--epochs", type=int, default=None, help="epochs; entry() adds players at each (default: the "
-                                                              "config's, 4)")
-    tr.add_argument("--rounds", type=int, default=None, help="rounds per epoch, one update each (default: the "
-                                                              "config's, 2)")
+    tr.add_argument("--epochs", type=int, default=None, help="epochs; entry() adds players at each (default: "
+                                                              "the chosen configuration's, 12, under auto; else 4)")
+    tr.add_argument("--rounds", type=int, default=None, help="rounds per epoch, one update each (default: "
+                                                              "the chosen configuration's under auto; else 2)")
     tr.add_argument("--seed", type=int, default=None, help="seed of schedules, seats, sampling and adapter init "
-                                                            "(default: the config's, 42)")
+                                                            "(default: 0 under auto; else the config's, 42)")
     tr.add_argument("--output-dir", dest="output_dir", default=None,
                     help="checkpoints, metrics, match history and plots (default: the config's, autocurricula-output)")
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
